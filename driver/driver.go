@@ -1,0 +1,68 @@
+// Package driver is the seam between txbox and a database library.
+//
+// txbox's outbox, relay, inbox and migrations talk to a database only through
+// the small interfaces below. The implementations shipped with txbox are
+// txboxpgx (pgx v5) and txboxsql (database/sql, for PostgreSQL, SQLite and
+// MySQL). A third-party driver implements Driver for its own transaction type.
+package driver
+
+import (
+	"context"
+	"errors"
+)
+
+// Dialect names the SQL dialect a driver speaks; it selects the embedded SQL.
+type Dialect string
+
+// The dialects txbox ships SQL for.
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+	MySQL    Dialect = "mysql"
+)
+
+// ErrNoRows is returned by QueryRow-style helpers when nothing matched.
+var ErrNoRows = errors.New("txbox/driver: no rows")
+
+// Executor runs SQL: a pool, a connection or a transaction.
+// Placeholders are the dialect's own ($1 on PostgreSQL, ? elsewhere).
+type Executor interface {
+	// Exec runs a statement and returns the number of rows it affected.
+	Exec(ctx context.Context, sql string, args ...any) (int64, error)
+	// Query runs a query; the caller closes the rows.
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+}
+
+// Rows is the result of Query, the common part of pgx.Rows and *sql.Rows.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+// Tx is a transaction begun by a Pool.
+type Tx interface {
+	Executor
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Pool is a caller-owned pool of connections. txbox never closes it.
+type Pool interface {
+	Executor
+	Begin(ctx context.Context) (Tx, error)
+}
+
+// Driver adapts one database library, whose transaction type is TTx, to txbox.
+type Driver[TTx any] interface {
+	// Dialect tells which SQL to use.
+	Dialect() Dialect
+	// Pool returns the pool the driver was built from.
+	Pool() Pool
+	// UnwrapTx returns an Executor that runs SQL inside the caller's tx.
+	UnwrapTx(tx TTx) Executor
+	// BeginTx opens a transaction of the caller's own type, with an
+	// Executor for it; the inbox uses it to run handlers.
+	BeginTx(ctx context.Context) (TTx, Tx, error)
+}

@@ -1,0 +1,69 @@
+package txbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Match them with errors.Is.
+var (
+	// ErrInvalidMessage is matched by every *InvalidMessageError.
+	ErrInvalidMessage = errors.New("txbox: invalid message")
+	// ErrPayloadTooLarge: the payload is over Config.MaxPayloadBytes.
+	ErrPayloadTooLarge = errors.New("txbox: payload too large")
+	// ErrReservedHeader: a header tried to set a name reserved for the
+	// message's identity (Nats-Msg-Id, Message-Id, Txbox-*).
+	ErrReservedHeader = errors.New("txbox: reserved header")
+	// ErrInvalidConfig is matched by configuration errors.
+	ErrInvalidConfig = errors.New("txbox: invalid config")
+	// ErrRejected is matched by errors a publisher returns for a message the
+	// broker refused; see Reject.
+	ErrRejected = errors.New("txbox: rejected by broker")
+)
+
+// InvalidMessageError says which field of which message is wrong.
+// Nothing of the call that returned it was written.
+type InvalidMessageError struct {
+	Index  int    // position in the Add call
+	ID     string // the message's id, if it had one
+	Field  string // "topic", "payload", "headers", …
+	Reason string
+	Err    error // a more specific sentinel, or nil
+}
+
+func (e *InvalidMessageError) Error() string {
+	id := ""
+	if e.ID != "" {
+		id = fmt.Sprintf(" (id %q)", e.ID)
+	}
+	return fmt.Sprintf("txbox: message %d%s: %s %s", e.Index, id, e.Field, e.Reason)
+}
+
+// Is makes errors.Is match ErrInvalidMessage and the specific sentinel.
+func (e *InvalidMessageError) Is(target error) bool {
+	return target == ErrInvalidMessage || (e.Err != nil && target == e.Err)
+}
+
+// RejectedError marks a publish failure that is specific to one message (the
+// broker refused it: too large, no route, forbidden subject). The relay
+// counts it as an attempt and, after the attempt budget, parks the message as
+// dead. Every other publish error (timeouts, a broker outage, a closed
+// connection) is transient: it costs the message no attempt.
+type RejectedError struct{ Err error }
+
+func (e *RejectedError) Error() string { return "rejected by broker: " + e.Err.Error() }
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is match ErrRejected.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// Reject wraps err as a message-specific failure; see RejectedError.
+func Reject(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RejectedError{Err: err}
+}
+
+// IsRejected reports whether err is a message-specific publish failure.
+func IsRejected(err error) bool { return errors.Is(err, ErrRejected) }

@@ -1,0 +1,237 @@
+package outboxsql
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+)
+
+// Claimed is one claimed outbox row.
+type Claimed struct {
+	Seq       int64
+	ID        string
+	Topic     string
+	Key       string
+	Payload   []byte
+	Headers   []byte // JSON object text
+	Attempts  int
+	CreatedAt time.Time
+}
+
+// Rejection records a broker's refusal of one claimed row.
+type Rejection struct {
+	Seq        int64
+	Err        string
+	RetryAfter time.Duration // until the next attempt
+	Dead       bool          // computed by the store from MaxAttempts
+}
+
+// Store runs the relay's SQL on one outbox table.
+type Store struct {
+	dialect driver.Dialect
+	pool    driver.Pool
+	q       queries
+	lease   time.Duration
+}
+
+// NewStore returns a Store for the quoted table; lease is how long a SQLite
+// claim holds before another relay may take the rows (PostgreSQL holds row
+// locks instead and ignores it).
+func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Duration) (*Store, error) {
+	q, err := loadQueries(d, table)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{dialect: d, pool: pool, q: q, lease: lease}, nil
+}
+
+// Batch is a claim on some rows, ended by Finish or Release.
+type Batch struct {
+	Rows  []Claimed
+	s     *Store
+	tx    driver.Tx // PostgreSQL: the transaction holding the row locks
+	token string    // SQLite: the lease token
+}
+
+// Claim takes up to limit deliverable rows, oldest first. An empty batch
+// still needs Release.
+func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
+	switch s.dialect {
+	case driver.Postgres:
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.Query(ctx, s.q["claim"], limit)
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		claimed, err := scanClaimed(rows, s.dialect)
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		return &Batch{Rows: claimed, s: s, tx: tx}, nil
+	case driver.SQLite:
+		token := newToken()
+		now := time.Now()
+		rows, err := s.pool.Query(ctx, s.q["claim"], token, now.Add(s.lease).UnixMicro(), now.UnixMicro(), limit)
+		if err != nil {
+			return nil, err
+		}
+		claimed, err := scanClaimed(rows, s.dialect)
+		if err != nil {
+			// The UPDATE may have committed: release what it took.
+			_, _ = s.pool.Exec(context.WithoutCancel(ctx), s.q["release"], token)
+			return nil, err
+		}
+		slices.SortFunc(claimed, func(a, b Claimed) int { return int(a.Seq - b.Seq) })
+		return &Batch{Rows: claimed, s: s, token: token}, nil
+	}
+	return nil, fmt.Errorf("txbox: relay does not support dialect %q", s.dialect)
+}
+
+func scanClaimed(rows driver.Rows, d driver.Dialect) ([]Claimed, error) {
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		var c Claimed
+		var headers []byte
+		if d == driver.SQLite {
+			var micros int64
+			if err := rows.Scan(&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &headers, &c.Attempts, &micros); err != nil {
+				return nil, err
+			}
+			c.CreatedAt = time.UnixMicro(micros)
+		} else {
+			var t time.Time
+			if err := rows.Scan(&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &headers, &c.Attempts, &t); err != nil {
+				return nil, err
+			}
+			c.CreatedAt = t
+		}
+		c.Headers = headers
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Finish marks published rows as published and records rejections; every
+// other claimed row is released untouched (no attempt counted).
+func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Rejection, maxAttempts int) error {
+	s := b.s
+	switch s.dialect {
+	case driver.Postgres:
+		if len(published) > 0 {
+			if _, err := b.tx.Exec(ctx, s.q["mark_published"], published); err != nil {
+				_ = b.tx.Rollback(context.WithoutCancel(ctx))
+				return fmt.Errorf("mark published: %w", err)
+			}
+		}
+		for _, r := range rejected {
+			if _, err := b.tx.Exec(ctx, s.q["reject"], r.Seq, r.Err, r.RetryAfter.Milliseconds(), maxAttempts); err != nil {
+				_ = b.tx.Rollback(context.WithoutCancel(ctx))
+				return fmt.Errorf("record rejection: %w", err)
+			}
+		}
+		if err := b.tx.Commit(ctx); err != nil {
+			return fmt.Errorf("commit marks: %w", err)
+		}
+		return nil
+	case driver.SQLite:
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		now := time.Now()
+		if len(published) > 0 {
+			ids, _ := json.Marshal(published)
+			if _, err := tx.Exec(ctx, s.q["mark_published"], now.UnixMicro(), b.token, string(ids)); err != nil {
+				return fmt.Errorf("mark published: %w", err)
+			}
+		}
+		for _, r := range rejected {
+			if _, err := tx.Exec(ctx, s.q["reject"], r.Seq, r.Err, now.Add(r.RetryAfter).UnixMicro(), maxAttempts, now.UnixMicro(), b.token); err != nil {
+				return fmt.Errorf("record rejection: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, s.q["release"], b.token); err != nil {
+			return fmt.Errorf("release claim: %w", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("commit marks: %w", err)
+		}
+		return nil
+	}
+	return errors.ErrUnsupported
+}
+
+// Release gives every claimed row back without marking any.
+func (b *Batch) Release(ctx context.Context) error {
+	if b.tx != nil {
+		return b.tx.Rollback(ctx)
+	}
+	_, err := b.s.pool.Exec(ctx, b.s.q["release"], b.token)
+	return err
+}
+
+// Cleanup deletes up to limit rows published before cutoff and returns how
+// many it deleted.
+func (s *Store) Cleanup(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	return s.pool.Exec(ctx, s.q["cleanup"], s.timeArg(cutoff), limit)
+}
+
+// Counts is a snapshot of the table.
+type Counts struct {
+	Pending          int64
+	Dead             int64
+	OldestPendingAge time.Duration
+}
+
+// Counts reads pending and dead counts and the age of the oldest pending row.
+func (s *Store) Counts(ctx context.Context) (Counts, error) {
+	var args []any
+	if s.dialect == driver.SQLite {
+		args = append(args, time.Now().UnixMicro())
+	}
+	rows, err := s.pool.Query(ctx, s.q["counts"], args...)
+	if err != nil {
+		return Counts{}, err
+	}
+	defer rows.Close()
+	var c Counts
+	var age float64
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Counts{}, err
+		}
+		return Counts{}, driver.ErrNoRows
+	}
+	if err := rows.Scan(&c.Pending, &c.Dead, &age); err != nil {
+		return Counts{}, err
+	}
+	c.OldestPendingAge = time.Duration(age * float64(time.Second))
+	return c, rows.Err()
+}
+
+func (s *Store) timeArg(t time.Time) any {
+	if s.dialect == driver.SQLite {
+		return t.UnixMicro()
+	}
+	return t
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

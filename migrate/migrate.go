@@ -1,0 +1,370 @@
+// Package migrate creates and upgrades txbox's tables: numbered migrations,
+// embedded per dialect, applied from Go, from `txbox migrate up`, or printed
+// with SQL for teams that run goose, atlas or another migration tool.
+//
+// Applied versions are recorded in the table txbox_migrations (in the
+// configured schema on PostgreSQL), one row per (target, version), where a
+// target names a table such as "outbox:txbox_outbox". Migrations never run
+// implicitly: nothing in txbox creates a table inside a caller's transaction.
+package migrate
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqlname"
+)
+
+//go:embed sql
+var files embed.FS
+
+// Defaults.
+const (
+	DefaultOutboxTable = "txbox_outbox"
+	trackingTable      = "txbox_migrations"
+)
+
+// Kinds of table txbox migrates.
+const (
+	KindOutbox = "outbox"
+	KindInbox  = "inbox"
+)
+
+// Config says which tables to migrate.
+type Config struct {
+	// Schema is the PostgreSQL schema of every table, created if missing.
+	// Default: "" (the connection's search_path, usually public). Must be
+	// empty on other dialects.
+	Schema string
+	// OutboxTable is the outbox table's name. Default: DefaultOutboxTable.
+	OutboxTable string
+	// NoOutbox skips the outbox table (for a consumer-only service).
+	NoOutbox bool
+	// InboxTables lists inbox tables to create. Default: none.
+	InboxTables []string
+}
+
+// Migration is one numbered step for one table.
+type Migration struct {
+	Target  string // "outbox:txbox_outbox"
+	Version int
+	Name    string // from the file name: "create_outbox"
+	SQL     string // rendered for the configured table
+}
+
+// Status is a migration and when it was applied (zero if not yet).
+type Status struct {
+	Migration
+	AppliedAt time.Time
+}
+
+// Migrator applies migrations through a caller-owned pool.
+type Migrator struct {
+	dialect    driver.Dialect
+	pool       driver.Pool
+	schema     string
+	migrations []Migration
+}
+
+// New returns a Migrator for drv's database. It validates every table name.
+func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Migrator, error) {
+	migrations, err := Plan(drv.Dialect(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Migrator{dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations}, nil
+}
+
+// Plan renders every migration cfg asks for, in the order Up applies them.
+func Plan(d driver.Dialect, cfg Config) ([]Migration, error) {
+	if cfg.Schema != "" {
+		if d != driver.Postgres {
+			return nil, fmt.Errorf("txbox: a schema is only supported on PostgreSQL, not %s", d)
+		}
+		if err := sqlname.Validate("schema", cfg.Schema); err != nil {
+			return nil, fmt.Errorf("txbox: %w", err)
+		}
+	}
+	type target struct{ kind, table string }
+	var targets []target
+	if !cfg.NoOutbox {
+		t := cfg.OutboxTable
+		if t == "" {
+			t = DefaultOutboxTable
+		}
+		targets = append(targets, target{KindOutbox, t})
+	}
+	for _, t := range cfg.InboxTables {
+		targets = append(targets, target{KindInbox, t})
+	}
+	var out []Migration
+	seen := map[string]bool{}
+	for _, t := range targets {
+		if err := sqlname.Validate(t.kind+" table", t.table); err != nil {
+			return nil, fmt.Errorf("txbox: %w", err)
+		}
+		if seen[t.table] {
+			return nil, fmt.Errorf("txbox: table %q is configured twice", t.table)
+		}
+		seen[t.table] = true
+		ms, err := render(d, cfg.Schema, t.kind, t.table)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ms...)
+	}
+	return out, nil
+}
+
+func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
+	dir := path.Join("sql", string(d), kind)
+	entries, err := fs.ReadDir(files, dir)
+	if err != nil {
+		return nil, fmt.Errorf("txbox: no %s migrations for dialect %q", kind, d)
+	}
+	qualified := sqlname.Qualified(d, schema, table)
+	var out []Migration
+	for _, e := range entries {
+		num, name, ok := strings.Cut(strings.TrimSuffix(e.Name(), ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("txbox: bad migration file name %s", e.Name())
+		}
+		text, err := files.ReadFile(path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		sql := strings.ReplaceAll(string(text), "{{table}}", qualified)
+		for {
+			i := strings.Index(sql, `{{index "`)
+			if i < 0 {
+				break
+			}
+			j := strings.Index(sql[i:], `"}}`)
+			suffix := sql[i+len(`{{index "`) : i+j]
+			idx := sqlname.Quote(d, indexName(table, suffix))
+			sql = sql[:i] + idx + sql[i+j+len(`"}}`):]
+		}
+		out = append(out, Migration{Target: kind + ":" + table, Version: v, Name: name, SQL: sql})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// indexName derives an index name that fits PostgreSQL's 63-byte limit.
+func indexName(table, suffix string) string {
+	name := table + "_" + suffix + "_idx"
+	if len(name) > sqlname.MaxLen {
+		name = name[len(name)-sqlname.MaxLen:]
+		name = "i" + strings.TrimLeft(name[1:], "0123456789")
+	}
+	return name
+}
+
+// SQL returns every migration as one script, with comments naming each, for
+// teams that apply migrations with their own tool. It does not include the
+// tracking table: that tool keeps its own records.
+func (m *Migrator) SQL() string { return Script(m.migrations) }
+
+// Script joins migrations into one SQL script.
+func Script(ms []Migration) string {
+	var b strings.Builder
+	for _, mg := range ms {
+		fmt.Fprintf(&b, "-- txbox migration %s version %d (%s)\n%s\n\n", mg.Target, mg.Version, mg.Name, strings.TrimSpace(mg.SQL))
+	}
+	return b.String()
+}
+
+func (m *Migrator) tracking() string {
+	return sqlname.Qualified(m.dialect, m.schema, trackingTable)
+}
+
+func (m *Migrator) ph(n int) string {
+	if m.dialect == driver.Postgres {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
+}
+
+func (m *Migrator) ensureTracking(ctx context.Context) error {
+	if m.schema != "" {
+		if _, err := m.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+sqlname.Quote(m.dialect, m.schema)); err != nil {
+			return fmt.Errorf("txbox: create schema %s: %w", m.schema, err)
+		}
+	}
+	ts := "timestamptz"
+	switch m.dialect {
+	case driver.SQLite:
+		ts = "TEXT"
+	case driver.MySQL:
+		ts = "DATETIME(6)"
+	}
+	target := "text"
+	if m.dialect == driver.MySQL {
+		target = "VARCHAR(200)"
+	}
+	_, err := m.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+    target     %s NOT NULL,
+    version    integer NOT NULL,
+    name       %s NOT NULL,
+    applied_at %s NOT NULL,
+    PRIMARY KEY (target, version)
+)`, m.tracking(), target, target, ts))
+	if err != nil {
+		return fmt.Errorf("txbox: create %s: %w", trackingTable, err)
+	}
+	return nil
+}
+
+func (m *Migrator) applied(ctx context.Context, ex driver.Executor) (map[string]time.Time, error) {
+	rows, err := ex.Query(ctx, "SELECT target, version, applied_at FROM "+m.tracking())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var target string
+		var version int
+		var at any
+		if err := rows.Scan(&target, &version, &at); err != nil {
+			return nil, err
+		}
+		out[key(target, version)] = parseTime(at)
+	}
+	return out, rows.Err()
+}
+
+func key(target string, version int) string { return target + "#" + strconv.Itoa(version) }
+
+func parseTime(v any) time.Time {
+	switch t := v.(type) {
+	case time.Time:
+		return t
+	case string:
+		p, _ := time.Parse(time.RFC3339Nano, t)
+		return p
+	case []byte:
+		p, _ := time.Parse(time.RFC3339Nano, string(t))
+		return p
+	}
+	return time.Time{}
+}
+
+// Status lists every configured migration and when it was applied.
+func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
+	if err := m.ensureTracking(ctx); err != nil {
+		return nil, err
+	}
+	done, err := m.applied(ctx, m.pool)
+	if err != nil {
+		return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
+	}
+	out := make([]Status, len(m.migrations))
+	for i, mg := range m.migrations {
+		out[i] = Status{Migration: mg, AppliedAt: done[key(mg.Target, mg.Version)]}
+	}
+	return out, nil
+}
+
+// Pending reports the migrations not yet applied, without changing anything
+// (the tracking table may be absent: then every migration is pending).
+func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
+	done, err := m.applied(ctx, m.pool)
+	if err != nil {
+		done = map[string]time.Time{}
+	}
+	var out []Migration
+	for _, mg := range m.migrations {
+		if _, ok := done[key(mg.Target, mg.Version)]; !ok {
+			out = append(out, mg)
+		}
+	}
+	return out, nil
+}
+
+// Up applies every pending migration, each in its own transaction with its
+// tracking row (on MySQL, whose DDL commits implicitly, the row follows the
+// DDL). It returns the migrations it applied. Concurrent Ups are safe on
+// PostgreSQL (they serialise on a lock of the tracking table).
+func (m *Migrator) Up(ctx context.Context) ([]Migration, error) {
+	if err := m.ensureTracking(ctx); err != nil {
+		return nil, err
+	}
+	var applied []Migration
+	for _, mg := range m.migrations {
+		did, err := m.apply(ctx, mg)
+		if err != nil {
+			return applied, fmt.Errorf("txbox: migration %s version %d (%s): %w", mg.Target, mg.Version, mg.Name, err)
+		}
+		if did {
+			applied = append(applied, mg)
+		}
+	}
+	return applied, nil
+}
+
+func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
+	tx, err := m.pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if m.dialect == driver.Postgres {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+m.tracking()+" IN EXCLUSIVE MODE"); err != nil {
+			return false, err
+		}
+	}
+	done, err := m.applied(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := done[key(mg.Target, mg.Version)]; ok {
+		return false, nil
+	}
+	for _, stmt := range splitStatements(mg.SQL) {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return false, err
+		}
+	}
+	var at any = time.Now().UTC()
+	if m.dialect == driver.SQLite {
+		at = time.Now().UTC().Format(time.RFC3339Nano)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s (target, version, name, applied_at) VALUES (%s, %s, %s, %s)",
+		m.tracking(), m.ph(1), m.ph(2), m.ph(3), m.ph(4)), mg.Target, mg.Version, mg.Name, at); err != nil {
+		return false, err
+	}
+	return true, tx.Commit(ctx)
+}
+
+// splitStatements splits a migration on semicolons at line ends, dropping
+// comment-only lines. Migrations hold no semicolons inside literals.
+func splitStatements(sql string) []string {
+	var out []string
+	var b strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+		if strings.HasSuffix(t, ";") {
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(b.String()), ";"))
+			b.Reset()
+		}
+	}
+	if s := strings.TrimSpace(b.String()); s != "" {
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,143 @@
+package txbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/sqlname"
+)
+
+// Defaults of Config.
+const (
+	DefaultTable           = "txbox_outbox"
+	DefaultMaxPayloadBytes = 1 << 20
+)
+
+// Config configures an Outbox.
+type Config struct {
+	// Schema is the PostgreSQL schema of the outbox table. Default: "" (the
+	// connection's search_path).
+	Schema string
+	// Table is the outbox table, validated as an SQL identifier.
+	// Default: DefaultTable ("txbox_outbox").
+	Table string
+	// MaxPayloadBytes caps a message's payload; a larger one is refused
+	// with ErrPayloadTooLarge. Default: DefaultMaxPayloadBytes (1 MiB);
+	// negative means no cap.
+	MaxPayloadBytes int
+}
+
+// TableName validates the schema and table of cfg and returns them quoted
+// for dialect d, with the defaults applied.
+func (cfg Config) TableName(d driver.Dialect) (string, error) {
+	table := cfg.Table
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := sqlname.Validate("outbox table", table); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.Schema != "" {
+		if d != driver.Postgres {
+			return "", fmt.Errorf("%w: a schema is only supported on PostgreSQL", ErrInvalidConfig)
+		}
+		if err := sqlname.Validate("schema", cfg.Schema); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	return sqlname.Qualified(d, cfg.Schema, table), nil
+}
+
+// Outbox writes messages into the outbox table in the caller's transactions,
+// whose type is TTx (pgx.Tx with txboxpgx, *sql.Tx with txboxsql). It is
+// safe for concurrent use.
+type Outbox[TTx any] struct {
+	drv        driver.Driver[TTx]
+	ins        *outboxsql.Inserter
+	maxPayload int
+}
+
+// New returns an Outbox writing through drv. The table must exist (see
+// package migrate); New does not touch the database.
+func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
+	table, err := cfg.TableName(drv.Dialect())
+	if err != nil {
+		return nil, err
+	}
+	max := cfg.MaxPayloadBytes
+	switch {
+	case max == 0:
+		max = DefaultMaxPayloadBytes
+	case max < 0:
+		max = 0
+	}
+	return &Outbox[TTx]{drv: drv, ins: outboxsql.NewInserter(drv.Dialect(), table), maxPayload: max}, nil
+}
+
+// Add writes msgs in tx, the caller's transaction: they are delivered if and
+// only if tx commits. Messages without an ID get a new UUIDv7, written back
+// into msgs. Up to 1000 messages go in one round trip. If any message is
+// invalid, Add returns an *InvalidMessageError and writes nothing.
+func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) error {
+	rows, err := o.rows(msgs)
+	if err != nil {
+		return err
+	}
+	if err := o.ins.Insert(ctx, o.drv.UnwrapTx(tx), rows); err != nil {
+		return fmt.Errorf("txbox: add: %w", err)
+	}
+	return nil
+}
+
+// AddNoTx writes msgs outside any transaction, as one plain INSERT per up to
+// 1000 messages. There is no atomicity with other writes: use it only for
+// events that stand alone.
+func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) error {
+	rows, err := o.rows(msgs)
+	if err != nil {
+		return err
+	}
+	if err := o.ins.Insert(ctx, o.drv.Pool(), rows); err != nil {
+		return fmt.Errorf("txbox: add: %w", err)
+	}
+	return nil
+}
+
+func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, error) {
+	for i := range msgs {
+		if err := msgs[i].validate(o.maxPayload); err != nil {
+			err.(*InvalidMessageError).Index = i
+			return nil, err
+		}
+	}
+	rows := make([]outboxsql.Row, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		if m.ID == "" {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("txbox: new message id: %w", err)
+			}
+			m.ID = id.String()
+		}
+		headers := "{}"
+		if len(m.Headers) > 0 {
+			b, err := json.Marshal(m.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("txbox: encode headers: %w", err)
+			}
+			headers = string(b)
+		}
+		payload := m.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		rows[i] = outboxsql.Row{ID: m.ID, Topic: m.Topic, Key: m.Key, Payload: payload, Headers: headers}
+	}
+	return rows, nil
+}

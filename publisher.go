@@ -1,0 +1,18 @@
+package txbox
+
+import "context"
+
+// Publisher delivers messages to a broker. Implementations: natsjs (NATS
+// JetStream), and the others in this module's broker packages.
+type Publisher interface {
+	// Publish sends msgs, pipelined, and waits until the broker has
+	// acknowledged each one or ctx ends. It returns nil when every message
+	// was acknowledged, else a slice aligned with msgs holding each
+	// message's error (nil where acknowledged). A message the broker
+	// refused is reported with Reject(err); any other error is transient.
+	//
+	// A publisher must send msg.ID as the broker's dedupe or message id
+	// where the broker has one, after the message's headers, so that no
+	// header can overwrite it.
+	Publish(ctx context.Context, msgs []Message) []error
+}

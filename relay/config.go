@@ -1,0 +1,178 @@
+package relay
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// Defaults of Config, as in the reference outbox relay.
+const (
+	DefaultPollInterval     = time.Second
+	DefaultBatchSize        = 100
+	DefaultRetention        = 168 * time.Hour
+	DefaultCleanupInterval  = time.Hour
+	DefaultCleanupBatchSize = 1000
+	DefaultMaxAttempts      = 10
+	DefaultPublishTimeout   = 10 * time.Second
+	DefaultBackoffMax       = 30 * time.Second
+	DefaultRetryDelay       = time.Second
+	DefaultClaimLease       = time.Minute
+)
+
+// Config configures a Relay. Zero fields take their defaults; negative
+// values are an error from New.
+type Config struct {
+	// Schema and Table name the outbox table, as in txbox.Config.
+	Schema string
+	Table  string
+
+	// PollInterval is how long an idle relay waits before polling again
+	// after a batch that was not full. Default: 1s. Env OUTBOX_POLL_INTERVAL.
+	PollInterval time.Duration
+	// BatchSize is the most rows one round claims and publishes. A full
+	// batch polls again at once. Default: 100. Env OUTBOX_BATCH_SIZE.
+	BatchSize int
+	// Retention is how long published rows are kept before cleanup deletes
+	// them. Default: 168h. Env OUTBOX_RETENTION.
+	Retention time.Duration
+	// CleanupInterval is how often cleanup runs. Default: 1h.
+	// Env OUTBOX_CLEANUP_INTERVAL.
+	CleanupInterval time.Duration
+	// CleanupBatchSize bounds the rows one cleanup statement deletes.
+	// Default: 1000.
+	CleanupBatchSize int
+	// MaxAttempts is how many times the broker may reject a message before
+	// it is parked as dead. Outages and timeouts do not count.
+	// Default: 10. Env OUTBOX_MAX_ATTEMPTS.
+	MaxAttempts int
+	// PublishTimeout bounds the wait for the broker's acks of one batch.
+	// Default: 10s. Env OUTBOX_PUBLISH_TIMEOUT.
+	PublishTimeout time.Duration
+	// BackoffMax caps the doubling wait after failed rounds. Default: 30s.
+	BackoffMax time.Duration
+	// RetryDelay is the wait before a rejected message is tried again; it
+	// doubles with each attempt, up to 5 minutes. Default: 1s.
+	RetryDelay time.Duration
+	// ClaimLease is how long a SQLite claim holds; it must exceed
+	// PublishTimeout. Default: 1m.
+	ClaimLease time.Duration
+
+	// Logger receives the relay's logs. Default: slog.Default().
+	Logger *slog.Logger
+
+	// onPublished, when set by tests, runs after a batch was published and
+	// before it is marked; an error it returns is treated like a crash at
+	// that point (nothing is marked).
+	onPublished func([]txbox.Message) error
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 ||
+		out.CleanupBatchSize < 0 || out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.BackoffMax < 0 ||
+		out.RetryDelay < 0 || out.ClaimLease < 0 {
+		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&out.PollInterval, DefaultPollInterval)
+	def(&out.Retention, DefaultRetention)
+	def(&out.CleanupInterval, DefaultCleanupInterval)
+	def(&out.PublishTimeout, DefaultPublishTimeout)
+	def(&out.BackoffMax, DefaultBackoffMax)
+	def(&out.RetryDelay, DefaultRetryDelay)
+	def(&out.ClaimLease, DefaultClaimLease)
+	if out.BatchSize == 0 {
+		out.BatchSize = DefaultBatchSize
+	}
+	if out.CleanupBatchSize == 0 {
+		out.CleanupBatchSize = DefaultCleanupBatchSize
+	}
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = DefaultMaxAttempts
+	}
+	if out.BatchSize > 10000 {
+		return out, fmt.Errorf("%w: batch size %d is over 10000", txbox.ErrInvalidConfig, out.BatchSize)
+	}
+	if out.ClaimLease <= out.PublishTimeout {
+		return out, fmt.Errorf("%w: claim lease %s must exceed publish timeout %s", txbox.ErrInvalidConfig, out.ClaimLease, out.PublishTimeout)
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out, nil
+}
+
+// Environment variables read by ConfigFromEnv.
+const (
+	EnvPollInterval    = "OUTBOX_POLL_INTERVAL"
+	EnvBatchSize       = "OUTBOX_BATCH_SIZE"
+	EnvRetention       = "OUTBOX_RETENTION"
+	EnvCleanupInterval = "OUTBOX_CLEANUP_INTERVAL"
+	EnvMaxAttempts     = "OUTBOX_MAX_ATTEMPTS"
+	EnvPublishTimeout  = "OUTBOX_PUBLISH_TIMEOUT"
+	EnvTable           = "OUTBOX_TABLE"
+	EnvSchema          = "OUTBOX_SCHEMA"
+)
+
+// ConfigFromEnv overlays the OUTBOX_* environment variables on base.
+// Durations use Go syntax ("500ms", "168h"); a value that does not parse,
+// or is not positive, is an error naming the variable.
+func ConfigFromEnv(base Config) (Config, error) { return configFrom(base, os.LookupEnv) }
+
+func configFrom(c Config, lookup func(string) (string, bool)) (Config, error) {
+	dur := func(name string, dst *time.Duration) error {
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%w: %s=%q: not a duration (want e.g. 500ms, 1s, 168h)", txbox.ErrInvalidConfig, name, v)
+		}
+		if d <= 0 {
+			return fmt.Errorf("%w: %s=%q: must be positive", txbox.ErrInvalidConfig, name, v)
+		}
+		*dst = d
+		return nil
+	}
+	integer := func(name string, dst *int) error {
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%w: %s=%q: want a positive integer", txbox.ErrInvalidConfig, name, v)
+		}
+		*dst = n
+		return nil
+	}
+	for _, err := range []error{
+		dur(EnvPollInterval, &c.PollInterval),
+		integer(EnvBatchSize, &c.BatchSize),
+		dur(EnvRetention, &c.Retention),
+		dur(EnvCleanupInterval, &c.CleanupInterval),
+		integer(EnvMaxAttempts, &c.MaxAttempts),
+		dur(EnvPublishTimeout, &c.PublishTimeout),
+	} {
+		if err != nil {
+			return c, err
+		}
+	}
+	if v, ok := lookup(EnvTable); ok && v != "" {
+		c.Table = v
+	}
+	if v, ok := lookup(EnvSchema); ok && v != "" {
+		c.Schema = v
+	}
+	return c, nil
+}

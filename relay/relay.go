@@ -1,0 +1,352 @@
+// Package relay delivers committed outbox rows to a broker, at least once.
+//
+// A Relay claims up to BatchSize deliverable rows, publishes them pipelined
+// through a txbox.Publisher, waits for the broker's acks, and marks what was
+// acknowledged. Any number of relays may run on one database: on PostgreSQL
+// the claim is FOR UPDATE SKIP LOCKED in a transaction held while
+// publishing, so no two relays publish a row concurrently and a relay that
+// dies releases its rows with its connection; on SQLite the claim is a lease
+// with a token that fences the marks.
+//
+// Failures: a round that fails (database or broker down, timeouts) backs off
+// exponentially up to BackoffMax and costs no message an attempt; the first
+// good round resets the wait. A message the broker rejects (txbox.Reject) is
+// retried after RetryDelay, doubling, and after MaxAttempts rejections is
+// parked as dead with its last error, while the rest flow. If part of a batch
+// fails, the published part is still marked.
+//
+// Duplicates: a relay that dies after the broker acked a batch and before
+// the marks committed leaves those rows unmarked, and they are published
+// again. Publishers send the message id as the broker's dedupe id (NATS
+// JetStream drops the copy inside the stream's duplicate window), so the
+// copy reaches consumers only when the window has passed; consumers dedupe
+// with the inbox either way.
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/outboxsql"
+)
+
+// ErrAlreadyStarted is returned by Start on a running relay.
+var ErrAlreadyStarted = errors.New("txbox/relay: already started")
+
+// Relay moves committed outbox rows to a broker.
+type Relay struct {
+	cfg   Config
+	store *outboxsql.Store
+	pub   txbox.Publisher
+	log   *slog.Logger
+	wake  chan struct{}
+
+	published, rejected, dead, rounds, failedRounds atomic.Int64
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+// New returns a Relay reading drv's outbox table and publishing through pub.
+// It checks the configuration and touches neither database nor broker.
+func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Relay, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: relay needs a publisher", txbox.ErrInvalidConfig)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	table, err := txbox.Config{Schema: c.Schema, Table: c.Table}.TableName(drv.Dialect())
+	if err != nil {
+		return nil, err
+	}
+	store, err := outboxsql.NewStore(drv.Dialect(), drv.Pool(), table, c.ClaimLease)
+	if err != nil {
+		return nil, err
+	}
+	closed := make(chan struct{})
+	close(closed)
+	return &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), stopped: closed}, nil
+}
+
+// Config returns the configuration in force, defaults applied.
+func (r *Relay) Config() Config { return r.cfg }
+
+// Wake makes an idle relay poll now instead of at the end of its poll
+// interval. Call it after committing a transaction that added messages, in
+// the same process, for millisecond delivery. It never blocks.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the relay in the background until Stop or ctx ends.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.stopped:
+	default:
+		return ErrAlreadyStarted
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r.cancel = cancel
+	r.stopped = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		_ = r.Run(ctx)
+	}(r.stopped)
+	return nil
+}
+
+// Stop asks the relay to stop and waits until it has, or until ctx ends.
+// The batch in flight is finished (its acknowledged messages are marked) or
+// released.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.stopped
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stopped is closed when the relay started by Start has stopped.
+func (r *Relay) Stopped() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+// Run relays until ctx ends, then returns nil. Use Run or Start, not both.
+func (r *Relay) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.cleanupLoop(ctx)
+	}()
+	defer wg.Wait()
+
+	var backoff time.Duration
+	for {
+		n, err := r.Round(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			backoff = nextBackoff(backoff, r.cfg.BackoffMax)
+			wait = backoff
+			r.log.Warn("txbox relay: round failed", "err", err, "retry_in", wait)
+		case n >= r.cfg.BatchSize:
+			backoff = 0
+			continue
+		default:
+			backoff = 0
+			wait = r.cfg.PollInterval
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		case <-r.wake:
+			timer.Stop()
+		}
+	}
+}
+
+func nextBackoff(prev, max time.Duration) time.Duration {
+	if prev == 0 {
+		return 100 * time.Millisecond
+	}
+	return min(2*prev, max)
+}
+
+// Round claims one batch, publishes it and marks it, and returns how many
+// rows it claimed. An error means the round failed as a whole or in part
+// (transiently); acknowledged messages are marked even then.
+func (r *Relay) Round(ctx context.Context) (int, error) {
+	r.rounds.Add(1)
+	batch, err := r.store.Claim(ctx, r.cfg.BatchSize)
+	if err != nil {
+		r.failedRounds.Add(1)
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	// Marks and releases must happen even when ctx was cancelled mid-round.
+	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if len(batch.Rows) == 0 {
+		return 0, batch.Release(finishCtx)
+	}
+	msgs := make([]txbox.Message, len(batch.Rows))
+	for i, row := range batch.Rows {
+		msgs[i] = txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload}
+		if len(row.Headers) > 2 { // not "{}"
+			if err := json.Unmarshal(row.Headers, &msgs[i].Headers); err != nil {
+				// Only plain SQL can store such headers; deliver without them.
+				r.log.Warn("txbox relay: headers are not a JSON object of strings; sending none", "seq", row.Seq, "id", row.ID, "err", err)
+				msgs[i].Headers = nil
+			}
+		}
+	}
+
+	pubCtx, cancelPub := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	errs := r.pub.Publish(pubCtx, msgs)
+	cancelPub()
+
+	if hook := r.cfg.onPublished; hook != nil {
+		if err := hook(msgs); err != nil {
+			_ = batch.Release(finishCtx)
+			r.failedRounds.Add(1)
+			return len(msgs), err
+		}
+	}
+
+	published := make([]int64, 0, len(msgs))
+	var rejected []outboxsql.Rejection
+	var transient error
+	nTransient := 0
+	for i, row := range batch.Rows {
+		var err error
+		if errs != nil {
+			err = errs[i]
+		}
+		switch {
+		case err == nil:
+			published = append(published, row.Seq)
+		case txbox.IsRejected(err):
+			attempts := row.Attempts + 1
+			rejected = append(rejected, outboxsql.Rejection{
+				Seq:        row.Seq,
+				Err:        truncate(err.Error(), 2000),
+				RetryAfter: retryDelay(r.cfg.RetryDelay, attempts),
+				Dead:       attempts >= r.cfg.MaxAttempts,
+			})
+		default:
+			nTransient++
+			if transient == nil {
+				transient = err
+			}
+		}
+	}
+	if err := batch.Finish(finishCtx, published, rejected, r.cfg.MaxAttempts); err != nil {
+		r.failedRounds.Add(1)
+		return len(msgs), fmt.Errorf("finish batch: %w", err)
+	}
+	r.published.Add(int64(len(published)))
+	r.rejected.Add(int64(len(rejected)))
+	for _, rj := range rejected {
+		if rj.Dead {
+			r.dead.Add(1)
+			r.log.Error("txbox relay: message is dead after too many rejections", "seq", rj.Seq, "err", rj.Err)
+		} else {
+			r.log.Warn("txbox relay: broker rejected message", "seq", rj.Seq, "err", rj.Err, "retry_in", rj.RetryAfter)
+		}
+	}
+	if transient != nil {
+		r.failedRounds.Add(1)
+		return len(msgs), fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(msgs), transient)
+	}
+	return len(msgs), nil
+}
+
+func retryDelay(base time.Duration, attempts int) time.Duration {
+	d := base
+	for i := 1; i < attempts && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func (r *Relay) cleanupLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := r.Cleanup(ctx); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("txbox relay: cleanup failed", "err", err, "deleted", n)
+				}
+			} else if n > 0 {
+				r.log.Info("txbox relay: cleanup", "deleted", n)
+			}
+		}
+	}
+}
+
+// Cleanup deletes rows published more than Retention ago, in statements of
+// at most CleanupBatchSize rows, and returns how many it deleted. Pending
+// and dead rows are never deleted.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	cutoff := time.Now().Add(-r.cfg.Retention)
+	var total int64
+	for {
+		n, err := r.store.Cleanup(ctx, cutoff, r.cfg.CleanupBatchSize)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < int64(r.cfg.CleanupBatchSize) {
+			return total, nil
+		}
+	}
+}
+
+// Stats are the relay's counters since New, and the table's state.
+type Stats struct {
+	Published    int64 // messages acknowledged by the broker and marked
+	Rejected     int64 // broker rejections (each costs an attempt)
+	Dead         int64 // messages this relay parked as dead
+	Rounds       int64
+	FailedRounds int64
+
+	Pending          int64         // rows still to deliver (table-wide)
+	DeadRows         int64         // dead rows (table-wide)
+	OldestPendingAge time.Duration // age of the oldest row still to deliver
+}
+
+// Stats returns the counters and reads the table's pending and dead counts.
+func (r *Relay) Stats(ctx context.Context) (Stats, error) {
+	s := Stats{
+		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(),
+		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(),
+	}
+	c, err := r.store.Counts(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.Pending, s.DeadRows, s.OldestPendingAge = c.Pending, c.Dead, c.OldestPendingAge
+	return s, nil
+}

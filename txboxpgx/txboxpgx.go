@@ -1,0 +1,103 @@
+// Package txboxpgx is txbox's driver for PostgreSQL through pgx v5: the
+// caller's transactions are pgx.Tx.
+//
+//	drv := txboxpgx.New(pool) // pool is a *pgxpool.Pool the caller owns
+//	ob, err := txbox.New(drv, txbox.Config{})
+//	…
+//	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		// business writes, then:
+//		return ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Payload: body})
+//	})
+package txboxpgx
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox/driver"
+)
+
+// Driver adapts a pgx pool. It opens nothing and closes nothing: whoever
+// created the pool closes it.
+type Driver struct {
+	pool *pgxpool.Pool
+}
+
+var _ driver.Driver[pgx.Tx] = (*Driver)(nil)
+
+// New returns a Driver over pool.
+func New(pool *pgxpool.Pool) *Driver { return &Driver{pool: pool} }
+
+// Dialect returns driver.Postgres.
+func (d *Driver) Dialect() driver.Dialect { return driver.Postgres }
+
+// Pool returns the pool as a driver.Pool.
+func (d *Driver) Pool() driver.Pool { return poolExec{d.pool} }
+
+// PgxPool returns the underlying pool (for LISTEN/NOTIFY and the like).
+func (d *Driver) PgxPool() *pgxpool.Pool { return d.pool }
+
+// UnwrapTx returns an Executor running inside tx.
+func (d *Driver) UnwrapTx(tx pgx.Tx) driver.Executor { return txExec{tx} }
+
+// BeginTx begins a transaction on the pool.
+func (d *Driver) BeginTx(ctx context.Context) (pgx.Tx, driver.Tx, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, txExec{tx}, nil
+}
+
+// querier is what pgx's pool, conns and transactions have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func exec(ctx context.Context, q querier, sql string, args []any) (int64, error) {
+	tag, err := q.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+func query(ctx context.Context, q querier, sql string, args []any) (driver.Rows, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgxRows{rows}, nil
+}
+
+type poolExec struct{ p *pgxpool.Pool }
+
+func (p poolExec) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	return exec(ctx, p.p, sql, args)
+}
+func (p poolExec) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+	return query(ctx, p.p, sql, args)
+}
+func (p poolExec) Begin(ctx context.Context) (driver.Tx, error) {
+	tx, err := p.p.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return txExec{tx}, nil
+}
+
+type txExec struct{ tx pgx.Tx }
+
+func (t txExec) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	return exec(ctx, t.tx, sql, args)
+}
+func (t txExec) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+	return query(ctx, t.tx, sql, args)
+}
+func (t txExec) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
+func (t txExec) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error { r.Rows.Close(); return nil }

@@ -1,0 +1,98 @@
+// Package txboxsql is txbox's driver for database/sql: the caller's
+// transactions are *sql.Tx, so every ORM that exposes one (GORM, Bun, sqlx,
+// ent) works. It imports no database engine: the program picks one
+// (github.com/jackc/pgx/v5/stdlib for PostgreSQL, modernc.org/sqlite for
+// SQLite, github.com/go-sql-driver/mysql for MySQL) and says which dialect it
+// speaks.
+//
+//	db, _ := sql.Open("sqlite", "file:app.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+//	drv := txboxsql.New(db, driver.SQLite)
+package txboxsql
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/txbox/txbox/driver"
+)
+
+// Driver adapts a *sql.DB. It opens nothing and closes nothing: whoever
+// opened the DB closes it.
+type Driver struct {
+	db      *sql.DB
+	dialect driver.Dialect
+}
+
+var _ driver.Driver[*sql.Tx] = (*Driver)(nil)
+
+// New returns a Driver over db, which speaks dialect.
+func New(db *sql.DB, dialect driver.Dialect) *Driver { return &Driver{db: db, dialect: dialect} }
+
+// Dialect returns the dialect given to New.
+func (d *Driver) Dialect() driver.Dialect { return d.dialect }
+
+// DB returns the underlying *sql.DB.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// Pool returns the DB as a driver.Pool.
+func (d *Driver) Pool() driver.Pool { return dbExec{d.db} }
+
+// UnwrapTx returns an Executor running inside tx.
+func (d *Driver) UnwrapTx(tx *sql.Tx) driver.Executor { return txExec{tx} }
+
+// BeginTx begins a transaction on the DB.
+func (d *Driver) BeginTx(ctx context.Context) (*sql.Tx, driver.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, txExec{tx}, nil
+}
+
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func exec(ctx context.Context, q querier, query string, args []any) (int64, error) {
+	res, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, nil // the engine does not report it; callers that need it check otherwise
+	}
+	return n, nil
+}
+
+func query(ctx context.Context, q querier, query string, args []any) (driver.Rows, error) {
+	return q.QueryContext(ctx, query, args...)
+}
+
+type dbExec struct{ db *sql.DB }
+
+func (d dbExec) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return exec(ctx, d.db, q, args)
+}
+func (d dbExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	return query(ctx, d.db, q, args)
+}
+func (d dbExec) Begin(ctx context.Context) (driver.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return txExec{tx}, nil
+}
+
+type txExec struct{ tx *sql.Tx }
+
+func (t txExec) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return exec(ctx, t.tx, q, args)
+}
+func (t txExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	return query(ctx, t.tx, q, args)
+}
+func (t txExec) Commit(context.Context) error   { return t.tx.Commit() }
+func (t txExec) Rollback(context.Context) error { return t.tx.Rollback() }
