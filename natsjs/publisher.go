@@ -65,7 +65,9 @@ func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
 			msg.Header.Set(k, v)
 		}
 	}
-	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+	if m.ID != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+	}
 	return msg
 }
 

@@ -65,7 +65,10 @@ type Batch struct {
 func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
 	switch s.dialect {
 	case driver.Postgres:
-		tx, err := s.pool.Begin(ctx)
+		// The transaction must outlive ctx: database/sql rolls a transaction
+		// back when its context ends, and a relay that is stopping still
+		// marks what the broker acknowledged.
+		tx, err := s.pool.Begin(context.WithoutCancel(ctx))
 		if err != nil {
 			return nil, err
 		}
