@@ -337,12 +337,18 @@ type Stats struct {
 	OldestPendingAge time.Duration // age of the oldest row still to deliver
 }
 
-// Stats returns the counters and reads the table's pending and dead counts.
-func (r *Relay) Stats(ctx context.Context) (Stats, error) {
-	s := Stats{
+// Counters returns the relay's own counters, without reading the table
+// (Pending, DeadRows and OldestPendingAge are zero).
+func (r *Relay) Counters() Stats {
+	return Stats{
 		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(),
 		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(),
 	}
+}
+
+// Stats returns the counters and reads the table's pending and dead counts.
+func (r *Relay) Stats(ctx context.Context) (Stats, error) {
+	s := r.Counters()
 	c, err := r.store.Counts(ctx)
 	if err != nil {
 		return s, err

@@ -1,0 +1,301 @@
+// Package bench measures txbox against hand-written baselines on the same
+// database and broker, side by side in one run, and reports ratios: the
+// machine this runs on is shared and noisy, so only ratios of neighbouring
+// measurements mean anything. `txbox bench` runs it.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+// Config says what to measure and where.
+type Config struct {
+	Pool *pgxpool.Pool // PostgreSQL; its search_path holds the bench tables
+	NATS *nats.Conn
+	Out  io.Writer
+
+	Rows    int           // rows queued for each drain run. Default 200,000.
+	Reps    int           // interleaved repetitions; the median is reported. Default 3.
+	AddTime time.Duration // how long each Add measurement runs. Default 3s.
+}
+
+func (c *Config) defaults() {
+	if c.Rows == 0 {
+		c.Rows = 200_000
+	}
+	if c.Reps == 0 {
+		c.Reps = 3
+	}
+	if c.AddTime == 0 {
+		c.AddTime = 3 * time.Second
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// fill queues n rows into the outbox with multi-row inserts.
+func fill(ctx context.Context, ob *txbox.Outbox[pgx.Tx], subject string, n int) error {
+	payload := []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999,"currency":"EUR"}`)
+	batch := make([]txbox.Message, 0, 1000)
+	for i := 0; i < n; i++ {
+		batch = append(batch, txbox.Message{Topic: subject, Payload: payload})
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := ob.AddNoTx(ctx, batch...); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+func resetTable(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, "TRUNCATE txbox_outbox; VACUUM ANALYZE txbox_outbox")
+	if err != nil {
+		// VACUUM cannot run in a multi-statement string on every setup.
+		if _, err = pool.Exec(ctx, "TRUNCATE txbox_outbox"); err == nil {
+			_, err = pool.Exec(ctx, "VACUUM ANALYZE txbox_outbox")
+		}
+	}
+	return err
+}
+
+// Drain measures relay drain rates beside the raw JetStream publish rate
+// and the raw claim-and-mark rate of the same database.
+func Drain(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	drv := txboxpgx.New(cfg.Pool)
+	m, err := migrate.New(drv, migrate.Config{})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return err
+	}
+	ob, err := txbox.New(drv, txbox.Config{})
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return err
+	}
+	streamName := fmt.Sprintf("TXBOX_BENCH_%d", time.Now().UnixNano())
+	subject := "txboxbench." + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName, Subjects: []string{subject}, Storage: jetstream.FileStorage}); err != nil {
+		return fmt.Errorf("create stream: %w", err)
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), streamName) }()
+	purge := func() error {
+		s, err := js.Stream(ctx, streamName)
+		if err != nil {
+			return err
+		}
+		return s.Purge(ctx)
+	}
+
+	type run struct {
+		name string
+		fn   func() (float64, error)
+	}
+	runs := []run{
+		{"raw JetStream async publish (window 4000)", func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows) }},
+	}
+	for _, batch := range []int{100, 1000} {
+		for _, workers := range []int{1, 4} {
+			runs = append(runs, run{fmt.Sprintf("raw claim+mark, no broker, batch %d, %d workers", batch, workers), func() (float64, error) {
+				if err := resetTable(ctx, cfg.Pool); err != nil {
+					return 0, err
+				}
+				if err := fill(ctx, ob, subject, cfg.Rows); err != nil {
+					return 0, err
+				}
+				return rawClaimMark(ctx, cfg.Pool, batch, workers, cfg.Rows)
+			}})
+			runs = append(runs, run{fmt.Sprintf("txbox relay → JetStream, batch %d, %d relays", batch, workers), func() (float64, error) {
+				if err := resetTable(ctx, cfg.Pool); err != nil {
+					return 0, err
+				}
+				if err := fill(ctx, ob, subject, cfg.Rows); err != nil {
+					return 0, err
+				}
+				return relayDrain(ctx, drv, cfg.NATS, batch, workers, cfg.Rows)
+			}})
+		}
+	}
+	results := make([][]float64, len(runs))
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for i, r := range runs {
+			if err := purge(); err != nil {
+				return err
+			}
+			rate, err := r.fn()
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			results[i] = append(results[i], rate)
+			fmt.Fprintf(cfg.Out, "  rep %d: %-55s %9.0f msgs/s\n", rep+1, r.name, rate)
+		}
+	}
+	fmt.Fprintf(cfg.Out, "\ndrain of %d queued rows, median of %d interleaved reps:\n", cfg.Rows, cfg.Reps)
+	med := make([]float64, len(runs))
+	for i, r := range runs {
+		med[i] = median(results[i])
+		fmt.Fprintf(cfg.Out, "  %-55s %9.0f msgs/s\n", r.name, med[i])
+	}
+	fmt.Fprintln(cfg.Out, "\nrelay as a share of min(raw publish, raw claim+mark of the same shape):")
+	for i := 1; i < len(runs); i += 2 {
+		base := min(med[0], med[i])
+		fmt.Fprintf(cfg.Out, "  %-55s %5.0f%%\n", runs[i+1].name, 100*med[i+1]/base)
+	}
+	return resetTable(ctx, cfg.Pool)
+}
+
+func rawPublish(ctx context.Context, nc *nats.Conn, subject string, n int) (float64, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4000))
+	if err != nil {
+		return 0, err
+	}
+	payload := []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999,"currency":"EUR"}`)
+	start := time.Now()
+	prefix := strconv.FormatInt(start.UnixNano(), 36)
+	futures := make([]jetstream.PubAckFuture, n)
+	for i := range futures {
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: payload}, jetstream.WithMsgID(prefix+strconv.Itoa(i)))
+		if err != nil {
+			return 0, err
+		}
+		futures[i] = f
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	for _, f := range futures {
+		select {
+		case err := <-f.Err():
+			return 0, fmt.Errorf("publish failed: %w", err)
+		default:
+		}
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// rawClaimMark is the hand-written relay without a broker: the same claim
+// and mark statements, nothing else.
+func rawClaimMark(ctx context.Context, pool *pgxpool.Pool, batch, workers, n int) (float64, error) {
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := make([]int64, 0, batch)
+			for done.Load() < int64(n) {
+				ids = ids[:0]
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					rows, err := tx.Query(ctx, `SELECT id, message_id, topic, payload, headers::text FROM txbox_outbox
+						WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
+					if err != nil {
+						return err
+					}
+					for rows.Next() {
+						var id int64
+						var mid, topic, headers string
+						var payload []byte
+						if err := rows.Scan(&id, &mid, &topic, &payload, &headers); err != nil {
+							return err
+						}
+						ids = append(ids, id)
+					}
+					if err := rows.Err(); err != nil {
+						return err
+					}
+					_, err = tx.Exec(ctx, "UPDATE txbox_outbox SET published_at = now() WHERE id = ANY($1)", ids)
+					return err
+				})
+				if err != nil {
+					errc <- err
+					return
+				}
+				if len(ids) == 0 {
+					return
+				}
+				done.Add(int64(len(ids)))
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return 0, err
+	default:
+	}
+	return float64(done.Load()) / time.Since(start).Seconds(), nil
+}
+
+func relayDrain(ctx context.Context, drv *txboxpgx.Driver, nc *nats.Conn, batch, relays, n int) (float64, error) {
+	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{})
+	if err != nil {
+		return 0, err
+	}
+	var rs []*relay.Relay
+	for i := 0; i < relays; i++ {
+		r, err := relay.New(drv, pub, relay.Config{BatchSize: batch, PollInterval: 2 * time.Millisecond})
+		if err != nil {
+			return 0, err
+		}
+		rs = append(rs, r)
+	}
+	start := time.Now()
+	for _, r := range rs {
+		if err := r.Start(ctx); err != nil {
+			return 0, err
+		}
+	}
+	defer func() {
+		for _, r := range rs {
+			_ = r.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	for {
+		var published int64
+		for _, r := range rs {
+			published += r.Counters().Published
+		}
+		if published >= int64(n) {
+			return float64(published) / time.Since(start).Seconds(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}

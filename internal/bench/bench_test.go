@@ -1,0 +1,27 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/txbox/txbox/internal/testenv"
+)
+
+// TestRun runs the benchmarks when TXBOX_BENCH is drain, add or all; CI
+// does not (they take minutes). `txbox bench` runs the same code.
+func TestRun(t *testing.T) {
+	which := os.Getenv("TXBOX_BENCH")
+	if which == "" {
+		t.Skip("set TXBOX_BENCH=drain|add|all to run the benchmarks")
+	}
+	pool, _ := testenv.Postgres(t, 16)
+	cfg := Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}
+	ctx := context.Background()
+	if which == "add" || which == "all" {
+		testenv.Must(t, Add(ctx, cfg), "add bench")
+	}
+	if which == "drain" || which == "all" {
+		testenv.Must(t, Drain(ctx, cfg), "drain bench")
+	}
+}
