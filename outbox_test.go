@@ -40,8 +40,11 @@ func count(t *testing.T, db *sql.DB) int {
 func TestAddRejectsBadInputAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]func(t *testing.T) (*sql.DB, driver.Dialect){
-		"postgres": func(t *testing.T) (*sql.DB, driver.Dialect) { db, _ := testenv.PostgresDB(t, 4); return db, driver.Postgres },
-		"sqlite":   func(t *testing.T) (*sql.DB, driver.Dialect) { return testenv.SQLite(t), driver.SQLite },
+		"postgres": func(t *testing.T) (*sql.DB, driver.Dialect) {
+			db, _ := testenv.PostgresDB(t, 4)
+			return db, driver.Postgres
+		},
+		"sqlite": func(t *testing.T) (*sql.DB, driver.Dialect) { return testenv.SQLite(t), driver.SQLite },
 	}
 	ok := txbox.Message{Topic: "fine", Payload: []byte("x")}
 	cases := []struct {
