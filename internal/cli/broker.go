@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox/natsembed"
+	"github.com/txbox/txbox/natsjs"
+)
+
+// Defaults of the broker flags.
+const (
+	DefaultNATSDir    = "./txbox-nats"
+	DefaultNATSListen = "127.0.0.1:4222"
+	DefaultStream     = "TXBOX"
+)
+
+// brokerFlags choose the broker: a NATS URL, or the embedded server.
+type brokerFlags struct {
+	url            string
+	natsDir        string
+	natsListen     string
+	stream         string
+	streamSubjects string
+	subjectPrefix  string
+}
+
+func (f *brokerFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.url, "broker", envOr(EnvBroker, ""),
+		"broker URL: nats://host:4222 (a comma-separated list of servers is allowed); empty starts an embedded NATS server with JetStream (env "+EnvBroker+")")
+	fs.StringVar(&f.natsDir, "nats-dir", DefaultNATSDir,
+		"embedded NATS server only: directory of its JetStream storage (messages survive restarts)")
+	fs.StringVar(&f.natsListen, "nats-listen", DefaultNATSListen,
+		"embedded NATS server only: host:port to listen on (port 0 picks a free one)")
+	fs.StringVar(&f.stream, "stream", envOr(EnvStream, ""),
+		"JetStream stream to use: created with --stream-subjects if missing, else it must exist (default "+DefaultStream+" when --stream-subjects is given) (env "+EnvStream+")")
+	fs.StringVar(&f.streamSubjects, "stream-subjects", envOr(EnvStreamSubjects, ""),
+		`comma-separated subjects the stream captures, e.g. "orders.>,billing.>"; required with the embedded server unless --stream names a stream it already has (env `+EnvStreamSubjects+")")
+	fs.StringVar(&f.subjectPrefix, "subject-prefix", envOr(EnvSubjectPrefix, ""),
+		"prefix put before every topic to form the NATS subject (env "+EnvSubjectPrefix+")")
+}
+
+// check validates the flags without touching anything.
+func (f *brokerFlags) check() error {
+	if f.url == "" {
+		if f.stream == "" && f.streamSubjects == "" {
+			// nats-server refuses a stream capturing ">" (it overlaps the
+			// JetStream API unless no-ack), so there is no catch-all default.
+			return errors.New(`the embedded NATS server needs a stream: give --stream-subjects (e.g. "orders.>") to create one, or --stream NAME for one kept in --nats-dir; a stream capturing every subject (">") is refused by nats-server`)
+		}
+		if _, _, err := splitHostPort(f.natsListen); err != nil {
+			return err
+		}
+	} else if !strings.Contains(f.url, "://") {
+		return fmt.Errorf("--broker %q: want a URL such as nats://127.0.0.1:4222", f.url)
+	} else if scheme := f.url[:strings.Index(f.url, "://")]; scheme != "nats" && scheme != "tls" {
+		return fmt.Errorf("--broker %q: unsupported broker (want nats://host:port)", redact(f.url))
+	}
+	if f.stream != "" && strings.ContainsAny(f.stream, " \t.*>/\\") {
+		return fmt.Errorf("--stream %q: a stream name may not contain spaces, '.', '*', '>', '/' or '\\'", f.stream)
+	}
+	return nil
+}
+
+func splitHostPort(hp string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, fmt.Errorf("--nats-listen %q: %w (want host:port)", hp, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("--nats-listen %q: bad port (want 0 to 65535)", hp)
+	}
+	return host, port, nil
+}
+
+// broker is a NATS connection, to an embedded server or a remote one.
+type broker struct {
+	nc   *nats.Conn
+	srv  *natsembed.Server // nil for a remote server
+	desc string
+}
+
+// openBroker connects to the broker (starting the embedded server if asked)
+// and ensures the stream. Progress lines go to out.
+func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
+	b := &broker{}
+	url := f.url
+	if url == "" {
+		host, port, err := splitHostPort(f.natsListen)
+		if err != nil {
+			return nil, err
+		}
+		if port != 0 {
+			// natsembed only notices a busy port after its start timeout.
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return nil, fmt.Errorf("embedded NATS server cannot listen on %s: %w (if a NATS server already runs there, use it with --broker nats://%s; or choose another --nats-listen)", f.natsListen, err, f.natsListen)
+			}
+			_ = l.Close()
+		}
+		srv, err := natsembed.Start(natsembed.Config{Dir: f.natsDir, Host: host, Port: port})
+		if err != nil {
+			return nil, err
+		}
+		b.srv = srv
+		url = srv.ClientURL()
+		b.desc = "embedded " + url
+		fmt.Fprintf(out, "embedded NATS server listening on %s (JetStream data in %s)\n", url, f.natsDir)
+	} else {
+		b.desc = redact(url)
+	}
+	nc, err := nats.Connect(url, nats.Name("txbox"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("connect to NATS at %s: %w", b.desc, err)
+	}
+	b.nc = nc
+	if err := ensureStream(ctx, nc, f, out); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	subjects := splitList(f.streamSubjects)
+	name := f.stream
+	switch {
+	case len(subjects) > 0:
+		if name == "" {
+			name = DefaultStream
+		}
+		s, err := natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: name, Subjects: subjects})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "stream %s captures %s\n", name, strings.Join(s.CachedInfo().Config.Subjects, ", "))
+	case name != "":
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w (give --stream-subjects to create it)", name, err)
+		}
+		fmt.Fprintf(out, "stream %s captures %s\n", name, strings.Join(s.CachedInfo().Config.Subjects, ", "))
+	}
+	return nil
+}
+
+// Close closes the connection and stops the embedded server.
+func (b *broker) Close() {
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.srv != nil {
+		b.srv.Shutdown()
+	}
+}

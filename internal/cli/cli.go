@@ -1,0 +1,126 @@
+// Package cli holds the commands of the txbox program (cmd/txbox). Each
+// command writes to the io.Writers it is given and honours the context it
+// runs with, so tests run every command in-process.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Environment variables read by the CLI, besides relay's OUTBOX_* ones.
+const (
+	EnvDB             = "TXBOX_DB"
+	EnvBroker         = "TXBOX_BROKER"
+	EnvStream         = "TXBOX_STREAM"
+	EnvStreamSubjects = "TXBOX_STREAM_SUBJECTS"
+	EnvSubjectPrefix  = "TXBOX_SUBJECT_PREFIX"
+)
+
+// DefaultDB is the database used when neither --db nor TXBOX_DB is set.
+const DefaultDB = "sqlite://txbox.db"
+
+// Main runs the txbox program with args (without the program name) and
+// returns its exit code: 0 on success, 1 on any error, which it prints to
+// stderr.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if err := Run(ctx, args, stdout, stderr); err != nil {
+		// Errors from txbox's packages start with "txbox: " already.
+		fmt.Fprintf(stderr, "txbox: error: %s\n", strings.TrimPrefix(err.Error(), "txbox: "))
+		return 1
+	}
+	return 0
+}
+
+// Run runs the txbox program with args and returns its error.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := NewRoot(stdout, stderr)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+// NewRoot builds the txbox command tree writing to stdout and stderr.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "txbox",
+		Short: "Transactional outbox and inbox for Go: migrate, relay, demo",
+		Long: `txbox delivers the events a service writes into its database, in the same
+transaction as its business change, to a message broker: at least once, and
+only if the transaction committed.
+
+Run "txbox demo" to see it work with no setup (SQLite and an embedded NATS
+server). Run "txbox migrate up" then "txbox relay" for real use. Databases and
+brokers are chosen by URL (--db, --broker or TXBOX_DB, TXBOX_BROKER); relay
+settings also come from the OUTBOX_* environment variables. See docs/cli.md.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
+	})
+	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDemoCmd(), newVersionCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print txbox's version",
+		Long: `Print the version of the txbox module this program was built from ("dev" for
+a build from a work tree), with the Go version and platform.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(cmd.OutOrStdout(), "txbox %s (%s %s/%s)\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
+
+// Version is the txbox module's version from the build information, or
+// "dev" when there is none (a build from a work tree).
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	v := bi.Main.Version
+	if bi.Main.Path != "github.com/txbox/txbox" {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/txbox/txbox" {
+				v = d.Version
+			}
+		}
+	}
+	if v == "" || v == "(devel)" {
+		return "dev"
+	}
+	return v
+}
+
+// envOr returns the environment variable name if set and not empty, else def.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,396 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox/internal/cli"
+	"github.com/txbox/txbox/internal/testenv"
+)
+
+// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// run runs txbox with args and returns its stdout, stderr and error.
+func run(ctx context.Context, args ...string) (string, string, error) {
+	var out, errOut syncBuffer
+	err := cli.Run(ctx, args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, errOut, err := run(ctx, args...)
+	if err != nil {
+		t.Fatalf("txbox %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+var verdict = regexp.MustCompile(`^orders committed (\d+), events delivered (\d+), lost (\d+), phantom (\d+)$`)
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	const orders = 300 // every 7th rolled back: 258 committed
+	out := mustRun(t, "demo", "--orders", strconv.Itoa(orders), "--producers", "3", "--progress", "50ms", "--dir", filepath.Join(t.TempDir(), "shop"))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	m := verdict.FindStringSubmatch(last)
+	if m == nil {
+		t.Fatalf("last line %q is not the verdict; output:\n%s", last, out)
+	}
+	want := strconv.Itoa(orders - orders/7)
+	if m[1] != want || m[2] != want || m[3] != "0" || m[4] != "0" {
+		t.Fatalf("verdict %q: want %s committed and delivered, lost 0, phantom 0", last, want)
+	}
+	for _, s := range []string{"relay stopped mid-run", "relay restarted", "progress: orders committed"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+func TestDemoRefusesUsedDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mustRun(t, "migrate", "up", "--db", "sqlite://"+filepath.Join(dir, "x.db"))
+	_, _, err := run(context.Background(), "demo", "--dir", dir)
+	if err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("demo in a used dir: err = %v, want 'not empty'", err)
+	}
+}
+
+// checkStatus asserts the migrate status table lists the outbox migration
+// as applied (or pending).
+func checkStatus(t *testing.T, out string, applied bool) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "TARGET") || !strings.Contains(lines[0], "APPLIED AT") {
+		t.Fatalf("status is not a table:\n%s", out)
+	}
+	f := strings.Fields(lines[1])
+	if len(f) != 4 || f[0] != "outbox:txbox_outbox" || f[1] != "001" {
+		t.Fatalf("status row %q: want outbox:txbox_outbox 001 name applied-at", lines[1])
+	}
+	if applied {
+		if _, err := time.Parse(time.RFC3339, f[3]); err != nil {
+			t.Fatalf("status row %q: applied-at: %v", lines[1], err)
+		}
+	} else if f[3] != "pending" {
+		t.Fatalf("status row %q: want pending", lines[1])
+	}
+}
+
+func TestMigrateSQLite(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "app.db")
+	checkStatus(t, mustRun(t, "migrate", "status", "--db", db), false)
+	if out := mustRun(t, "migrate", "up", "--db", db); !strings.Contains(out, "applied outbox:txbox_outbox 001") {
+		t.Fatalf("migrate up: %s", out)
+	}
+	if out := mustRun(t, "migrate", "up", "--db", db); !strings.Contains(out, "up to date") {
+		t.Fatalf("second migrate up: %s", out)
+	}
+	checkStatus(t, mustRun(t, "migrate", "status", "--db", db), true)
+}
+
+func TestMigratePostgres(t *testing.T) {
+	t.Parallel()
+	admin, schema := pgSchema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testenv.PostgresURL()
+	if out := mustRun(t, "migrate", "up", "--db", db, "--schema", schema); !strings.Contains(out, "applied outbox:txbox_outbox 001") {
+		t.Fatalf("migrate up: %s", out)
+	}
+	checkStatus(t, mustRun(t, "migrate", "status", "--db", db, "--schema", schema), true)
+	var n int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'txbox_outbox'`, schema).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("outbox table in schema %s: n=%d err=%v", schema, n, err)
+	}
+}
+
+func TestMigrateSQL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--dialect", "postgres"}, []string{"CREATE TABLE", "txbox_outbox", "bytea"}},
+		{[]string{"--dialect", "postgres", "--schema", "shop", "--table", "events"}, []string{"CREATE TABLE", "shop", "events"}},
+		{[]string{"--db", "sqlite://nowhere/app.db"}, []string{"CREATE TABLE", "AUTOINCREMENT"}},
+		{[]string{"--db", "postgres://nobody@203.0.113.1:1/x"}, []string{"CREATE TABLE", "bytea"}},
+	} {
+		out := mustRun(t, append([]string{"migrate", "sql"}, tc.args...)...)
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("migrate sql %v lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+	}
+	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "oracle"); err == nil || !strings.Contains(err.Error(), "want postgres or sqlite") {
+		t.Errorf("--dialect oracle: err = %v", err)
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	t.Parallel()
+	if out := mustRun(t, "version"); !strings.HasPrefix(out, "txbox ") {
+		t.Errorf("version: %q", out)
+	}
+	for _, args := range [][]string{{"--help"}, {"migrate", "--help"}, {"migrate", "up", "--help"}, {"migrate", "status", "--help"},
+		{"migrate", "sql", "--help"}, {"relay", "--help"}, {"demo", "--help"}, {"version", "--help"}} {
+		out := mustRun(t, args...)
+		if !strings.Contains(out, "Usage:") {
+			t.Errorf("txbox %v: no usage:\n%s", args, out)
+		}
+	}
+}
+
+// TestRelayBadConfig checks that bad values fail at start, clearly, before
+// any service is touched.
+func TestRelayBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--batch-size", "-1"}, "--batch-size -1: must be a positive integer"},
+		{[]string{"--batch-size", "20000"}, "at most 10000"},
+		{[]string{"--max-attempts", "0"}, "--max-attempts 0: must be a positive integer"},
+		{[]string{"--poll-interval", "abc"}, `invalid argument "abc" for "--poll-interval"`},
+		{[]string{"--retention", "-1h"}, "--retention -1h0m0s: must be positive"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--db", "mysql://x"}, "unsupported database URL"},
+		{[]string{"--db", "sqlite://"}, "no file name"},
+		{[]string{"--broker", "http://x:80"}, "unsupported broker"},
+		{[]string{"--stream-subjects", "a.>", "--nats-listen", "nope"}, "--nats-listen"},
+		{[]string{"--db", "sqlite://" + filepath.Join(t.TempDir(), "x.db")}, "the embedded NATS server needs a stream"},
+		{[]string{"--broker", "nats://127.0.0.1:1", "--table", "bad name"}, "outbox table"},
+		{[]string{"--broker", "nats://127.0.0.1:1", "--schema", "s1"}, "only supported on PostgreSQL"},
+	} {
+		_, _, err := run(context.Background(), append([]string{"relay"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("relay %v: err = %v, want it to contain %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestRelayBadEnv: OUTBOX_* values that do not parse fail at start, naming
+// the variable; flags override the environment.
+func TestRelayBadEnv(t *testing.T) {
+	for _, tc := range []struct{ env, val, want string }{
+		{"OUTBOX_POLL_INTERVAL", "abc", `OUTBOX_POLL_INTERVAL="abc": not a duration`},
+		{"OUTBOX_BATCH_SIZE", "-5", `OUTBOX_BATCH_SIZE="-5": want a positive integer`},
+		{"OUTBOX_RETENTION", "0s", `OUTBOX_RETENTION="0s": must be positive`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(tc.env, tc.val)
+			_, _, err := run(context.Background(), "relay", "--broker", "nats://127.0.0.1:1")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%s=%s: err = %v, want %q", tc.env, tc.val, err, tc.want)
+			}
+			var out, errOut bytes.Buffer
+			if code := cli.Main(context.Background(), []string{"relay", "--broker", "nats://127.0.0.1:1"}, &out, &errOut); code == 0 ||
+				!strings.Contains(errOut.String(), "txbox: error: ") {
+				t.Fatalf("Main: exit code %d, stderr %q", code, errOut.String())
+			}
+		})
+	}
+}
+
+// pgSchema returns an admin pool on the test database and a fresh schema
+// name, dropped when the test ends.
+func pgSchema(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, testenv.PostgresURL())
+	if err == nil {
+		err = admin.Ping(ctx)
+	}
+	if err != nil {
+		testenv.Unavailable(t, "PostgreSQL", err)
+	}
+	schema := testenv.Name("txcli")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+		admin.Close()
+	})
+	return admin, schema
+}
+
+// TestRelayDeliversPlainSQLRows runs the relay command against a database
+// whose rows were inserted with plain SQL (only topic and payload, the SQL
+// contract for other languages) and the NATS server on 4222, then stops it
+// by cancelling its context.
+func TestRelayDeliversPlainSQLRows(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		dbURL := "sqlite://" + filepath.Join(dir, "app.db")
+		mustRun(t, "migrate", "up", "--db", dbURL)
+		db, err := sql.Open("sqlite", cli.SQLiteDSN(filepath.Join(dir, "app.db")))
+		testenv.Must(t, err, "open sqlite")
+		t.Cleanup(func() { _ = db.Close() })
+		testRelay(t, []string{"--db", dbURL},
+			func(topic string, payload []byte) error {
+				_, err := db.Exec(`INSERT INTO txbox_outbox (topic, payload) VALUES (?, ?)`, topic, payload)
+				return err
+			},
+			func() (n int, err error) {
+				err = db.QueryRow(`SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL`).Scan(&n)
+				return n, err
+			})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		admin, schema := pgSchema(t)
+		dbArgs := []string{"--db", testenv.PostgresURL(), "--schema", schema}
+		mustRun(t, append([]string{"migrate", "up"}, dbArgs...)...)
+		ctx := context.Background()
+		testRelay(t, dbArgs,
+			func(topic string, payload []byte) error {
+				_, err := admin.Exec(ctx, `INSERT INTO `+schema+`.txbox_outbox (topic, payload) VALUES ($1, $2)`, topic, payload)
+				return err
+			},
+			func() (n int, err error) {
+				err = admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox WHERE published_at IS NULL`).Scan(&n)
+				return n, err
+			})
+	})
+}
+
+func testRelay(t *testing.T, dbArgs []string, insertRow func(topic string, payload []byte) error, pending func() (int, error)) {
+	nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
+	stream := strings.ToUpper(testenv.Name("CLI"))
+	prefix := testenv.Subject()
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+
+	insert := func(from, to int) {
+		for i := from; i < to; i++ {
+			testenv.Must(t, insertRow(prefix+"greeting", []byte(fmt.Sprintf("hello %d", i))), "insert row %d", i)
+		}
+	}
+	const n = 40
+	insert(0, n/2)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		args := append([]string{"relay", "--broker", testenv.NATSURL(), "--stream", stream, "--stream-subjects", prefix + ">",
+			"--poll-interval", "50ms", "--stats-interval", "100ms"}, dbArgs...)
+		done <- cli.Run(ctx, args, &out, &errOut)
+	}()
+
+	// The relay creates the stream; then read it from the start.
+	var s jetstream.Stream
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if s, err = js.Stream(ctx, stream); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("relay exited early: %v\nstderr:\n%s", err, errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %s never appeared: %v\nstderr:\n%s", stream, err, errOut.String())
+		}
+	}
+	insert(n/2, n) // while the relay runs
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	testenv.Must(t, err, "consumer")
+	got := map[string]bool{}
+	for len(got) < n {
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
+		testenv.Must(t, err, "fetch")
+		for m := range batch.Messages() {
+			if m.Subject() != prefix+"greeting" {
+				t.Errorf("subject %q", m.Subject())
+			}
+			if m.Headers().Get("Nats-Msg-Id") == "" {
+				t.Errorf("message %q has no Nats-Msg-Id", m.Data())
+			}
+			got[string(m.Data())] = true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d of %d messages\nstdout:\n%s\nstderr:\n%s", len(got), n, out.String(), errOut.String())
+		}
+	}
+	for i := 0; i < n; i++ {
+		if !got[fmt.Sprintf("hello %d", i)] {
+			t.Errorf("message %d not delivered", i)
+		}
+	}
+
+	// The broker may hand out a message before the relay has its ack and
+	// marks the row: wait for the marks, then stop.
+	for {
+		left, err := pending()
+		testenv.Must(t, err, "count pending")
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows still pending\nstdout:\n%s\nstderr:\n%s", left, out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Cancelling the command's context stops the relay gracefully.
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("relay returned %v\nstderr:\n%s", err, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not stop after its context was cancelled")
+	}
+	if !strings.Contains(errOut.String(), "relay stopped") {
+		t.Errorf("stderr lacks the stop log:\n%s", errOut.String())
+	}
+	if !strings.Contains(out.String(), fmt.Sprintf("relay: published %d", n)) {
+		t.Errorf("stdout lacks the final stats line with %d published:\n%s\nstderr:\n%s", n, out.String(), errOut.String())
+	}
+}

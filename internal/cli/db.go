@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "modernc.org/sqlite" // the SQLite engine behind sqlite:// URLs
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxsql"
+)
+
+// dbTarget is a parsed --db URL.
+type dbTarget struct {
+	dialect driver.Dialect
+	url     string // postgres: the URL as given
+	path    string // sqlite: the file
+}
+
+// parseDB parses a --db URL: postgres://…, postgresql://…, sqlite://path or
+// sqlite:path.
+func parseDB(raw string) (dbTarget, error) {
+	switch {
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		if _, err := url.Parse(raw); err != nil {
+			return dbTarget{}, fmt.Errorf("--db: %w", err)
+		}
+		return dbTarget{dialect: driver.Postgres, url: raw}, nil
+	case strings.HasPrefix(raw, "sqlite:"):
+		p := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
+		if p == "" {
+			return dbTarget{}, fmt.Errorf("--db %q: no file name (want sqlite://path/to/file.db)", raw)
+		}
+		if strings.Contains(p, "?") {
+			return dbTarget{}, fmt.Errorf("--db %q: query parameters are not supported: txbox sets the SQLite pragmas itself", raw)
+		}
+		return dbTarget{dialect: driver.SQLite, path: p}, nil
+	case raw == "":
+		return dbTarget{}, fmt.Errorf("--db is empty (want postgres://… or sqlite://path)")
+	}
+	return dbTarget{}, fmt.Errorf("--db %q: unsupported database URL (want postgres://…, postgresql://… or sqlite://path)", redact(raw))
+}
+
+// String is the target for messages, without a password.
+func (t dbTarget) String() string {
+	if t.dialect == driver.SQLite {
+		return "sqlite:" + t.path
+	}
+	return redact(t.url)
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// SQLiteDSN is the DSN txbox uses for a SQLite file: WAL, a busy timeout, and
+// immediate transactions so that writers queue instead of failing. (The same
+// as internal/testenv.SQLiteDSN, which tests use.) Characters of path that
+// a file: URI would misread are escaped.
+func SQLiteDSN(path string) string {
+	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(path)
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+}
+
+// database is an open, caller-owned pool behind one of txbox's drivers.
+type database struct {
+	target dbTarget
+	pgx    *txboxpgx.Driver // PostgreSQL
+	pool   *pgxpool.Pool
+	sql    *txboxsql.Driver // SQLite
+	db     *sql.DB
+}
+
+// openDB opens and pings the database named by raw.
+func openDB(ctx context.Context, raw string) (*database, error) {
+	t, err := parseDB(raw)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	switch t.dialect {
+	case driver.Postgres:
+		pool, err := pgxpool.New(ctx, t.url)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", t, err)
+		}
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("connect to %s: %w", t, err)
+		}
+		return &database{target: t, pgx: txboxpgx.New(pool), pool: pool}, nil
+	default:
+		db, err := sql.Open("sqlite", SQLiteDSN(t.path))
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", t, err)
+		}
+		if err := db.PingContext(ctx); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("open %s: %w", t, err)
+		}
+		return &database{target: t, sql: txboxsql.New(db, driver.SQLite), db: db}, nil
+	}
+}
+
+func (d *database) Close() {
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	if d.db != nil {
+		_ = d.db.Close()
+	}
+}
+
+func (d *database) migrator(cfg migrate.Config) (*migrate.Migrator, error) {
+	if d.pgx != nil {
+		return migrate.New[pgx.Tx](d.pgx, cfg)
+	}
+	return migrate.New[*sql.Tx](d.sql, cfg)
+}
+
+func (d *database) relay(pub txbox.Publisher, cfg relay.Config) (*relay.Relay, error) {
+	if d.pgx != nil {
+		return relay.New[pgx.Tx](d.pgx, pub, cfg)
+	}
+	return relay.New[*sql.Tx](d.sql, pub, cfg)
+}

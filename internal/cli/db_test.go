@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox/driver"
+)
+
+func TestParseDB(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw     string
+		dialect driver.Dialect
+		path    string
+		err     string
+	}{
+		{raw: "sqlite://txbox.db", dialect: driver.SQLite, path: "txbox.db"},
+		{raw: "sqlite:txbox.db", dialect: driver.SQLite, path: "txbox.db"},
+		{raw: "sqlite:///var/lib/app.db", dialect: driver.SQLite, path: "/var/lib/app.db"},
+		{raw: "postgres://u:secret@h:5432/db?sslmode=disable", dialect: driver.Postgres},
+		{raw: "postgresql://h/db", dialect: driver.Postgres},
+		{raw: "sqlite://", err: "no file name"},
+		{raw: "sqlite://a.db?mode=ro", err: "query parameters are not supported"},
+		{raw: "mysql://u:secret@h/db", err: "unsupported database URL"},
+		{raw: "", err: "--db is empty"},
+	} {
+		got, err := parseDB(tc.raw)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parseDB(%q) err = %v, want %q", tc.raw, err, tc.err)
+			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("parseDB(%q) leaks the password: %v", tc.raw, err)
+			}
+			continue
+		}
+		if err != nil || got.dialect != tc.dialect || got.path != tc.path {
+			t.Errorf("parseDB(%q) = %+v, %v; want %s %q", tc.raw, got, err, tc.dialect, tc.path)
+		}
+		if strings.Contains(got.String(), "secret") {
+			t.Errorf("%q prints its password: %s", tc.raw, got)
+		}
+	}
+}
+
+// A file name with characters a file: URI reads specially opens that file.
+func TestSQLiteOddPath(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "a%20b#c?.db")
+	db, err := openDB(context.Background(), "sqlite://"+strings.ReplaceAll(path, "?", "_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := os.Stat(strings.ReplaceAll(path, "?", "_")); err != nil {
+		t.Fatalf("file not created under its own name: %v", err)
+	}
+}

@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
+)
+
+// tableFlags are the flags naming txbox's tables, shared by migrate and relay.
+type tableFlags struct {
+	db     string
+	schema string
+	table  string
+}
+
+func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
+	fs := cmd.Flags()
+	if persistent {
+		fs = cmd.PersistentFlags()
+	}
+	fs.StringVar(&f.db, "db", envOr(EnvDB, DefaultDB),
+		"database URL: postgres://user:pass@host:5432/db, postgresql://…, sqlite://path/to/file.db or sqlite:file.db (env "+EnvDB+")")
+	fs.StringVar(&f.schema, "schema", envOr(relay.EnvSchema, ""),
+		"PostgreSQL schema of txbox's tables, created by migrate up if missing; empty means the connection's search_path (env "+relay.EnvSchema+")")
+	fs.StringVar(&f.table, "table", envOr(relay.EnvTable, migrate.DefaultOutboxTable),
+		"outbox table name (env "+relay.EnvTable+")")
+}
+
+func (f *tableFlags) migrateConfig() migrate.Config {
+	return migrate.Config{Schema: f.schema, OutboxTable: f.table}
+}
+
+func newMigrateCmd() *cobra.Command {
+	var f tableFlags
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create and upgrade txbox's tables (up, status, sql)",
+		Long: `Create and upgrade txbox's tables with numbered, embedded migrations.
+
+  txbox migrate up      apply the pending migrations
+  txbox migrate status  list every migration and when it was applied
+  txbox migrate sql     print the SQL, for goose, atlas or another tool
+
+Applied migrations are recorded in the table txbox_migrations (in --schema on
+PostgreSQL). Nothing in txbox ever creates a table implicitly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	f.register(cmd, true)
+	cmd.AddCommand(newMigrateUpCmd(&f), newMigrateStatusCmd(&f), newMigrateSQLCmd(&f))
+	return cmd
+}
+
+func newMigrateUpCmd(f *tableFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "up",
+		Short: "Apply the pending migrations",
+		Long: `Apply every pending migration to the database given by --db, each in its own
+transaction together with its row in txbox_migrations. Running it again is a
+no-op; concurrent runs on PostgreSQL are safe.`,
+		Example: `  txbox migrate up
+  txbox migrate up --db postgres://app@localhost:5432/app --schema txbox`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			db, err := openDB(ctx, f.db)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			m, err := db.migrator(f.migrateConfig())
+			if err != nil {
+				return err
+			}
+			applied, err := m.Up(ctx)
+			out := cmd.OutOrStdout()
+			for _, mg := range applied {
+				fmt.Fprintf(out, "applied %s %03d %s\n", mg.Target, mg.Version, mg.Name)
+			}
+			if err != nil {
+				return fmt.Errorf("migrate up on %s: %w", db.target, err)
+			}
+			if len(applied) == 0 {
+				fmt.Fprintf(out, "%s is up to date\n", db.target)
+			}
+			return nil
+		},
+	}
+}
+
+func newMigrateStatusCmd(f *tableFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "List every migration and when it was applied",
+		Long: `Print a table of every migration txbox has for the configured tables: its
+target (kind:table), version, name, and when it was applied ("pending" if not
+yet). It creates the tracking table txbox_migrations if it is missing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			db, err := openDB(ctx, f.db)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			m, err := db.migrator(f.migrateConfig())
+			if err != nil {
+				return err
+			}
+			st, err := m.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("migrate status on %s: %w", db.target, err)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TARGET\tVERSION\tNAME\tAPPLIED AT")
+			for _, s := range st {
+				at := "pending"
+				if !s.AppliedAt.IsZero() {
+					at = s.AppliedAt.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%03d\t%s\t%s\n", s.Target, s.Version, s.Name, at)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newMigrateSQLCmd(f *tableFlags) *cobra.Command {
+	var dialect string
+	cmd := &cobra.Command{
+		Use:   "sql",
+		Short: "Print the migrations' SQL, for goose, atlas or another tool",
+		Long: `Print every migration as one SQL script, with a comment naming each, for teams
+that apply migrations with their own tool. It connects to no database: the
+dialect comes from --dialect, or from the scheme of --db. The script does not
+include txbox's own tracking table (your tool keeps its own records).`,
+		Example: `  txbox migrate sql --dialect postgres --schema txbox > 001_txbox.sql
+  txbox migrate sql --db sqlite://app.db`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var d driver.Dialect
+			switch dialect {
+			case "":
+				t, err := parseDB(f.db)
+				if err != nil {
+					return fmt.Errorf("cannot infer the dialect (give --dialect postgres|sqlite): %w", err)
+				}
+				d = t.dialect
+			case "postgres", "postgresql":
+				d = driver.Postgres
+			case "sqlite":
+				d = driver.SQLite
+			default:
+				return fmt.Errorf("--dialect %q: want postgres or sqlite", dialect)
+			}
+			ms, err := migrate.Plan(d, f.migrateConfig())
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), migrate.Script(ms))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&dialect, "dialect", "", "SQL dialect: postgres or sqlite (default: from the scheme of --db)")
+	return cmd
+}

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
+)
+
+// DefaultStatsInterval is how often the relay command prints a stats line.
+const DefaultStatsInterval = 10 * time.Second
+
+type relayFlags struct {
+	tables tableFlags
+	broker brokerFlags
+
+	pollInterval    time.Duration
+	batchSize       int
+	retention       time.Duration
+	cleanupInterval time.Duration
+	maxAttempts     int
+	publishTimeout  time.Duration
+
+	statsInterval time.Duration
+	migrate       bool
+	logLevel      string
+	logJSON       bool
+}
+
+func newRelayCmd() *cobra.Command {
+	var f relayFlags
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Run the relay: deliver committed outbox rows to the broker",
+		Long: `Run the relay daemon: claim committed rows of the outbox table in batches,
+publish them to NATS JetStream (subject = topic, Nats-Msg-Id = message id) and
+mark them delivered, until SIGINT or SIGTERM; then finish or release the batch
+in flight and exit 0. Any number of relays may run on one database.
+
+Settings come from the flags, else from the OUTBOX_* environment variables,
+else from the defaults shown. A bad value is an error at start.
+
+With no --broker, an embedded NATS server with JetStream is started (data in
+--nats-dir, listening on --nats-listen) and --stream-subjects names what its
+stream captures. Logs go to stderr; a stats line goes to stdout every
+--stats-interval.`,
+		Example: `  txbox relay --db postgres://app@localhost:5432/app --broker nats://localhost:4222
+  txbox relay --stream-subjects 'order.>'            # SQLite txbox.db + embedded NATS
+  OUTBOX_BATCH_SIZE=500 txbox relay --db sqlite://app.db --broker nats://nats:4222 \
+      --stream ORDERS --stream-subjects 'order.>'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, &f) },
+	}
+	f.tables.register(cmd, false)
+	f.broker.register(cmd)
+	fs := cmd.Flags()
+	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again (env "+relay.EnvPollInterval+")")
+	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, at most 10000 (env "+relay.EnvBatchSize+")")
+	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them (env "+relay.EnvRetention+")")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs (env "+relay.EnvCleanupInterval+")")
+	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count (env "+relay.EnvMaxAttempts+")")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch (env "+relay.EnvPublishTimeout+")")
+	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout; 0 turns it off")
+	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	return cmd
+}
+
+// relayConfig overlays the flags the user set on the OUTBOX_* environment.
+func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
+	cfg, err := relay.ConfigFromEnv(relay.Config{})
+	if err != nil {
+		return cfg, err
+	}
+	fs := cmd.Flags()
+	dur := func(name string, v time.Duration, dst *time.Duration) error {
+		if !fs.Changed(name) {
+			return nil
+		}
+		if v <= 0 {
+			return fmt.Errorf("--%s %s: must be positive", name, v)
+		}
+		*dst = v
+		return nil
+	}
+	integer := func(name string, v int, dst *int) error {
+		if !fs.Changed(name) {
+			return nil
+		}
+		if v <= 0 {
+			return fmt.Errorf("--%s %d: must be a positive integer", name, v)
+		}
+		*dst = v
+		return nil
+	}
+	for _, err := range []error{
+		dur("poll-interval", f.pollInterval, &cfg.PollInterval),
+		integer("batch-size", f.batchSize, &cfg.BatchSize),
+		dur("retention", f.retention, &cfg.Retention),
+		dur("cleanup-interval", f.cleanupInterval, &cfg.CleanupInterval),
+		integer("max-attempts", f.maxAttempts, &cfg.MaxAttempts),
+		dur("publish-timeout", f.publishTimeout, &cfg.PublishTimeout),
+	} {
+		if err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.BatchSize > 10000 {
+		return cfg, fmt.Errorf("batch size %d: at most 10000", cfg.BatchSize)
+	}
+	if f.statsInterval < 0 {
+		return cfg, fmt.Errorf("--stats-interval %s: must not be negative", f.statsInterval)
+	}
+	cfg.Schema, cfg.Table = f.tables.schema, f.tables.table
+	if cfg.PublishTimeout >= relay.DefaultClaimLease {
+		cfg.ClaimLease = 2 * cfg.PublishTimeout // the lease must outlive a publish
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if json {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+func runRelay(cmd *cobra.Command, f *relayFlags) error {
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	log, err := newLogger(cmd.ErrOrStderr(), f.logLevel, f.logJSON)
+	if err != nil {
+		return err
+	}
+	cfg, err := relayConfig(cmd, f)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	target, err := parseDB(f.tables.db)
+	if err != nil {
+		return err
+	}
+	if _, err := (txbox.Config{Schema: cfg.Schema, Table: cfg.Table}).TableName(target.dialect); err != nil {
+		return err
+	}
+	if err := f.broker.check(); err != nil {
+		return err
+	}
+
+	db, err := openDB(ctx, f.tables.db)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	m, err := db.migrator(f.tables.migrateConfig())
+	if err != nil {
+		return err
+	}
+	if f.migrate {
+		applied, err := m.Up(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate up on %s: %w", db.target, err)
+		}
+		for _, mg := range applied {
+			log.Info("applied migration", "target", mg.Target, "version", mg.Version, "name", mg.Name)
+		}
+	} else if pending, err := m.Pending(ctx); err == nil && len(pending) > 0 {
+		log.Warn("migrations are pending or untracked: run `txbox migrate up` (or pass --migrate) unless another tool applied them",
+			"db", db.target.String(), "pending", len(pending))
+	}
+
+	br, err := openBroker(ctx, &f.broker, out)
+	if err != nil {
+		return err
+	}
+	defer br.Close()
+	pub, err := natsjs.NewPublisher(br.nc, natsjs.PublisherConfig{SubjectPrefix: f.broker.subjectPrefix})
+	if err != nil {
+		return err
+	}
+	r, err := db.relay(pub, cfg)
+	if err != nil {
+		return err
+	}
+	cfg = r.Config()
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("relay started", "db", db.target.String(), "broker", br.desc, "table", cfg.Table,
+		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention,
+		"cleanup_interval", cfg.CleanupInterval, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
+
+	var tick <-chan time.Time
+	if f.statsInterval > 0 {
+		t := time.NewTicker(f.statsInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	var last int64
+	printStats := func(sctx context.Context) {
+		st, err := r.Stats(sctx)
+		if err != nil {
+			log.Warn("relay stats", "err", err)
+			return
+		}
+		fmt.Fprintln(out, statsLine(st, st.Published-last))
+		last = st.Published
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("stopping relay", "cause", context.Cause(ctx))
+			break loop
+		case <-r.Stopped():
+			break loop
+		case <-tick:
+			printStats(ctx)
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.PublishTimeout+10*time.Second)
+	defer cancel()
+	if err := r.Stop(stopCtx); err != nil {
+		return fmt.Errorf("relay did not stop in time: %w", err)
+	}
+	printStats(stopCtx)
+	log.Info("relay stopped")
+	return nil
+}
+
+// statsLine formats one progress line of the relay.
+func statsLine(st relay.Stats, delta int64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "relay: published %d (+%d), rejected %d, dead %d; pending %d", st.Published, delta, st.Rejected, st.Dead, st.Pending)
+	if st.Pending > 0 {
+		fmt.Fprintf(&b, " (oldest %s)", st.OldestPendingAge.Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, ", dead rows %d, rounds %d (failed %d)", st.DeadRows, st.Rounds, st.FailedRounds)
+	return b.String()
+}
