@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -138,6 +140,13 @@ func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, error) {
 			payload = []byte{}
 		}
 		rows[i] = outboxsql.Row{ID: m.ID, Topic: m.Topic, Key: m.Key, Payload: payload, Headers: headers}
+	}
+	// On PostgreSQL each keyed row takes its key's lock (see the key_order
+	// migration). Taking them in key order keeps two transactions that add
+	// the same keys from deadlocking; a stable sort keeps each key's
+	// messages in the caller's order.
+	if len(rows) > 1 {
+		slices.SortStableFunc(rows, func(a, b outboxsql.Row) int { return strings.Compare(a.Key, b.Key) })
 	}
 	return rows, nil
 }

@@ -143,25 +143,36 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 			return nil, err
 		}
 		sql := strings.ReplaceAll(string(text), "{{table}}", qualified)
-		for {
-			i := strings.Index(sql, `{{index "`)
-			if i < 0 {
-				break
-			}
-			j := strings.Index(sql[i:], `"}}`)
-			suffix := sql[i+len(`{{index "`) : i+j]
-			idx := sqlname.Quote(d, indexName(table, suffix))
-			sql = sql[:i] + idx + sql[i+j+len(`"}}`):]
-		}
+		// {{index "x"}}: the index <table>_x_idx; {{ident "x"}}: <table>_x
+		// (indexes and triggers live in their table's schema); {{name "x"}}:
+		// <table>_x qualified with the schema (functions).
+		sql = expand(sql, "index", func(x string) string { return sqlname.Quote(d, objectName(table, x+"_idx")) })
+		sql = expand(sql, "ident", func(x string) string { return sqlname.Quote(d, objectName(table, x)) })
+		sql = expand(sql, "name", func(x string) string { return sqlname.Qualified(d, schema, objectName(table, x)) })
 		out = append(out, Migration{Target: kind + ":" + table, Version: v, Name: name, SQL: sql})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
 }
 
-// indexName derives an index name that fits PostgreSQL's 63-byte limit.
-func indexName(table, suffix string) string {
-	name := table + "_" + suffix + "_idx"
+// expand replaces every {{fn "arg"}} in sql with f(arg).
+func expand(sql, fn string, f func(string) string) string {
+	open := "{{" + fn + ` "`
+	for {
+		i := strings.Index(sql, open)
+		if i < 0 {
+			return sql
+		}
+		j := strings.Index(sql[i:], `"}}`)
+		arg := sql[i+len(open) : i+j]
+		sql = sql[:i] + f(arg) + sql[i+j+len(`"}}`):]
+	}
+}
+
+// objectName derives the name of an index, trigger or function of a table,
+// within PostgreSQL's 63-byte limit.
+func objectName(table, suffix string) string {
+	name := table + "_" + suffix
 	if len(name) > sqlname.MaxLen {
 		name = name[len(name)-sqlname.MaxLen:]
 		name = "i" + strings.TrimLeft(name[1:], "0123456789")
@@ -347,18 +358,23 @@ func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 }
 
 // splitStatements splits a migration on semicolons at line ends, dropping
-// comment-only lines. Migrations hold no semicolons inside literals.
+// comment-only lines; inside a $$-quoted body (a PL/pgSQL function) it does
+// not split. Migrations hold no semicolons at line ends inside literals.
 func splitStatements(sql string) []string {
 	var out []string
 	var b strings.Builder
+	inBody := false
 	for _, line := range strings.Split(sql, "\n") {
 		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
+		if t == "" || (!inBody && strings.HasPrefix(t, "--")) {
 			continue
 		}
 		b.WriteString(line)
 		b.WriteByte('\n')
-		if strings.HasSuffix(t, ";") {
+		if strings.Count(line, "$$")%2 == 1 {
+			inBody = !inBody
+		}
+		if !inBody && strings.HasSuffix(t, ";") {
 			out = append(out, strings.TrimSuffix(strings.TrimSpace(b.String()), ";"))
 			b.Reset()
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/migrate"
@@ -33,8 +34,24 @@ type fixture struct {
 	newRelay func(t *testing.T, pub txbox.Publisher, cfg Config) *Relay
 	dialect  driver.Dialect
 
+	// dead returns the dead-letter operations on this outbox.
+	dead func(t *testing.T) *dead.Letters
+
 	pool   *pgxpool.Pool // pgx fixture only
 	outbox *txbox.Outbox[pgx.Tx]
+}
+
+// schema returns the fixture's PostgreSQL schema (pgx fixture only).
+func (f fixture) schema(t *testing.T) string {
+	var s string
+	testenv.Must(t, f.pool.QueryRow(context.Background(), "SELECT current_schema()").Scan(&s), "schema")
+	return s
+}
+
+func letters[TTx any](t *testing.T, drv driver.Driver[TTx]) *dead.Letters {
+	l, err := dead.New(drv, txbox.Config{})
+	testenv.Must(t, err, "dead.New")
+	return l
 }
 
 func migrateUp[TTx any](t *testing.T, drv driver.Driver[TTx]) {
@@ -57,6 +74,7 @@ func pgxFixture(t *testing.T, maxConns int) fixture {
 		dialect: driver.Postgres,
 		pool:    pool,
 		outbox:  ob,
+		dead:    func(t *testing.T) *dead.Letters { return letters(t, drv) },
 		count: func(t *testing.T, where string) int64 {
 			var n int64
 			testenv.Must(t, pool.QueryRow(ctx, "SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count")
@@ -95,6 +113,7 @@ func sqlFixture(t *testing.T, name string, db *sql.DB, d driver.Dialect) fixture
 	return fixture{
 		name:    name,
 		dialect: d,
+		dead:    func(t *testing.T) *dead.Letters { return letters(t, drv) },
 		count: func(t *testing.T, where string) int64 {
 			var n int64
 			testenv.Must(t, db.QueryRowContext(ctx, "SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count")

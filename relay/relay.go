@@ -332,8 +332,9 @@ type Stats struct {
 	Rounds       int64
 	FailedRounds int64
 
-	Pending          int64         // rows still to deliver (table-wide)
+	Pending          int64         // rows still to deliver (table-wide), parked ones included
 	DeadRows         int64         // dead rows (table-wide)
+	Parked           int64         // pending rows waiting behind a dead row of their key
 	OldestPendingAge time.Duration // age of the oldest row still to deliver
 }
 
@@ -353,6 +354,6 @@ func (r *Relay) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return s, err
 	}
-	s.Pending, s.DeadRows, s.OldestPendingAge = c.Pending, c.Dead, c.OldestPendingAge
+	s.Pending, s.DeadRows, s.Parked, s.OldestPendingAge = c.Pending, c.Dead, c.Parked, c.OldestPendingAge
 	return s, nil
 }

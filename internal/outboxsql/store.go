@@ -157,8 +157,7 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		now := time.Now()
 		if len(published) > 0 {
-			ids, _ := json.Marshal(published)
-			if _, err := tx.Exec(ctx, s.q["mark_published"], now.UnixMicro(), b.token, string(ids)); err != nil {
+			if _, err := tx.Exec(ctx, s.q["mark_published"], now.UnixMicro(), b.token, s.idsArg(published)); err != nil {
 				return fmt.Errorf("mark published: %w", err)
 			}
 		}
@@ -195,8 +194,9 @@ func (s *Store) Cleanup(ctx context.Context, cutoff time.Time, limit int) (int64
 
 // Counts is a snapshot of the table.
 type Counts struct {
-	Pending          int64
+	Pending          int64 // undelivered, not dead (parked ones included)
 	Dead             int64
+	Parked           int64 // pending rows waiting behind a dead row of their key
 	OldestPendingAge time.Duration
 }
 
@@ -219,11 +219,74 @@ func (s *Store) Counts(ctx context.Context) (Counts, error) {
 		}
 		return Counts{}, driver.ErrNoRows
 	}
-	if err := rows.Scan(&c.Pending, &c.Dead, &age); err != nil {
+	if err := rows.Scan(&c.Pending, &c.Dead, &c.Parked, &age); err != nil {
 		return Counts{}, err
 	}
 	c.OldestPendingAge = time.Duration(age * float64(time.Second))
 	return c, rows.Err()
+}
+
+// DeadRow is a dead message, as ListDead reports it.
+type DeadRow struct {
+	Seq       int64
+	ID        string
+	Topic     string
+	Key       string
+	Attempts  int
+	LastError string
+	CreatedAt time.Time
+	DeadAt    time.Time
+	Parked    int64 // later messages of the same key waiting behind it
+}
+
+// ListDead returns up to limit dead rows, oldest first.
+func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadRow, error) {
+	rows, err := s.pool.Query(ctx, s.q["list_dead"], limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DeadRow
+	for rows.Next() {
+		var d DeadRow
+		if s.dialect == driver.SQLite {
+			var created, dead int64
+			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, &created, &dead, &d.Parked); err != nil {
+				return nil, err
+			}
+			d.CreatedAt, d.DeadAt = time.UnixMicro(created), time.UnixMicro(dead)
+		} else if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, &d.CreatedAt, &d.DeadAt, &d.Parked); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// Redrive makes dead rows pending again with a fresh attempt budget; no
+// seqs means every dead row. It returns how many rows it changed.
+func (s *Store) Redrive(ctx context.Context, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
+		return s.pool.Exec(ctx, s.q["redrive_all"])
+	}
+	return s.pool.Exec(ctx, s.q["redrive"], s.idsArg(seqs))
+}
+
+// Discard deletes dead rows, releasing the keys they parked; no seqs means
+// every dead row. It returns how many rows it deleted.
+func (s *Store) Discard(ctx context.Context, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
+		return s.pool.Exec(ctx, s.q["discard_all"])
+	}
+	return s.pool.Exec(ctx, s.q["discard"], s.idsArg(seqs))
+}
+
+func (s *Store) idsArg(seqs []int64) any {
+	if s.dialect == driver.SQLite {
+		b, _ := json.Marshal(seqs)
+		return string(b)
+	}
+	return seqs
 }
 
 func (s *Store) timeArg(t time.Time) any {

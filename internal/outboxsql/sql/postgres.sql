@@ -5,13 +5,19 @@
 -- connection. The marks commit in that same transaction.
 
 -- name: claim
-SELECT id, message_id, topic, coalesce(ordering_key, ''), payload, headers::text, attempts, created_at
-FROM {{table}}
-WHERE published_at IS NULL AND dead_at IS NULL
-  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-ORDER BY id
+-- A keyed row is claimable only at the head of its key: no earlier row of
+-- the key is undelivered (dead ones included, so a dead row parks its key,
+-- and locked ones included, so one message per key is in flight).
+SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.headers::text, o.attempts, o.created_at
+FROM {{table}} o
+WHERE o.published_at IS NULL AND o.dead_at IS NULL
+  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
+  AND (o.ordering_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{table}} p
+        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+ORDER BY o.id
 LIMIT $1
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF o SKIP LOCKED
 
 -- name: mark_published
 UPDATE {{table}} SET published_at = now() WHERE id = ANY($1)
@@ -32,4 +38,24 @@ WHERE id IN (SELECT id FROM {{table}} WHERE published_at < $1 LIMIT $2)
 SELECT
   (SELECT count(*) FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL),
   (SELECT count(*) FROM {{table}} WHERE dead_at IS NOT NULL),
+  (SELECT count(*) FROM {{table}} o WHERE o.published_at IS NULL AND o.dead_at IS NULL
+     AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
   coalesce((SELECT extract(epoch FROM now() - min(created_at))::float8 FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
+
+-- name: list_dead
+SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(last_error, ''), created_at, dead_at,
+  (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)
+FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT $1
+
+-- name: redrive
+UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL
+WHERE dead_at IS NOT NULL AND id = ANY($1)
+
+-- name: redrive_all
+UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL WHERE dead_at IS NOT NULL
+
+-- name: discard
+DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id = ANY($1)
+
+-- name: discard_all
+DELETE FROM {{table}} WHERE dead_at IS NOT NULL

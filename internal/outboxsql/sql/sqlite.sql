@@ -6,13 +6,18 @@
 -- lease to expire; another relay then claims the rows again.
 
 -- name: claim
+-- A keyed row is claimable only at the head of its key: no earlier row of
+-- the key is undelivered (dead or leased ones included).
 UPDATE {{table}} SET claim_token = ?1, claimed_until = ?2
 WHERE id IN (
-  SELECT id FROM {{table}}
-  WHERE published_at IS NULL AND dead_at IS NULL
-    AND (next_attempt_at IS NULL OR next_attempt_at <= ?3)
-    AND (claimed_until IS NULL OR claimed_until < ?3)
-  ORDER BY id
+  SELECT o.id FROM {{table}} o
+  WHERE o.published_at IS NULL AND o.dead_at IS NULL
+    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?3)
+    AND (o.claimed_until IS NULL OR o.claimed_until < ?3)
+    AND (o.ordering_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM {{table}} p
+          WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+  ORDER BY o.id
   LIMIT ?4)
 RETURNING id, message_id, topic, coalesce(ordering_key, ''), payload, headers, attempts, created_at
 
@@ -40,4 +45,24 @@ WHERE id IN (SELECT id FROM {{table}} WHERE published_at < ?1 LIMIT ?2)
 SELECT
   (SELECT count(*) FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL),
   (SELECT count(*) FROM {{table}} WHERE dead_at IS NOT NULL),
+  (SELECT count(*) FROM {{table}} o WHERE o.published_at IS NULL AND o.dead_at IS NULL
+     AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
   coalesce((SELECT (?1 - min(created_at)) / 1e6 FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
+
+-- name: list_dead
+SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(last_error, ''), created_at, dead_at,
+  (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)
+FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?1
+
+-- name: redrive
+UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL
+WHERE dead_at IS NOT NULL AND id IN (SELECT value FROM json_each(?1))
+
+-- name: redrive_all
+UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL WHERE dead_at IS NOT NULL
+
+-- name: discard
+DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN (SELECT value FROM json_each(?1))
+
+-- name: discard_all
+DELETE FROM {{table}} WHERE dead_at IS NOT NULL

@@ -1,0 +1,35 @@
+package migrate
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox/driver"
+)
+
+func TestPlanRendersNames(t *testing.T) {
+	ms, err := Plan(driver.Postgres, Config{Schema: "s1", OutboxTable: "events"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := Script(ms)
+	for _, want := range []string{`CREATE TABLE "s1"."events"`, `CREATE INDEX "events_pending_idx" ON "s1"."events"`,
+		`CREATE FUNCTION "s1"."events_key_order"()`, `CREATE TRIGGER "events_key_order" BEFORE INSERT ON "s1"."events"`} {
+		if !strings.Contains(script, want) {
+			t.Errorf("script lacks %s:\n%s", want, script)
+		}
+	}
+	if strings.Contains(script, "{{") {
+		t.Errorf("unexpanded placeholder:\n%s", script)
+	}
+	stmts := splitStatements(ms[1].SQL)
+	if len(stmts) != 2 || !strings.HasPrefix(stmts[1], "CREATE TRIGGER") {
+		t.Fatalf("the function body was split: %q", stmts)
+	}
+	if _, err := Plan(driver.SQLite, Config{Schema: "s1"}); err == nil {
+		t.Error("a schema on SQLite was accepted")
+	}
+	if _, err := Plan(driver.Postgres, Config{OutboxTable: "a-b"}); err == nil {
+		t.Error("an invalid table name was accepted")
+	}
+}
