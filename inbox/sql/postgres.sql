@@ -1,0 +1,43 @@
+-- Queries of the inbox on PostgreSQL. {{table}} is the quoted,
+-- schema-qualified inbox table (see migrate/sql/postgres/inbox).
+--
+-- The receipt is insert-first: under READ COMMITTED, a second transaction
+-- inserting the same key waits for the first one's uncommitted row, then
+-- either sees the conflict (the first committed: no row returned, a
+-- duplicate) or inserts (the first rolled back: one row returned, fresh).
+
+-- name: receive
+INSERT INTO {{table}} (source, message_id, received_at, metadata)
+VALUES ($1, $2, now(), $3)
+ON CONFLICT (source, message_id) DO NOTHING
+RETURNING 1
+
+-- Handle's receipt: the row is written already processed, because it only
+-- becomes visible if the transaction commits, and Handle commits only after
+-- the handler returned nil. It saves the UPDATE of mark_processed.
+-- name: receive_processed
+INSERT INTO {{table}} (source, message_id, received_at, processed_at, metadata)
+VALUES ($1, $2, now(), now(), $3)
+ON CONFLICT (source, message_id) DO NOTHING
+RETURNING 1
+
+-- name: mark_processed
+UPDATE {{table}} SET processed_at = coalesce(processed_at, now())
+WHERE source = $1 AND message_id = $2
+
+-- name: exists
+SELECT 1 FROM {{table}} WHERE source = $1 AND message_id = $2
+
+-- name: stats
+SELECT source, count(*), count(processed_at)
+FROM {{table}}
+GROUP BY source
+ORDER BY source
+
+-- $1: cutoff for processed rows, $2: cutoff for unprocessed rows (older).
+-- name: sweep
+DELETE FROM {{table}}
+WHERE (source, message_id) IN (
+  SELECT source, message_id FROM {{table}}
+  WHERE received_at < $1 AND (processed_at IS NOT NULL OR received_at < $2)
+  LIMIT $3)
