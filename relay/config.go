@@ -62,6 +62,14 @@ type Config struct {
 	// PublishTimeout. Default: 1m.
 	ClaimLease time.Duration
 
+	// DisableNotify turns off the LISTEN/NOTIFY wake-up on PostgreSQL
+	// through txboxpgx (the only driver that has it): the relay then
+	// only polls. Default: false.
+	DisableNotify bool
+	// NotifyProbeTimeout bounds the start-up check that notifications
+	// arrive. Default: 2s.
+	NotifyProbeTimeout time.Duration
+
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
 
@@ -69,13 +77,16 @@ type Config struct {
 	// before it is marked; an error it returns is treated like a crash at
 	// that point (nothing is marked).
 	onPublished func([]txbox.Message) error
+	// probeChannel, when set by tests, is where the notification check
+	// sends its probe, so that it never arrives.
+	probeChannel string
 }
 
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 ||
 		out.CleanupBatchSize < 0 || out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.BackoffMax < 0 ||
-		out.RetryDelay < 0 || out.ClaimLease < 0 {
+		out.RetryDelay < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 {
 		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -90,6 +101,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.BackoffMax, DefaultBackoffMax)
 	def(&out.RetryDelay, DefaultRetryDelay)
 	def(&out.ClaimLease, DefaultClaimLease)
+	def(&out.NotifyProbeTimeout, 2*time.Second)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}

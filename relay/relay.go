@@ -51,6 +51,10 @@ type Relay struct {
 
 	published, rejected, dead, rounds, failedRounds atomic.Int64
 
+	listen       *listener // nil when the relay only polls
+	notifyActive atomic.Bool
+	listenFails  atomic.Int64 // times the listener failed or its check did
+
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	stopped chan struct{}
@@ -76,7 +80,11 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	}
 	closed := make(chan struct{})
 	close(closed)
-	return &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), stopped: closed}, nil
+	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), stopped: closed}
+	if p, ok := any(drv).(pgxPooler); ok && !c.DisableNotify {
+		r.listen = &listener{r: r, pool: p.PgxPool()}
+	}
+	return r, nil
 }
 
 // Config returns the configuration in force, defaults applied.
@@ -138,13 +146,20 @@ func (r *Relay) Stopped() <-chan struct{} {
 
 // Run relays until ctx ends, then returns nil. Use Run or Start, not both.
 func (r *Relay) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		r.cleanupLoop(ctx)
 	}()
-	defer wg.Wait()
+	if r.listen != nil {
+		if err := r.startListener(ctx, &wg); err != nil && ctx.Err() == nil {
+			r.log.Warn("txbox relay: no LISTEN/NOTIFY wake-up; polling only", "err", err)
+		}
+	}
 
 	var backoff time.Duration
 	for {
@@ -176,6 +191,34 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 }
+
+func (r *Relay) startListener(ctx context.Context, wg *sync.WaitGroup) error {
+	ch, err := channelName(ctx, r.listen.pool, r.cfg.Schema, r.tableName())
+	if err != nil {
+		return err
+	}
+	r.listen.channel, r.listen.probe = ch, ch
+	if r.cfg.probeChannel != "" {
+		r.listen.probe = r.cfg.probeChannel
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.listen.run(ctx)
+	}()
+	return nil
+}
+
+func (r *Relay) tableName() string {
+	if r.cfg.Table == "" {
+		return txbox.DefaultTable
+	}
+	return r.cfg.Table
+}
+
+// Listening reports whether the relay currently receives LISTEN/NOTIFY
+// wake-ups (PostgreSQL through txboxpgx); when false it polls.
+func (r *Relay) Listening() bool { return r.notifyActive.Load() }
 
 func nextBackoff(prev, max time.Duration) time.Duration {
 	if prev == 0 {

@@ -1,0 +1,74 @@
+package relay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+)
+
+// With a poll interval of an hour, only a notification can make the relay
+// deliver a message committed after it went idle.
+func TestNotifyWakesIdleRelay(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 8)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	r := f.newRelay(t, publisher(t, nc), Config{PollInterval: time.Hour})
+	startRelay(t, r)
+	eventually(t, "listening", r.Listening)
+	f.add(t, true, txbox.Message{Topic: prefix + "n", Payload: []byte("1")})
+	eventually(t, "delivered on notification", func() bool { return streamMsgs(t, s) == 1 })
+	f.addNoTx(t, txbox.Message{Topic: prefix + "n", Payload: []byte("2")})
+	eventually(t, "delivered on notification", func() bool { return streamMsgs(t, s) == 2 })
+}
+
+// When the start-up check finds that notifications do not arrive, the relay
+// says so and polls.
+func TestNotifyCheckFailsThenPolls(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 8)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	cfg := Config{PollInterval: 20 * time.Millisecond, NotifyProbeTimeout: 100 * time.Millisecond, BackoffMax: time.Hour}
+	cfg.probeChannel = "nobody_listens_here"
+	r := f.newRelay(t, publisher(t, nc), cfg)
+	startRelay(t, r)
+	eventually(t, "the notification check failed", func() bool { return r.listenFails.Load() >= 1 })
+	if r.Listening() {
+		t.Fatal("relay claims to listen though the check failed")
+	}
+	f.add(t, true, txbox.Message{Topic: prefix + "p", Payload: []byte("1")})
+	eventually(t, "delivered by polling", func() bool { return streamMsgs(t, s) == 1 })
+}
+
+// When the listening connection dies, the relay polls until it listens
+// again, then notifications wake it again.
+func TestNotifyConnectionLostFallsBackAndRecovers(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 8)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	r := f.newRelay(t, publisher(t, nc), Config{PollInterval: time.Hour, BackoffMax: 50 * time.Millisecond})
+	startRelay(t, r)
+	eventually(t, "listening", r.Listening)
+	ctx := context.Background()
+	var killed int
+	err := f.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN "txbox_' || current_schema() || '.%'`).Scan(&killed)
+	testenv.Must(t, err, "terminate the listener")
+	if killed != 1 {
+		t.Fatalf("terminated %d listeners, want 1", killed)
+	}
+	eventually(t, "the loss noticed", func() bool { return r.listenFails.Load() >= 1 })
+	eventually(t, "listening again", r.Listening)
+	f.add(t, true, txbox.Message{Topic: prefix + "r", Payload: []byte("1")})
+	eventually(t, "delivered on notification after reconnect", func() bool { return streamMsgs(t, s) == 1 })
+}
