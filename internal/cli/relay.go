@@ -29,6 +29,7 @@ type relayFlags struct {
 	maxAttempts     int
 	publishTimeout  time.Duration
 
+	noNotify      bool
 	statsInterval time.Duration
 	migrate       bool
 	logLevel      string
@@ -68,6 +69,7 @@ stream captures. Logs go to stderr; a stats line goes to stdout every
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs (env "+relay.EnvCleanupInterval+")")
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count (env "+relay.EnvMaxAttempts+")")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch (env "+relay.EnvPublishTimeout+")")
+	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -121,6 +123,7 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		return cfg, fmt.Errorf("--stats-interval %s: must not be negative", f.statsInterval)
 	}
 	cfg.Schema, cfg.Table = f.tables.schema, f.tables.table
+	cfg.DisableNotify = f.noNotify
 	if cfg.PublishTimeout >= relay.DefaultClaimLease {
 		cfg.ClaimLease = 2 * cfg.PublishTimeout // the lease must outlive a publish
 	}
