@@ -80,9 +80,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 		}
 		errs[i] = err
 	}
+	// When MaxPending publishes are unacknowledged, PublishMsgAsync waits
+	// for room, at most until ctx's deadline.
+	stall := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		stall = max(time.Until(d), time.Millisecond)
+	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i := range msgs {
-		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]))
+		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), jetstream.WithStallWait(stall))
 		if err != nil {
 			fail(i, p.classify(err))
 			continue

@@ -56,7 +56,7 @@ func median(xs []float64) float64 {
 }
 
 // fill queues n rows into the outbox with multi-row inserts.
-func fill(ctx context.Context, ob *txbox.Outbox[pgx.Tx], subject string, n int) error {
+func fill(ctx context.Context, pool *pgxpool.Pool, ob *txbox.Outbox[pgx.Tx], subject string, n int) error {
 	payload := []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999,"currency":"EUR"}`)
 	batch := make([]txbox.Message, 0, 1000)
 	for i := 0; i < n; i++ {
@@ -68,7 +68,10 @@ func fill(ctx context.Context, ob *txbox.Outbox[pgx.Tx], subject string, n int) 
 			batch = batch[:0]
 		}
 	}
-	return nil
+	// Fresh statistics, as autovacuum would have after a while: without
+	// them the planner takes the just-filled table for empty.
+	_, err := pool.Exec(ctx, "ANALYZE txbox_outbox")
+	return err
 }
 
 func resetTable(ctx context.Context, pool *pgxpool.Pool) error {
@@ -129,7 +132,7 @@ func Drain(ctx context.Context, cfg Config) error {
 				if err := resetTable(ctx, cfg.Pool); err != nil {
 					return 0, err
 				}
-				if err := fill(ctx, ob, subject, cfg.Rows); err != nil {
+				if err := fill(ctx, cfg.Pool, ob, subject, cfg.Rows); err != nil {
 					return 0, err
 				}
 				return rawClaimMark(ctx, cfg.Pool, batch, workers, cfg.Rows)
@@ -138,7 +141,7 @@ func Drain(ctx context.Context, cfg Config) error {
 				if err := resetTable(ctx, cfg.Pool); err != nil {
 					return 0, err
 				}
-				if err := fill(ctx, ob, subject, cfg.Rows); err != nil {
+				if err := fill(ctx, cfg.Pool, ob, subject, cfg.Rows); err != nil {
 					return 0, err
 				}
 				return relayDrain(ctx, drv, cfg.NATS, batch, workers, cfg.Rows)
@@ -183,7 +186,7 @@ func rawPublish(ctx context.Context, nc *nats.Conn, subject string, n int) (floa
 	prefix := strconv.FormatInt(start.UnixNano(), 36)
 	futures := make([]jetstream.PubAckFuture, n)
 	for i := range futures {
-		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: payload}, jetstream.WithMsgID(prefix+strconv.Itoa(i)))
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: payload}, jetstream.WithMsgID(prefix+strconv.Itoa(i)), jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			return 0, err
 		}

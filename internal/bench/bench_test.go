@@ -8,12 +8,12 @@ import (
 	"github.com/txbox/txbox/internal/testenv"
 )
 
-// TestRun runs the benchmarks when TXBOX_BENCH is drain, add or all; CI
+// TestRun runs the benchmarks when TXBOX_BENCH is drain, add, order, latency or all; CI
 // does not (they take minutes). `txbox bench` runs the same code.
 func TestRun(t *testing.T) {
 	which := os.Getenv("TXBOX_BENCH")
 	if which == "" {
-		t.Skip("set TXBOX_BENCH=drain|add|all to run the benchmarks")
+		t.Skip("set TXBOX_BENCH=drain|add|order|latency|all to run the benchmarks")
 	}
 	pool, _ := testenv.Postgres(t, 16)
 	cfg := Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}
@@ -23,5 +23,11 @@ func TestRun(t *testing.T) {
 	}
 	if which == "drain" || which == "all" {
 		testenv.Must(t, Drain(ctx, cfg), "drain bench")
+	}
+	if which == "order" || which == "all" {
+		testenv.Must(t, Ordered(ctx, cfg), "ordered bench")
+	}
+	if which == "latency" || which == "all" {
+		testenv.Must(t, Latency(ctx, cfg), "latency bench")
 	}
 }

@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+// setup migrates the bench schema and returns the driver, the outbox and a
+// stream capturing subject, deleted by the returned func.
+func setup(ctx context.Context, cfg Config) (*txboxpgx.Driver, *txbox.Outbox[pgx.Tx], string, func(), error) {
+	drv := txboxpgx.New(cfg.Pool)
+	m, err := migrate.New(drv, migrate.Config{})
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return nil, nil, "", nil, err
+	}
+	ob, err := txbox.New(drv, txbox.Config{})
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	name := fmt.Sprintf("TXBOX_BENCH_%d", time.Now().UnixNano())
+	subject := "txboxbench." + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}}); err != nil {
+		return nil, nil, "", nil, err
+	}
+	return drv, ob, subject, func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }, nil
+}
+
+// Ordered measures the drain rate of rows with 1000 distinct keys against
+// rows without keys, with 1 and 4 relays.
+func Ordered(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	drv, ob, subject, done, err := setup(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	payload := []byte(`{"order_id":123456,"customer":"c-42","total_cents":1999}`)
+	fillKeys := func(keys int) error {
+		batch := make([]txbox.Message, 0, 1000)
+		for i := 0; i < cfg.Rows; i++ {
+			m := txbox.Message{Topic: subject, Payload: payload}
+			if keys > 0 {
+				m.Key = "k" + strconv.Itoa(i%keys)
+			}
+			batch = append(batch, m)
+			if len(batch) == cap(batch) || i == cfg.Rows-1 {
+				if err := ob.AddNoTx(ctx, batch...); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+		}
+		_, err := cfg.Pool.Exec(ctx, "ANALYZE txbox_outbox")
+		return err
+	}
+	type shape struct {
+		name   string
+		keys   int
+		relays int
+	}
+	shapes := []shape{{"unordered, 1 relay", 0, 1}, {"1000 keys, 1 relay", 1000, 1}, {"unordered, 4 relays", 0, 4}, {"1000 keys, 4 relays", 1000, 4}}
+	results := make([][]float64, len(shapes))
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for i, s := range shapes {
+			if err := resetTable(ctx, cfg.Pool); err != nil {
+				return err
+			}
+			if err := fillKeys(s.keys); err != nil {
+				return err
+			}
+			rate, err := relayDrain(ctx, drv, cfg.NATS, 100, s.relays, cfg.Rows)
+			if err != nil {
+				return err
+			}
+			results[i] = append(results[i], rate)
+			fmt.Fprintf(cfg.Out, "  rep %d: %-25s %8.0f msgs/s\n", rep+1, s.name, rate)
+		}
+	}
+	fmt.Fprintf(cfg.Out, "\ndrain of %d rows, batch 100, median of %d reps:\n", cfg.Rows, cfg.Reps)
+	for i := 0; i < len(shapes); i += 2 {
+		u, o := median(results[i]), median(results[i+1])
+		fmt.Fprintf(cfg.Out, "  %d relays: unordered %8.0f msgs/s, ordered (1000 keys) %8.0f msgs/s, ratio %.2f\n", shapes[i].relays, u, o, o/u)
+	}
+	fmt.Fprintf(cfg.Out, "  scale-out 4 vs 1 relay: unordered %.2fx, ordered %.2fx\n",
+		median(results[2])/median(results[0]), median(results[3])/median(results[1]))
+	return resetTable(ctx, cfg.Pool)
+}
+
+// Latency measures commit-to-broker latency at steady offered loads, with
+// LISTEN/NOTIFY wake-ups and with polling only (default 1s interval), and
+// the writers' throughput with and without the notify trigger.
+func Latency(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	drv, ob, subject, done, err := setup(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := cfg.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_orders (
+		id bigserial PRIMARY KEY, customer text NOT NULL, amount_cents int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return err
+	}
+	defer func() { _, _ = cfg.Pool.Exec(context.WithoutCancel(ctx), "DROP TABLE bench_orders") }()
+	for _, rate := range []int{1000, 3000} {
+		for _, notify := range []bool{true, false} {
+			p50, p99, got, err := latencyRun(ctx, cfg, drv, ob, subject, rate, notify)
+			if err != nil {
+				return err
+			}
+			mode := "LISTEN/NOTIFY"
+			if !notify {
+				mode = "polling only (1s)"
+			}
+			fmt.Fprintf(cfg.Out, "  offered %4d/s, %-18s achieved %5.0f/s, commit→broker p50 %7.1f ms, p99 %7.1f ms\n",
+				rate, mode, got, p50, p99)
+		}
+	}
+
+	// Writers with and without the notify trigger, interleaved.
+	trig := `"txbox_outbox_notify"`
+	order := func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ('c-42', 1999)"); err != nil {
+				return err
+			}
+			return ob.Add(ctx, tx, txbox.Message{Topic: subject, Payload: []byte(`{"order":1}`)})
+		})
+	}
+	var with, without []float64
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for _, on := range []bool{true, false} {
+			action := "ENABLE"
+			if !on {
+				action = "DISABLE"
+			}
+			if _, err := cfg.Pool.Exec(ctx, "ALTER TABLE txbox_outbox "+action+" TRIGGER "+trig); err != nil {
+				return err
+			}
+			r, err := measure(ctx, 8, cfg.AddTime, order)
+			if err != nil {
+				return err
+			}
+			if on {
+				with = append(with, r)
+			} else {
+				without = append(without, r)
+			}
+			fmt.Fprintf(cfg.Out, "  rep %d: 8 writers, notify trigger %-7s %7.0f tx/s\n", rep+1, action+"D", r)
+		}
+	}
+	if _, err := cfg.Pool.Exec(ctx, "ALTER TABLE txbox_outbox ENABLE TRIGGER "+trig); err != nil {
+		return err
+	}
+	var paired []float64
+	for i := range with {
+		paired = append(paired, with[i]/without[i])
+	}
+	fmt.Fprintf(cfg.Out, "  writer throughput with NOTIFY / without: %.2f (medians %.0f / %.0f tx/s; paired median %.2f)\n",
+		median(with)/median(without), median(with), median(without), median(paired))
+	return resetTable(ctx, cfg.Pool)
+}
+
+func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox.Outbox[pgx.Tx], subject string, rate int, notify bool) (p50, p99, achieved float64, err error) {
+	if err := resetTable(ctx, cfg.Pool); err != nil {
+		return 0, 0, 0, err
+	}
+	var mu sync.Mutex
+	committed := map[string]time.Time{}
+	arrived := map[string]time.Time{} // arrived before its producer recorded the commit
+	var lat []float64
+	sub, err := cfg.NATS.Subscribe(subject, func(m *nats.Msg) {
+		now := time.Now()
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		mu.Lock()
+		defer mu.Unlock()
+		if t, ok := committed[id]; ok {
+			lat = append(lat, float64(now.Sub(t).Microseconds())/1000)
+			delete(committed, id)
+		} else {
+			arrived[id] = now
+		}
+	})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	pub, err := natsjs.NewPublisher(cfg.NATS, natsjs.PublisherConfig{})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	r, err := relay.New(drv, pub, relay.Config{DisableNotify: !notify})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = r.Stop(context.WithoutCancel(ctx)) }()
+	if notify {
+		for i := 0; i < 200 && !r.Listening(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !r.Listening() {
+			return 0, 0, 0, fmt.Errorf("relay does not receive notifications")
+		}
+	}
+	const producers = 8
+	duration := 2 * cfg.AddTime
+	interval := time.Duration(float64(time.Second) * producers / float64(rate))
+	var wg sync.WaitGroup
+	var sent sync.Map
+	start := time.Now()
+	var total int64
+	var totalMu sync.Mutex
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			n := int64(0)
+			for time.Since(start) < duration {
+				<-tick.C
+				msg := txbox.Message{Topic: subject, Payload: []byte(`{"order":1}`)}
+				msgs := []txbox.Message{msg}
+				err := pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ('c-42', 1999)"); err != nil {
+						return err
+					}
+					return ob.Add(ctx, tx, msgs...)
+				})
+				if err != nil {
+					sent.Store("err", err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				if _, ok := arrived[msgs[0].ID]; ok {
+					lat = append(lat, 0) // delivered within the commit call's return
+					delete(arrived, msgs[0].ID)
+				} else {
+					committed[msgs[0].ID] = now
+				}
+				mu.Unlock()
+				n++
+			}
+			totalMu.Lock()
+			total += n
+			totalMu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if e, ok := sent.Load("err"); ok {
+		return 0, 0, 0, e.(error)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(lat)
+		mu.Unlock()
+		if int64(n) >= total || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lat) == 0 {
+		return 0, 0, 0, fmt.Errorf("no message arrived")
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], float64(total) / elapsed.Seconds(), nil
+}
