@@ -146,9 +146,9 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 		// {{index "x"}}: the index <table>_x_idx; {{ident "x"}}: <table>_x
 		// (indexes and triggers live in their table's schema); {{name "x"}}:
 		// <table>_x qualified with the schema (functions).
-		sql = expand(sql, "index", func(x string) string { return sqlname.Quote(d, objectName(table, x+"_idx")) })
-		sql = expand(sql, "ident", func(x string) string { return sqlname.Quote(d, objectName(table, x)) })
-		sql = expand(sql, "name", func(x string) string { return sqlname.Qualified(d, schema, objectName(table, x)) })
+		sql = expand(sql, "index", func(x string) string { return sqlname.Quote(d, sqlname.Derived(table, x+"_idx")) })
+		sql = expand(sql, "ident", func(x string) string { return sqlname.Quote(d, sqlname.Derived(table, x)) })
+		sql = expand(sql, "name", func(x string) string { return sqlname.Qualified(d, schema, sqlname.Derived(table, x)) })
 		out = append(out, Migration{Target: kind + ":" + table, Version: v, Name: name, SQL: sql})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
@@ -167,17 +167,6 @@ func expand(sql, fn string, f func(string) string) string {
 		arg := sql[i+len(open) : i+j]
 		sql = sql[:i] + f(arg) + sql[i+j+len(`"}}`):]
 	}
-}
-
-// objectName derives the name of an index, trigger or function of a table,
-// within PostgreSQL's 63-byte limit.
-func objectName(table, suffix string) string {
-	name := table + "_" + suffix
-	if len(name) > sqlname.MaxLen {
-		name = name[len(name)-sqlname.MaxLen:]
-		name = "i" + strings.TrimLeft(name[1:], "0123456789")
-	}
-	return name
 }
 
 // SQL returns every migration as one script, with comments naming each, for

@@ -20,19 +20,29 @@ type listener struct {
 	pool    *pgxpool.Pool
 	channel string // the channel the trigger notifies
 	probe   string // the channel the start-up check notifies (== channel but in tests)
+	wake    string // the quoted doorbell table
 }
 
-// channelName returns the channel of a table: 'txbox_' || schema || '.' || table.
-func channelName(ctx context.Context, pool *pgxpool.Pool, schema, table string) (string, error) {
-	var s string
-	if schema == "" {
-		if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&s); err != nil {
-			return "", err
-		}
-	} else {
-		s = schema
+// arm asks writers to notify: the relay is idle.
+func (l *listener) arm(ctx context.Context) error {
+	_, err := l.pool.Exec(ctx, "INSERT INTO "+l.wake+" (one, armed) VALUES (true, true) ON CONFLICT (one) DO UPDATE SET armed = true")
+	return err
+}
+
+// disarm tells writers to stop notifying: a relay is at work.
+func (l *listener) disarm(ctx context.Context) {
+	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil && ctx.Err() == nil {
+		l.r.log.Warn("txbox relay: cannot disarm the wake-up doorbell", "err", err)
 	}
-	return "txbox_" + s + "." + table, nil
+}
+
+// resolveSchema returns schema, or the connection's current schema.
+func resolveSchema(ctx context.Context, pool *pgxpool.Pool, schema string) (string, error) {
+	if schema != "" {
+		return schema, nil
+	}
+	err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema)
+	return schema, err
 }
 
 // run listens until ctx ends, reconnecting with backoff; while it is not
@@ -64,6 +74,11 @@ func (l *listener) listenOnce(ctx context.Context) error {
 	// A connection that was listening is not returned to the pool.
 	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
+	// The doorbell table comes with migration 3; without it writers
+	// never notify.
+	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil {
+		return fmt.Errorf("wake-up table missing (run txbox migrate up): %w", err)
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}

@@ -72,3 +72,41 @@ func TestNotifyConnectionLostFallsBackAndRecovers(t *testing.T) {
 	f.add(t, true, txbox.Message{Topic: prefix + "r", Payload: []byte("1")})
 	eventually(t, "delivered on notification after reconnect", func() bool { return streamMsgs(t, s) == 1 })
 }
+
+// Writers notify only while a relay has armed the doorbell, and a
+// transaction of many rows notifies once.
+func TestDoorbellNotifiesOnlyWhenArmed(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 8)
+	ctx := context.Background()
+	schema := f.schema(t)
+	channel := "txbox_" + schema + ".txbox_outbox"
+	conn, err := f.pool.Acquire(ctx)
+	testenv.Must(t, err, "acquire")
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `LISTEN "`+channel+`"`)
+	testenv.Must(t, err, "listen")
+
+	many := make([]txbox.Message, 50)
+	for i := range many {
+		many[i] = txbox.Message{Topic: "t", Payload: []byte("x")}
+	}
+	f.add(t, true, many...) // disarmed: no notification
+	f.exec(t, "INSERT INTO txbox_outbox_wake (one, armed) VALUES (true, true) ON CONFLICT (one) DO UPDATE SET armed = true")
+	f.add(t, true, many...) // armed: one notification for 50 rows
+	f.addNoTx(t, many[0])   // armed: one more
+	f.exec(t, "SELECT pg_notify($1, 'sentinel')", channel)
+
+	got := 0
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		testenv.Must(t, err, "wait")
+		if n.Payload == "sentinel" {
+			break
+		}
+		got++
+	}
+	if got != 2 {
+		t.Fatalf("%d notifications, want 2: none while disarmed, one per armed transaction", got)
+	}
+}

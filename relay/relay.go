@@ -36,6 +36,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/sqlname"
 )
 
 // ErrAlreadyStarted is returned by Start on a running relay.
@@ -161,7 +162,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 
-	var backoff time.Duration
+	var backoff, idle time.Duration
+	armed := false
+	defer func() {
+		if armed {
+			r.listen.disarm(context.WithoutCancel(ctx))
+		}
+	}()
 	for {
 		n, err := r.Round(ctx)
 		if ctx.Err() != nil {
@@ -173,11 +180,30 @@ func (r *Relay) Run(ctx context.Context) error {
 			backoff = nextBackoff(backoff, r.cfg.BackoffMax)
 			wait = backoff
 			r.log.Warn("txbox relay: round failed", "err", err, "retry_in", wait)
-		case n >= r.cfg.BatchSize:
-			backoff = 0
+		case n > 0:
+			// There may be more (a full batch, or keys whose next message
+			// became claimable): poll again at once.
+			backoff, idle = 0, 0
+			if armed {
+				r.listen.disarm(ctx)
+				armed = false
+			}
 			continue
-		default:
+		case !r.Listening():
 			backoff = 0
+			wait = r.cfg.PollInterval
+		case idle < armAfter:
+			// Just gone idle: look again a few times, soon, before
+			// asking writers to ring (which costs them).
+			idle = max(minRecheck, 2*idle)
+			wait = idle
+		default:
+			if err := r.listen.arm(ctx); err != nil {
+				r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
+			} else if !armed {
+				armed = true
+				continue // look once more: a commit may have slipped in before arming
+			}
 			wait = r.cfg.PollInterval
 		}
 		timer := time.NewTimer(wait)
@@ -192,12 +218,22 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// While it listens for notifications, an idle relay looks again after
+// minRecheck, doubling, and arms the doorbell once armAfter has passed.
+const (
+	minRecheck = 2 * time.Millisecond
+	armAfter   = 16 * time.Millisecond
+)
+
 func (r *Relay) startListener(ctx context.Context, wg *sync.WaitGroup) error {
-	ch, err := channelName(ctx, r.listen.pool, r.cfg.Schema, r.tableName())
+	schema, err := resolveSchema(ctx, r.listen.pool, r.cfg.Schema)
 	if err != nil {
 		return err
 	}
-	r.listen.channel, r.listen.probe = ch, ch
+	table := r.tableName()
+	r.listen.channel = "txbox_" + schema + "." + table
+	r.listen.probe = r.listen.channel
+	r.listen.wake = sqlname.Qualified(driver.Postgres, schema, sqlname.Derived(table, "wake"))
 	if r.cfg.probeChannel != "" {
 		r.listen.probe = r.cfg.probeChannel
 	}
@@ -255,7 +291,9 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 		}
 	}
 
-	pubCtx, cancelPub := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	// Acks in flight are awaited even when ctx ends (Stop), up to
+	// PublishTimeout, so that what the broker stored gets marked.
+	pubCtx, cancelPub := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	errs := r.pub.Publish(pubCtx, msgs)
 	cancelPub()
 

@@ -47,3 +47,12 @@ func Qualified(d driver.Dialect, schema, table string) string {
 	}
 	return Quote(d, schema) + "." + Quote(d, table)
 }
+
+// Derived names an index, trigger, function or helper table of table:
+// table_suffix, with the table part shortened to keep within MaxLen.
+func Derived(table, suffix string) string {
+	if keep := MaxLen - len(suffix) - 1; len(table) > keep {
+		table = table[:keep]
+	}
+	return table + "_" + suffix
+}

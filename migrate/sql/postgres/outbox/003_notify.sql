@@ -1,12 +1,21 @@
--- Millisecond wake-up: after each INSERT statement, notify the relays
--- listening on the channel named after the table. PostgreSQL folds identical
--- notifications of one transaction into one, so a transaction that adds a
--- thousand messages sends one notification, not a thousand. Relays fall
--- back to polling when notifications do not arrive (e.g. behind PgBouncer in
--- transaction mode).
+-- Millisecond wake-up without taxing writers. PostgreSQL serialises the
+-- commits of every transaction that sent a notification, so notifying on
+-- every insert would halve a busy system's commit rate. Instead a relay that
+-- has gone idle arms a doorbell (the one row of the unlogged table
+-- <table>_wake), and an INSERT statement notifies only while the doorbell is
+-- armed. A relay at work disarms it: under load writers send nothing. The
+-- relay listens on the channel 'txbox_<schema>.<table>' and polls when no
+-- notification can arrive (e.g. behind PgBouncer in transaction mode).
+CREATE UNLOGGED TABLE {{name "wake"}} (
+    one   boolean PRIMARY KEY DEFAULT true CHECK (one),
+    armed boolean NOT NULL DEFAULT false
+);
+
 CREATE FUNCTION {{name "notify"}}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('txbox_' || TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, '');
+    IF EXISTS (SELECT 1 FROM {{name "wake"}} WHERE armed) THEN
+        PERFORM pg_notify('txbox_' || TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, '');
+    END IF;
     RETURN NULL;
 END
 $$;
