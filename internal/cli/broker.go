@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +22,10 @@ const (
 	DefaultNATSDir    = "./txbox-nats"
 	DefaultNATSListen = "127.0.0.1:4222"
 	DefaultStream     = "TXBOX"
+	// DefaultSubjectPrefix is put before topics on the embedded server when
+	// no stream is named: topic order.placed → subject txbox.order.placed,
+	// captured by the stream TXBOX.
+	DefaultSubjectPrefix = "txbox."
 )
 
 // brokerFlags choose the broker: a NATS URL, or the embedded server.
@@ -55,9 +58,12 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 func (f *brokerFlags) check() error {
 	if f.url == "" {
 		if f.stream == "" && f.streamSubjects == "" {
-			// nats-server refuses a stream capturing ">" (it overlaps the
-			// JetStream API unless no-ack), so there is no catch-all default.
-			return errors.New(`the embedded NATS server needs a stream: give --stream-subjects (e.g. "orders.>") to create one, or --stream NAME for one kept in --nats-dir; a stream capturing every subject (">") is refused by nats-server`)
+			// Zero-setup default: nats-server refuses a stream capturing
+			// every subject, so topics get a prefix that one stream captures.
+			if f.subjectPrefix == "" {
+				f.subjectPrefix = DefaultSubjectPrefix
+			}
+			f.stream, f.streamSubjects = DefaultStream, f.subjectPrefix+">"
 		}
 		if _, _, err := splitHostPort(f.natsListen); err != nil {
 			return err

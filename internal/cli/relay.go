@@ -50,11 +50,12 @@ Settings come from the flags, else from the OUTBOX_* environment variables,
 else from the defaults shown. A bad value is an error at start.
 
 With no --broker, an embedded NATS server with JetStream is started (data in
---nats-dir, listening on --nats-listen) and --stream-subjects names what its
-stream captures. Logs go to stderr; a stats line goes to stdout every
+--nats-dir, listening on --nats-listen); unless --stream or --stream-subjects
+say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
+"txbox.>". Logs go to stderr; a stats line goes to stdout every
 --stats-interval.`,
 		Example: `  txbox relay --db postgres://app@localhost:5432/app --broker nats://localhost:4222
-  txbox relay --stream-subjects 'order.>'            # SQLite txbox.db + embedded NATS
+  txbox relay                                        # SQLite txbox.db + embedded NATS
   OUTBOX_BATCH_SIZE=500 txbox relay --db sqlite://app.db --broker nats://nats:4222 \
       --stream ORDERS --stream-subjects 'order.>'`,
 		Args: cobra.NoArgs,
