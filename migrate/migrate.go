@@ -259,14 +259,15 @@ func parseTime(v any) time.Time {
 	return time.Time{}
 }
 
-// Status lists every configured migration and when it was applied.
+// Status lists every configured migration and when it was applied. It
+// changes nothing: without the tracking table every migration is pending.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
-	if err := m.ensureTracking(ctx); err != nil {
-		return nil, err
-	}
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
-		return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
+		if !isMissingTable(err) {
+			return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
+		}
+		done = map[string]time.Time{}
 	}
 	out := make([]Status, len(m.migrations))
 	for i, mg := range m.migrations {
@@ -275,11 +276,22 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	return out, nil
 }
 
+// isMissingTable reports whether err says a table does not exist
+// (PostgreSQL 42P01, SQLite "no such table", MySQL 1146).
+func isMissingTable(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "42P01") || strings.Contains(msg, "no such table") ||
+		strings.Contains(msg, "Error 1146") || strings.Contains(msg, "does not exist")
+}
+
 // Pending reports the migrations not yet applied, without changing anything
 // (the tracking table may be absent: then every migration is pending).
 func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
+		if !isMissingTable(err) {
+			return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
+		}
 		done = map[string]time.Time{}
 	}
 	var out []Migration

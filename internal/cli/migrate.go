@@ -100,7 +100,7 @@ func newMigrateStatusCmd(f *tableFlags) *cobra.Command {
 		Short: "List every migration and when it was applied",
 		Long: `Print a table of every migration txbox has for the configured tables: its
 target (kind:table), version, name, and when it was applied ("pending" if not
-yet). It creates the tracking table txbox_migrations if it is missing.`,
+yet). It changes nothing in the database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

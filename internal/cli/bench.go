@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox/internal/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		dbURL, brokerURL string
+		cfg              bench.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "bench drain|add|order|latency|all",
+		Short: "Measure txbox beside hand-written baselines on your PostgreSQL and NATS",
+		Long: `Measure txbox against hand-written baselines on the same PostgreSQL and NATS
+server, side by side in one run, repeated and interleaved, and print ratios:
+
+  drain    relay drain rate (batch 100 and 1000, 1 and 4 relays) beside the raw
+           JetStream async-publish rate and the raw claim-and-mark rate
+  add      a business transaction with Outbox.Add against the same transaction
+           with a hand-written INSERT of the same row, 1 and 8 writers
+  order    drain with 1000 distinct ordering keys against unordered, 1 and 4 relays
+  latency  commit-to-broker p50/p99 at 1000 and 3000 events/s offered, with
+           LISTEN/NOTIFY and polling only; writer throughput with and without
+           the notify trigger
+  all      all of them
+
+Everything runs in a new schema (txbox_bench_<time>) that is dropped at the end;
+streams are created and deleted on the NATS server. Durable numbers on a shared
+machine are noisy: read the ratios, and the paired medians.`,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"drain", "add", "order", "latency", "all"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			which := args[0]
+			runs := map[string]func(context.Context, bench.Config) error{
+				"drain": bench.Drain, "add": bench.Add, "order": bench.Ordered, "latency": bench.Latency,
+			}
+			var order []string
+			if which == "all" {
+				order = []string{"add", "drain", "order", "latency"}
+			} else if _, ok := runs[which]; ok {
+				order = []string{which}
+			} else {
+				return fmt.Errorf("unknown benchmark %q (want drain, add, order, latency or all)", which)
+			}
+			if cfg.Rows <= 0 || cfg.Reps <= 0 || cfg.AddTime <= 0 {
+				return fmt.Errorf("--rows, --reps and --duration must be positive")
+			}
+			t, err := parseDB(dbURL)
+			if err != nil {
+				return err
+			}
+			if t.url == "" {
+				return fmt.Errorf("txbox bench needs PostgreSQL: --db postgres://…")
+			}
+			ctx := cmd.Context()
+			schema := "txbox_bench_" + strconv.FormatInt(time.Now().Unix(), 10)
+			admin, err := pgxpool.New(ctx, t.url)
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+				return fmt.Errorf("create schema %s: %w", schema, err)
+			}
+			defer func() { _, _ = admin.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") }()
+			pc, err := pgxpool.ParseConfig(t.url)
+			if err != nil {
+				return err
+			}
+			pc.ConnConfig.RuntimeParams["search_path"] = schema
+			pc.MaxConns = 20
+			pool, err := pgxpool.NewWithConfig(ctx, pc)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			nc, err := nats.Connect(brokerURL, nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("connect to NATS at %s: %w", redact(brokerURL), err)
+			}
+			defer nc.Close()
+			cfg.Pool, cfg.NATS, cfg.Out = pool, nc, cmd.OutOrStdout()
+			for _, name := range order {
+				fmt.Fprintf(cfg.Out, "== %s\n", name)
+				if err := runs[name](ctx, cfg); err != nil {
+					return fmt.Errorf("bench %s: %w", name, err)
+				}
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&dbURL, "db", envOr(EnvDB, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
+	fs.StringVar(&brokerURL, "broker", envOr(EnvBroker, nats.DefaultURL), "NATS server URL")
+	fs.IntVar(&cfg.Rows, "rows", 200_000, "rows queued for each drain")
+	fs.IntVar(&cfg.Reps, "reps", 3, "interleaved repetitions (medians are reported)")
+	fs.DurationVar(&cfg.AddTime, "duration", 3*time.Second, "length of each timed measurement")
+	return cmd
+}

@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dead"
+)
+
+func newDeadCmd() *cobra.Command {
+	var f tableFlags
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "List, redrive or discard dead outbox messages",
+		Long: `A message the broker rejected --max-attempts times is dead: the relay no
+longer tries it, and later messages with the same ordering key wait behind it
+(other keys keep flowing).
+
+  txbox dead list              show dead messages and how many each parks
+  txbox dead redrive SEQ...    try them again with a fresh attempt budget
+  txbox dead discard SEQ...    delete them; their keys resume with the next message
+
+SEQ is the row id that list prints; --all acts on every dead message.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	f.register(cmd, true)
+	cmd.AddCommand(newDeadListCmd(&f), newDeadActionCmd(&f, "redrive"), newDeadActionCmd(&f, "discard"))
+	return cmd
+}
+
+func openLetters(cmd *cobra.Command, f *tableFlags) (*dead.Letters, func(), error) {
+	db, err := openDB(cmd.Context(), f.db)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := txbox.Config{Schema: f.schema, Table: f.table}
+	var l *dead.Letters
+	if db.pgx != nil {
+		l, err = dead.New[pgx.Tx](db.pgx, cfg)
+	} else {
+		l, err = dead.New[*sql.Tx](db.sql, cfg)
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return l, db.Close, nil
+}
+
+func newDeadListCmd(f *tableFlags) *cobra.Command {
+	limit := 100
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead messages, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit <= 0 {
+				return fmt.Errorf("--limit %d: must be positive", limit)
+			}
+			l, closeDB, err := openLetters(cmd, f)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			list, err := l.List(cmd.Context(), limit)
+			if err != nil {
+				return fmt.Errorf("list dead messages: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			if len(list) == 0 {
+				fmt.Fprintln(out, "no dead messages")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tMESSAGE ID\tTOPIC\tKEY\tPARKS\tATTEMPTS\tDEAD SINCE\tLAST ERROR")
+			for _, m := range list {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Seq, m.ID, m.Topic, m.Key, m.Parked, m.Attempts,
+					m.DeadAt.UTC().Format(time.RFC3339), m.LastError)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", limit, "show at most this many")
+	return cmd
+}
+
+func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
+	var all bool
+	short := "Make dead messages pending again with a fresh attempt budget"
+	if action == "discard" {
+		short = "Delete dead messages, releasing the keys they park"
+	}
+	cmd := &cobra.Command{
+		Use:   action + " [SEQ...]",
+		Short: short,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return errors.New("give the SEQs of the dead messages (see txbox dead list), or --all")
+			}
+			seqs := make([]int64, len(args))
+			for i, a := range args {
+				n, err := strconv.ParseInt(a, 10, 64)
+				if err != nil || n <= 0 {
+					return fmt.Errorf("%q is not a SEQ (a positive row id from txbox dead list)", a)
+				}
+				seqs[i] = n
+			}
+			l, closeDB, err := openLetters(cmd, f)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			do := l.Redrive
+			if action == "discard" {
+				do = l.Discard
+			}
+			n, err := do(cmd.Context(), seqs...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", action, err)
+			}
+			verb := map[string]string{"redrive": "redrove", "discard": "discarded"}[action]
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %d dead message(s)\n", verb, n)
+			if len(seqs) > 0 && n < int64(len(seqs)) {
+				return fmt.Errorf("%d of the %d SEQs given are not dead messages", int64(len(seqs))-n, len(seqs))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "act on every dead message")
+	return cmd
+}

@@ -1,0 +1,56 @@
+package cli_test
+
+import (
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox/internal/testenv"
+)
+
+// txbox dead list shows a dead message and how many it parks; redrive and
+// discard act on the SEQs given, and refuse to act on nothing.
+func TestDeadCommands(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "dead.db")
+	db := "sqlite://" + path
+	mustRun(t, "migrate", "up", "--db", db)
+	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	testenv.Must(t, err, "open")
+	defer conn.Close()
+	_, err = conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, attempts, last_error, dead_at)
+		VALUES ('m1', 'order.placed', 'K', x'00', 10, 'too large', 1), ('m2', 'order.placed', 'K', x'00', 0, NULL, NULL),
+		       ('m3', 'order.placed', 'L', x'00', 10, 'no stream', 1)`)
+	testenv.Must(t, err, "insert")
+
+	out := mustRun(t, "dead", "list", "--db", db)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "m1") || !strings.Contains(lines[1], "too large") {
+		t.Fatalf("dead list:\n%s", out)
+	}
+	if f := strings.Fields(lines[1]); f[0] != "1" || f[3] != "K" || f[4] != "1" {
+		t.Fatalf("dead list row %q: want SEQ 1, KEY K, PARKS 1", lines[1])
+	}
+	if _, _, err := run(t.Context(), "dead", "redrive", "--db", db); err == nil || !strings.Contains(err.Error(), "--all") {
+		t.Fatalf("redrive with no SEQ: %v", err)
+	}
+	if _, _, err := run(t.Context(), "dead", "discard", "--db", db, "x"); err == nil || !strings.Contains(err.Error(), "not a SEQ") {
+		t.Fatalf("discard x: %v", err)
+	}
+	if out := mustRun(t, "dead", "redrive", "--db", db, "1"); !strings.Contains(out, "redrove 1") {
+		t.Fatalf("redrive: %s", out)
+	}
+	var dead, attempts int
+	testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE dead_at IS NOT NULL").Scan(&dead), "count")
+	testenv.Must(t, conn.QueryRow("SELECT attempts FROM txbox_outbox WHERE message_id = 'm1'").Scan(&attempts), "attempts")
+	if dead != 1 || attempts != 0 {
+		t.Fatalf("after redrive: %d dead, m1 attempts %d; want 1 and 0", dead, attempts)
+	}
+	if out := mustRun(t, "dead", "discard", "--db", db, "--all"); !strings.Contains(out, "discarded 1") {
+		t.Fatalf("discard --all: %s", out)
+	}
+	if out := mustRun(t, "dead", "list", "--db", db); !strings.Contains(out, "no dead messages") {
+		t.Fatalf("list after discard: %s", out)
+	}
+}
