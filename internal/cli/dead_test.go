@@ -54,3 +54,17 @@ func TestDeadCommands(t *testing.T) {
 		t.Fatalf("list after discard: %s", out)
 	}
 }
+
+// migrate covers inbox tables too.
+func TestMigrateInboxTable(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "inbox.db")
+	out := mustRun(t, "migrate", "up", "--db", db, "--inbox-table", "orders_inbox")
+	if !strings.Contains(out, "applied inbox:orders_inbox 001") || !strings.Contains(out, "applied outbox:txbox_outbox 001") {
+		t.Fatalf("migrate up:\n%s", out)
+	}
+	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--no-outbox", "--inbox-table", "a_inbox")
+	if !strings.Contains(out, `CREATE TABLE "a_inbox"`) || strings.Contains(out, "txbox_outbox") {
+		t.Fatalf("migrate sql --no-outbox --inbox-table a_inbox:\n%s", out)
+	}
+}

@@ -17,6 +17,10 @@ type tableFlags struct {
 	db     string
 	schema string
 	table  string
+
+	// migrate only
+	inboxTables []string
+	noOutbox    bool
 }
 
 func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
@@ -33,7 +37,7 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 }
 
 func (f *tableFlags) migrateConfig() migrate.Config {
-	return migrate.Config{Schema: f.schema, OutboxTable: f.table}
+	return migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, NoOutbox: f.noOutbox}
 }
 
 func newMigrateCmd() *cobra.Command {
@@ -53,6 +57,10 @@ PostgreSQL). Nothing in txbox ever creates a table implicitly.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	f.register(cmd, true)
+	cmd.PersistentFlags().StringSliceVar(&f.inboxTables, "inbox-table", nil,
+		"inbox table to migrate too (repeat or comma-separate for several)")
+	cmd.PersistentFlags().BoolVar(&f.noOutbox, "no-outbox", false,
+		"leave out the outbox table (a consumer-only service)")
 	cmd.AddCommand(newMigrateUpCmd(&f), newMigrateStatusCmd(&f), newMigrateSQLCmd(&f))
 	return cmd
 }
@@ -65,7 +73,8 @@ func newMigrateUpCmd(f *tableFlags) *cobra.Command {
 transaction together with its row in txbox_migrations. Running it again is a
 no-op; concurrent runs on PostgreSQL are safe.`,
 		Example: `  txbox migrate up
-  txbox migrate up --db postgres://app@localhost:5432/app --schema txbox`,
+  txbox migrate up --db postgres://app@localhost:5432/app --schema txbox
+  txbox migrate up --inbox-table orders_inbox`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
