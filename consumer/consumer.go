@@ -1,0 +1,545 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/migrate"
+)
+
+// Defaults of Config.
+const (
+	DefaultInboxTable    = "txbox_inbox"
+	DefaultConcurrency   = 8
+	DefaultMaxDeliveries = 10
+	DefaultBackoffBase   = time.Second
+	DefaultBackoffMax    = 5 * time.Minute
+)
+
+// Guarantee is how a handler's effects relate to deliveries.
+type Guarantee int
+
+// The delivery guarantees.
+const (
+	// Inbox: the handler runs in the inbox transaction; its database effects
+	// happen exactly once per (handler name, message id) within the inbox's
+	// retention.
+	Inbox Guarantee = iota + 1
+	// AtLeastOnce: the handler runs once per delivery, with no transaction;
+	// a redelivered message runs it again.
+	AtLeastOnce
+)
+
+func (g Guarantee) String() string {
+	switch g {
+	case Inbox:
+		return "inbox"
+	case AtLeastOnce:
+		return "at-least-once"
+	}
+	return fmt.Sprintf("Guarantee(%d)", int(g))
+}
+
+// Config configures a Consumer. Zero fields take their defaults; negative
+// values are an error from New.
+type Config struct {
+	// Broker opens the handlers' bindings. Required.
+	Broker Subscriber
+	// Schema and InboxTable name the inbox table of every Inbox handler
+	// (create it with package migrate, InboxTables). Default schema: ""
+	// (search_path); default table: DefaultInboxTable ("txbox_inbox").
+	Schema     string
+	InboxTable string
+	// Inbox configures the inbox beyond its table (retention, limits, audit
+	// hook); its Schema and Table fields are ignored.
+	Inbox inbox.Config
+	// Concurrency is how many messages each handler processes at once; the
+	// broker's prefetch is twice that. Default: DefaultConcurrency (8).
+	Concurrency int
+	// MaxDeliveries is how many deliveries a failing message gets before
+	// it is dead-lettered. Failures of the database itself (it is down, a
+	// commit failed) retry without ever dead-lettering. Default:
+	// DefaultMaxDeliveries (10).
+	MaxDeliveries int
+	// BackoffBase is the delay before the second delivery of a failed
+	// message; it doubles with each delivery up to BackoffMax. Defaults:
+	// DefaultBackoffBase (1s), DefaultBackoffMax (5m).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// Logger receives the consumer's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// HandlerConfig names a handler and says where its messages come from.
+type HandlerConfig struct {
+	// Name is the handler's identity, required and stable. For an Inbox
+	// handler it is the inbox source: receipts are keyed by (Name, message
+	// id). It is explicit, not derived from the Go function or type, so
+	// that renaming or moving code does not open a new namespace in which
+	// every message still within the broker's redelivery or replay horizon
+	// would run again. Change it only to deliberately reprocess.
+	Name string
+	// Binding is where messages come from, in the Subscriber's terms
+	// (natsjs: "STREAM/durable"; rabbitmq: the queue). Required; one
+	// handler per binding.
+	Binding string
+	// Concurrency overrides Config.Concurrency for this handler.
+	Concurrency int
+}
+
+// Stats counts what a Consumer did with its deliveries since New.
+type Stats struct {
+	Handled      int64 // handler ran and succeeded, message ACKed
+	Duplicates   int64 // inbox found the message already processed; ACKed without running
+	Retried      int64 // released for redelivery after a failure
+	DeadLettered int64
+	Released     int64 // released unprocessed at Stop
+	AckFailed    int64 // settlement calls that failed (the broker redelivers)
+}
+
+type handler[TTx any] struct {
+	HandlerConfig
+	guarantee Guarantee
+	txFn      func(ctx context.Context, tx TTx, msg Message) error
+	fn        func(ctx context.Context, msg Message) error
+}
+
+// Consumer receives messages from a broker and runs the registered handler
+// of each binding. Register handlers, then Start; Stop shuts it down. A
+// Consumer runs once: make a new one to start again.
+type Consumer[TTx any] struct {
+	drv      driver.Driver[TTx]
+	cfg      Config
+	log      *slog.Logger
+	mu       sync.Mutex
+	handlers []*handler[TTx]
+	ib       *inbox.Inbox[TTx]
+	started  bool
+
+	fetchCancel context.CancelFunc // stops fetching
+	hardCancel  context.CancelFunc // cancels in-flight handlers
+	wg          sync.WaitGroup
+	stopped     chan struct{}
+	stopOnce    sync.Once
+
+	handled, duplicates, retried, dead, released, ackFailed atomic.Int64
+}
+
+// New returns a Consumer whose Inbox handlers run in transactions of drv.
+// drv may be nil when every handler is AtLeastOnce (an Inbox handler
+// registered without a database is reported by Start). New touches neither
+// the database nor the broker.
+func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
+	if cfg.Broker == nil {
+		return nil, fmt.Errorf("%w: consumer: Broker is required", ErrInvalidConfig)
+	}
+	if cfg.Concurrency < 0 || cfg.MaxDeliveries < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
+		return nil, fmt.Errorf("%w: consumer: negative Concurrency, MaxDeliveries or backoff", ErrInvalidConfig)
+	}
+	if cfg.InboxTable == "" {
+		cfg.InboxTable = DefaultInboxTable
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.MaxDeliveries == 0 {
+		cfg.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Consumer[TTx]{drv: drv, cfg: cfg, log: cfg.Logger, stopped: make(chan struct{})}
+	if drv != nil {
+		icfg := cfg.Inbox
+		icfg.Schema, icfg.Table = cfg.Schema, cfg.InboxTable
+		if icfg.Logger == nil {
+			icfg.Logger = cfg.Logger
+		}
+		ib, err := inbox.New(drv, icfg)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		c.ib = ib
+	}
+	return c, nil
+}
+
+// HandleInbox registers fn as the Inbox handler of h.Binding: fn runs in
+// the inbox transaction tx, at most once per message id committed. fn must
+// not commit or roll back tx. Returning an error rolls everything back and
+// the message is retried; Permanent(err) dead-letters it at once.
+// Problems with h are reported by Start, all at once.
+func (c *Consumer[TTx]) HandleInbox(h HandlerConfig, fn func(ctx context.Context, tx TTx, msg Message) error) error {
+	return c.register(&handler[TTx]{HandlerConfig: h, guarantee: Inbox, txFn: fn})
+}
+
+// HandleAtLeastOnce registers fn as the AtLeastOnce handler of h.Binding:
+// fn runs once per delivery, outside any transaction, and must tolerate
+// duplicates. Errors are treated as in HandleInbox.
+func (c *Consumer[TTx]) HandleAtLeastOnce(h HandlerConfig, fn func(ctx context.Context, msg Message) error) error {
+	return c.register(&handler[TTx]{HandlerConfig: h, guarantee: AtLeastOnce, fn: fn})
+}
+
+func (c *Consumer[TTx]) register(h *handler[TTx]) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrStarted
+	}
+	c.handlers = append(c.handlers, h)
+	return nil
+}
+
+// Validate checks the handlers against each other, the database and the
+// broker, and returns a *StartupError listing every problem, or nil. Start
+// calls it.
+func (c *Consumer[TTx]) Validate(ctx context.Context) error {
+	c.mu.Lock()
+	hs := append([]*handler[TTx](nil), c.handlers...)
+	c.mu.Unlock()
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if len(hs) == 0 {
+		add("no handler is registered")
+	}
+	names := map[string]int{}
+	bindings := map[string][]string{}
+	needInbox := false
+	for i, h := range hs {
+		label := fmt.Sprintf("handler %q", h.Name)
+		if h.Name == "" {
+			label = fmt.Sprintf("handler #%d", i+1)
+			add("%s has no Name (the stable identity of its inbox namespace)", label)
+		} else if msg := checkName(h.Name); msg != "" {
+			add("%s: name %s", label, msg)
+		}
+		names[h.Name]++
+		if names[h.Name] == 2 && h.Name != "" {
+			add("handler name %q is registered more than once (names key the inbox: two handlers would share receipts)", h.Name)
+		}
+		if h.Binding == "" {
+			add("%s has no Binding", label)
+		} else {
+			bindings[h.Binding] = append(bindings[h.Binding], label)
+		}
+		if h.Concurrency < 0 {
+			add("%s has a negative Concurrency", label)
+		}
+		switch h.guarantee {
+		case Inbox:
+			needInbox = true
+			if h.txFn == nil {
+				add("%s has no function", label)
+			}
+			if c.drv == nil {
+				add("%s has the inbox guarantee but the consumer has no database (New was given a nil driver); it will not fall back to at-least-once", label)
+			}
+		case AtLeastOnce:
+			if h.fn == nil {
+				add("%s has no function", label)
+			}
+		}
+	}
+	var bs []string
+	for b := range bindings {
+		bs = append(bs, b)
+	}
+	sort.Strings(bs)
+	for _, b := range bs {
+		if l := bindings[b]; len(l) > 1 {
+			add("binding %q is used by %s: one handler per binding (they would compete for its messages)", b, strings.Join(l, " and "))
+		}
+		if err := c.cfg.Broker.CheckBinding(ctx, b); err != nil {
+			add("binding %q (%s): %v", b, strings.Join(bindings[b], ", "), err)
+		}
+	}
+	if needInbox && c.drv != nil {
+		problems = append(problems, c.checkInbox(ctx)...)
+	}
+	if len(problems) > 0 {
+		return &StartupError{Problems: problems}
+	}
+	return nil
+}
+
+// checkName applies the inbox's rules for a source.
+func checkName(s string) string {
+	if len(s) > inbox.DefaultMaxSourceLen {
+		return fmt.Sprintf("is %d bytes, over %d", len(s), inbox.DefaultMaxSourceLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return fmt.Sprintf("contains control character %#x", c)
+		}
+	}
+	return ""
+}
+
+// checkInbox verifies that the inbox table's migrations are all applied
+// and that the table is there.
+func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
+	table := c.cfg.InboxTable
+	m, err := migrate.New(c.drv, migrate.Config{Schema: c.cfg.Schema, NoOutbox: true, InboxTables: []string{table}})
+	if err != nil {
+		return []string{fmt.Sprintf("inbox table %q: %v", table, err)}
+	}
+	var problems []string
+	pending, err := m.Pending(ctx)
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("inbox table %q: cannot read the migration state: %v", table, err))
+	} else if len(pending) > 0 {
+		var vs []string
+		for _, p := range pending {
+			vs = append(vs, fmt.Sprintf("%d (%s)", p.Version, p.Name))
+		}
+		problems = append(problems, fmt.Sprintf("inbox table %q is not migrated: pending migration(s) %s; run `txbox migrate up` or migrate.Migrator.Up", table, strings.Join(vs, ", ")))
+	}
+	q := "SELECT source, message_id FROM " + sqlname.Qualified(c.drv.Dialect(), c.cfg.Schema, table) + " WHERE 1 = 0"
+	rows, err := c.drv.Pool().Query(ctx, q)
+	if err == nil {
+		rows.Next()
+		_ = rows.Close()
+		err = rows.Err()
+	}
+	if err != nil && len(pending) == 0 {
+		problems = append(problems, fmt.Sprintf("inbox table %q is missing or unreadable although its migrations are recorded: %v", table, err))
+	}
+	return problems
+}
+
+// Start validates the configuration (see Validate) and, when it is sound,
+// subscribes every handler's binding and starts receiving. ctx bounds
+// start-up only; Stop ends the consumer.
+func (c *Consumer[TTx]) Start(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return ErrStarted
+	}
+	c.mu.Unlock()
+	if err := c.Validate(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrStarted
+	}
+	var subs []Subscription
+	for _, h := range c.handlers {
+		n := h.Concurrency
+		if n == 0 {
+			n = c.cfg.Concurrency
+		}
+		s, err := c.cfg.Broker.Subscribe(ctx, h.Binding, 2*n)
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Close(ctx)
+			}
+			return fmt.Errorf("txbox/consumer: subscribe %q for handler %q: %w", h.Binding, h.Name, err)
+		}
+		subs = append(subs, s)
+	}
+	c.started = true
+	fetchCtx, fetchCancel := context.WithCancel(context.WithoutCancel(ctx))
+	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.fetchCancel, c.hardCancel = fetchCancel, hardCancel
+	for i, h := range c.handlers {
+		n := h.Concurrency
+		if n == 0 {
+			n = c.cfg.Concurrency
+		}
+		c.wg.Add(1)
+		go c.run(fetchCtx, hardCtx, h, subs[i], n)
+	}
+	go func() {
+		c.wg.Wait()
+		close(c.stopped)
+	}()
+	return nil
+}
+
+// Stop stops fetching, lets the handlers in flight finish until ctx ends,
+// then cancels those still running (their transactions roll back) and
+// releases every unfinished message for redelivery. It returns ctx's error
+// if it had to cancel handlers.
+func (c *Consumer[TTx]) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		return nil
+	}
+	c.stopOnce.Do(c.fetchCancel)
+	select {
+	case <-c.stopped:
+		c.hardCancel()
+		return nil
+	case <-ctx.Done():
+		c.hardCancel()
+		<-c.stopped
+		return ctx.Err()
+	}
+}
+
+// Stopped is closed once a started Consumer has stopped.
+func (c *Consumer[TTx]) Stopped() <-chan struct{} { return c.stopped }
+
+// Stats returns the counters.
+func (c *Consumer[TTx]) Stats() Stats {
+	return Stats{
+		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
+		DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
+	}
+}
+
+// run is one handler's fetch loop and its n workers.
+func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], sub Subscription, n int) {
+	defer c.wg.Done()
+	work := make(chan Delivery)
+	var workers sync.WaitGroup
+	for range n {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for d := range work {
+				c.process(hardCtx, h, d)
+			}
+		}()
+	}
+	backoff := 10 * time.Millisecond
+	for {
+		d, err := sub.Next(fetchCtx)
+		if err != nil {
+			if fetchCtx.Err() != nil {
+				break
+			}
+			c.log.Warn("txbox/consumer: receive failed; retrying", "handler", h.Name, "binding", h.Binding, "err", err, "wait", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-fetchCtx.Done():
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		select {
+		case work <- d:
+		case <-fetchCtx.Done():
+			c.release(d)
+		}
+	}
+	close(work)
+	workers.Wait()
+	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sub.Close(closeCtx); err != nil {
+		c.log.Warn("txbox/consumer: close subscription", "handler", h.Name, "err", err)
+	}
+}
+
+func (c *Consumer[TTx]) release(d Delivery) {
+	c.released.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.Retry(ctx, 0); err != nil {
+		c.ackFailed.Add(1)
+	}
+}
+
+// process runs h on one delivery and settles it.
+func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d Delivery) {
+	msg := d.Message()
+	msg.Binding = h.Binding
+	dup, err := c.invoke(ctx, h, msg)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	log := c.log.With("handler", h.Name, "message_id", msg.ID, "deliveries", msg.Deliveries)
+	settle := func(what string, err error) {
+		if err != nil {
+			c.ackFailed.Add(1)
+			log.Warn("txbox/consumer: "+what+" failed; the broker will redeliver", "err", err)
+		}
+	}
+	var herr *inbox.HandlerError
+	var panicked *PanicError
+	switch {
+	case err == nil:
+		if dup {
+			c.duplicates.Add(1)
+		} else {
+			c.handled.Add(1)
+		}
+		settle("ack", d.Ack(sctx))
+	case ctx.Err() != nil:
+		// Stop's deadline passed: the transaction rolled back.
+		c.released.Add(1)
+		settle("release", d.Retry(sctx, 0))
+	case IsPermanent(err), errors.Is(err, inbox.ErrInvalidInput):
+		log.Error("txbox/consumer: dead-lettering a message that cannot succeed", "err", err)
+		c.dead.Add(1)
+		settle("dead-letter", d.DeadLetter(sctx, err))
+	case h.guarantee == AtLeastOnce, errors.As(err, &herr), errors.As(err, &panicked):
+		if msg.Deliveries >= c.cfg.MaxDeliveries {
+			log.Error("txbox/consumer: dead-lettering after the last delivery", "err", err)
+			c.dead.Add(1)
+			settle("dead-letter", d.DeadLetter(sctx, err))
+			return
+		}
+		delay := c.backoff(msg.Deliveries)
+		log.Warn("txbox/consumer: handler failed; retrying", "err", err, "delay", delay)
+		c.retried.Add(1)
+		settle("retry", d.Retry(sctx, delay))
+	default:
+		// The database failed, not the handler: retry, never dead-letter.
+		delay := c.backoff(msg.Deliveries)
+		log.Warn("txbox/consumer: inbox transaction failed; retrying", "err", err, "delay", delay)
+		c.retried.Add(1)
+		settle("retry", d.Retry(sctx, delay))
+	}
+}
+
+// invoke runs h's function, recovering a panic as a *PanicError.
+func (c *Consumer[TTx]) invoke(ctx context.Context, h *handler[TTx], msg Message) (dup bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v}
+		}
+	}()
+	if h.guarantee == AtLeastOnce {
+		return false, h.fn(ctx, msg)
+	}
+	if msg.ID == "" {
+		return false, Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))
+	}
+	meta := map[string]any{"topic": msg.Topic, "binding": msg.Binding, "deliveries": msg.Deliveries}
+	res, err := c.ib.Handle(ctx, h.Name, msg.ID, meta, func(ctx context.Context, tx TTx) error {
+		return h.txFn(ctx, tx, msg)
+	})
+	return res == inbox.Duplicate, err
+}
+
+// backoff is the delay after the given delivery failed.
+func (c *Consumer[TTx]) backoff(deliveries int) time.Duration {
+	d := c.cfg.BackoffBase
+	for i := 1; i < deliveries && d < c.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.BackoffMax)
+}

@@ -1,0 +1,28 @@
+// Package consumer runs message handlers against a broker: each registered
+// handler has an explicit, stable name, a binding on the broker (a
+// JetStream durable consumer, a RabbitMQ queue), a delivery guarantee, and
+// a function.
+//
+// An Inbox handler runs inside the transactional inbox (package inbox): the
+// consumer begins a transaction, records the receipt of (handler name,
+// message id), runs the handler with the transaction — its business writes
+// and any outbox messages it adds with txbox.Outbox.Add commit together with
+// the receipt — commits, and only then ACKs. A redelivered copy finds the
+// receipt and is ACKed without running the handler, so the handler's
+// database effects happen exactly once. An AtLeastOnce handler gets no
+// transaction: it runs once per delivery and is ACKed after it returns.
+//
+//	c, err := consumer.New(txboxpgx.New(pool), consumer.Config{Broker: sub})
+//	c.HandleInbox(consumer.HandlerConfig{Name: "billing.order-created", Binding: "ORDERS/billing"},
+//		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+//			_, err := tx.Exec(ctx, "INSERT INTO invoices …")
+//			return err
+//		})
+//	if err := c.Start(ctx); err != nil { … } // lists every problem found
+//	defer c.Stop(ctx)
+//
+// The broker side is the small Subscriber interface; implementations are
+// natsjs.Subscriber (JetStream) and rabbitmq.Subscriber. This package
+// imports no broker SDK. docs/consumer.md states the flow, the guarantee,
+// its duplicate windows, dead letters and startup validation.
+package consumer

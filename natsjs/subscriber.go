@@ -1,0 +1,330 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consumer"
+)
+
+// Headers of a dead-lettered copy.
+const (
+	HeaderError      = "Txbox-Error"      // why it was dead-lettered
+	HeaderDeliveries = "Txbox-Deliveries" // how many times it was delivered
+	HeaderBinding    = "Txbox-Binding"    // STREAM/durable it came from
+	HeaderSubject    = "Txbox-Subject"    // the subject it was published to
+	HeaderStreamSeq  = "Txbox-Stream-Seq" // its sequence in the stream
+)
+
+// DefaultDeadLetterPrefix is SubscriberConfig.DeadLetterPrefix's default.
+const DefaultDeadLetterPrefix = "txbox.dlq."
+
+// ConsumerConfig is what EnsureConsumer creates: a durable pull consumer
+// with explicit acks.
+type ConsumerConfig struct {
+	Durable        string   // required
+	FilterSubjects []string // default: the whole stream
+	// AckWait is how long the server waits for an ack before redelivering;
+	// it must exceed the longest handler run. Default: 30s.
+	AckWait time.Duration
+	// MaxAckPending bounds unacknowledged messages across all subscribers
+	// of the consumer. Default: 1000.
+	MaxAckPending int
+}
+
+// EnsureConsumer creates or updates the durable consumer cfg.Durable on
+// stream; the stream must exist. Redelivery limits are left to the
+// txbox consumer (its MaxDeliveries), which dead-letters with the error.
+func EnsureConsumer(ctx context.Context, nc *nats.Conn, stream string, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxAckPending == 0 {
+		cfg.MaxAckPending = 1000
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: cfg.AckWait, MaxAckPending: cfg.MaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if len(cfg.FilterSubjects) == 1 {
+		cc.FilterSubject = cfg.FilterSubjects[0] // servers before 2.10 know only this field
+	} else {
+		cc.FilterSubjects = cfg.FilterSubjects
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: create consumer %s/%s: %w", stream, cfg.Durable, err)
+	}
+	return c, nil
+}
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// DeadLetterPrefix: a binding's dead letters are published to
+	// DeadLetterPrefix + STREAM + "." + durable, which a stream must
+	// capture (CheckBinding verifies it). Default: DefaultDeadLetterPrefix
+	// ("txbox.dlq.").
+	DeadLetterPrefix string
+}
+
+// Subscriber implements consumer.Subscriber on JetStream. A binding is
+// "STREAM/durable", a durable pull consumer with explicit acks (see
+// EnsureConsumer). It uses a connection the caller owns; give it
+// nats.MaxReconnects(-1) so that it rides out a server restart.
+type Subscriber struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	dlq string
+}
+
+var _ consumer.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a Subscriber over nc.
+func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig) (*Subscriber, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: natsjs: nil connection", txbox.ErrInvalidConfig)
+	}
+	if cfg.DeadLetterPrefix == "" {
+		cfg.DeadLetterPrefix = DefaultDeadLetterPrefix
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: %w", err)
+	}
+	return &Subscriber{nc: nc, js: js, dlq: cfg.DeadLetterPrefix}, nil
+}
+
+// DeadLetterSubject is where the dead letters of binding go.
+func (s *Subscriber) DeadLetterSubject(binding string) string {
+	return s.dlq + strings.ReplaceAll(binding, "/", ".")
+}
+
+func splitBinding(b string) (stream, durable string, err error) {
+	stream, durable, ok := strings.Cut(b, "/")
+	if !ok || stream == "" || durable == "" || strings.Contains(durable, "/") {
+		return "", "", fmt.Errorf("binding %q is not STREAM/durable", b)
+	}
+	return stream, durable, nil
+}
+
+// CheckBinding checks that the stream and its durable consumer exist, that
+// the consumer is a pull consumer with explicit acks, and that a stream
+// captures the binding's dead-letter subject.
+func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
+	stream, durable, err := splitBinding(binding)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	c, err := s.js.Consumer(ctx, stream, durable)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		problems = append(problems, fmt.Sprintf("stream %s does not exist", stream))
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		problems = append(problems, fmt.Sprintf("durable consumer %s does not exist on stream %s (create it with natsjs.EnsureConsumer)", durable, stream))
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("look up consumer: %v", err))
+	default:
+		ci := c.CachedInfo()
+		if ci.Config.DeliverSubject != "" {
+			problems = append(problems, fmt.Sprintf("consumer %s is a push consumer; a pull consumer is needed", durable))
+		}
+		if ci.Config.AckPolicy != jetstream.AckExplicitPolicy {
+			problems = append(problems, fmt.Sprintf("consumer %s has ack policy %s; explicit is needed", durable, ci.Config.AckPolicy))
+		}
+	}
+	dl := s.DeadLetterSubject(binding)
+	if _, err := s.js.StreamNameBySubject(ctx, dl); err != nil {
+		problems = append(problems, fmt.Sprintf("no stream captures the dead-letter subject %s: %v", dl, err))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Subscribe starts pulling from binding, at most prefetch messages ahead.
+func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+	stream, durable, err := splitBinding(binding)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: consumer %s: %w", binding, err)
+	}
+	sub := &subscription{s: s, binding: binding, stream: stream, durable: durable, prefetch: max(prefetch, 1), cons: c}
+	if err := sub.open(); err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+type subscription struct {
+	s               *Subscriber
+	binding         string
+	stream, durable string
+	prefetch        int
+	mu              sync.Mutex
+	cons            jetstream.Consumer
+	it              jetstream.MessagesContext
+	closed          bool
+}
+
+func (sub *subscription) open() error {
+	it, err := sub.cons.Messages(jetstream.PullMaxMessages(sub.prefetch))
+	if err != nil {
+		return fmt.Errorf("natsjs: pull from %s: %w", sub.binding, err)
+	}
+	sub.mu.Lock()
+	sub.it = it
+	sub.mu.Unlock()
+	return nil
+}
+
+// Next returns the next message. The iterator re-issues its pulls after a
+// reconnect by itself; if it ends (the consumer was deleted and
+// re-created, the server lost it), Next reopens it and reports the error.
+func (sub *subscription) Next(ctx context.Context) (consumer.Delivery, error) {
+	sub.mu.Lock()
+	it := sub.it
+	sub.mu.Unlock()
+	if it == nil {
+		if err := sub.reopen(ctx); err != nil {
+			return nil, err
+		}
+		sub.mu.Lock()
+		it = sub.it
+		sub.mu.Unlock()
+	}
+	m, err := it.Next(jetstream.NextContext(ctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		it.Stop()
+		sub.mu.Lock()
+		if sub.it == it {
+			sub.it = nil
+		}
+		sub.mu.Unlock()
+		return nil, fmt.Errorf("natsjs: next from %s: %w", sub.binding, err)
+	}
+	return &delivery{m: m, sub: sub}, nil
+}
+
+func (sub *subscription) reopen(ctx context.Context) error {
+	c, err := sub.s.js.Consumer(ctx, sub.stream, sub.durable)
+	if err != nil {
+		return fmt.Errorf("natsjs: consumer %s: %w", sub.binding, err)
+	}
+	sub.mu.Lock()
+	sub.cons = c
+	sub.mu.Unlock()
+	return sub.open()
+}
+
+// Close stops pulling and naks the messages pulled but not handed out, so
+// that they are redelivered at once instead of after AckWait.
+func (sub *subscription) Close(ctx context.Context) error {
+	sub.mu.Lock()
+	it := sub.it
+	sub.it, sub.closed = nil, true
+	sub.mu.Unlock()
+	if it == nil {
+		return nil
+	}
+	it.Drain()
+	for {
+		nctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err != nil {
+			break
+		}
+		_ = m.Nak()
+	}
+	it.Stop()
+	return nil
+}
+
+type delivery struct {
+	m   jetstream.Msg
+	sub *subscription
+}
+
+func (d *delivery) numDelivered() int {
+	if md, err := d.m.Metadata(); err == nil {
+		return int(md.NumDelivered)
+	}
+	return 1
+}
+
+func (d *delivery) Message() consumer.Message {
+	h := map[string]string{}
+	for k, v := range d.m.Headers() {
+		if len(v) > 0 && !strings.HasPrefix(strings.ToLower(k), "nats-") {
+			h[k] = v[0]
+		}
+	}
+	return consumer.Message{
+		Message:    txbox.Message{ID: d.m.Headers().Get(jetstream.MsgIDHeader), Topic: d.m.Subject(), Payload: d.m.Data(), Headers: h},
+		Deliveries: d.numDelivered(),
+	}
+}
+
+// Ack acks and waits for the server's confirmation.
+func (d *delivery) Ack(ctx context.Context) error { return d.m.DoubleAck(ctx) }
+
+// Retry naks with a delay: the server redelivers after it.
+func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return d.m.Nak()
+	}
+	return d.m.NakWithDelay(delay)
+}
+
+// DeadLetter publishes a copy (same payload and headers, plus the error,
+// the delivery count, the binding, subject and stream sequence) to the
+// binding's dead-letter subject, waits for the stream's ack, then
+// terminates the original so it is never redelivered. If the copy is not
+// stored, the original is nak'ed for a later try.
+func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	out := nats.NewMsg(d.sub.s.DeadLetterSubject(d.sub.binding))
+	out.Data = d.m.Data()
+	for k, v := range d.m.Headers() {
+		out.Header[k] = v
+	}
+	msg := ""
+	if cause != nil {
+		msg = strings.NewReplacer("\r", " ", "\n", " ").Replace(cause.Error())
+		if len(msg) > 4096 {
+			msg = msg[:4096]
+		}
+	}
+	out.Header.Set(HeaderError, msg)
+	out.Header.Set(HeaderDeliveries, strconv.Itoa(d.numDelivered()))
+	out.Header.Set(HeaderBinding, d.sub.binding)
+	out.Header.Set(HeaderSubject, d.m.Subject())
+	if md, err := d.m.Metadata(); err == nil {
+		out.Header.Set(HeaderStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+	}
+	if _, err := d.sub.s.js.PublishMsg(ctx, out); err != nil {
+		_ = d.m.NakWithDelay(time.Second)
+		return fmt.Errorf("natsjs: dead-letter to %s: %w", out.Subject, err)
+	}
+	return d.m.Term()
+}

@@ -1,0 +1,217 @@
+// Package rabbitmq connects txbox to RabbitMQ (AMQP 0-9-1, through
+// github.com/rabbitmq/amqp091-go): a Publisher for the relay and a
+// Subscriber for package consumer.
+//
+// The Publisher sends each message persistent, with publisher confirms,
+// message_id set to the message id (after the headers, so no header can
+// change it) and mandatory routing: a message no queue is bound to comes
+// back (basic.return) and is reported with txbox.Reject, so it counts
+// toward the relay's attempt budget and ends dead instead of vanishing; a
+// lost connection, a closed channel, a broker nack or a confirm that does
+// not arrive in time is transient and costs nothing.
+//
+// The Subscriber consumes a durable queue with manual acks and a prefetch.
+// DeclareQueue creates a queue with what the Subscriber needs around it:
+// <queue>.retry (failed messages wait there for their backoff, then return
+// to the queue) and the dead-letter exchange <queue>.dlx with its queue
+// <queue>.dlq.
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txbox/txbox"
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// URL is the broker, amqp://user:pass@host:port/vhost. Required.
+	URL string
+	// Exchange receives every message, with the message's topic as the
+	// routing key. Default: "" (the default exchange: the topic is a queue
+	// name).
+	Exchange string
+	// DialTimeout bounds connecting. Default: 10s.
+	DialTimeout time.Duration
+}
+
+// Publisher publishes to RabbitMQ with publisher confirms. It owns its
+// connection: it dials on first use and again after the connection or
+// channel failed. Close it when done. It is safe for concurrent use;
+// Publish calls run one at a time.
+type Publisher struct {
+	cfg     PublisherConfig
+	mu      sync.Mutex
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
+var _ txbox.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher; it does not connect yet.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if cfg.URL == "" {
+		return nil, fmt.Errorf("%w: rabbitmq: URL is required", txbox.ErrInvalidConfig)
+	}
+	if cfg.DialTimeout < 0 {
+		return nil, fmt.Errorf("%w: rabbitmq: negative DialTimeout", txbox.ErrInvalidConfig)
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	return &Publisher{cfg: cfg}, nil
+}
+
+func dial(url string, timeout time.Duration) (*amqp.Connection, error) {
+	return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(timeout), Heartbeat: 10 * time.Second})
+}
+
+// channel returns the confirm-mode channel, connecting if needed.
+func (p *Publisher) channel() (*amqp.Channel, error) {
+	if p.ch != nil && !p.ch.IsClosed() && !p.conn.IsClosed() {
+		return p.ch, nil
+	}
+	p.reset()
+	conn, err := dial(p.cfg.URL, p.cfg.DialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("rabbitmq: open confirm channel: %w", err)
+	}
+	p.conn, p.ch = conn, ch
+	p.returns = ch.NotifyReturn(make(chan amqp.Return, 1024))
+	return ch, nil
+}
+
+func (p *Publisher) reset() {
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
+	p.conn, p.ch, p.returns = nil, nil, nil
+}
+
+// Close closes the connection.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reset()
+	return nil
+}
+
+// Publishing builds the AMQP message for m: persistent, the user's headers
+// (minus reserved names), then message_id = m.ID.
+func Publishing(m txbox.Message) amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range m.Headers {
+		if !txbox.IsReservedHeader(k) {
+			h[k] = v
+		}
+	}
+	return amqp.Publishing{
+		Headers:      h,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.ID,
+		Timestamp:    time.Now(),
+		Body:         m.Payload,
+	}
+}
+
+// Publish sends msgs and waits for their confirms; see txbox.Publisher.
+func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(msgs))
+		}
+		errs[i] = err
+	}
+	ch, err := p.channel()
+	if err != nil {
+		for i := range msgs {
+			fail(i, err)
+		}
+		return errs
+	}
+	returns := p.returns
+	confs := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i, m := range msgs {
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, m.Topic, true, false, Publishing(m))
+		if err != nil {
+			fail(i, fmt.Errorf("rabbitmq: publish: %w", err))
+			continue
+		}
+		confs[i] = c
+	}
+	returned := map[string]amqp.Return{}
+	broken := false
+	for i, c := range confs {
+		if c == nil {
+			broken = true
+			continue
+		}
+	wait:
+		for {
+			select {
+			case <-c.Done():
+				break wait
+			case r, ok := <-returns:
+				if !ok {
+					returns = nil
+					continue
+				}
+				returned[r.MessageId] = r
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		select {
+		case <-c.Done():
+		default:
+			// No confirm in time: the channel's state is unknown, start over.
+			broken = true
+			fail(i, fmt.Errorf("rabbitmq: waiting for confirm: %w", ctx.Err()))
+			continue
+		}
+		// A return precedes its ack on the channel; collect any queued.
+	drain:
+		for returns != nil {
+			select {
+			case r, ok := <-returns:
+				if !ok {
+					returns = nil
+					break drain
+				}
+				returned[r.MessageId] = r
+			default:
+				break drain
+			}
+		}
+		if r, ok := returned[msgs[i].ID]; ok && msgs[i].ID != "" {
+			fail(i, txbox.Reject(fmt.Errorf("rabbitmq: unroutable: %d %s (exchange %q, routing key %q)", r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)))
+			continue
+		}
+		if !c.Acked() {
+			broken = broken || ch.IsClosed()
+			fail(i, errors.New("rabbitmq: not confirmed (broker nack or channel closed)"))
+		}
+	}
+	if broken || ch.IsClosed() {
+		p.reset()
+	}
+	return errs
+}

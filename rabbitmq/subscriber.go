@@ -1,0 +1,408 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consumer"
+)
+
+// Headers the Subscriber sets on retried and dead-lettered copies.
+const (
+	HeaderDeliveries = "Txbox-Deliveries" // deliveries so far
+	HeaderTopic      = "Txbox-Topic"      // the original routing key
+	HeaderError      = "Txbox-Error"      // why the message was dead-lettered
+	HeaderBinding    = "Txbox-Binding"    // the queue it was dead-lettered from
+)
+
+// Names derived from a queue by DeclareQueue.
+func retryQueue(q string) string   { return q + ".retry" }
+func deadExchange(q string) string { return q + ".dlx" }
+func deadQueue(q string) string    { return q + ".dlq" }
+
+// QueueConfig is what DeclareQueue creates.
+type QueueConfig struct {
+	// Name of the queue. Required.
+	Name string
+	// Exchange, if set, is declared (durable, type "topic") and the queue is
+	// bound to it with each of RoutingKeys. Default: "" (no binding: the
+	// default exchange routes by queue name).
+	Exchange    string
+	RoutingKeys []string
+}
+
+// DeclareQueue declares (idempotently) a durable queue for a consumer
+// binding, with <name>.retry (a queue with no consumer: a failed message
+// waits there for its backoff, as a per-message TTL, then dead-letters back
+// to <name>) and the dead-letter exchange <name>.dlx (direct) routing to
+// <name>.dlq. The queue itself dead-letters to <name>.dlx, so that a
+// message rejected by other means lands there too.
+func DeclareQueue(ctx context.Context, url string, cfg QueueConfig) error {
+	if cfg.Name == "" {
+		return fmt.Errorf("%w: rabbitmq: queue name is required", txbox.ErrInvalidConfig)
+	}
+	conn, err := dial(url, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: connect: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	q := cfg.Name
+	steps := []func() error{
+		func() error { return ch.ExchangeDeclare(deadExchange(q), "direct", true, false, false, false, nil) },
+		func() error {
+			_, err := ch.QueueDeclare(deadQueue(q), true, false, false, false, nil)
+			return err
+		},
+		func() error { return ch.QueueBind(deadQueue(q), q, deadExchange(q), false, nil) },
+		func() error {
+			_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": deadExchange(q)})
+			return err
+		},
+		func() error {
+			_, err := ch.QueueDeclare(retryQueue(q), true, false, false, false, amqp.Table{
+				"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q})
+			return err
+		},
+	}
+	if cfg.Exchange != "" {
+		steps = append(steps, func() error { return ch.ExchangeDeclare(cfg.Exchange, "topic", true, false, false, false, nil) })
+		for _, k := range cfg.RoutingKeys {
+			steps = append(steps, func() error { return ch.QueueBind(q, k, cfg.Exchange, false, nil) })
+		}
+	}
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s(); err != nil {
+			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// URL is the broker. Required.
+	URL string
+	// DialTimeout bounds connecting. Default: 10s.
+	DialTimeout time.Duration
+	// ReconnectMax caps the doubling wait between reconnection attempts.
+	// Default: 5s.
+	ReconnectMax time.Duration
+}
+
+// Subscriber implements consumer.Subscriber on RabbitMQ. A binding is a
+// queue declared with DeclareQueue. Each subscription has its own
+// connection, re-dialled after the broker or the network dropped it;
+// messages unacknowledged on a lost connection are redelivered by the broker.
+type Subscriber struct {
+	cfg SubscriberConfig
+}
+
+var _ consumer.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a Subscriber; it does not connect yet.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	if cfg.URL == "" {
+		return nil, fmt.Errorf("%w: rabbitmq: URL is required", txbox.ErrInvalidConfig)
+	}
+	if cfg.DialTimeout < 0 || cfg.ReconnectMax < 0 {
+		return nil, fmt.Errorf("%w: rabbitmq: negative duration", txbox.ErrInvalidConfig)
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.ReconnectMax == 0 {
+		cfg.ReconnectMax = 5 * time.Second
+	}
+	return &Subscriber{cfg: cfg}, nil
+}
+
+// CheckBinding checks that the queue, its retry queue and its dead-letter
+// exchange exist (passive declarations).
+func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
+	conn, err := dial(s.cfg.URL, s.cfg.DialTimeout)
+	if err != nil {
+		return fmt.Errorf("cannot connect to RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	var missing []string
+	check := func(what string, f func(ch *amqp.Channel) error) {
+		ch, err := conn.Channel() // a failed passive declare closes its channel
+		if err != nil {
+			missing = append(missing, fmt.Sprintf("%s: %v", what, err))
+			return
+		}
+		defer ch.Close()
+		if err := f(ch); err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				missing = append(missing, what+" does not exist")
+			} else {
+				missing = append(missing, fmt.Sprintf("%s: %v", what, err))
+			}
+		}
+	}
+	for _, q := range []string{binding, retryQueue(binding)} {
+		check("queue "+q, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			return err
+		})
+	}
+	check("dead-letter exchange "+deadExchange(binding), func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclarePassive(deadExchange(binding), "direct", true, false, false, false, nil)
+	})
+	if len(missing) > 0 {
+		return fmt.Errorf("%v (declare it with rabbitmq.DeclareQueue)", joinComma(missing))
+	}
+	return nil
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += x
+	}
+	return out
+}
+
+// Subscribe starts consuming queue binding with manual acks and the
+// given prefetch.
+func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+	sub := &subscription{cfg: s.cfg, queue: binding, prefetch: max(prefetch, 1)}
+	if err := sub.connect(); err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+type subscription struct {
+	cfg      SubscriberConfig
+	queue    string
+	prefetch int
+
+	mu         sync.Mutex
+	conn       *amqp.Connection
+	ch         *amqp.Channel // consuming
+	pub        *amqp.Channel // confirm mode, for retry and dead-letter copies
+	deliveries <-chan amqp.Delivery
+	closed     bool
+}
+
+func (s *subscription) connect() error {
+	conn, err := dial(s.cfg.URL, s.cfg.DialTimeout)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: connect: %w", err)
+	}
+	fail := func(what string, err error) error {
+		_ = conn.Close()
+		return fmt.Errorf("rabbitmq: %s: %w", what, err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fail("channel", err)
+	}
+	if err := ch.Qos(s.prefetch, 0, false); err != nil {
+		return fail("qos", err)
+	}
+	pub, err := conn.Channel()
+	if err != nil {
+		return fail("channel", err)
+	}
+	if err := pub.Confirm(false); err != nil {
+		return fail("confirm", err)
+	}
+	ds, err := ch.Consume(s.queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fail("consume "+s.queue, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = conn.Close()
+		return errors.New("rabbitmq: subscription closed")
+	}
+	s.conn, s.ch, s.pub, s.deliveries = conn, ch, pub, ds
+	return nil
+}
+
+// Next returns the next delivery, reconnecting as long as it takes.
+func (s *subscription) Next(ctx context.Context) (consumer.Delivery, error) {
+	wait := 50 * time.Millisecond
+	for {
+		s.mu.Lock()
+		ds, pub := s.deliveries, s.pub
+		s.mu.Unlock()
+		if ds != nil {
+			select {
+			case d, ok := <-ds:
+				if ok {
+					return &delivery{d: d, pub: pub, queue: s.queue}, nil
+				}
+				// The connection or channel is gone: unacked messages
+				// return to the queue; reconnect.
+				s.mu.Lock()
+				if s.deliveries == ds {
+					_ = s.conn.Close()
+					s.deliveries = nil
+				}
+				s.mu.Unlock()
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if err := s.connect(); err == nil {
+			wait = 50 * time.Millisecond
+			continue
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		wait = min(2*wait, s.cfg.ReconnectMax)
+	}
+}
+
+// Close closes the connection: RabbitMQ requeues every unacked message.
+func (s *subscription) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.conn != nil {
+		err := s.conn.Close()
+		s.conn, s.deliveries = nil, nil
+		if errors.Is(err, amqp.ErrClosed) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+type delivery struct {
+	d     amqp.Delivery
+	pub   *amqp.Channel
+	queue string
+}
+
+func (d *delivery) deliveries() int {
+	n := 0
+	if v, ok := d.d.Headers[HeaderDeliveries]; ok {
+		switch x := v.(type) {
+		case int32:
+			n = int(x)
+		case int64:
+			n = int(x)
+		case int:
+			n = x
+		case string:
+			n, _ = strconv.Atoi(x)
+		}
+	}
+	n++
+	if d.d.Redelivered {
+		n++ // delivered before, unacked (a consumer died or released it)
+	}
+	return n
+}
+
+func (d *delivery) Message() consumer.Message {
+	h := map[string]string{}
+	for k, v := range d.d.Headers {
+		if s, ok := v.(string); ok {
+			h[k] = s
+		}
+	}
+	topic := d.d.RoutingKey
+	if t, ok := h[HeaderTopic]; ok {
+		topic = t
+	}
+	delete(h, HeaderTopic)
+	delete(h, HeaderDeliveries)
+	return consumer.Message{
+		Message:    txbox.Message{ID: d.d.MessageId, Topic: topic, Payload: d.d.Body, Headers: h},
+		Deliveries: d.deliveries(),
+	}
+}
+
+func (d *delivery) Ack(ctx context.Context) error { return d.d.Ack(false) }
+
+// copyOf is the message republished for a retry or a dead letter.
+func (d *delivery) copyOf(extra amqp.Table) amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range d.d.Headers {
+		if k != "x-death" {
+			h[k] = v
+		}
+	}
+	if _, ok := h[HeaderTopic]; !ok {
+		h[HeaderTopic] = d.d.RoutingKey
+	}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return amqp.Publishing{
+		Headers: h, DeliveryMode: amqp.Persistent, MessageId: d.d.MessageId,
+		ContentType: d.d.ContentType, Timestamp: d.d.Timestamp, Body: d.d.Body,
+	}
+}
+
+// republish publishes p and waits for its confirm, then acks the original.
+// If the copy is not confirmed the original is requeued instead.
+func (d *delivery) republish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
+	c, err := d.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
+	if err == nil {
+		var ok bool
+		ok, err = c.WaitContext(ctx)
+		if err == nil && !ok {
+			err = errors.New("not confirmed")
+		}
+	}
+	if err != nil {
+		_ = d.d.Nack(false, true)
+		return fmt.Errorf("rabbitmq: republish to %q/%q: %w", exchange, key, err)
+	}
+	return d.d.Ack(false)
+}
+
+// Retry acks the message after publishing a copy, with its delivery count,
+// to <queue>.retry, whose TTL returns it to the queue after delay. A zero
+// delay requeues it in place (basic.nack with requeue).
+func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return d.d.Nack(false, true)
+	}
+	p := d.copyOf(amqp.Table{HeaderDeliveries: int64(d.deliveries())})
+	p.Expiration = strconv.FormatInt(max(delay.Milliseconds(), 1), 10)
+	return d.republish(ctx, "", retryQueue(d.queue), p)
+}
+
+// DeadLetter publishes a copy with the error and the delivery count to the
+// exchange <queue>.dlx, then acks the original.
+func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+		if len(msg) > 4096 {
+			msg = msg[:4096]
+		}
+	}
+	p := d.copyOf(amqp.Table{HeaderDeliveries: int64(d.deliveries()), HeaderError: msg, HeaderBinding: d.queue})
+	return d.republish(ctx, deadExchange(d.queue), d.queue, p)
+}
