@@ -22,6 +22,7 @@ const (
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultRetryDelay       = time.Second
 	DefaultClaimLease       = time.Minute
+	DefaultConcurrency      = 2
 )
 
 // Config configures a Relay. Zero fields take their defaults; negative
@@ -53,6 +54,10 @@ type Config struct {
 	// PublishTimeout bounds the wait for the broker's acks of one batch.
 	// Default: 10s. Env OUTBOX_PUBLISH_TIMEOUT.
 	PublishTimeout time.Duration
+	// Concurrency is how many claim-publish-mark loops the relay runs side
+	// by side, so that database work overlaps the wait for broker acks.
+	// Default: 2.
+	Concurrency int
 	// BackoffMax caps the doubling wait after failed rounds. Default: 30s.
 	BackoffMax time.Duration
 	// RetryDelay is the wait before a rejected message is tried again; it
@@ -86,7 +91,7 @@ func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 ||
 		out.CleanupBatchSize < 0 || out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.BackoffMax < 0 ||
-		out.RetryDelay < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 {
+		out.RetryDelay < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 || out.Concurrency < 0 {
 		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -110,6 +115,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts
+	}
+	if out.Concurrency == 0 {
+		out.Concurrency = DefaultConcurrency
 	}
 	if out.BatchSize > 10000 {
 		return out, fmt.Errorf("%w: batch size %d is over 10000", txbox.ErrInvalidConfig, out.BatchSize)

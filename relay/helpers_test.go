@@ -157,6 +157,7 @@ func eachDriver(t *testing.T, test func(t *testing.T, f fixture)) {
 			return sqlFixture(t, "database/sql postgres", db, driver.Postgres)
 		}},
 		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }},
+		{"mysql", func(t *testing.T) fixture { return sqlFixture(t, "mysql", testenv.MySQL(t), driver.MySQL) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -219,10 +220,11 @@ func streamIDs(t *testing.T, s jetstream.Stream, header string) map[string]int {
 	return ids
 }
 
-// eventually polls cond every 20ms until it holds or a minute has passed.
+// eventually polls cond every 20ms until it holds or three minutes have
+// passed (generous: CI machines are slow and shared).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for: %s", what)

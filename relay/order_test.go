@@ -213,6 +213,11 @@ func TestOrderingTorture(t *testing.T) {
 					return
 				case <-time.After(time.Duration(20+rng.IntN(200)) * time.Millisecond):
 				}
+				// Let each incarnation get some work done before it dies,
+				// however slow the machine: otherwise nothing progresses.
+				for wait := 0; r.Counters().Published == 0 && wait < 200; wait++ {
+					time.Sleep(5 * time.Millisecond)
+				}
 				// Kill: the pool goes first, so marks in flight fail.
 				pool.Reset()
 				cancel()
@@ -246,7 +251,9 @@ func TestOrderingTorture(t *testing.T) {
 		}(uint64(p))
 	}
 	prodWG.Wait()
-	eventually(t, "all delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
+	eventually(t, "all delivered", func() bool {
+		return f.count(t, "published_at IS NULL") == 0
+	})
 	close(stopRelays)
 	relaysWG.Wait()
 	if kills.Load() == 0 {

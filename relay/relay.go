@@ -162,6 +162,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 
+	for i := 1; i < r.cfg.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.loop(ctx)
+		}()
+	}
+	r.loop(ctx)
+	return nil
+}
+
+// loop runs rounds until ctx ends. Concurrency loops run side by side: while
+// one waits for the broker's acks, another claims and marks, as separate
+// relays would (claims skip each other's rows, and a key's next message is
+// not claimable while its previous one is in flight).
+func (r *Relay) loop(ctx context.Context) {
 	var backoff, idle time.Duration
 	armed := false
 	defer func() {
@@ -172,7 +188,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		n, err := r.Round(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		var wait time.Duration
 		switch {
@@ -182,8 +198,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Warn("txbox relay: round failed", "err", err, "retry_in", wait)
 		case n > 0:
 			// There may be more (a full batch, or keys whose next message
-			// became claimable): poll again at once.
+			// became claimable): poll again at once, and on a full batch
+			// get another loop going too.
 			backoff, idle = 0, 0
+			if n >= r.cfg.BatchSize {
+				r.Wake()
+			}
 			if armed {
 				r.listen.disarm(ctx)
 				armed = false
@@ -210,7 +230,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil
+			return
 		case <-timer.C:
 		case <-r.wake:
 			timer.Stop()

@@ -75,7 +75,7 @@ func TestPlainSQLInsertIsDelivered(t *testing.T) {
 		prefix := testenv.Subject()
 		s := stream(t, nc, prefix, jetstream.StreamConfig{})
 		q := "INSERT INTO txbox_outbox (topic, payload) VALUES ($1, $2)"
-		if f.name == "sqlite" {
+		if f.name == "sqlite" || f.name == "mysql" {
 			q = "INSERT INTO txbox_outbox (topic, payload) VALUES (?, ?)"
 		}
 		f.exec(t, q, prefix+"from.sql", []byte("hello"))
@@ -315,6 +315,9 @@ func TestCleanupDeletesOnlyOldDeliveredRows(t *testing.T) {
 		if f.name == "sqlite" {
 			nowUS := time.Now().UnixMicro()
 			old, recent = fmt.Sprint(nowUS-int64(2*time.Hour/time.Microsecond)), fmt.Sprint(nowUS-int64(10*time.Minute/time.Microsecond))
+		}
+		if f.name == "mysql" {
+			old, recent = "UTC_TIMESTAMP(6) - INTERVAL 2 HOUR", "UTC_TIMESTAMP(6) - INTERVAL 10 MINUTE"
 		}
 		// m00–m09 delivered long ago, m10–m14 delivered recently,
 		// m15–m19 dead long ago, m20–m24 pending.
