@@ -1,0 +1,116 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/rabbitmq"
+)
+
+func queue(t *testing.T, url string) string {
+	t.Helper()
+	q := testenv.Name("pq")
+	testenv.Must(t, rabbitmq.DeclareQueue(context.Background(), url, rabbitmq.QueueConfig{Name: q}), "declare")
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(url)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		ch, _ := conn.Channel()
+		for _, n := range []string{q, q + ".retry", q + ".dlq"} {
+			_, _ = ch.QueueDelete(n, false, false, false)
+		}
+		_ = ch.ExchangeDelete(q+".dlx", false, false)
+	})
+	return q
+}
+
+func get(t *testing.T, url, q string) (amqp.Delivery, bool) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	testenv.Must(t, err, "dial")
+	defer conn.Close()
+	ch, err := conn.Channel()
+	testenv.Must(t, err, "channel")
+	d, ok, err := ch.Get(q, true)
+	testenv.Must(t, err, "get")
+	return d, ok
+}
+
+// A routed message arrives persistent, with message_id = the message id
+// that no header can override, and its headers; an unroutable one in the
+// same batch is a message-specific failure (txbox.Reject), the others are
+// unaffected.
+func TestPublisherConfirmsAndMandatory(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ(t)
+	q := queue(t, url)
+	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url})
+	testenv.Must(t, err, "publisher")
+	defer p.Close()
+	errs := p.Publish(context.Background(), []txbox.Message{
+		{ID: "id-1", Topic: q, Payload: []byte("one"), Headers: map[string]string{"trace": "abc", "message_id": "forged"}},
+		{ID: "id-2", Topic: testenv.Name("nowhere"), Payload: []byte("lost")},
+		{ID: "id-3", Topic: q, Payload: []byte("three")},
+	})
+	if errs == nil || errs[0] != nil || errs[2] != nil {
+		t.Fatalf("errs = %v; want only the unroutable message to fail", errs)
+	}
+	if !txbox.IsRejected(errs[1]) {
+		t.Fatalf("unroutable message: %v; want a txbox.Reject error", errs[1])
+	}
+	d, ok := get(t, url, q)
+	if !ok {
+		t.Fatal("queue is empty")
+	}
+	if d.MessageId != "id-1" || string(d.Body) != "one" || d.Headers["trace"] != "abc" || d.DeliveryMode != amqp.Persistent {
+		t.Fatalf("got id %q body %q headers %v mode %d", d.MessageId, d.Body, d.Headers, d.DeliveryMode)
+	}
+	if _, forged := d.Headers["message_id"]; forged {
+		t.Fatal("a header named message_id was sent")
+	}
+}
+
+// A lost connection is transient (never txbox.Reject), and the publisher
+// reconnects on its own once the broker is reachable again.
+func TestPublisherOutageIsTransient(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ(t)
+	q := queue(t, url)
+	proxy := testenv.NewProxy(t, testenv.Target(url))
+	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: "amqp://guest:guest@" + proxy.Addr() + "/", DialTimeout: time.Second})
+	testenv.Must(t, err, "publisher")
+	defer p.Close()
+	msg := []txbox.Message{{ID: "a", Topic: q, Payload: []byte("x")}}
+	if errs := p.Publish(context.Background(), msg); errs != nil {
+		t.Fatalf("publish: %v", errs)
+	}
+	proxy.Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	errs := p.Publish(ctx, []txbox.Message{{ID: "b", Topic: q, Payload: []byte("x")}})
+	cancel()
+	if errs == nil || errs[0] == nil {
+		t.Fatal("publish through a cut connection succeeded")
+	}
+	if txbox.IsRejected(errs[0]) {
+		t.Fatalf("an outage was reported as the message's fault: %v", errs[0])
+	}
+	proxy.Resume()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		errs := p.Publish(context.Background(), []txbox.Message{{ID: "b", Topic: q, Payload: []byte("x")}})
+		if errs == nil {
+			break
+		}
+		if txbox.IsRejected(errs[0]) || time.Now().After(deadline) {
+			t.Fatalf("after the outage: %v", errs[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
