@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,21 +39,27 @@ func Add(ctx context.Context, cfg Config) error {
 		return err
 	}
 	payload := []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999,"currency":"EUR"}`)
-	order := func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ($1, $2)", "c-42", 1999)
+	// Each order is for one of 100,000 customers, whose id is the event's
+	// ordering key: same-key transactions serialise (see docs/ordering.md),
+	// which a shop with many customers rarely meets.
+	customer := func() string { return "c-" + strconv.Itoa(rand.IntN(100_000)) }
+	order := func(ctx context.Context, tx pgx.Tx, c string) error {
+		_, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ($1, $2)", c, 1999)
 		return err
 	}
 	withAdd := func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
-			if err := order(ctx, tx); err != nil {
+			c := customer()
+			if err := order(ctx, tx, c); err != nil {
 				return err
 			}
-			return ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: "c-42", Payload: payload})
+			return ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: c, Payload: payload})
 		})
 	}
 	byHand := func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
-			if err := order(ctx, tx); err != nil {
+			c := customer()
+			if err := order(ctx, tx, c); err != nil {
 				return err
 			}
 			id, err := uuid.NewV7()
@@ -59,7 +67,7 @@ func Add(ctx context.Context, cfg Config) error {
 				return err
 			}
 			_, err = tx.Exec(ctx, "INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers) VALUES ($1, $2, $3, $4, $5)",
-				id.String(), "order.placed", "c-42", payload, "{}")
+				id.String(), "order.placed", c, payload, "{}")
 			return err
 		})
 	}
