@@ -1,0 +1,171 @@
+package redisx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txbox/txbox"
+)
+
+// Defaults of AsynqConfig.
+const (
+	// DefaultTaskRetention is how long asynq keeps a completed task, and
+	// so how long a re-enqueue of its message is recognised as a duplicate.
+	DefaultTaskRetention = 24 * time.Hour
+	DefaultQueue         = "default"
+	DefaultConcurrency   = 64
+	// EnvTaskRetention is read by AsynqConfigFromEnv.
+	EnvTaskRetention = "OUTBOX_TASK_RETENTION"
+)
+
+// AsynqConfig configures an AsynqPublisher.
+type AsynqConfig struct {
+	// Queue is the asynq queue tasks go to. Default: "default".
+	Queue string
+	// Retention is asynq's retention of completed tasks: the window in
+	// which a re-enqueued message id is a duplicate. Default: 24h.
+	// Env OUTBOX_TASK_RETENTION (see AsynqConfigFromEnv).
+	Retention time.Duration
+	// Concurrency bounds the enqueues one Publish call has in flight
+	// (asynq enqueues one task per round trip). Default: 64.
+	Concurrency int
+	// Options are added to every task (asynq.MaxRetry, asynq.Timeout, …);
+	// the publisher's Queue, TaskID and Retention come after them and win.
+	// Default: none (asynq's defaults: 25 retries, 30m timeout).
+	Options []asynq.Option
+}
+
+// AsynqConfigFromEnv overlays OUTBOX_TASK_RETENTION (a Go duration, e.g.
+// "24h") on base; a value that does not parse or is not positive is an
+// error naming the variable.
+func AsynqConfigFromEnv(base AsynqConfig) (AsynqConfig, error) {
+	v := os.Getenv(EnvTaskRetention)
+	if v == "" {
+		return base, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return base, fmt.Errorf("%w: %s=%q: want a positive duration such as 24h", txbox.ErrInvalidConfig, EnvTaskRetention, v)
+	}
+	base.Retention = d
+	return base, nil
+}
+
+// AsynqPublisher enqueues messages as asynq tasks; see the package doc.
+type AsynqPublisher struct {
+	client *asynq.Client
+	cfg    AsynqConfig
+}
+
+var _ txbox.Publisher = (*AsynqPublisher)(nil)
+
+// NewAsynqPublisher returns an AsynqPublisher over rdb, a client the caller
+// owns and closes (it must point at the Redis database the asynq servers
+// use).
+func NewAsynqPublisher(rdb redis.UniversalClient, cfg AsynqConfig) (*AsynqPublisher, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: redisx: nil client", txbox.ErrInvalidConfig)
+	}
+	if cfg.Retention < 0 || cfg.Concurrency < 0 {
+		return nil, fmt.Errorf("%w: redisx: negative Retention or Concurrency", txbox.ErrInvalidConfig)
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = DefaultQueue
+	}
+	if strings.TrimSpace(cfg.Queue) != cfg.Queue {
+		return nil, fmt.Errorf("%w: redisx: queue name %q has surrounding spaces", txbox.ErrInvalidConfig, cfg.Queue)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultTaskRetention
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	return &AsynqPublisher{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg}, nil
+}
+
+// Task returns the asynq task for m: type = topic, the payload, and the
+// headers less reserved ones.
+func (p *AsynqPublisher) Task(m txbox.Message) *asynq.Task {
+	var h map[string]string
+	for k, v := range m.Headers {
+		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
+			if h == nil {
+				h = make(map[string]string, len(m.Headers))
+			}
+			h[k] = v
+		}
+	}
+	return asynq.NewTaskWithHeaders(m.Topic, m.Payload, h, p.cfg.Options...)
+}
+
+// Publish enqueues msgs, up to Concurrency at a time, and returns
+// per-message errors; see txbox.Publisher. A task id that already exists
+// (the message was enqueued before and its task is pending, running or
+// retained) counts as success.
+//
+// asynq servers run tasks concurrently, so an asynq target keeps no per-key
+// order of processing even though a batch is enqueued in order per key.
+func (p *AsynqPublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	errs := make([]error, len(msgs))
+	failed := false
+	var mu sync.Mutex
+	// Messages of one key are enqueued one after another, in order; other
+	// messages in parallel.
+	lanes := map[string][]int{}
+	var order []string
+	for i, m := range msgs {
+		lane := m.Key
+		if lane == "" {
+			lane = fmt.Sprintf("\x00%d", i)
+		}
+		if _, ok := lanes[lane]; !ok {
+			order = append(order, lane)
+		}
+		lanes[lane] = append(lanes[lane], i)
+	}
+	sem := make(chan struct{}, p.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for _, lane := range order {
+		idx := lanes[lane]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, i := range idx {
+				if err := p.enqueue(ctx, msgs[i]); err != nil {
+					mu.Lock()
+					errs[i], failed = err, true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if !failed {
+		return nil
+	}
+	return errs
+}
+
+func (p *AsynqPublisher) enqueue(ctx context.Context, m txbox.Message) error {
+	if m.ID == "" {
+		return txbox.Reject(errors.New("redisx: asynq task needs a message id"))
+	}
+	_, err := p.client.EnqueueContext(ctx, p.Task(m), asynq.Queue(p.cfg.Queue), asynq.TaskID(m.ID), asynq.Retention(p.cfg.Retention))
+	switch {
+	case err == nil, errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
+		return nil
+	case strings.Contains(err.Error(), "typename cannot be empty"):
+		return txbox.Reject(fmt.Errorf("redisx: enqueue %s: %w", m.ID, err))
+	}
+	return fmt.Errorf("redisx: enqueue task %s: %w", m.ID, classify(err))
+}
