@@ -248,6 +248,12 @@ func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error
 		case <-ctx.Done():
 			return
 		}
+		// Stop it once it has delivered something, so that the new relay
+		// really picks up in the middle (the producers keep SQLite's one
+		// write lock busy; the relay may need a moment to get it).
+		for i := 0; i < 200 && cur.Load().Counters().Published == 0 && ctx.Err() == nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
 		st, err := stopRelay()
 		if err != nil {
 			fail(err)
