@@ -13,7 +13,7 @@ import (
 )
 
 func noopTx(context.Context, pgx.Tx, consumer.Message) error { return nil }
-func noop(context.Context, consumer.Message) error          { return nil }
+func noop(context.Context, consumer.Message) error           { return nil }
 
 // startupProblems starts c and returns the problems it reports.
 func startupProblems(t *testing.T, c *consumer.Consumer[pgx.Tx]) []string {
