@@ -14,10 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsembed"
@@ -48,15 +50,20 @@ Several producers place orders. Each order row and its order.placed event
 every --rollback-every-th transaction is rolled back on purpose after the event
 was added, so a leak would show. A relay delivers the events to a JetStream
 stream; halfway through it is stopped and a new one started. A JetStream
-consumer counts the distinct order ids it receives.
+consumer counts the distinct order ids it receives. A shipping service
+consumes order.placed through an inbox handler (package consumer): in one
+transaction it records the message, writes a shipment row and adds
+shipment.created to the outbox, which the relay delivers too.
 
 The last line is the verdict:
 
   orders committed N, events delivered N, lost 0, phantom 0
 
 where lost counts committed orders with no event and phantom counts events of
-orders that were rolled back or do not exist. The exit code is non-zero if
-either is not 0, or if delivery does not finish within --timeout.`,
+orders that were rolled back or do not exist. The line before it reports the
+shipping side: "applied twice 0" when no order was shipped twice. The exit
+code is non-zero if any of these is not 0, or if delivery does not finish
+within --timeout.`,
 		Example: `  txbox demo
   txbox demo --orders 20000 --producers 8 --dir /tmp/shop`,
 		Args: cobra.NoArgs,
@@ -124,7 +131,7 @@ func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error
 	}
 	defer db.Close()
 	drv := txboxsql.New(db, driver.SQLite)
-	m, err := migrate.New[*sql.Tx](drv, migrate.Config{})
+	m, err := migrate.New[*sql.Tx](drv, migrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
 	if err != nil {
 		return err
 	}
@@ -134,6 +141,11 @@ func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error
 	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (
 		id INTEGER PRIMARY KEY, customer TEXT NOT NULL, amount_cents INTEGER NOT NULL, placed_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("create orders table: %w", err)
+	}
+	// The shipping service's table: no unique constraint, so that an order
+	// shipped twice would show as two rows.
+	if _, err := db.ExecContext(ctx, `CREATE TABLE shipments (order_id INTEGER NOT NULL, created_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("create shipments table: %w", err)
 	}
 	ob, err := txbox.New[*sql.Tx](drv, txbox.Config{})
 	if err != nil {
@@ -152,8 +164,11 @@ func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error
 	}
 	defer nc.Close()
 	fmt.Fprintf(out, "embedded NATS server on %s, SQLite database %s\n", srv.ClientURL(), filepath.Join(dir, "shop.db"))
-	stream, err := natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: "SHOP", Subjects: []string{"order.>"}})
+	stream, err := natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: "SHOP", Subjects: []string{"order.>", "shipment.>"}})
 	if err != nil {
+		return err
+	}
+	if _, err := natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: "SHOP_DLQ", Subjects: []string{natsjs.DefaultDeadLetterPrefix + ">"}}); err != nil {
 		return err
 	}
 
@@ -164,7 +179,7 @@ func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error
 		received atomic.Int64
 		badMsgs  atomic.Int64
 	)
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "mailer", AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "mailer", FilterSubject: "order.>", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		return fmt.Errorf("create consumer: %w", err)
 	}
@@ -189,6 +204,18 @@ func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error
 		defer mu.Unlock()
 		return int64(len(seen))
 	}
+
+	// The shipping service: an inbox handler that writes a shipment row and
+	// emits shipment.created in the same transaction, exactly once per order.
+	ship, err := startShipping(ctx, nc, drv, ob, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer scancel()
+		_ = ship.c.Stop(sctx)
+	}()
 
 	// The relay, fast: a short poll interval, and Wake after each commit.
 	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{})
@@ -331,7 +358,7 @@ wait:
 	poll := time.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
 	for {
-		if delivered() >= committed.Load() {
+		if delivered() >= committed.Load() && ship.events() >= committed.Load() {
 			st, err := cur.Load().Stats(ctx)
 			if err != nil {
 				return err
@@ -393,6 +420,13 @@ wait:
 	}
 	fmt.Fprintf(out, "relays published %d events in all; the consumer received %d messages, %d of them duplicates; %s in all\n",
 		publishedBefore+st.Published, received.Load(), received.Load()-nSeen, time.Since(started).Round(time.Millisecond))
+	shipments, shipped, err := countShipments(ctx, db)
+	if err != nil {
+		return err
+	}
+	cst := ship.c.Stats()
+	fmt.Fprintf(out, "shipping (inbox handler): shipments %d for %d orders, applied twice %d; %d redeliveries recognised as duplicates; shipment.created delivered %d\n",
+		shipped, len(orders), shipments-shipped, cst.Duplicates, ship.events())
 	fmt.Fprintf(out, "orders committed %d, events delivered %d, lost %d, phantom %d\n", len(orders), nSeen, lost, phantom)
 	if int64(len(orders)) != committed.Load() {
 		return fmt.Errorf("the orders table has %d orders but %d transactions committed", len(orders), committed.Load())
@@ -400,7 +434,91 @@ wait:
 	if lost != 0 || phantom != 0 {
 		return errors.New("the outbox broke its promise: lost or phantom events")
 	}
+	if shipments != shipped || shipped != int64(len(orders)) {
+		return fmt.Errorf("the inbox broke its promise: %d shipment rows for %d distinct orders shipped, %d orders", shipments, shipped, len(orders))
+	}
 	return nil
+}
+
+// shipping is the demo's consuming service.
+type shipping struct {
+	c      *consumer.Consumer[*sql.Tx]
+	mu     sync.Mutex
+	seen   map[int64]bool // order ids of shipment.created events received
+	events func() int64
+}
+
+// startShipping starts the inbox handler on order.placed (durable JetStream
+// consumer "shipping") and a counter of the shipment.created events it emits.
+func startShipping(ctx context.Context, nc *nats.Conn, drv *txboxsql.Driver, ob *txbox.Outbox[*sql.Tx], log *slog.Logger) (*shipping, error) {
+	if _, err := natsjs.EnsureConsumer(ctx, nc, "SHOP", natsjs.ConsumerConfig{Durable: "shipping", FilterSubjects: []string{"order.placed"}}); err != nil {
+		return nil, err
+	}
+	sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{})
+	if err != nil {
+		return nil, err
+	}
+	c, err := consumer.New[*sql.Tx](drv, consumer.Config{Broker: sub, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	err = c.HandleInbox(consumer.HandlerConfig{Name: "shipping.order-placed", Binding: "SHOP/shipping"},
+		func(ctx context.Context, tx *sql.Tx, msg consumer.Message) error {
+			var ev orderPlaced
+			if err := json.Unmarshal(msg.Payload, &ev); err != nil || ev.OrderID == 0 {
+				return consumer.Permanent(fmt.Errorf("bad order.placed payload %q", msg.Payload))
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO shipments (order_id, created_at) VALUES (?, ?)`,
+				ev.OrderID, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+				return err
+			}
+			payload, _ := json.Marshal(map[string]int64{"order_id": ev.OrderID})
+			return ob.Add(ctx, tx, txbox.Message{Topic: "shipment.created", Key: ev.Customer, Payload: payload,
+				Headers: map[string]string{"Content-Type": "application/json"}})
+		})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	s := &shipping{c: c, seen: map[int64]bool{}}
+	s.events = func() int64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return int64(len(s.seen))
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		var cons jetstream.Consumer
+		cons, err = js.CreateOrUpdateConsumer(ctx, "SHOP", jetstream.ConsumerConfig{Durable: "tracking", FilterSubject: "shipment.>", AckPolicy: jetstream.AckExplicitPolicy})
+		if err == nil {
+			var cc jetstream.ConsumeContext
+			cc, err = cons.Consume(func(msg jetstream.Msg) {
+				var ev orderPlaced
+				if json.Unmarshal(msg.Data(), &ev) == nil && ev.OrderID != 0 {
+					s.mu.Lock()
+					s.seen[ev.OrderID] = true
+					s.mu.Unlock()
+				}
+				_ = msg.Ack()
+			})
+			if err == nil {
+				go func() { <-c.Stopped(); cc.Stop() }()
+			}
+		}
+	}
+	if err != nil {
+		_ = c.Stop(ctx)
+		return nil, fmt.Errorf("shipment.created consumer: %w", err)
+	}
+	return s, nil
+}
+
+// countShipments returns the shipment rows and the distinct orders shipped.
+func countShipments(ctx context.Context, db *sql.DB) (rows, distinct int64, err error) {
+	err = db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT order_id) FROM shipments`).Scan(&rows, &distinct)
+	return rows, distinct, err
 }
 
 // placeOrder writes order n and its event in one transaction, and rolls it
