@@ -2,14 +2,20 @@ package rabbitmq_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/rabbitmq"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 func queue(t *testing.T, url string) string {
@@ -112,5 +118,48 @@ func TestPublisherOutageIsTransient(t *testing.T) {
 			t.Fatalf("after the outage: %v", errs[0])
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Through the relay: an unroutable message is parked dead after MaxAttempts
+// while a routable one in the same outbox is delivered.
+func TestRelayParksUnroutable(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ(t)
+	q := queue(t, url)
+	db := testenv.SQLite(t)
+	drv := txboxsql.New(db, driver.SQLite)
+	m, err := migrate.New(drv, migrate.Config{})
+	testenv.Must(t, err, "migrate.New")
+	_, err = m.Up(context.Background())
+	testenv.Must(t, err, "migrate up")
+	ob, err := txbox.New(drv, txbox.Config{})
+	testenv.Must(t, err, "outbox")
+	testenv.Must(t, ob.AddNoTx(context.Background(),
+		txbox.Message{ID: "ok", Topic: q, Payload: []byte("x")},
+		txbox.Message{ID: "nowhere", Topic: testenv.Name("nowhere"), Payload: []byte("y")}), "add")
+	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url})
+	testenv.Must(t, err, "publisher")
+	defer p.Close()
+	r, err := relay.New(drv, p, relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2, RetryDelay: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	testenv.Must(t, err, "relay")
+	testenv.Must(t, r.Start(context.Background()), "start")
+	defer r.Stop(context.Background())
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var dead, published int
+		testenv.Must(t, db.QueryRow(`SELECT count(*) FILTER (WHERE dead_at IS NOT NULL AND message_id = 'nowhere'),
+			count(*) FILTER (WHERE published_at IS NOT NULL AND message_id = 'ok') FROM txbox_outbox`).Scan(&dead, &published), "count")
+		if dead == 1 && published == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead %d published %d: want the unroutable message dead and the other delivered", dead, published)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d, ok := get(t, url, q); !ok || d.MessageId != "ok" {
+		t.Fatalf("queue holds %q (ok %v), want the routable message", d.MessageId, ok)
 	}
 }
