@@ -192,7 +192,8 @@ func (ib *Inbox[TTx]) Retention() time.Duration { return ib.retention }
 // A duplicate returns (Duplicate, nil) without running fn. Two concurrent
 // Handle calls for the same message never both run fn: on PostgreSQL the
 // second waits on the first's uncommitted receipt, then reports a duplicate,
-// or runs fn if the first rolled back; on SQLite writers are serialised.
+// or runs fn if the first rolled back (MySQL alike); on SQLite writers are
+// serialised.
 //
 // If fn returns an error, Handle rolls back everything, the receipt
 // included, so that a redelivery runs fn again, and returns the error in a
@@ -291,6 +292,21 @@ func (ib *Inbox[TTx]) MarkProcessed(ctx context.Context, tx TTx, source, id stri
 	if err != nil {
 		return fmt.Errorf("txbox/inbox: mark processed: %w", err)
 	}
+	if n == 0 && ib.dialect == driver.MySQL {
+		// MySQL counts a row already processed as unaffected (unless
+		// CLIENT_FOUND_ROWS is set): ask whether the receipt exists.
+		rows, err := ib.drv.UnwrapTx(tx).Query(ctx, ib.q["found_receipt"], source, id)
+		if err != nil {
+			return fmt.Errorf("txbox/inbox: mark processed: %w", err)
+		}
+		found, err := exists(rows)
+		if err != nil {
+			return fmt.Errorf("txbox/inbox: mark processed: %w", err)
+		}
+		if found {
+			n = 1
+		}
+	}
 	if n == 0 {
 		return fmt.Errorf("%w: %s message %q", ErrNotReceived, source, id)
 	}
@@ -348,8 +364,11 @@ func (ib *Inbox[TTx]) Stats(ctx context.Context) ([]SourceStats, error) {
 func (ib *Inbox[TTx]) Sweep(ctx context.Context) (int64, error) {
 	start := time.Now()
 	var processedCutoff, pendingCutoff any = start.Add(-ib.retention), start.Add(-2 * ib.retention)
-	if ib.dialect == driver.SQLite {
+	switch ib.dialect {
+	case driver.SQLite:
 		processedCutoff, pendingCutoff = start.Add(-ib.retention).UnixMicro(), start.Add(-2*ib.retention).UnixMicro()
+	case driver.MySQL: // ages, counted back from the server's UTC clock
+		processedCutoff, pendingCutoff = ib.retention.Microseconds(), 2*ib.retention.Microseconds()
 	}
 	var total int64
 	var err error
@@ -392,6 +411,9 @@ func (ib *Inbox[TTx]) receive(ctx context.Context, ex driver.Executor, query, so
 	if ib.dialect == driver.SQLite {
 		args = []any{source, id, now.UnixMicro(), meta}
 	}
+	if ib.dialect == driver.MySQL {
+		return receiveMySQL(ctx, ex, ib.q[query], args)
+	}
 	rows, err := ex.Query(ctx, ib.q[query], args...)
 	if err != nil {
 		return false, fmt.Errorf("txbox/inbox: record receipt: %w", err)
@@ -401,6 +423,25 @@ func (ib *Inbox[TTx]) receive(ctx context.Context, ex driver.Executor, query, so
 		return false, fmt.Errorf("txbox/inbox: record receipt: %w", err)
 	}
 	return found, nil
+}
+
+// receiveMySQL runs the receipt's INSERT … ON DUPLICATE KEY UPDATE, whose
+// duplicate path always changes the row: 1 row affected means inserted
+// (fresh), 2 means updated (duplicate), whatever CLIENT_FOUND_ROWS says.
+// Any other count (0: a driver that does not report it) is an error, never
+// a guess that could skip a handler or run it twice.
+func receiveMySQL(ctx context.Context, ex driver.Executor, query string, args []any) (bool, error) {
+	n, err := ex.Exec(ctx, query, args...)
+	if err != nil {
+		return false, fmt.Errorf("txbox/inbox: record receipt: %w", err)
+	}
+	switch n {
+	case 1:
+		return true, nil
+	case 2:
+		return false, nil
+	}
+	return false, fmt.Errorf("txbox/inbox: record receipt: the driver reported %d rows affected, want 1 (fresh) or 2 (duplicate)", n)
 }
 
 // exists reports whether rows has a row, and closes rows. It reads the

@@ -297,7 +297,8 @@ func TestNewConfig(t *testing.T) {
 		{"schema on sqlite", sqlite, inbox.Config{Table: "inbox", Schema: "app"}, false},
 		{"negative retention", sqlite, inbox.Config{Table: "inbox", Retention: -time.Hour}, false},
 		{"negative cap", sqlite, inbox.Config{Table: "inbox", MaxIDLen: -1}, false},
-		{"mysql", txboxsql.New(nil, driver.MySQL), inbox.Config{Table: "inbox"}, false},
+		{"mysql", txboxsql.New(nil, driver.MySQL), inbox.Config{Table: "inbox"}, true},
+		{"unknown dialect", txboxsql.New(nil, driver.Dialect("oracle")), inbox.Config{Table: "inbox"}, false},
 	} {
 		ib, err := inbox.New(c.drv, c.cfg)
 		if c.ok != (err == nil) {

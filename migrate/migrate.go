@@ -335,6 +335,14 @@ func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 			return false, err
 		}
 	}
+	if m.dialect == driver.MySQL {
+		// DDL commits implicitly, so a table lock would not last: a named
+		// lock of the connection serialises concurrent Ups instead.
+		if err := mysqlLock(ctx, tx); err != nil {
+			return false, err
+		}
+		defer func() { _, _ = tx.Exec(context.WithoutCancel(ctx), "DO RELEASE_LOCK('txbox_migrate')") }()
+	}
 	done, err := m.applied(ctx, tx)
 	if err != nil {
 		return false, err
@@ -355,18 +363,63 @@ func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 		m.tracking(), m.ph(1), m.ph(2), m.ph(3), m.ph(4)), mg.Target, mg.Version, mg.Name, at); err != nil {
 		return false, err
 	}
+	if m.dialect == driver.MySQL {
+		// Before the commit: after it the transaction can run nothing.
+		if _, err := tx.Exec(ctx, "DO RELEASE_LOCK('txbox_migrate')"); err != nil {
+			return false, err
+		}
+	}
 	return true, tx.Commit(ctx)
+}
+
+func mysqlLock(ctx context.Context, tx driver.Tx) error {
+	rows, err := tx.Query(ctx, "SELECT GET_LOCK('txbox_migrate', 60)")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var got *int64
+	if rows.Next() {
+		if err := rows.Scan(&got); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if got == nil || *got != 1 {
+		return fmt.Errorf("another txbox migrate up holds the lock txbox_migrate")
+	}
+	return nil
 }
 
 // splitStatements splits a migration on semicolons at line ends, dropping
 // comment-only lines; inside a $$-quoted body (a PL/pgSQL function) it does
-// not split. Migrations hold no semicolons at line ends inside literals.
+// not split. Lines "-- txbox:begin" and "-- txbox:end" enclose one statement
+// that holds semicolons of its own (a MySQL trigger's BEGIN … END body).
+// Migrations hold no semicolons at line ends inside literals.
 func splitStatements(sql string) []string {
 	var out []string
 	var b strings.Builder
-	inBody := false
+	inBody, inBlock := false, false
 	for _, line := range strings.Split(sql, "\n") {
 		t := strings.TrimSpace(line)
+		switch {
+		case t == "-- txbox:begin":
+			inBlock = true
+			continue
+		case t == "-- txbox:end":
+			inBlock = false
+			if s := strings.TrimSuffix(strings.TrimSpace(b.String()), ";"); s != "" {
+				out = append(out, s)
+			}
+			b.Reset()
+			continue
+		case inBlock:
+			b.WriteString(line)
+			b.WriteByte('\n')
+			continue
+		}
 		if t == "" || (!inBody && strings.HasPrefix(t, "--")) {
 			continue
 		}

@@ -191,7 +191,7 @@ func TestRelayBadConfig(t *testing.T) {
 		{[]string{"--poll-interval", "abc"}, `invalid argument "abc" for "--poll-interval"`},
 		{[]string{"--retention", "-1h"}, "--retention -1h0m0s: must be positive"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
-		{[]string{"--db", "mysql://x"}, "unsupported database URL"},
+		{[]string{"--db", "oracle://x"}, "unsupported database URL"},
 		{[]string{"--db", "sqlite://"}, "no file name"},
 		{[]string{"--broker", "http://x:80"}, "unsupported broker"},
 		{[]string{"--stream-subjects", "a.>", "--nats-listen", "nope"}, "--nats-listen"},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite" // the SQLite engine behind sqlite:// URLs
@@ -23,14 +24,21 @@ import (
 // dbTarget is a parsed --db URL.
 type dbTarget struct {
 	dialect driver.Dialect
-	url     string // postgres: the URL as given
+	url     string // postgres, mysql: the URL as given
 	path    string // sqlite: the file
+	dsn     string // mysql: the go-sql-driver DSN
 }
 
-// parseDB parses a --db URL: postgres://…, postgresql://…, sqlite://path or
-// sqlite:path.
+// parseDB parses a --db URL: postgres://…, postgresql://…,
+// mysql://user:pass@host:3306/db, sqlite://path or sqlite:path.
 func parseDB(raw string) (dbTarget, error) {
 	switch {
+	case strings.HasPrefix(raw, "mysql://"), strings.HasPrefix(raw, "mariadb://"):
+		dsn, err := mysqlDSN(raw)
+		if err != nil {
+			return dbTarget{}, err
+		}
+		return dbTarget{dialect: driver.MySQL, url: raw, dsn: dsn}, nil
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		if _, err := url.Parse(raw); err != nil {
 			return dbTarget{}, fmt.Errorf("--db: %w", err)
@@ -46,9 +54,50 @@ func parseDB(raw string) (dbTarget, error) {
 		}
 		return dbTarget{dialect: driver.SQLite, path: p}, nil
 	case raw == "":
-		return dbTarget{}, fmt.Errorf("--db is empty (want postgres://… or sqlite://path)")
+		return dbTarget{}, fmt.Errorf("--db is empty (want postgres://…, mysql://… or sqlite://path)")
 	}
-	return dbTarget{}, fmt.Errorf("--db %q: unsupported database URL (want postgres://…, postgresql://… or sqlite://path)", redact(raw))
+	return dbTarget{}, fmt.Errorf("--db %q: unsupported database URL (want postgres://…, postgresql://…, mysql://… or sqlite://path)", redact(raw))
+}
+
+// mysqlDSN converts mysql://user:pass@host:port/db?param=value into
+// go-sql-driver/mysql's DSN, user:pass@tcp(host:port)/db?…, with
+// parseTime=true (txbox reads DATETIME columns as times) unless the URL
+// says otherwise. Query parameters are go-sql-driver's own (tls=true,
+// clientFoundRows=true, …).
+func mysqlDSN(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("--db: %w", err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return "", fmt.Errorf("--db %q: want one database name (mysql://user:pass@host:3306/db)", redact(raw))
+	}
+	cfg := mysqldrv.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net = "tcp"
+	cfg.Addr = u.Host
+	if u.Port() == "" {
+		cfg.Addr = u.Hostname() + ":3306"
+	}
+	if u.Hostname() == "" {
+		return "", fmt.Errorf("--db %q: no host (mysql://user:pass@host:3306/db)", redact(raw))
+	}
+	cfg.DBName = db
+	cfg.ParseTime = true
+	dsn := cfg.FormatDSN()
+	if q := u.Query(); len(q) > 0 {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + q.Encode()
+	}
+	if _, err := mysqldrv.ParseDSN(dsn); err != nil {
+		return "", fmt.Errorf("--db %q: %w", redact(raw), err)
+	}
+	return dsn, nil
 }
 
 // String is the target for messages, without a password.
@@ -81,7 +130,7 @@ type database struct {
 	target dbTarget
 	pgx    *txboxpgx.Driver // PostgreSQL
 	pool   *pgxpool.Pool
-	sql    *txboxsql.Driver // SQLite
+	sql    *txboxsql.Driver // SQLite, MySQL
 	db     *sql.DB
 }
 
@@ -104,6 +153,16 @@ func openDB(ctx context.Context, raw string) (*database, error) {
 			return nil, fmt.Errorf("connect to %s: %w", t, err)
 		}
 		return &database{target: t, pgx: txboxpgx.New(pool), pool: pool}, nil
+	case driver.MySQL:
+		db, err := sql.Open("mysql", t.dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", t, err)
+		}
+		if err := db.PingContext(ctx); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("connect to %s: %w", t, err)
+		}
+		return &database{target: t, sql: txboxsql.New(db, driver.MySQL), db: db}, nil
 	default:
 		db, err := sql.Open("sqlite", SQLiteDSN(t.path))
 		if err != nil {

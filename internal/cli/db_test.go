@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/migrate"
 )
 
 func TestParseDB(t *testing.T) {
@@ -25,7 +27,10 @@ func TestParseDB(t *testing.T) {
 		{raw: "postgresql://h/db", dialect: driver.Postgres},
 		{raw: "sqlite://", err: "no file name"},
 		{raw: "sqlite://a.db?mode=ro", err: "query parameters are not supported"},
-		{raw: "mysql://u:secret@h/db", err: "unsupported database URL"},
+		{raw: "mysql://u:secret@h/db", dialect: driver.MySQL},
+		{raw: "mysql://u:secret@h:3306/", err: "want one database name"},
+		{raw: "mysql://u:secret@h/db?parseTime=maybe", err: "invalid bool"},
+		{raw: "oracle://u:secret@h/db", err: "unsupported database URL"},
 		{raw: "", err: "--db is empty"},
 	} {
 		got, err := parseDB(tc.raw)
@@ -59,4 +64,38 @@ func TestSQLiteOddPath(t *testing.T) {
 	if _, err := os.Stat(strings.ReplaceAll(path, "?", "_")); err != nil {
 		t.Fatalf("file not created under its own name: %v", err)
 	}
+}
+
+func TestMySQLDSN(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"mysql://root@127.0.0.1/app":                               "root@tcp(127.0.0.1:3306)/app?parseTime=true",
+		"mysql://u:p%40ss@db.example:3307/app":                     "u:p@ss@tcp(db.example:3307)/app?parseTime=true",
+		"mariadb://u:p@h/app?tls=skip-verify&clientFoundRows=true": "u:p@tcp(h:3306)/app?parseTime=true&clientFoundRows=true&tls=skip-verify",
+	} {
+		got, err := mysqlDSN(raw)
+		if err != nil || got != want {
+			t.Errorf("mysqlDSN(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+}
+
+// A mysql:// URL opens the database and migrates it.
+func TestMySQLURL(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	var name string
+	testenv.Must(t, db.QueryRowContext(context.Background(), "SELECT DATABASE()").Scan(&name), "database name")
+	d, err := openDB(context.Background(), "mysql://root@127.0.0.1:3306/"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	m, err := d.migrator(migrate.Config{})
+	testenv.Must(t, err, "migrator")
+	if _, err := m.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	testenv.Must(t, db.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM txbox_outbox").Scan(&n), "count")
 }

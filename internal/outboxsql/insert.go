@@ -2,11 +2,13 @@ package outboxsql
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqlname"
 )
 
 // Row is one message to insert.
@@ -49,6 +51,11 @@ func (in *Inserter) Insert(ctx context.Context, ex driver.Executor, rows []Row) 
 			}
 			args = append(args, r.ID, r.Topic, key, r.Payload, r.Headers)
 		}
+		if in.dialect == driver.MySQL && n > 1 {
+			if err := in.lockKeys(ctx, ex, rows[:n]); err != nil {
+				return err
+			}
+		}
 		if _, err := ex.Exec(ctx, in.statement(n), args...); err != nil {
 			return err
 		}
@@ -87,6 +94,46 @@ func (in *Inserter) statement(n int) string {
 		in.cache[n] = s
 	}
 	return s
+}
+
+// lockKeys takes, on MySQL, the key-order locks of rows before a multi-row
+// INSERT writes them. The table's BEFORE INSERT trigger takes the lock of
+// each keyed row before its id is drawn, which suffices for one row; but
+// InnoDB reserves the ids of every row of a multi-row INSERT when it writes
+// the first one, so a later row's lock would come after its id. Locking
+// every bucket first, in bucket order (which also keeps concurrent writers
+// free of deadlocks), restores "id order = commit order" per key. See
+// migrate/sql/mysql/outbox/002_key_order.sql.
+func (in *Inserter) lockKeys(ctx context.Context, ex driver.Executor, rows []Row) error {
+	seen := map[string]bool{}
+	var args []any
+	for _, r := range rows {
+		if r.Key != "" && !seen[r.Key] {
+			seen[r.Key] = true
+			args = append(args, r.Key)
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	q := "SELECT bucket FROM " + in.keysTable() + " WHERE bucket IN (" +
+		strings.TrimSuffix(strings.Repeat("CRC32(?) & 4095,", len(args)), ",") + ") ORDER BY bucket FOR UPDATE"
+	rs, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("lock ordering keys: %w", err)
+	}
+	for rs.Next() {
+	}
+	cerr := rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("lock ordering keys: %w", err)
+	}
+	return cerr
+}
+
+// keysTable is the quoted <table>_keys of MySQL's key-order locks.
+func (in *Inserter) keysTable() string {
+	return sqlname.Quote(driver.MySQL, sqlname.Derived(strings.Trim(in.table, "`"), "keys"))
 }
 
 // placeholder returns the n-th (1-based) bind parameter of dialect d.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/txbox/txbox/driver"
@@ -42,8 +43,8 @@ type Store struct {
 }
 
 // NewStore returns a Store for the quoted table; lease is how long a SQLite
-// claim holds before another relay may take the rows (PostgreSQL holds row
-// locks instead and ignores it).
+// claim holds before another relay may take the rows (PostgreSQL and MySQL
+// hold row locks instead and ignore it).
 func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Duration) (*Store, error) {
 	q, err := loadQueries(d, table)
 	if err != nil {
@@ -56,7 +57,7 @@ func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Durat
 type Batch struct {
 	Rows  []Claimed
 	s     *Store
-	tx    driver.Tx // PostgreSQL: the transaction holding the row locks
+	tx    driver.Tx // PostgreSQL, MySQL: the transaction holding the row locks
 	token string    // SQLite: the lease token
 }
 
@@ -64,13 +65,19 @@ type Batch struct {
 // still needs Release.
 func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
 	switch s.dialect {
-	case driver.Postgres:
+	case driver.Postgres, driver.MySQL:
 		// The transaction must outlive ctx: database/sql rolls a transaction
 		// back when its context ends, and a relay that is stopping still
 		// marks what the broker acknowledged.
 		tx, err := s.pool.Begin(context.WithoutCancel(ctx))
 		if err != nil {
 			return nil, err
+		}
+		if s.dialect == driver.MySQL {
+			if err := readCommitted(ctx, tx); err != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+				return nil, err
+			}
 		}
 		rows, err := tx.Query(ctx, s.q["claim"], limit)
 		if err != nil {
@@ -102,6 +109,24 @@ func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
 	return nil, fmt.Errorf("txbox: relay does not support dialect %q", s.dialect)
 }
 
+// readCommitted turns tx, just begun on MySQL, into a READ COMMITTED
+// transaction on the same connection. Under REPEATABLE READ (InnoDB's
+// default) the claim's scan takes gap locks at the end of the pending range,
+// right where writers insert new rows: writers would wait for a relay's
+// publish, and deadlock with its marks. READ COMMITTED takes no gap locks.
+// driver.Pool.Begin takes no isolation level, and SET TRANSACTION is refused
+// inside a transaction, so the empty transaction is committed and a new one
+// started; the later Commit or Rollback ends that one. The connection's own
+// default level is left as it was.
+func readCommitted(ctx context.Context, tx driver.Tx) error {
+	for _, q := range []string{"COMMIT", "SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "START TRANSACTION"} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("claim transaction: %s: %w", q, err)
+		}
+	}
+	return nil
+}
+
 func scanClaimed(rows driver.Rows, d driver.Dialect) ([]Claimed, error) {
 	defer rows.Close()
 	var out []Claimed
@@ -114,6 +139,12 @@ func scanClaimed(rows driver.Rows, d driver.Dialect) ([]Claimed, error) {
 				return nil, err
 			}
 			c.CreatedAt = time.UnixMicro(micros)
+		} else if d == driver.MySQL {
+			var t anyTime
+			if err := rows.Scan(&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &headers, &c.Attempts, &t); err != nil {
+				return nil, err
+			}
+			c.CreatedAt = t.Time
 		} else {
 			var t time.Time
 			if err := rows.Scan(&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &headers, &c.Attempts, &t); err != nil {
@@ -132,15 +163,20 @@ func scanClaimed(rows driver.Rows, d driver.Dialect) ([]Claimed, error) {
 func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Rejection, maxAttempts int) error {
 	s := b.s
 	switch s.dialect {
-	case driver.Postgres:
+	case driver.Postgres, driver.MySQL:
 		if len(published) > 0 {
-			if _, err := b.tx.Exec(ctx, s.q["mark_published"], published); err != nil {
+			q, args := s.withIDs("mark_published", published)
+			if _, err := b.tx.Exec(ctx, q, args...); err != nil {
 				_ = b.tx.Rollback(context.WithoutCancel(ctx))
 				return fmt.Errorf("mark published: %w", err)
 			}
 		}
 		for _, r := range rejected {
-			if _, err := b.tx.Exec(ctx, s.q["reject"], r.Seq, r.Err, r.RetryAfter.Milliseconds(), maxAttempts); err != nil {
+			args := []any{r.Seq, r.Err, r.RetryAfter.Milliseconds(), maxAttempts}
+			if s.dialect == driver.MySQL {
+				args = []any{maxAttempts, r.Err, r.RetryAfter.Microseconds(), r.Seq}
+			}
+			if _, err := b.tx.Exec(ctx, s.q["reject"], args...); err != nil {
 				_ = b.tx.Rollback(context.WithoutCancel(ctx))
 				return fmt.Errorf("record rejection: %w", err)
 			}
@@ -189,6 +225,9 @@ func (b *Batch) Release(ctx context.Context) error {
 // Cleanup deletes up to limit rows published before cutoff and returns how
 // many it deleted.
 func (s *Store) Cleanup(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	if s.dialect == driver.MySQL {
+		return s.pool.Exec(ctx, s.q["cleanup"], max(time.Since(cutoff), 0).Microseconds(), limit)
+	}
 	return s.pool.Exec(ctx, s.q["cleanup"], s.timeArg(cutoff), limit)
 }
 
@@ -255,6 +294,12 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadRow, error) {
 				return nil, err
 			}
 			d.CreatedAt, d.DeadAt = time.UnixMicro(created), time.UnixMicro(dead)
+		} else if s.dialect == driver.MySQL {
+			var created, dead anyTime
+			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, &created, &dead, &d.Parked); err != nil {
+				return nil, err
+			}
+			d.CreatedAt, d.DeadAt = created.Time, dead.Time
 		} else if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, &d.CreatedAt, &d.DeadAt, &d.Parked); err != nil {
 			return nil, err
 		}
@@ -269,7 +314,8 @@ func (s *Store) Redrive(ctx context.Context, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return s.pool.Exec(ctx, s.q["redrive_all"])
 	}
-	return s.pool.Exec(ctx, s.q["redrive"], s.idsArg(seqs))
+	q, args := s.withIDs("redrive", seqs)
+	return s.pool.Exec(ctx, q, args...)
 }
 
 // Discard deletes dead rows, releasing the keys they parked; no seqs means
@@ -278,7 +324,51 @@ func (s *Store) Discard(ctx context.Context, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return s.pool.Exec(ctx, s.q["discard_all"])
 	}
-	return s.pool.Exec(ctx, s.q["discard"], s.idsArg(seqs))
+	q, args := s.withIDs("discard", seqs)
+	return s.pool.Exec(ctx, q, args...)
+}
+
+// withIDs returns query name and its arguments for the list of ids seqs:
+// one array argument on PostgreSQL, a JSON array on SQLite, and on MySQL
+// one placeholder per id in place of {{ids}}.
+func (s *Store) withIDs(name string, seqs []int64) (string, []any) {
+	if s.dialect != driver.MySQL {
+		return s.q[name], []any{s.idsArg(seqs)}
+	}
+	args := make([]any, len(seqs))
+	for i, v := range seqs {
+		args[i] = v
+	}
+	return strings.Replace(s.q[name], "{{ids}}", strings.TrimSuffix(strings.Repeat("?,", len(seqs)), ","), 1), args
+}
+
+// anyTime scans a timestamp whether the driver returns a time.Time or text
+// (go-sql-driver/mysql without parseTime=true returns DATETIME as bytes).
+type anyTime struct{ time.Time }
+
+func (t *anyTime) Scan(v any) error {
+	switch x := v.(type) {
+	case time.Time:
+		t.Time = x
+		return nil
+	case nil:
+		t.Time = time.Time{}
+		return nil
+	case []byte:
+		return t.parse(string(x))
+	case string:
+		return t.parse(x)
+	}
+	return fmt.Errorf("txbox: cannot scan %T as a time", v)
+}
+
+func (t *anyTime) parse(s string) error {
+	p, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, time.UTC)
+	if err != nil {
+		return fmt.Errorf("txbox: cannot parse time %q: %w", s, err)
+	}
+	t.Time = p
+	return nil
 }
 
 func (s *Store) idsArg(seqs []int64) any {

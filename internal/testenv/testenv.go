@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/nats-io/nats.go"
@@ -28,7 +29,7 @@ import (
 const (
 	EnvPostgres = "TXBOX_TEST_POSTGRES" // default postgres://postgres@127.0.0.1:5432/test
 	EnvNATS     = "TXBOX_TEST_NATS"     // default nats://127.0.0.1:4222
-	EnvMySQL    = "TXBOX_TEST_MYSQL"    // default root@tcp(127.0.0.1:3306)/test
+	EnvMySQL    = "TXBOX_TEST_MYSQL"    // go-sql-driver DSN; default root@tcp(127.0.0.1:3306)/
 )
 
 // Unavailable skips t, or fails it under CI=true, because a service is down.
@@ -164,4 +165,61 @@ func Must(t testing.TB, err error, what string, args ...any) {
 	if err != nil {
 		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
 	}
+}
+
+// MySQLDSN is the go-sql-driver DSN of the test server, without a database.
+func MySQLDSN() string {
+	if u := os.Getenv(EnvMySQL); u != "" {
+		return u
+	}
+	return "root@tcp(127.0.0.1:3306)/"
+}
+
+// MySQL returns a *sql.DB on a new database of its own (CREATE DATABASE
+// txt_…), dropped when the test ends. The DSN asks for parseTime=true and
+// multiStatements=false; extra holds more DSN parameters ("clientFoundRows=true").
+func MySQL(t testing.TB, extra ...string) *sql.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base, err := mysqldrv.ParseDSN(MySQLDSN())
+	if err != nil {
+		t.Fatalf("%s: %v", EnvMySQL, err)
+	}
+	base.DBName = ""
+	base.ParseTime = true
+	base.MultiStatements = false
+	admin, err := sql.Open("mysql", base.FormatDSN())
+	if err == nil {
+		err = admin.PingContext(ctx)
+	}
+	if err != nil {
+		Unavailable(t, "MySQL", err)
+	}
+	name := Name("txt")
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		_ = admin.Close()
+		t.Fatalf("create database: %v", err)
+	}
+	cfg := base.Clone()
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	for _, e := range extra {
+		dsn += "&" + e
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(16)
+	t.Cleanup(func() {
+		_ = db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+		_ = admin.Close()
+	})
+	return db
 }

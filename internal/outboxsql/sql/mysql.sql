@@ -1,0 +1,75 @@
+-- Queries of the outbox relay on MySQL 8 / MariaDB 10.6 or later. {{table}}
+-- is the quoted outbox table. As on PostgreSQL, the relay claims rows with
+-- FOR UPDATE SKIP LOCKED inside a transaction that it holds while it
+-- publishes: another relay skips the locked rows, and a relay that dies
+-- releases them with its connection. The marks commit in that same
+-- transaction. Times are UTC (UTC_TIMESTAMP(6)); durations are passed in
+-- microseconds, so the session's time zone never matters. {{ids}} becomes
+-- one placeholder per id: a primary-key IN list, so an UPDATE locks only
+-- the rows it names (an IN (subquery) may be run as a scan that locks every
+-- row it reads, including other relays' claimed rows).
+
+-- name: claim
+-- A keyed row is claimable only at the head of its key: no earlier row of
+-- the key is undelivered (dead ones included, so a dead row parks its key,
+-- and locked ones included, so one message per key is in flight). The
+-- subquery is a plain consistent read: FOR UPDATE locks only the outer rows.
+SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
+FROM {{table}} o
+WHERE o.published_at IS NULL AND o.dead_at IS NULL
+  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6))
+  AND (o.ordering_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{table}} p
+        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+ORDER BY o.id
+LIMIT ?
+FOR UPDATE SKIP LOCKED
+
+-- name: mark_published
+UPDATE {{table}} SET published_at = UTC_TIMESTAMP(6)
+WHERE id IN ({{ids}})
+
+-- MySQL evaluates SET assignments left to right, each seeing the ones
+-- before it: dead_at is computed before attempts is incremented.
+-- Arguments: max attempts, error, retry delay (µs), id.
+-- name: reject
+UPDATE {{table}}
+SET dead_at = CASE WHEN attempts + 1 >= ? THEN UTC_TIMESTAMP(6) END,
+    last_error = ?,
+    next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    attempts = attempts + 1
+WHERE id = ?
+
+-- Arguments: age (µs), limit.
+-- name: cleanup
+DELETE FROM {{table}}
+WHERE published_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY published_at
+LIMIT ?
+
+-- name: counts
+SELECT
+  (SELECT COUNT(*) FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL),
+  (SELECT COUNT(*) FROM {{table}} WHERE dead_at IS NOT NULL),
+  (SELECT COUNT(*) FROM {{table}} o WHERE o.published_at IS NULL AND o.dead_at IS NULL
+     AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
+  COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) / 1000000.0
+            FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
+
+-- name: list_dead
+SELECT id, message_id, topic, COALESCE(ordering_key, ''), attempts, COALESCE(last_error, ''), created_at, dead_at,
+  (SELECT COUNT(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)
+FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?
+
+-- name: redrive
+UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL
+WHERE dead_at IS NOT NULL AND id IN ({{ids}})
+
+-- name: redrive_all
+UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL WHERE dead_at IS NOT NULL
+
+-- name: discard
+DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN ({{ids}})
+
+-- name: discard_all
+DELETE FROM {{table}} WHERE dead_at IS NOT NULL
