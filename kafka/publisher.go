@@ -1,0 +1,124 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txbox/txbox"
+)
+
+// HeaderMessageID is the record header carrying the message id.
+const HeaderMessageID = "Message-Id"
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// TopicPrefix is put before every message topic to name the Kafka
+	// topic. Default: "" (Kafka topic = message topic).
+	TopicPrefix string
+}
+
+// Publisher produces messages to Kafka; see the package doc.
+type Publisher struct {
+	cl  *kgo.Client
+	cfg PublisherConfig
+}
+
+var _ txbox.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher over cl, a client the caller owns and
+// closes. cl must keep franz-go's producer defaults acks=all and idempotent
+// writes; a client configured otherwise is an error.
+func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
+	if cl == nil {
+		return nil, fmt.Errorf("%w: kafka: nil client", txbox.ErrInvalidConfig)
+	}
+	if v, ok := cl.OptValue(kgo.DisableIdempotentWrite).(bool); ok && v {
+		return nil, fmt.Errorf("%w: kafka: the client disables idempotent writes", txbox.ErrInvalidConfig)
+	}
+	if a, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); ok && a != kgo.AllISRAcks() {
+		return nil, fmt.Errorf("%w: kafka: the client does not require acks from all in-sync replicas", txbox.ErrInvalidConfig)
+	}
+	return &Publisher{cl: cl, cfg: cfg}, nil
+}
+
+// Record returns the Kafka record for m; see the package doc.
+func (p *Publisher) Record(m txbox.Message) *kgo.Record {
+	r := &kgo.Record{Topic: p.cfg.TopicPrefix + m.Topic, Value: m.Payload}
+	if m.Key != "" {
+		r.Key = []byte(m.Key)
+	}
+	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+	}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderMessageID, Value: []byte(m.ID)})
+	return r
+}
+
+// Publish produces msgs, all in flight at once, and waits for every ack or
+// for ctx to end; see txbox.Publisher.
+func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	errs := make([]error, len(msgs))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Add(len(msgs))
+	for i := range msgs {
+		p.cl.Produce(ctx, p.Record(msgs[i]), func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				errs[i] = classify(err)
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Records already in flight cannot be cancelled under
+		// idempotence; their outcome is unknown and they stay transient.
+		mu.Lock()
+		defer mu.Unlock()
+		out := make([]error, len(msgs))
+		copy(out, errs)
+		for i := range out {
+			if out[i] == nil {
+				out[i] = fmt.Errorf("kafka: waiting for ack: %w", ctx.Err())
+			}
+		}
+		return out
+	}
+	for _, err := range errs {
+		if err != nil {
+			return errs
+		}
+	}
+	return nil
+}
+
+// classify wraps record errors that concern the record itself with
+// txbox.Reject.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge),
+		errors.Is(err, kerr.RecordListTooLarge),
+		errors.Is(err, kerr.InvalidRecord),
+		errors.Is(err, kerr.CorruptMessage),
+		errors.Is(err, kerr.InvalidTopicException),
+		errors.Is(err, kerr.TopicAuthorizationFailed),
+		errors.Is(err, kerr.UnknownTopicOrPartition):
+		// franz-go fails a record with UnknownTopicOrPartition only after
+		// the cluster answered so repeatedly (UnknownTopicRetries).
+		return txbox.Reject(fmt.Errorf("kafka: %w", err))
+	}
+	return fmt.Errorf("kafka: %w", err)
+}
