@@ -56,7 +56,7 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-var verdict = regexp.MustCompile(`^orders committed (\d+), events delivered (\d+), lost (\d+), phantom (\d+)$`)
+var verdict = regexp.MustCompile(`^orders committed (\d+), events delivered (\d+), lost (\d+), phantom (\d+), applied twice (\d+)$`)
 
 func TestDemo(t *testing.T) {
 	t.Parallel()
@@ -69,8 +69,8 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("last line %q is not the verdict; output:\n%s", last, out)
 	}
 	want := strconv.Itoa(orders - orders/7)
-	if m[1] != want || m[2] != want || m[3] != "0" || m[4] != "0" {
-		t.Fatalf("verdict %q: want %s committed and delivered, lost 0, phantom 0", last, want)
+	if m[1] != want || m[2] != want || m[3] != "0" || m[4] != "0" || m[5] != "0" {
+		t.Fatalf("verdict %q: want %s committed and delivered, lost 0, phantom 0, applied twice 0", last, want)
 	}
 	for _, s := range []string{"relay stopped mid-run", "relay restarted", "progress: orders committed"} {
 		if !strings.Contains(out, s) {

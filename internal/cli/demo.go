@@ -57,11 +57,12 @@ shipment.created to the outbox, which the relay delivers too.
 
 The last line is the verdict:
 
-  orders committed N, events delivered N, lost 0, phantom 0
+  orders committed N, events delivered N, lost 0, phantom 0, applied twice 0
 
-where lost counts committed orders with no event and phantom counts events of
-orders that were rolled back or do not exist. The line before it reports the
-shipping side: "applied twice 0" when no order was shipped twice. The exit
+where lost counts committed orders with no event, phantom counts events of
+orders that were rolled back or do not exist, and applied twice counts orders
+the shipping service shipped more than once. The line before it details the
+shipping side. The exit
 code is non-zero if any of these is not 0, or if delivery does not finish
 within --timeout.`,
 		Example: `  txbox demo
@@ -427,7 +428,7 @@ wait:
 	cst := ship.c.Stats()
 	fmt.Fprintf(out, "shipping (inbox handler): shipments %d for %d orders, applied twice %d; %d redeliveries recognised as duplicates; shipment.created delivered %d\n",
 		shipped, len(orders), shipments-shipped, cst.Duplicates, ship.events())
-	fmt.Fprintf(out, "orders committed %d, events delivered %d, lost %d, phantom %d\n", len(orders), nSeen, lost, phantom)
+	fmt.Fprintf(out, "orders committed %d, events delivered %d, lost %d, phantom %d, applied twice %d\n", len(orders), nSeen, lost, phantom, shipments-shipped)
 	if int64(len(orders)) != committed.Load() {
 		return fmt.Errorf("the orders table has %d orders but %d transactions committed", len(orders), committed.Load())
 	}
