@@ -169,3 +169,6 @@ func (p *AsynqPublisher) enqueue(ctx context.Context, m txbox.Message) error {
 	}
 	return fmt.Errorf("redisx: enqueue task %s: %w", m.ID, classify(err))
 }
+
+// Queue returns the asynq queue tasks go to.
+func (p *AsynqPublisher) Queue() string { return p.cfg.Queue }

@@ -5,16 +5,23 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/redisx"
 )
 
 // Defaults of the broker flags.
@@ -70,8 +77,8 @@ func (f *brokerFlags) check() error {
 		}
 	} else if !strings.Contains(f.url, "://") {
 		return fmt.Errorf("--broker %q: want a URL such as nats://127.0.0.1:4222", f.url)
-	} else if scheme := f.url[:strings.Index(f.url, "://")]; scheme != "nats" && scheme != "tls" {
-		return fmt.Errorf("--broker %q: unsupported broker (want nats://host:port)", redact(f.url))
+	} else if scheme := f.url[:strings.Index(f.url, "://")]; scheme != "nats" && scheme != "tls" && !otherBroker(scheme) {
+		return fmt.Errorf("--broker %q: unsupported broker (want nats://host:port, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", redact(f.url))
 	}
 	if f.stream != "" && strings.ContainsAny(f.stream, " \t.*>/\\") {
 		return fmt.Errorf("--stream %q: a stream name may not contain spaces, '.', '*', '>', '/' or '\\'", f.stream)
@@ -96,11 +103,26 @@ type broker struct {
 	nc   *nats.Conn
 	srv  *natsembed.Server // nil for a remote server
 	desc string
+	// pub and closer are set for the brokers other than NATS; see
+	// openOtherBroker.
+	pub    txbox.Publisher
+	closer func()
+}
+
+// publisher returns the broker's publisher; on NATS, topics get prefix.
+func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
+	if b.pub != nil {
+		return b.pub, nil
+	}
+	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{SubjectPrefix: prefix})
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
 // and ensures the stream. Progress lines go to out.
 func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
+	if f.url != "" && otherBroker(f.url[:strings.Index(f.url, "://")]) {
+		return openOtherBroker(ctx, f, out)
+	}
 	b := &broker{}
 	url := f.url
 	if url == "" {
@@ -171,10 +193,103 @@ func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Wri
 
 // Close closes the connection and stops the embedded server.
 func (b *broker) Close() {
+	if b.closer != nil {
+		b.closer()
+	}
 	if b.nc != nil {
 		b.nc.Close()
 	}
 	if b.srv != nil {
 		b.srv.Shutdown()
 	}
+}
+
+// otherBroker reports whether scheme names a broker other than NATS:
+// redis:// (Redis Streams), asynq+redis:// (asynq tasks) and kafka://, with
+// rediss:// and asynq+rediss:// for TLS.
+func otherBroker(scheme string) bool {
+	switch scheme {
+	case "redis", "rediss", "asynq+redis", "asynq+rediss", "kafka":
+		return true
+	}
+	return false
+}
+
+// openOtherBroker connects to Redis or Kafka and builds the publisher.
+// --subject-prefix is put before topics to name streams and Kafka topics.
+// Query parameters: redis:// takes maxlen=N (XADD MAXLEN ~ N); asynq+redis://
+// takes queue=NAME (default "default") and reads OUTBOX_TASK_RETENTION.
+func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
+	scheme, rest, _ := strings.Cut(f.url, "://")
+	b := &broker{desc: redact(f.url)}
+	if scheme == "kafka" {
+		b.desc = f.url // a list of seeds is not a URL url.Parse accepts
+		hostList, _, _ := strings.Cut(rest, "/")
+		hostList, _, _ = strings.Cut(hostList, "?")
+		seeds := splitList(hostList)
+		if len(seeds) == 0 {
+			return nil, fmt.Errorf("--broker %q: want kafka://host:9092[,host2:9092]", b.desc)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("txbox"))
+		if err != nil {
+			return nil, fmt.Errorf("--broker %q: %w", b.desc, err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := cl.Ping(pctx); err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("connect to Kafka at %s: %w", b.desc, err)
+		}
+		b.closer = cl.Close
+		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{TopicPrefix: f.subjectPrefix}); err != nil {
+			b.Close()
+			return nil, err
+		}
+		fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>\n", b.desc, f.subjectPrefix)
+		return b, nil
+	}
+	asynqTarget := strings.HasPrefix(scheme, "asynq+")
+	u, err := url.Parse(strings.TrimPrefix(f.url, "asynq+"))
+	if err != nil {
+		return nil, fmt.Errorf("--broker %q: %w", b.desc, err)
+	}
+	q := u.Query()
+	u.RawQuery = ""
+	opt, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("--broker %q: %w", b.desc, err)
+	}
+	rdb := redis.NewClient(opt)
+	b.closer = func() { _ = rdb.Close() }
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("connect to Redis at %s: %w", b.desc, err)
+	}
+	if asynqTarget {
+		cfg, err := redisx.AsynqConfigFromEnv(redisx.AsynqConfig{Queue: q.Get("queue")})
+		if err == nil {
+			b.pub, err = redisx.NewAsynqPublisher(rdb, cfg)
+		}
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, b.pub.(*redisx.AsynqPublisher).Queue())
+		return b, nil
+	}
+	var maxLen int64
+	if v := q.Get("maxlen"); v != "" {
+		if maxLen, err = strconv.ParseInt(v, 10, 64); err != nil || maxLen < 0 {
+			b.Close()
+			return nil, fmt.Errorf("--broker %q: maxlen=%q: want a non-negative integer", b.desc, v)
+		}
+	}
+	if b.pub, err = redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{StreamPrefix: f.subjectPrefix, MaxLen: maxLen}); err != nil {
+		b.Close()
+		return nil, err
+	}
+	fmt.Fprintf(out, "Redis Streams at %s: streams are %s<topic>\n", b.desc, f.subjectPrefix)
+	return b, nil
 }

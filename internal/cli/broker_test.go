@@ -1,6 +1,17 @@
 package cli
 
-import "testing"
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+)
 
 // With no broker and no stream named, the embedded server gets the stream
 // TXBOX capturing txbox.>, and topics get the prefix txbox.
@@ -15,5 +26,70 @@ func TestEmbeddedDefaultStream(t *testing.T) {
 	f = brokerFlags{natsListen: DefaultNATSListen, subjectPrefix: "shop."}
 	if err := f.check(); err != nil || f.streamSubjects != "shop.>" {
 		t.Fatalf("prefix shop.: subjects %q, err %v", f.streamSubjects, err)
+	}
+}
+
+// redis://, asynq+redis:// and kafka:// open a publisher that delivers.
+func TestOtherBrokers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		testenv.Unavailable(t, "Redis", err)
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "cli.orders"))
+	testenv.Must(t, err, "kfake")
+	t.Cleanup(kc.Close)
+
+	prefix := testenv.Name("txcli") + ":"
+	queue := testenv.Name("txcli")
+	t.Cleanup(func() {
+		for _, pattern := range []string{prefix + "*", "asynq:{" + queue + "}*"} {
+			keys, _ := rdb.Keys(ctx, pattern).Result()
+			if len(keys) > 0 {
+				rdb.Del(ctx, keys...)
+			}
+		}
+		rdb.SRem(ctx, "asynq:queues", queue)
+	})
+	for _, c := range []struct {
+		url, prefix string
+		check       func(t *testing.T)
+	}{
+		{"redis://127.0.0.1:6379/0?maxlen=100", prefix, func(t *testing.T) {
+			if n, err := rdb.XLen(ctx, prefix+"orders").Result(); err != nil || n != 1 {
+				t.Fatalf("stream length %d, %v", n, err)
+			}
+		}},
+		{"asynq+redis://127.0.0.1:6379/0?queue=" + queue, "", func(t *testing.T) {
+			if n, err := rdb.LLen(ctx, "asynq:{"+queue+"}:pending").Result(); err != nil || n != 1 {
+				t.Fatalf("pending tasks %d, %v", n, err)
+			}
+		}},
+		{"kafka://" + strings.Join(kc.ListenAddrs(), ","), "cli.", func(t *testing.T) {}},
+	} {
+		t.Run(c.url[:strings.Index(c.url, ":")], func(t *testing.T) {
+			f := brokerFlags{url: c.url, subjectPrefix: c.prefix, natsListen: DefaultNATSListen}
+			testenv.Must(t, f.check(), "check")
+			var out strings.Builder
+			b, err := openBroker(ctx, &f, &out)
+			testenv.Must(t, err, "open %s", c.url)
+			defer b.Close()
+			pub, err := b.publisher(f.subjectPrefix)
+			testenv.Must(t, err, "publisher")
+			if errs := pub.Publish(ctx, []txbox.Message{{ID: testenv.Name("id"), Topic: "orders", Payload: []byte("{}")}}); errs != nil {
+				t.Fatalf("publish: %v", errs)
+			}
+			c.check(t)
+		})
+	}
+	bad := brokerFlags{url: "redis://127.0.0.1:6379/0?maxlen=-1"}
+	testenv.Must(t, bad.check(), "check")
+	if _, err := openBroker(ctx, &bad, io.Discard); err == nil {
+		t.Fatal("maxlen=-1 accepted")
+	}
+	if err := (&brokerFlags{url: "mqtt://x"}).check(); err == nil {
+		t.Fatal("mqtt:// accepted")
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -193,7 +192,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	defer br.Close()
-	pub, err := natsjs.NewPublisher(br.nc, natsjs.PublisherConfig{SubjectPrefix: f.broker.subjectPrefix})
+	pub, err := br.publisher(f.broker.subjectPrefix)
 	if err != nil {
 		return err
 	}
