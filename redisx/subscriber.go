@@ -218,12 +218,17 @@ func (s *StreamSubscriber) Ack(ctx context.Context, ds ...Delivery) error {
 
 // Nack gives a delivery back: it stays pending and becomes claimable at
 // once, so the next Fetch of any consumer of the group delivers it again.
-// Redis has no delayed redelivery; a caller that wants a backoff waits
-// before calling Nack.
 func (s *StreamSubscriber) Nack(ctx context.Context, d Delivery) error {
+	return s.NackAfter(ctx, d, 0)
+}
+
+// NackAfter gives a delivery back to be claimed again after delay. Redis
+// has no delayed redelivery: the entry's idle time is set to MinIdle-delay,
+// so a delay longer than MinIdle is cut to MinIdle.
+func (s *StreamSubscriber) NackAfter(ctx context.Context, d Delivery, delay time.Duration) error {
 	// XCLAIM … IDLE sets the entry's idle time; JUSTID leaves its delivery
 	// count alone (the next XAUTOCLAIM counts the redelivery).
-	idle := strconv.FormatInt(s.cfg.MinIdle.Milliseconds(), 10)
+	idle := strconv.FormatInt(max(s.cfg.MinIdle-delay, 0).Milliseconds(), 10)
 	err := s.rdb.Do(ctx, "XCLAIM", s.cfg.Stream, s.cfg.Group, s.cfg.Consumer, 0, d.EntryID, "IDLE", idle, "JUSTID").Err()
 	if err != nil {
 		return fmt.Errorf("redisx: nack %s %s: %w", s.cfg.Stream, d.EntryID, err)
