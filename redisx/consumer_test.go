@@ -3,6 +3,7 @@ package redisx_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/brokertest"
 	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/redisx"
@@ -101,4 +103,27 @@ func TestConsumerRuntime(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+func TestSubscriberConformance(t *testing.T) {
+	t.Parallel()
+	rdb := client(t)
+	prefix := testenv.Name("txbsc") + ":"
+	cleanup(t, rdb, prefix+"*")
+	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, consumer.Subscriber, string) {
+		p, err := redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{StreamPrefix: prefix})
+		testenv.Must(t, err, "publisher")
+		testenv.Must(t, redisx.EnsureGroup(context.Background(), rdb, prefix+topic, "g", "0"), "group")
+		s, err := redisx.NewConsumerSubscriber(rdb, redisx.ConsumerConfig{Consumer: "c", Block: 50 * time.Millisecond, MinIdle: 10 * time.Second})
+		testenv.Must(t, err, "subscriber")
+		return p, s, prefix + topic + "/g"
+	}, brokertest.SubscriberFeatures{ReadDead: func(t *testing.T, binding string) []string {
+		xs, err := rdb.XRange(context.Background(), strings.TrimSuffix(binding, "/g")+":dead", "-", "+").Result()
+		testenv.Must(t, err, "xrange")
+		var ids []string
+		for _, x := range xs {
+			ids = append(ids, x.Values["id"].(string))
+		}
+		return ids
+	}})
 }
