@@ -1,0 +1,337 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/kafka"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/redisx"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+// BrokersConfig says where the broker benchmark runs.
+type BrokersConfig struct {
+	Config // Pool, NATS (nil skips NATS), Out, Rows, Reps
+
+	// Redis is the server for the Redis Streams and asynq runs; nil skips
+	// them. Keys are unique to the run and deleted after each measurement.
+	Redis *redis.Client
+	// KafkaSeeds are the brokers of a Kafka cluster with topic
+	// auto-creation; empty runs franz-go's in-process fake cluster (kfake),
+	// whose rates say more about the client than about Kafka.
+	KafkaSeeds []string
+}
+
+var benchPayload = []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999,"currency":"EUR"}`)
+
+// Brokers measures, per broker, the relay's drain rate of queued
+// PostgreSQL rows beside the raw publish rate of the same broker from Go,
+// interleaved in one run, and prints the ratios. Default Rows here: 50,000.
+func Brokers(ctx context.Context, cfg BrokersConfig) error {
+	if cfg.Rows == 0 {
+		cfg.Rows = 50_000
+	}
+	cfg.defaults()
+	drv := txboxpgx.New(cfg.Pool)
+	m, err := migrate.New(drv, migrate.Config{})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return err
+	}
+	ob, err := txbox.New(drv, txbox.Config{})
+	if err != nil {
+		return err
+	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+
+	type target struct {
+		name  string
+		raw   func(n int) (float64, error)
+		pub   txbox.Publisher
+		topic string
+		clean func() error
+	}
+	var targets []target
+	if cfg.NATS != nil {
+		js, err := natsjsStream(ctx, cfg, run)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = js.done() }()
+		pub, err := natsjs.NewPublisher(cfg.NATS, natsjs.PublisherConfig{})
+		if err != nil {
+			return err
+		}
+		targets = append(targets, target{"NATS JetStream", func(n int) (float64, error) { return rawPublish(ctx, cfg.NATS, js.subject, n) }, pub, js.subject, js.purge})
+	}
+	if cfg.Redis != nil {
+		stream := "txboxbench:" + run
+		pub, err := redisx.NewStreamPublisher(cfg.Redis, redisx.StreamPublisherConfig{})
+		if err != nil {
+			return err
+		}
+		del := func() error { return cfg.Redis.Del(ctx, stream).Err() }
+		defer func() { _ = del() }()
+		targets = append(targets, target{"Redis Streams", func(n int) (float64, error) { return rawXAdd(ctx, cfg.Redis, stream, n) }, pub, stream, del})
+
+		queue := "txboxbench_" + run
+		apub, err := redisx.NewAsynqPublisher(cfg.Redis, redisx.AsynqConfig{Queue: queue})
+		if err != nil {
+			return err
+		}
+		adel := func() error { return deleteKeys(ctx, cfg.Redis, "asynq:{"+queue+"}*") }
+		defer func() { _ = adel(); cfg.Redis.SRem(context.WithoutCancel(ctx), "asynq:queues", queue) }()
+		targets = append(targets, target{"asynq tasks", func(n int) (float64, error) { return rawAsynq(ctx, cfg.Redis, queue, n) }, apub, "order.placed", adel})
+	}
+	seeds := cfg.KafkaSeeds
+	kname := "Kafka"
+	if len(seeds) == 0 {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(6))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		seeds, kname = c.ListenAddrs(), "Kafka (kfake, in-process)"
+	}
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	kpub, err := kafka.NewPublisher(kcl, kafka.PublisherConfig{})
+	if err != nil {
+		return err
+	}
+	ktopic := "txboxbench." + run
+	targets = append(targets, target{kname, func(n int) (float64, error) { return rawKafka(ctx, kcl, ktopic, n) }, kpub, ktopic, func() error { return nil }})
+
+	type row struct {
+		name string
+		fn   func() (float64, error)
+	}
+	// The relay's other ceiling: the same claim and mark statements with no
+	// broker at all.
+	rows := []row{{"raw claim+mark, no broker, batch 1000, 1 worker", func() (float64, error) {
+		if err := resetTable(ctx, cfg.Pool); err != nil {
+			return 0, err
+		}
+		if err := fill(ctx, cfg.Pool, ob, "claim.mark", cfg.Rows); err != nil {
+			return 0, err
+		}
+		return rawClaimMark(ctx, cfg.Pool, 1000, 1, cfg.Rows)
+	}}}
+	for _, tg := range targets {
+		rows = append(rows, row{"raw " + tg.name + " publish from Go", func() (float64, error) {
+			defer func() { _ = tg.clean() }()
+			return tg.raw(cfg.Rows)
+		}})
+		for _, relays := range []int{1, 4} {
+			rows = append(rows, row{fmt.Sprintf("relay → %s, batch 1000, %d relays", tg.name, relays), func() (float64, error) {
+				defer func() { _ = tg.clean() }()
+				if err := resetTable(ctx, cfg.Pool); err != nil {
+					return 0, err
+				}
+				if err := fill(ctx, cfg.Pool, ob, tg.topic, cfg.Rows); err != nil {
+					return 0, err
+				}
+				return drainInto(ctx, drv, tg.pub, 1000, relays, cfg.Rows)
+			}})
+		}
+	}
+	results := make([][]float64, len(rows))
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for i, r := range rows {
+			rate, err := r.fn()
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			results[i] = append(results[i], rate)
+			fmt.Fprintf(cfg.Out, "  rep %d: %-58s %9.0f msgs/s\n", rep+1, r.name, rate)
+		}
+	}
+	fmt.Fprintf(cfg.Out, "\n%d messages per run, median of %d interleaved reps:\n", cfg.Rows, cfg.Reps)
+	med := make([]float64, len(rows))
+	for i, r := range rows {
+		med[i] = median(results[i])
+		fmt.Fprintf(cfg.Out, "  %-58s %9.0f msgs/s\n", r.name, med[i])
+	}
+	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of the broker's raw publish rate, and of min(raw publish, raw claim+mark):")
+	for i := 1; i < len(rows); i += 3 {
+		for j := 1; j <= 2; j++ {
+			fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%  %5.0f%%\n", rows[i+j].name, 100*med[i+j]/med[i], 100*med[i+j]/min(med[i], med[0]))
+		}
+	}
+	return resetTable(ctx, cfg.Pool)
+}
+
+type jsBench struct {
+	subject     string
+	purge, done func() error
+}
+
+func natsjsStream(ctx context.Context, cfg BrokersConfig, run string) (jsBench, error) {
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return jsBench{}, err
+	}
+	name := "TXBOX_BENCH_BR_" + strings.ToUpper(run)
+	subject := "txboxbench.br." + run
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return jsBench{}, fmt.Errorf("create stream: %w", err)
+	}
+	return jsBench{
+		subject: subject,
+		purge:   func() error { return s.Purge(ctx) },
+		done:    func() error { return js.DeleteStream(context.WithoutCancel(ctx), name) },
+	}, nil
+}
+
+// drainInto starts relays publishing through pub and waits until they
+// published n messages.
+func drainInto(ctx context.Context, drv *txboxpgx.Driver, pub txbox.Publisher, batch, relays, n int) (float64, error) {
+	var rs []*relay.Relay
+	for i := 0; i < relays; i++ {
+		r, err := relay.New(drv, pub, relay.Config{BatchSize: batch, PollInterval: 2 * time.Millisecond})
+		if err != nil {
+			return 0, err
+		}
+		rs = append(rs, r)
+	}
+	start := time.Now()
+	for _, r := range rs {
+		if err := r.Start(ctx); err != nil {
+			return 0, err
+		}
+	}
+	defer func() {
+		for _, r := range rs {
+			_ = r.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	for {
+		var published, failed int64
+		for _, r := range rs {
+			c := r.Counters()
+			published += c.Published
+			failed += c.Rejected
+		}
+		if failed > 0 {
+			return 0, fmt.Errorf("the broker rejected %d messages", failed)
+		}
+		if published >= int64(n) {
+			return float64(published) / time.Since(start).Seconds(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// rawXAdd appends n entries with the same fields as the publisher, in
+// pipelines of 1000, each awaited before the next: the plain Go way.
+func rawXAdd(ctx context.Context, rdb *redis.Client, stream string, n int) (float64, error) {
+	start := time.Now()
+	for i := 0; i < n; i += 1000 {
+		pipe := rdb.Pipeline()
+		for j := i; j < min(i+1000, n); j++ {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.Itoa(j), "key", "", "payload", benchPayload}})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// rawAsynq enqueues n tasks with asynq's client from 64 goroutines (asynq
+// enqueues one task per round trip).
+func rawAsynq(ctx context.Context, rdb *redis.Client, queue string, n int) (float64, error) {
+	c := asynq.NewClientFromRedisClient(rdb)
+	prefix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var wg sync.WaitGroup
+	errc := make(chan error, 64)
+	start := time.Now()
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 64 {
+				if _, err := c.EnqueueContext(ctx, asynq.NewTask("order.placed", benchPayload), asynq.Queue(queue), asynq.TaskID(prefix+strconv.Itoa(i))); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return 0, err
+	default:
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// rawKafka produces n records asynchronously and waits for every ack.
+func rawKafka(ctx context.Context, cl *kgo.Client, topic string, n int) (float64, error) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	wg.Add(n)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Value: benchPayload}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				first = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// deleteKeys unlinks the keys matching pattern.
+func deleteKeys(ctx context.Context, rdb *redis.Client, pattern string) error {
+	iter := rdb.Scan(ctx, 0, pattern, 5000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 5000 {
+			if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+			return err
+		}
+	}
+	return iter.Err()
+}

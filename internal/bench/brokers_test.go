@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txbox/txbox/internal/testenv"
+)
+
+// TestBrokers runs the broker benchmark when TXBOX_BENCH=brokers (rows per
+// run from TXBOX_BENCH_ROWS, default 50,000); CI does not.
+func TestBrokers(t *testing.T) {
+	if os.Getenv("TXBOX_BENCH") != "brokers" {
+		t.Skip("set TXBOX_BENCH=brokers to run the broker benchmark")
+	}
+	pool, _ := testenv.Postgres(t, 16)
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	cfg := BrokersConfig{Config: Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}, Redis: rdb}
+	if n, err := strconv.Atoi(os.Getenv("TXBOX_BENCH_ROWS")); err == nil {
+		cfg.Rows = n
+	}
+	testenv.Must(t, Brokers(context.Background(), cfg), "brokers bench")
+}
