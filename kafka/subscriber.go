@@ -21,6 +21,12 @@ import (
 // of that partition are delivered again (Deliveries counts redeliveries
 // within this process only: Kafka keeps no count); Dead produces the record
 // to the dead-letter topic, then commits it.
+//
+// Settle records in partition order: committing a record's offset commits
+// every earlier record of its partition, so acking record 6 while record 5
+// is still being processed would skip 5 after a restart. (This is why
+// Subscriber does not implement consumer.Subscriber, whose runtime settles
+// deliveries concurrently and out of order.)
 type Subscriber struct {
 	cl         *kgo.Client
 	deadSuffix string
