@@ -2,7 +2,6 @@ package brokertest_test
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,16 +19,6 @@ import (
 // stream as the messages (a setup CheckBinding accepts).
 func TestNATSJetStreamSubscriber(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("TXBOX_KNOWN_BUGS") == "" {
-		// Found by this suite, reported, not yet fixed in natsjs:
-		// 1. Message().Binding is empty (consumer.Message says it is the
-		//    binding the message came from);
-		// 2. DeadLetter copies Nats-Msg-Id into the dead-letter copy, so a
-		//    dead-letter subject captured by the message's own stream
-		//    dedupes the copy away within the duplicate window, and Term
-		//    then drops the original: the message is lost.
-		t.Skip("natsjs.Subscriber: known bugs (Binding empty, dead letter deduped by Nats-Msg-Id); TXBOX_KNOWN_BUGS=1 runs it")
-	}
 	nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
 	testenv.Must(t, err, "jetstream")
@@ -42,7 +31,7 @@ func TestNATSJetStreamSubscriber(t *testing.T) {
 		testenv.Must(t, err, "fetch")
 		var ids []string
 		for m := range batch.Messages() {
-			ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
+			ids = append(ids, m.Headers().Get(natsjs.HeaderMessageID))
 		}
 		return ids
 	}

@@ -21,6 +21,9 @@ type SubscriberFeatures struct {
 	// ReadDead, when set, returns the ids of the messages dead-lettered
 	// from binding; nil skips that check.
 	ReadDead func(t *testing.T, binding string) []string
+	// MissingBinding returns a binding like binding that does not exist on
+	// the broker. Default: binding + "x" + a number.
+	MissingBinding func(binding string) string
 	// Timeout bounds each wait for a delivery. Default: 30s.
 	Timeout time.Duration
 }
@@ -158,6 +161,9 @@ func testCheckBinding(t *testing.T, newSub NewSubscriberFunc, f SubscriberFeatur
 		t.Fatalf("CheckBinding(%s): %v", binding, err)
 	}
 	missing := binding + "x" + strconv.Itoa(int(seq.Add(1)%1000))
+	if f.MissingBinding != nil {
+		missing = f.MissingBinding(binding)
+	}
 	if err := sub.CheckBinding(context.Background(), missing); err == nil {
 		t.Fatalf("CheckBinding(%s) of a missing binding: nil", missing)
 	}

@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
+	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/kafka"
 )
@@ -231,5 +234,104 @@ func TestSubscriber(t *testing.T) {
 	}
 	if !strings.Contains(cause, "poison") {
 		t.Fatalf("dead record cause %q", cause)
+	}
+}
+
+func TestSubscriberConformance(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	sub, err := kafka.NewConsumerSubscriber(kafka.ConsumerConfig{Seeds: c.ListenAddrs(), Opts: []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond)}, MaxRetryWait: 10 * time.Millisecond})
+	testenv.Must(t, err, "subscriber")
+	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, consumer.Subscriber, string) {
+		admin := newClient(t, c)
+		createTopics(t, admin, topic, topic+".dead")
+		p, err := kafka.NewPublisher(admin, kafka.PublisherConfig{})
+		testenv.Must(t, err, "publisher")
+		return p, sub, topic + "/g"
+	}, brokertest.SubscriberFeatures{
+		MissingBinding: func(b string) string { return "missing-" + b },
+		ReadDead: func(t *testing.T, binding string) []string {
+			topic, _, _ := strings.Cut(binding, "/")
+			var ids []string
+			ds, err := reader{c, ""}.Read(context.Background(), topic+".dead", 1)
+			testenv.Must(t, err, "read dead")
+			for _, d := range ds {
+				ids = append(ids, d.ID)
+			}
+			return ids
+		},
+	})
+}
+
+func createTopics(t *testing.T, cl *kgo.Client, topics ...string) {
+	t.Helper()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	for _, name := range topics {
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 2, 1
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(context.Background(), cl)
+	testenv.Must(t, err, "create topics")
+	for _, rt := range resp.Topics {
+		testenv.Must(t, kerr.ErrorForCode(rt.ErrorCode), "create topic %s", rt.Topic)
+	}
+}
+
+// The consumer runtime settles out of order; the subscriber commits only
+// the settled prefix of a partition, so an unsettled record is never
+// skipped by a later record's commit.
+func TestConsumerSubscriberCommitsContiguously(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	admin := newClient(t, c)
+	createTopics(t, admin, "contig", "contig.dead")
+	p, err := kafka.NewPublisher(admin, kafka.PublisherConfig{})
+	testenv.Must(t, err, "publisher")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	publish := func(ids ...string) {
+		var msgs []txbox.Message
+		for _, id := range ids {
+			msgs = append(msgs, txbox.Message{ID: id, Topic: "contig", Key: "one-key", Payload: []byte(id)})
+		}
+		if errs := p.Publish(ctx, msgs); errs != nil {
+			t.Fatal(errs)
+		}
+	}
+	publish("a", "b", "c")
+	sub, err := kafka.NewConsumerSubscriber(kafka.ConsumerConfig{Seeds: c.ListenAddrs(), Opts: []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond)}})
+	testenv.Must(t, err, "subscriber")
+	next := func(s consumer.Subscription) consumer.Delivery {
+		t.Helper()
+		d, err := s.Next(ctx)
+		testenv.Must(t, err, "next")
+		return d
+	}
+	s1, err := sub.Subscribe(ctx, "contig/g", 8)
+	testenv.Must(t, err, "subscribe")
+	a, b, cc := next(s1), next(s1), next(s1)
+	if a.Message().ID != "a" || cc.Message().ID != "c" {
+		t.Fatalf("order: %s %s %s", a.Message().ID, b.Message().ID, cc.Message().ID)
+	}
+	testenv.Must(t, cc.Ack(ctx), "ack c")
+	testenv.Must(t, b.Ack(ctx), "ack b")
+	testenv.Must(t, s1.Close(ctx), "close") // a unsettled: nothing committed
+	s2, err := sub.Subscribe(ctx, "contig/g", 8)
+	testenv.Must(t, err, "subscribe")
+	if d := next(s2); d.Message().ID != "a" {
+		t.Fatalf("after closing with a unsettled, got %s, want a", d.Message().ID)
+	} else {
+		testenv.Must(t, d.Ack(ctx), "ack a")
+	}
+	testenv.Must(t, next(s2).Ack(ctx), "ack b")
+	testenv.Must(t, next(s2).Ack(ctx), "ack c")
+	testenv.Must(t, s2.Close(ctx), "close") // commits after c
+	publish("d")
+	s3, err := sub.Subscribe(ctx, "contig/g", 8)
+	testenv.Must(t, err, "subscribe")
+	defer func() { _ = s3.Close(ctx) }()
+	if d := next(s3); d.Message().ID != "d" {
+		t.Fatalf("after settling a, b, c, got %s, want d", d.Message().ID)
 	}
 }

@@ -24,9 +24,9 @@ import (
 //
 // Settle records in partition order: committing a record's offset commits
 // every earlier record of its partition, so acking record 6 while record 5
-// is still being processed would skip 5 after a restart. (This is why
-// Subscriber does not implement consumer.Subscriber, whose runtime settles
-// deliveries concurrently and out of order.)
+// is still being processed would skip 5 after a restart.
+// ConsumerSubscriber, for the consumer runtime, which settles concurrently,
+// commits only contiguous offsets.
 type Subscriber struct {
 	cl         *kgo.Client
 	deadSuffix string
@@ -167,7 +167,7 @@ func (s *Subscriber) Nack(_ context.Context, d Delivery) error {
 func (s *Subscriber) Dead(ctx context.Context, d Delivery, reason string) error {
 	r := d.Record
 	dr := &kgo.Record{Topic: r.Topic + s.deadSuffix, Key: r.Key, Value: r.Value}
-	dr.Headers = append(append(dr.Headers, r.Headers...), kgo.RecordHeader{Key: "Txbox-Error", Value: []byte(reason)})
+	dr.Headers = append(append(dr.Headers, r.Headers...), kgo.RecordHeader{Key: HeaderError, Value: []byte(reason)})
 	if err := s.cl.ProduceSync(ctx, dr).FirstErr(); err != nil {
 		return fmt.Errorf("kafka: dead-letter %s: %w", dr.Topic, err)
 	}

@@ -1,0 +1,327 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consumer"
+)
+
+// Headers a ConsumerSubscriber adds to copies it produces.
+const (
+	HeaderDeliveries = "Txbox-Deliveries" // on retried and dead-lettered copies
+	HeaderError      = "Txbox-Error"      // on dead-lettered copies
+)
+
+// ConsumerConfig configures a ConsumerSubscriber.
+type ConsumerConfig struct {
+	// Seeds are the cluster's bootstrap brokers. Required.
+	Seeds []string
+	// Opts are added to every client the subscriber creates (TLS, SASL …).
+	Opts []kgo.Opt
+	// DeadTopicSuffix names a binding's dead-letter topic: TOPIC+suffix.
+	// Default: ".dead".
+	DeadTopicSuffix string
+	// MaxRetryWait caps how long Retry waits before it re-produces the
+	// record. Default: 1s.
+	MaxRetryWait time.Duration
+}
+
+// ConsumerSubscriber is the Kafka side of a consumer.Consumer. A binding is
+// "TOPIC/GROUP": a topic and the consumer group reading it.
+//
+// Kafka commits one offset per partition, and the consumer runtime settles
+// deliveries concurrently, so the subscriber commits an offset only once
+// every earlier record of its partition is settled (acked, retried or
+// dead-lettered). Kafka cannot redeliver one record: Retry waits (at most
+// MaxRetryWait), produces a copy to the same topic and key with
+// Txbox-Deliveries = n+1, and settles the original (the copy goes behind the
+// records published meanwhile: per-key order is not kept across a retry).
+// DeadLetter produces a copy to TOPIC+DeadTopicSuffix with Txbox-Error.
+type ConsumerSubscriber struct {
+	cfg ConsumerConfig
+}
+
+var _ consumer.Subscriber = (*ConsumerSubscriber)(nil)
+
+// NewConsumerSubscriber checks cfg; it connects to nothing.
+func NewConsumerSubscriber(cfg ConsumerConfig) (*ConsumerSubscriber, error) {
+	if len(cfg.Seeds) == 0 {
+		return nil, fmt.Errorf("%w: kafka: Seeds are required", txbox.ErrInvalidConfig)
+	}
+	if cfg.MaxRetryWait < 0 {
+		return nil, fmt.Errorf("%w: kafka: negative MaxRetryWait", txbox.ErrInvalidConfig)
+	}
+	if cfg.DeadTopicSuffix == "" {
+		cfg.DeadTopicSuffix = ".dead"
+	}
+	if cfg.MaxRetryWait == 0 {
+		cfg.MaxRetryWait = time.Second
+	}
+	return &ConsumerSubscriber{cfg: cfg}, nil
+}
+
+func splitBinding(b string) (topic, group string, err error) {
+	topic, group, ok := strings.Cut(b, "/")
+	if !ok || topic == "" || group == "" {
+		return "", "", fmt.Errorf("kafka: binding %q is not TOPIC/GROUP", b)
+	}
+	return topic, group, nil
+}
+
+// CheckBinding checks that the topic and its dead-letter topic exist.
+func (s *ConsumerSubscriber) CheckBinding(ctx context.Context, binding string) error {
+	topic, _, err := splitBinding(binding)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Seeds...)}, s.cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range []string{topic, topic + s.cfg.DeadTopicSuffix} {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("kafka: metadata: %w", err)
+	}
+	var problems []string
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			problems = append(problems, fmt.Sprintf("topic %s: %v", *t.Topic, err))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New("kafka: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Subscribe joins the binding's group.
+func (s *ConsumerSubscriber) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+	topic, group, err := splitBinding(binding)
+	if err != nil {
+		return nil, err
+	}
+	sub := &subscription{s: s, binding: binding, prefetch: max(prefetch, 1), parts: map[tp]*partition{}}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Seeds...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitMarks(),
+		kgo.OnPartitionsLost(sub.forget), kgo.OnPartitionsRevoked(sub.revoked),
+	}, s.cfg.Opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	sub.cl = cl
+	return sub, nil
+}
+
+type tp struct {
+	topic string
+	part  int32
+}
+
+// partition tracks the delivered, unsettled offsets of one partition.
+type partition struct {
+	pending []int64 // delivered offsets in order
+	settled map[int64]bool
+	epoch   map[int64]int32
+}
+
+type subscription struct {
+	s        *ConsumerSubscriber
+	cl       *kgo.Client
+	binding  string
+	prefetch int
+
+	mu    sync.Mutex
+	buf   []*kgo.Record
+	parts map[tp]*partition
+}
+
+func (sub *subscription) revoked(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
+	_ = cl.CommitMarkedOffsets(ctx)
+	sub.forget(ctx, cl, lost)
+}
+
+// forget drops the tracking of partitions this member no longer owns:
+// their unsettled records go to the new owner.
+func (sub *subscription) forget(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	for t, ps := range lost {
+		for _, p := range ps {
+			delete(sub.parts, tp{t, p})
+		}
+	}
+	keep := sub.buf[:0]
+	for _, r := range sub.buf {
+		if _, ok := sub.parts[tp{r.Topic, r.Partition}]; ok {
+			keep = append(keep, r)
+		}
+	}
+	sub.buf = keep
+}
+
+// Next returns the next record, fetching when the buffer is empty.
+func (sub *subscription) Next(ctx context.Context) (consumer.Delivery, error) {
+	for {
+		sub.mu.Lock()
+		if len(sub.buf) > 0 {
+			r := sub.buf[0]
+			sub.buf = sub.buf[1:]
+			sub.mu.Unlock()
+			return &delivery{sub: sub, r: r}, nil
+		}
+		sub.mu.Unlock()
+		fs := sub.cl.PollRecords(ctx, sub.prefetch)
+		if fs.IsClientClosed() {
+			return nil, kgo.ErrClientClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var errs []error
+		fs.EachError(func(t string, p int32, err error) {
+			errs = append(errs, fmt.Errorf("kafka: fetch %s[%d]: %w", t, p, err))
+		})
+		sub.mu.Lock()
+		fs.EachRecord(func(r *kgo.Record) {
+			k := tp{r.Topic, r.Partition}
+			p := sub.parts[k]
+			if p == nil {
+				p = &partition{settled: map[int64]bool{}, epoch: map[int64]int32{}}
+				sub.parts[k] = p
+			}
+			p.pending = append(p.pending, r.Offset)
+			p.epoch[r.Offset] = r.LeaderEpoch
+			sub.buf = append(sub.buf, r)
+		})
+		n := len(sub.buf)
+		sub.mu.Unlock()
+		if n == 0 && len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+	}
+}
+
+// settle records r as done and marks for commit the offset after the
+// longest settled prefix of its partition.
+func (sub *subscription) settle(r *kgo.Record) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	p := sub.parts[tp{r.Topic, r.Partition}]
+	if p == nil {
+		return // partition revoked meanwhile: the new owner redelivers
+	}
+	p.settled[r.Offset] = true
+	last, epoch, moved := int64(-1), int32(-1), false
+	for len(p.pending) > 0 && p.settled[p.pending[0]] {
+		last, epoch, moved = p.pending[0], p.epoch[p.pending[0]], true
+		delete(p.settled, last)
+		delete(p.epoch, last)
+		p.pending = p.pending[1:]
+	}
+	if moved {
+		sub.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{r.Topic: {r.Partition: {Epoch: epoch, Offset: last + 1}}})
+	}
+}
+
+// Close commits what is settled and leaves the group; unsettled records go
+// to the group's next owner of their partitions.
+func (sub *subscription) Close(ctx context.Context) error {
+	err := sub.cl.CommitMarkedOffsets(ctx)
+	sub.cl.Close()
+	return err
+}
+
+type delivery struct {
+	sub *subscription
+	r   *kgo.Record
+}
+
+func deliveries(r *kgo.Record) int {
+	for _, h := range r.Headers {
+		if h.Key == HeaderDeliveries {
+			if n, err := strconv.Atoi(string(h.Value)); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 1
+}
+
+func (d *delivery) Message() consumer.Message {
+	m := txbox.Message{Topic: d.r.Topic, Key: string(d.r.Key), Payload: d.r.Value}
+	for _, h := range d.r.Headers {
+		switch h.Key {
+		case HeaderMessageID:
+			m.ID = string(h.Value)
+		case HeaderDeliveries:
+		default:
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[h.Key] = string(h.Value)
+		}
+	}
+	return consumer.Message{Message: m, Deliveries: deliveries(d.r), Binding: d.sub.binding}
+}
+
+func (d *delivery) Ack(context.Context) error {
+	d.sub.settle(d.r)
+	return nil
+}
+
+// copyTo produces a copy of the record to topic with the delivery count
+// and extra headers, then settles the original.
+func (d *delivery) copyTo(ctx context.Context, topic string, n int, extra ...kgo.RecordHeader) error {
+	c := &kgo.Record{Topic: topic, Key: d.r.Key, Value: d.r.Value}
+	for _, h := range d.r.Headers {
+		if h.Key != HeaderDeliveries && h.Key != HeaderError {
+			c.Headers = append(c.Headers, h)
+		}
+	}
+	c.Headers = append(c.Headers, kgo.RecordHeader{Key: HeaderDeliveries, Value: []byte(strconv.Itoa(n))})
+	c.Headers = append(c.Headers, extra...)
+	if err := d.sub.cl.ProduceSync(ctx, c).FirstErr(); err != nil {
+		return fmt.Errorf("kafka: produce to %s: %w", topic, err)
+	}
+	d.sub.settle(d.r)
+	return nil
+}
+
+func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	t := time.NewTimer(min(delay, d.sub.s.cfg.MaxRetryWait))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.copyTo(ctx, d.r.Topic, deliveries(d.r)+1)
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return d.copyTo(ctx, d.r.Topic+d.sub.s.cfg.DeadTopicSuffix, deliveries(d.r), kgo.RecordHeader{Key: HeaderError, Value: []byte(msg)})
+}
