@@ -23,6 +23,7 @@ const (
 	HeaderBinding    = "Txbox-Binding"    // STREAM/durable it came from
 	HeaderSubject    = "Txbox-Subject"    // the subject it was published to
 	HeaderStreamSeq  = "Txbox-Stream-Seq" // its sequence in the stream
+	HeaderMessageID  = "Txbox-Message-Id" // the original message id
 )
 
 // DefaultDeadLetterPrefix is SubscriberConfig.DeadLetterPrefix's default.
@@ -283,6 +284,7 @@ func (d *delivery) Message() consumer.Message {
 	return consumer.Message{
 		Message:    txbox.Message{ID: d.m.Headers().Get(jetstream.MsgIDHeader), Topic: d.m.Subject(), Payload: d.m.Data(), Headers: h},
 		Deliveries: d.numDelivered(),
+		Binding:    d.sub.binding,
 	}
 }
 
@@ -314,6 +316,14 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		if len(msg) > 4096 {
 			msg = msg[:4096]
 		}
+	}
+	// The copy gets an id of its own: with the original's Nats-Msg-Id, a
+	// stream that captures the dead-letter subject too would drop the copy
+	// as a duplicate of the original, and the message would be lost. The
+	// derived id still dedupes repeated dead-letterings of one message.
+	if id := d.m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		out.Header.Set(HeaderMessageID, id)
+		out.Header.Set(jetstream.MsgIDHeader, "dead:"+id)
 	}
 	out.Header.Set(HeaderError, msg)
 	out.Header.Set(HeaderDeliveries, strconv.Itoa(d.numDelivered()))
