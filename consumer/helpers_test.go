@@ -98,7 +98,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 				for k := range m.Header {
 					h[k] = m.Header.Get(k)
 				}
-				out[m.Header.Get(jetstream.MsgIDHeader)] = h
+				out[m.Header.Get(natsjs.HeaderMessageID)] = h
 			}
 			return out
 		},
