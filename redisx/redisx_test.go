@@ -206,3 +206,28 @@ func TestAsynqConfigFromEnv(t *testing.T) {
 		t.Fatalf("bad value: %v", err)
 	}
 }
+
+// An unreachable Redis is transient for both publishers: no attempt is
+// spent on an outage.
+func TestUnreachableIsTransient(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	sp, err := redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{})
+	testenv.Must(t, err, "stream publisher")
+	ap, err := redisx.NewAsynqPublisher(rdb, redisx.AsynqConfig{})
+	testenv.Must(t, err, "asynq publisher")
+	for name, p := range map[string]txbox.Publisher{"streams": sp, "asynq": ap} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs := p.Publish(ctx, []txbox.Message{{ID: "x", Topic: "t", Payload: []byte("x")}, {ID: "y", Topic: "t", Payload: []byte("y")}})
+		cancel()
+		if len(errs) != 2 {
+			t.Fatalf("%s: %v, want two errors", name, errs)
+		}
+		for _, err := range errs {
+			if err == nil || txbox.IsRejected(err) {
+				t.Errorf("%s: %v, want a transient error", name, err)
+			}
+		}
+	}
+}
