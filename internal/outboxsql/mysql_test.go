@@ -28,17 +28,34 @@ func mysqlOutbox(t *testing.T) (*sql.DB, *txbox.Outbox[*sql.Tx]) {
 	return db, ob
 }
 
-// lockWaits counts the transactions of db's server waiting on a row lock.
-func lockWaits(t *testing.T, db *sql.DB) int {
-	var n int
-	testenv.Must(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id IN (SELECT id FROM information_schema.PROCESSLIST WHERE db = DATABASE())").Scan(&n), "lock waits")
-	return n
+// begin opens a transaction and returns it with its connection's id.
+func begin(t *testing.T, db *sql.DB) (*sql.Tx, int64) {
+	tx, err := db.Begin()
+	testenv.Must(t, err, "begin")
+	var id int64
+	testenv.Must(t, tx.QueryRow("SELECT CONNECTION_ID()").Scan(&id), "connection id")
+	return tx, id
 }
 
-func waitFor(t *testing.T, db *sql.DB, n int) {
+// waitFor returns once the transaction of connection conn waits on a lock,
+// or once fin is closed (it did not wait: the test then reports why).
+func waitFor(t *testing.T, db *sql.DB, conn chan int64, fin chan struct{}) {
 	t.Helper()
-	for lockWaits(t, db) < n {
-		time.Sleep(5 * time.Millisecond)
+	id := <-conn
+	for {
+		select {
+		case <-fin:
+			return
+		default:
+		}
+		var n int
+		testenv.Must(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = ?", id).Scan(&n), "lock waits")
+		if n > 0 {
+			return
+		}
+		// InnoDB refreshes INNODB_TRX only when it was not read for
+		// 0.1 s: polling faster would keep showing a stale picture.
+		time.Sleep(150 * time.Millisecond)
 	}
 }
 
@@ -69,16 +86,18 @@ func TestMySQLKeyOrderSingleRow(t *testing.T) {
 	testenv.Must(t, ob.Add(ctx, first, txbox.Message{Topic: "t", Key: "k", Payload: []byte("first")}), "add first")
 
 	done := make(chan error, 1)
+	conn, fin := make(chan int64, 1), make(chan struct{})
 	go func() {
-		tx, err := db.BeginTx(ctx, nil)
+		defer close(fin)
+		tx, id := begin(t, db)
+		conn <- id
+		err := ob.Add(ctx, tx, txbox.Message{Topic: "t", Key: "k", Payload: []byte("second")})
 		if err == nil {
-			if err = ob.Add(ctx, tx, txbox.Message{Topic: "t", Key: "k", Payload: []byte("second")}); err == nil {
-				err = tx.Commit()
-			}
+			err = tx.Commit()
 		}
 		done <- err
 	}()
-	waitFor(t, db, 1)
+	waitFor(t, db, conn, fin)
 	// An unkeyed row commits while "second" waits for the key.
 	testenv.Must(t, ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("between")}), "add between")
 	testenv.Must(t, first.Commit(), "commit first")
@@ -109,11 +128,12 @@ func TestMySQLKeyOrderMultiRow(t *testing.T) {
 	var commits []string
 	add := func(name string, msgs ...txbox.Message) chan error {
 		done := make(chan error, 1)
+		conn, fin := make(chan int64, 1), make(chan struct{})
 		go func() {
-			tx, err := db.BeginTx(ctx, nil)
-			if err == nil {
-				err = ob.Add(ctx, tx, msgs...)
-			}
+			defer close(fin)
+			tx, id := begin(t, db)
+			conn <- id
+			err := ob.Add(ctx, tx, msgs...)
 			if err == nil {
 				mu.Lock()
 				err = tx.Commit()
@@ -122,12 +142,11 @@ func TestMySQLKeyOrderMultiRow(t *testing.T) {
 			}
 			done <- err
 		}()
+		waitFor(t, db, conn, fin)
 		return done
 	}
 	b := add("b", txbox.Message{Topic: "t", Key: "k2", Payload: []byte("b")})
-	waitFor(t, db, 1)
 	a := add("a", txbox.Message{Topic: "t", Payload: []byte("u")}, txbox.Message{Topic: "t", Key: "k1", Payload: []byte("a1")}, txbox.Message{Topic: "t", Key: "k2", Payload: []byte("a")})
-	waitFor(t, db, 2)
 	testenv.Must(t, holder.Commit(), "commit holder")
 	testenv.Must(t, <-b, "b")
 	testenv.Must(t, <-a, "a")
