@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox/internal/bench"
@@ -15,11 +16,11 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var (
-		dbURL, brokerURL string
-		cfg              bench.Config
+		dbURL, brokerURL, redisURL string
+		cfg                        bench.Config
 	)
 	cmd := &cobra.Command{
-		Use:   "bench drain|add|order|latency|all",
+		Use:   "bench drain|add|order|latency|brokers|all",
 		Short: "Measure txbox beside hand-written baselines on your PostgreSQL and NATS",
 		Long: `Measure txbox against hand-written baselines on the same PostgreSQL and NATS
 server, side by side in one run, repeated and interleaved, and print ratios:
@@ -32,17 +33,29 @@ server, side by side in one run, repeated and interleaved, and print ratios:
   latency  commit-to-broker p50/p99 at 1000 and 3000 events/s offered, with
            LISTEN/NOTIFY and polling only; writer throughput with and without
            the notify trigger
-  all      all of them
+  brokers  relay drain into NATS, Redis Streams, asynq and Kafka (franz-go's
+           in-process kfake cluster) beside each broker's raw publish rate
+           (needs Redis: --redis)
+  all      all of them but brokers
 
 Everything runs in a new schema (txbox_bench_<time>) that is dropped at the end;
 streams are created and deleted on the NATS server. Durable numbers on a shared
 machine are noisy: read the ratios, and the paired medians.`,
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"drain", "add", "order", "latency", "all"},
+		ValidArgs: []string{"drain", "add", "order", "latency", "brokers", "all"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			which := args[0]
 			runs := map[string]func(context.Context, bench.Config) error{
 				"drain": bench.Drain, "add": bench.Add, "order": bench.Ordered, "latency": bench.Latency,
+				"brokers": func(ctx context.Context, cfg bench.Config) error {
+					opt, err := redis.ParseURL(redisURL)
+					if err != nil {
+						return fmt.Errorf("--redis %q: %w", redisURL, err)
+					}
+					rc := redis.NewClient(opt)
+					defer rc.Close()
+					return bench.Brokers(ctx, bench.BrokersConfig{Config: cfg, Redis: rc})
+				},
 			}
 			var order []string
 			if which == "all" {
@@ -50,7 +63,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 			} else if _, ok := runs[which]; ok {
 				order = []string{which}
 			} else {
-				return fmt.Errorf("unknown benchmark %q (want drain, add, order, latency or all)", which)
+				return fmt.Errorf("unknown benchmark %q (want drain, add, order, latency, brokers or all)", which)
 			}
 			if cfg.Rows <= 0 || cfg.Reps <= 0 || cfg.AddTime <= 0 {
 				return fmt.Errorf("--rows, --reps and --duration must be positive")
@@ -102,6 +115,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 	fs := cmd.Flags()
 	fs.StringVar(&dbURL, "db", envOr(EnvDB, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
 	fs.StringVar(&brokerURL, "broker", envOr(EnvBroker, nats.DefaultURL), "NATS server URL")
+	fs.StringVar(&redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL, for bench brokers")
 	fs.IntVar(&cfg.Rows, "rows", 200_000, "rows queued for each drain")
 	fs.IntVar(&cfg.Reps, "reps", 3, "interleaved repetitions (medians are reported)")
 	fs.DurationVar(&cfg.AddTime, "duration", 3*time.Second, "length of each timed measurement")

@@ -158,15 +158,17 @@ include txbox's own tracking table (your tool keeps its own records).`,
 			case "":
 				t, err := parseDB(f.db)
 				if err != nil {
-					return fmt.Errorf("cannot infer the dialect (give --dialect postgres|sqlite): %w", err)
+					return fmt.Errorf("cannot infer the dialect (give --dialect postgres|sqlite|mysql): %w", err)
 				}
 				d = t.dialect
 			case "postgres", "postgresql":
 				d = driver.Postgres
 			case "sqlite":
 				d = driver.SQLite
+			case "mysql", "mariadb":
+				d = driver.MySQL
 			default:
-				return fmt.Errorf("--dialect %q: want postgres or sqlite", dialect)
+				return fmt.Errorf("--dialect %q: want postgres, sqlite or mysql", dialect)
 			}
 			ms, err := migrate.Plan(d, f.migrateConfig())
 			if err != nil {
@@ -176,6 +178,6 @@ include txbox's own tracking table (your tool keeps its own records).`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&dialect, "dialect", "", "SQL dialect: postgres or sqlite (default: from the scheme of --db)")
+	cmd.Flags().StringVar(&dialect, "dialect", "", "SQL dialect: postgres, sqlite or mysql (default: from the scheme of --db)")
 	return cmd
 }
