@@ -149,6 +149,7 @@ func TestMigrateSQL(t *testing.T) {
 		{[]string{"--dialect", "postgres", "--schema", "shop", "--table", "events"}, []string{"CREATE TABLE", "shop", "events"}},
 		{[]string{"--db", "sqlite://nowhere/app.db"}, []string{"CREATE TABLE", "AUTOINCREMENT"}},
 		{[]string{"--db", "postgres://nobody@203.0.113.1:1/x"}, []string{"CREATE TABLE", "bytea"}},
+		{[]string{"--dialect", "mysql"}, []string{"CREATE TABLE", "SKIP LOCKED"}},
 	} {
 		out := mustRun(t, append([]string{"migrate", "sql"}, tc.args...)...)
 		for _, w := range tc.want {
@@ -157,7 +158,7 @@ func TestMigrateSQL(t *testing.T) {
 			}
 		}
 	}
-	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "oracle"); err == nil || !strings.Contains(err.Error(), "want postgres or sqlite") {
+	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "oracle"); err == nil || !strings.Contains(err.Error(), "want postgres, sqlite or mysql") {
 		t.Errorf("--dialect oracle: err = %v", err)
 	}
 }
