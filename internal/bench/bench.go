@@ -22,7 +22,6 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -268,37 +267,5 @@ func relayDrain(ctx context.Context, drv *txboxpgx.Driver, nc *nats.Conn, batch,
 	if err != nil {
 		return 0, err
 	}
-	var rs []*relay.Relay
-	for i := 0; i < relays; i++ {
-		r, err := relay.New(drv, pub, relay.Config{BatchSize: batch, PollInterval: 2 * time.Millisecond})
-		if err != nil {
-			return 0, err
-		}
-		rs = append(rs, r)
-	}
-	start := time.Now()
-	for _, r := range rs {
-		if err := r.Start(ctx); err != nil {
-			return 0, err
-		}
-	}
-	defer func() {
-		for _, r := range rs {
-			_ = r.Stop(context.WithoutCancel(ctx))
-		}
-	}()
-	for {
-		var published int64
-		for _, r := range rs {
-			published += r.Counters().Published
-		}
-		if published >= int64(n) {
-			return float64(published) / time.Since(start).Seconds(), nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	return drainInto(ctx, drv, pub, batch, relays, n)
 }

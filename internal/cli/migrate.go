@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -38,6 +39,21 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 
 func (f *tableFlags) migrateConfig() migrate.Config {
 	return migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, NoOutbox: f.noOutbox}
+}
+
+// openMigrator opens --db and a Migrator for the configured tables; the
+// caller closes the database.
+func (f *tableFlags) openMigrator(ctx context.Context) (*database, *migrate.Migrator, error) {
+	db, err := openDB(ctx, f.db)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := db.migrator(f.migrateConfig())
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, m, nil
 }
 
 func newMigrateCmd() *cobra.Command {
@@ -78,15 +94,11 @@ no-op; concurrent runs on PostgreSQL are safe.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			db, err := openDB(ctx, f.db)
+			db, m, err := f.openMigrator(ctx)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			m, err := db.migrator(f.migrateConfig())
-			if err != nil {
-				return err
-			}
 			applied, err := m.Up(ctx)
 			out := cmd.OutOrStdout()
 			for _, mg := range applied {
@@ -113,15 +125,11 @@ yet). It changes nothing in the database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			db, err := openDB(ctx, f.db)
+			db, m, err := f.openMigrator(ctx)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			m, err := db.migrator(f.migrateConfig())
-			if err != nil {
-				return err
-			}
 			st, err := m.Status(ctx)
 			if err != nil {
 				return fmt.Errorf("migrate status on %s: %w", db.target, err)
