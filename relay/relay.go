@@ -219,6 +219,9 @@ func (r *Relay) loop(ctx context.Context) {
 			wait = idle
 		default:
 			if err := r.listen.arm(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
 				r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
 			} else if !armed {
 				armed = true
