@@ -22,7 +22,7 @@ const (
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultRetryDelay       = time.Second
 	DefaultClaimLease       = time.Minute
-	DefaultConcurrency      = 2
+	DefaultConcurrency      = 1
 )
 
 // Config configures a Relay. Zero fields take their defaults; negative
@@ -56,7 +56,9 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Concurrency is how many claim-publish-mark loops the relay runs side
 	// by side, so that database work overlaps the wait for broker acks.
-	// Default: 2.
+	// More loops help an unordered backlog drain; with ordering keys every
+	// loop's claim scans past the others' in-flight heads, so more loops
+	// (here or in other relays) cost more than they give. Default: 1.
 	Concurrency int
 	// BackoffMax caps the doubling wait after failed rounds. Default: 30s.
 	BackoffMax time.Duration
