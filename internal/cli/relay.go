@@ -26,6 +26,7 @@ type relayFlags struct {
 	retention       time.Duration
 	cleanupInterval time.Duration
 	maxAttempts     int
+	concurrency     int
 	publishTimeout  time.Duration
 
 	noNotify      bool
@@ -67,6 +68,7 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, at most 10000 (env "+relay.EnvBatchSize+")")
 	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them (env "+relay.EnvRetention+")")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs (env "+relay.EnvCleanupInterval+")")
+	fs.IntVar(&f.concurrency, "concurrency", relay.DefaultConcurrency, "claim-publish-mark loops run side by side; more help an unordered backlog drain, ordering keys prefer 1")
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count (env "+relay.EnvMaxAttempts+")")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch (env "+relay.EnvPublishTimeout+")")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
@@ -110,6 +112,7 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		dur("retention", f.retention, &cfg.Retention),
 		dur("cleanup-interval", f.cleanupInterval, &cfg.CleanupInterval),
 		integer("max-attempts", f.maxAttempts, &cfg.MaxAttempts),
+		integer("concurrency", f.concurrency, &cfg.Concurrency),
 		dur("publish-timeout", f.publishTimeout, &cfg.PublishTimeout),
 	} {
 		if err != nil {
