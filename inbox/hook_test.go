@@ -1,13 +1,11 @@
 package inbox_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/txbox/txbox/driver"
@@ -16,28 +14,11 @@ import (
 	"github.com/txbox/txbox/txboxsql"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestDefaultHookLogs: without a Hook, the audit events go to the Logger.
 func TestDefaultHookLogs(t *testing.T) {
 	t.Parallel()
 	e := setup(t, txboxsql.New(testenv.SQLite(t), driver.SQLite))
-	var buf syncBuffer
+	var buf testenv.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ib := e.newInbox(t, inbox.Config{Logger: l})
 	ctx := context.Background()

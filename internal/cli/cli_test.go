@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,27 +19,9 @@ import (
 	"github.com/txbox/txbox/internal/testenv"
 )
 
-// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // run runs txbox with args and returns its stdout, stderr and error.
 func run(ctx context.Context, args ...string) (string, string, error) {
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	err := cli.Run(ctx, args, &out, &errOut)
 	return out.String(), errOut.String(), err
 }
@@ -314,7 +295,7 @@ func testRelay(t *testing.T, dbArgs []string, insertRow func(topic string, paylo
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	done := make(chan error, 1)
 	go func() {
 		args := append([]string{"relay", "--broker", testenv.NATSURL(), "--stream", stream, "--stream-subjects", prefix + ">",

@@ -1,0 +1,25 @@
+package testenv
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is a bytes.Buffer safe for a goroutine writing (a logger, a
+// command) while the test reads.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
