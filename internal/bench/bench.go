@@ -48,6 +48,41 @@ func (c *Config) defaults() {
 	}
 }
 
+// run is one measured configuration: fn returns a rate.
+type run struct {
+	name string
+	fn   func() (float64, error)
+}
+
+// interleave runs every run once per repetition, in turn (so slow drift hits
+// all alike), calling before ahead of each, prints each rate and the
+// medians under title, and returns the medians.
+func interleave(cfg Config, runs []run, before func() error, title string) ([]float64, error) {
+	results := make([][]float64, len(runs))
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for i, r := range runs {
+			if before != nil {
+				if err := before(); err != nil {
+					return nil, err
+				}
+			}
+			rate, err := r.fn()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", r.name, err)
+			}
+			results[i] = append(results[i], rate)
+			fmt.Fprintf(cfg.Out, "  rep %d: %-58s %9.0f msgs/s\n", rep+1, r.name, rate)
+		}
+	}
+	fmt.Fprintf(cfg.Out, "\n%s, median of %d interleaved reps:\n", title, cfg.Reps)
+	med := make([]float64, len(runs))
+	for i, r := range runs {
+		med[i] = median(results[i])
+		fmt.Fprintf(cfg.Out, "  %-58s %9.0f msgs/s\n", r.name, med[i])
+	}
+	return med, nil
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -118,10 +153,6 @@ func Drain(ctx context.Context, cfg Config) error {
 		return s.Purge(ctx)
 	}
 
-	type run struct {
-		name string
-		fn   func() (float64, error)
-	}
 	runs := []run{
 		{"raw JetStream async publish (window 4000)", func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows) }},
 	}
@@ -147,30 +178,14 @@ func Drain(ctx context.Context, cfg Config) error {
 			}})
 		}
 	}
-	results := make([][]float64, len(runs))
-	for rep := 0; rep < cfg.Reps; rep++ {
-		for i, r := range runs {
-			if err := purge(); err != nil {
-				return err
-			}
-			rate, err := r.fn()
-			if err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
-			}
-			results[i] = append(results[i], rate)
-			fmt.Fprintf(cfg.Out, "  rep %d: %-55s %9.0f msgs/s\n", rep+1, r.name, rate)
-		}
-	}
-	fmt.Fprintf(cfg.Out, "\ndrain of %d queued rows, median of %d interleaved reps:\n", cfg.Rows, cfg.Reps)
-	med := make([]float64, len(runs))
-	for i, r := range runs {
-		med[i] = median(results[i])
-		fmt.Fprintf(cfg.Out, "  %-55s %9.0f msgs/s\n", r.name, med[i])
+	med, err := interleave(cfg, runs, purge, fmt.Sprintf("drain of %d queued rows", cfg.Rows))
+	if err != nil {
+		return err
 	}
 	fmt.Fprintln(cfg.Out, "\nrelay as a share of min(raw publish, raw claim+mark of the same shape):")
 	for i := 1; i < len(runs); i += 2 {
 		base := min(med[0], med[i])
-		fmt.Fprintf(cfg.Out, "  %-55s %5.0f%%\n", runs[i+1].name, 100*med[i+1]/base)
+		fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%\n", runs[i+1].name, 100*med[i+1]/base)
 	}
 	return resetTable(ctx, cfg.Pool)
 }

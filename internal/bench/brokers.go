@@ -58,7 +58,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	if err != nil {
 		return err
 	}
-	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	id := strconv.FormatInt(time.Now().UnixNano(), 36)
 
 	type target struct {
 		name  string
@@ -69,7 +69,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	}
 	var targets []target
 	if cfg.NATS != nil {
-		js, err := natsjsStream(ctx, cfg, run)
+		js, err := natsjsStream(ctx, cfg, id)
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		targets = append(targets, target{"NATS JetStream", func(n int) (float64, error) { return rawPublish(ctx, cfg.NATS, js.subject, n) }, pub, js.subject, js.purge})
 	}
 	if cfg.Redis != nil {
-		stream := "txboxbench:" + run
+		stream := "txboxbench:" + id
 		pub, err := redisx.NewStreamPublisher(cfg.Redis, redisx.StreamPublisherConfig{})
 		if err != nil {
 			return err
@@ -90,7 +90,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		defer func() { _ = del() }()
 		targets = append(targets, target{"Redis Streams", func(n int) (float64, error) { return rawXAdd(ctx, cfg.Redis, stream, n) }, pub, stream, del})
 
-		queue := "txboxbench_" + run
+		queue := "txboxbench_" + id
 		apub, err := redisx.NewAsynqPublisher(cfg.Redis, redisx.AsynqConfig{Queue: queue})
 		if err != nil {
 			return err
@@ -118,16 +118,12 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	if err != nil {
 		return err
 	}
-	ktopic := "txboxbench." + run
+	ktopic := "txboxbench." + id
 	targets = append(targets, target{kname, func(n int) (float64, error) { return rawKafka(ctx, kcl, ktopic, n) }, kpub, ktopic, func() error { return nil }})
 
-	type row struct {
-		name string
-		fn   func() (float64, error)
-	}
 	// The relay's other ceiling: the same claim and mark statements with no
 	// broker at all.
-	rows := []row{{"raw claim+mark, no broker, batch 1000, 1 worker", func() (float64, error) {
+	rows := []run{{"raw claim+mark, no broker, batch 1000, 1 worker", func() (float64, error) {
 		if err := resetTable(ctx, cfg.Pool); err != nil {
 			return 0, err
 		}
@@ -137,12 +133,12 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		return rawClaimMark(ctx, cfg.Pool, 1000, 1, cfg.Rows)
 	}}}
 	for _, tg := range targets {
-		rows = append(rows, row{"raw " + tg.name + " publish from Go", func() (float64, error) {
+		rows = append(rows, run{"raw " + tg.name + " publish from Go", func() (float64, error) {
 			defer func() { _ = tg.clean() }()
 			return tg.raw(cfg.Rows)
 		}})
 		for _, relays := range []int{1, 4} {
-			rows = append(rows, row{fmt.Sprintf("relay → %s, batch 1000, %d relays", tg.name, relays), func() (float64, error) {
+			rows = append(rows, run{fmt.Sprintf("relay → %s, batch 1000, %d relays", tg.name, relays), func() (float64, error) {
 				defer func() { _ = tg.clean() }()
 				if err := resetTable(ctx, cfg.Pool); err != nil {
 					return 0, err
@@ -154,22 +150,9 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 			}})
 		}
 	}
-	results := make([][]float64, len(rows))
-	for rep := 0; rep < cfg.Reps; rep++ {
-		for i, r := range rows {
-			rate, err := r.fn()
-			if err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
-			}
-			results[i] = append(results[i], rate)
-			fmt.Fprintf(cfg.Out, "  rep %d: %-58s %9.0f msgs/s\n", rep+1, r.name, rate)
-		}
-	}
-	fmt.Fprintf(cfg.Out, "\n%d messages per run, median of %d interleaved reps:\n", cfg.Rows, cfg.Reps)
-	med := make([]float64, len(rows))
-	for i, r := range rows {
-		med[i] = median(results[i])
-		fmt.Fprintf(cfg.Out, "  %-58s %9.0f msgs/s\n", r.name, med[i])
+	med, err := interleave(cfg.Config, rows, nil, fmt.Sprintf("%d messages per run", cfg.Rows))
+	if err != nil {
+		return err
 	}
 	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of the broker's raw publish rate, and of min(raw publish, raw claim+mark):")
 	for i := 1; i < len(rows); i += 3 {
