@@ -41,6 +41,12 @@ type Config struct {
 	// Retention is how long published rows are kept before cleanup deletes
 	// them. Default: 168h. Env OUTBOX_RETENTION.
 	Retention time.Duration
+	// DeletePublished deletes each row in the transaction that records its
+	// delivery, instead of keeping it for Retention. The relay then writes
+	// less (no new row version, no index entries) and drains faster, but
+	// delivered messages can no longer be looked at or replayed from the
+	// table. Dead rows are kept either way. Env OUTBOX_RETENTION=0.
+	DeletePublished bool
 	// CleanupInterval is how often cleanup runs. Default: 1h.
 	// Env OUTBOX_CLEANUP_INTERVAL.
 	CleanupInterval time.Duration
@@ -147,7 +153,8 @@ const (
 
 // ConfigFromEnv overlays the OUTBOX_* environment variables on base.
 // Durations use Go syntax ("500ms", "168h"); a value that does not parse,
-// or is not positive, is an error naming the variable.
+// or is not positive, is an error naming the variable. The one exception is
+// OUTBOX_RETENTION=0, which sets DeletePublished.
 func ConfigFromEnv(base Config) (Config, error) { return configFrom(base, os.LookupEnv) }
 
 func configFrom(c Config, lookup func(string) (string, bool)) (Config, error) {
@@ -178,10 +185,19 @@ func configFrom(c Config, lookup func(string) (string, bool)) (Config, error) {
 		*dst = n
 		return nil
 	}
+	retention := func() error {
+		if v, ok := lookup(EnvRetention); ok {
+			if d, err := time.ParseDuration(v); err == nil && d == 0 {
+				c.DeletePublished = true
+				return nil
+			}
+		}
+		return dur(EnvRetention, &c.Retention)
+	}
 	for _, err := range []error{
 		dur(EnvPollInterval, &c.PollInterval),
 		integer(EnvBatchSize, &c.BatchSize),
-		dur(EnvRetention, &c.Retention),
+		retention(),
 		dur(EnvCleanupInterval, &c.CleanupInterval),
 		integer(EnvMaxAttempts, &c.MaxAttempts),
 		dur(EnvPublishTimeout, &c.PublishTimeout),

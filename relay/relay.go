@@ -79,6 +79,9 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if err != nil {
 		return nil, err
 	}
+	if c.DeletePublished {
+		store.DeletePublished()
+	}
 	closed := make(chan struct{})
 	close(closed)
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), stopped: closed}

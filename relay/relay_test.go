@@ -249,6 +249,49 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	})
 }
 
+// With DeletePublished, a delivered row is deleted in the transaction that
+// records its delivery; a relay that crashes between publish and mark
+// deletes nothing, and a dead row is kept with its error.
+func TestDeletePublished(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, f fixture) {
+		nc := testenv.NATS(t)
+		prefix := testenv.Subject()
+		s := stream(t, nc, prefix, jetstream.StreamConfig{MaxMsgSize: 1024})
+		var msgs []txbox.Message
+		for i := 0; i < 30; i++ {
+			msgs = append(msgs, txbox.Message{Topic: prefix + "ok", Key: fmt.Sprint("k", i%3), Payload: []byte(fmt.Sprint(i))})
+		}
+		msgs = append(msgs, txbox.Message{ID: "poison", Topic: prefix + "big", Payload: make([]byte, 4096)})
+		f.add(t, true, msgs...)
+
+		crashed := Config{DeletePublished: true, onPublished: func([]txbox.Message) error { return errors.New("crash before mark") }}
+		if _, err := f.newRelay(t, publisher(t, nc), crashed).Round(context.Background()); err == nil {
+			t.Fatal("a round that crashed before marking returned no error")
+		}
+		if n := f.count(t, "1=1"); n != 31 {
+			t.Fatalf("%d rows left after a crash before marking, want all 31", n)
+		}
+
+		r := f.newRelay(t, publisher(t, nc), Config{DeletePublished: true, PollInterval: 5 * time.Millisecond, MaxAttempts: 2, RetryDelay: 5 * time.Millisecond})
+		startRelay(t, r)
+		eventually(t, "poison parked and the rest delivered", func() bool {
+			st, err := r.Stats(context.Background())
+			return err == nil && st.Pending == 0 && st.DeadRows == 1
+		})
+		if n := f.count(t, "1=1"); n != 1 {
+			t.Fatalf("%d rows left, want only the dead one", n)
+		}
+		if f.count(t, "message_id = 'poison' AND dead_at IS NOT NULL AND attempts = 2") != 1 {
+			t.Fatal("the dead row is not kept with its attempts")
+		}
+		// The crashed round's publishes were deduplicated by the stream.
+		if got := streamMsgs(t, s); got != 30 {
+			t.Fatalf("stream holds %d, want the 30 good messages", got)
+		}
+	})
+}
+
 // The embedded NATS server stopped for a while and restarted: the relay
 // burns no attempts during the outage and delivers everything after it.
 func TestBrokerOutageBurnsNoAttempts(t *testing.T) {
@@ -410,7 +453,15 @@ func TestConfigFromEnv(t *testing.T) {
 	if c.PollInterval != 250*time.Millisecond || c.BatchSize != 500 || c.Retention != 24*time.Hour || c.CleanupInterval != 5*time.Minute || c.MaxAttempts != 3 {
 		t.Fatalf("config from env = %+v", c)
 	}
-	for k, bad := range map[string]string{EnvPollInterval: "abc", EnvBatchSize: "-1", EnvRetention: "0s", EnvMaxAttempts: "ten"} {
+	if c.DeletePublished {
+		t.Errorf("%s=24h set DeletePublished", EnvRetention)
+	}
+	c, err = configFrom(Config{}, func(k string) (string, bool) { return map[string]string{EnvRetention: "0"}[k], k == EnvRetention })
+	testenv.Must(t, err, "configFrom %s=0", EnvRetention)
+	if !c.DeletePublished || c.Retention != 0 {
+		t.Errorf("%s=0: DeletePublished %v, Retention %s; want true, unset", EnvRetention, c.DeletePublished, c.Retention)
+	}
+	for k, bad := range map[string]string{EnvPollInterval: "abc", EnvBatchSize: "-1", EnvRetention: "-1h", EnvMaxAttempts: "ten"} {
 		env := map[string]string{k: bad}
 		_, err := configFrom(Config{}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 		if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), k) {

@@ -22,6 +22,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -165,7 +166,7 @@ func Drain(ctx context.Context, cfg Config) error {
 				if err := fill(ctx, cfg.Pool, ob, subject, cfg.Rows); err != nil {
 					return 0, err
 				}
-				return rawClaimMark(ctx, cfg.Pool, batch, workers, cfg.Rows)
+				return rawClaimMark(ctx, cfg.Pool, batch, workers, cfg.Rows, false)
 			}})
 			runs = append(runs, run{fmt.Sprintf("txbox relay → JetStream, batch %d, %d relays", batch, workers), func() (float64, error) {
 				if err := resetTable(ctx, cfg.Pool); err != nil {
@@ -224,7 +225,11 @@ func rawPublish(ctx context.Context, nc *nats.Conn, subject string, n int) (floa
 
 // rawClaimMark is the hand-written relay without a broker: the same claim
 // and mark statements, nothing else.
-func rawClaimMark(ctx context.Context, pool *pgxpool.Pool, batch, workers, n int) (float64, error) {
+func rawClaimMark(ctx context.Context, pool *pgxpool.Pool, batch, workers, n int, del bool) (float64, error) {
+	mark := "UPDATE txbox_outbox SET published_at = now() WHERE id = ANY($1)"
+	if del {
+		mark = "DELETE FROM txbox_outbox WHERE id = ANY($1)"
+	}
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
@@ -254,7 +259,7 @@ func rawClaimMark(ctx context.Context, pool *pgxpool.Pool, batch, workers, n int
 					if err := rows.Err(); err != nil {
 						return err
 					}
-					_, err = tx.Exec(ctx, "UPDATE txbox_outbox SET published_at = now() WHERE id = ANY($1)", ids)
+					_, err = tx.Exec(ctx, mark, ids)
 					return err
 				})
 				if err != nil {
@@ -282,5 +287,5 @@ func relayDrain(ctx context.Context, drv *txboxpgx.Driver, nc *nats.Conn, batch,
 	if err != nil {
 		return 0, err
 	}
-	return drainInto(ctx, drv, pub, batch, relays, n)
+	return drainInto(ctx, drv, pub, relay.Config{BatchSize: batch}, relays, n)
 }

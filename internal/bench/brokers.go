@@ -122,42 +122,52 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	targets = append(targets, target{kname, func(n int) (float64, error) { return rawKafka(ctx, kcl, ktopic, n) }, kpub, ktopic, func() error { return nil }})
 
 	// The relay's other ceiling: the same claim and mark statements with no
-	// broker at all.
-	rows := []run{{"raw claim+mark, no broker, batch 1000, 1 worker", func() (float64, error) {
-		if err := resetTable(ctx, cfg.Pool); err != nil {
-			return 0, err
-		}
-		if err := fill(ctx, cfg.Pool, ob, "claim.mark", cfg.Rows); err != nil {
-			return 0, err
-		}
-		return rawClaimMark(ctx, cfg.Pool, 1000, 1, cfg.Rows)
-	}}}
+	// broker at all; with DeletePublished the mark is a DELETE.
+	var rows []run
+	for _, del := range []bool{false, true} {
+		rows = append(rows, run{"raw claim+" + markName(del) + ", no broker, batch 1000", func() (float64, error) {
+			if err := resetTable(ctx, cfg.Pool); err != nil {
+				return 0, err
+			}
+			if err := fill(ctx, cfg.Pool, ob, "claim.mark", cfg.Rows); err != nil {
+				return 0, err
+			}
+			return rawClaimMark(ctx, cfg.Pool, 1000, 1, cfg.Rows, del)
+		}})
+	}
+	const perTarget = 5 // raw publish, then relays × {keep, delete}
 	for _, tg := range targets {
 		rows = append(rows, run{"raw " + tg.name + " publish from Go", func() (float64, error) {
 			defer func() { _ = tg.clean() }()
 			return tg.raw(cfg.Rows)
 		}})
-		for _, relays := range []int{1, 4} {
-			rows = append(rows, run{fmt.Sprintf("relay → %s, batch 1000, %d relays", tg.name, relays), func() (float64, error) {
-				defer func() { _ = tg.clean() }()
-				if err := resetTable(ctx, cfg.Pool); err != nil {
-					return 0, err
-				}
-				if err := fill(ctx, cfg.Pool, ob, tg.topic, cfg.Rows); err != nil {
-					return 0, err
-				}
-				return drainInto(ctx, drv, tg.pub, 1000, relays, cfg.Rows)
-			}})
+		for _, del := range []bool{false, true} {
+			for _, relays := range []int{1, 4} {
+				rows = append(rows, run{fmt.Sprintf("relay → %s, %d relays, %s", tg.name, relays, markName(del)), func() (float64, error) {
+					defer func() { _ = tg.clean() }()
+					if err := resetTable(ctx, cfg.Pool); err != nil {
+						return 0, err
+					}
+					if err := fill(ctx, cfg.Pool, ob, tg.topic, cfg.Rows); err != nil {
+						return 0, err
+					}
+					return drainInto(ctx, drv, tg.pub, relay.Config{BatchSize: 1000, DeletePublished: del}, relays, cfg.Rows)
+				}})
+			}
 		}
 	}
-	med, err := interleave(cfg.Config, rows, nil, fmt.Sprintf("%d messages per run", cfg.Rows))
+	med, err := interleave(cfg.Config, rows, nil, fmt.Sprintf("%d messages per run, batch 1000", cfg.Rows))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of the broker's raw publish rate, and of min(raw publish, raw claim+mark):")
-	for i := 1; i < len(rows); i += 3 {
-		for j := 1; j <= 2; j++ {
-			fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%  %5.0f%%\n", rows[i+j].name, 100*med[i+j]/med[i], 100*med[i+j]/min(med[i], med[0]))
+	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of the broker's raw publish rate, and of min(raw publish, raw claim+mark of the same mark):")
+	for i := 2; i < len(rows); i += perTarget {
+		for j := 1; j < perTarget; j++ {
+			claimMark := med[0]
+			if j > 2 {
+				claimMark = med[1]
+			}
+			fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%  %5.0f%%\n", rows[i+j].name, 100*med[i+j]/med[i], 100*med[i+j]/min(med[i], claimMark))
 		}
 	}
 	return resetTable(ctx, cfg.Pool)
@@ -186,12 +196,20 @@ func natsjsStream(ctx context.Context, cfg BrokersConfig, run string) (jsBench, 
 	}, nil
 }
 
-// drainInto starts relays publishing through pub and waits until they
-// published n messages.
-func drainInto(ctx context.Context, drv *txboxpgx.Driver, pub txbox.Publisher, batch, relays, n int) (float64, error) {
+func markName(del bool) string {
+	if del {
+		return "delete"
+	}
+	return "mark"
+}
+
+// drainInto starts relays configured as rc publishing through pub and waits
+// until they published n messages.
+func drainInto(ctx context.Context, drv *txboxpgx.Driver, pub txbox.Publisher, rc relay.Config, relays, n int) (float64, error) {
+	rc.PollInterval = 2 * time.Millisecond
 	var rs []*relay.Relay
 	for i := 0; i < relays; i++ {
-		r, err := relay.New(drv, pub, relay.Config{BatchSize: batch, PollInterval: 2 * time.Millisecond})
+		r, err := relay.New(drv, pub, rc)
 		if err != nil {
 			return 0, err
 		}

@@ -193,7 +193,7 @@ func TestRelayBadEnv(t *testing.T) {
 	for _, tc := range []struct{ env, val, want string }{
 		{"OUTBOX_POLL_INTERVAL", "abc", `OUTBOX_POLL_INTERVAL="abc": not a duration`},
 		{"OUTBOX_BATCH_SIZE", "-5", `OUTBOX_BATCH_SIZE="-5": want a positive integer`},
-		{"OUTBOX_RETENTION", "0s", `OUTBOX_RETENTION="0s": must be positive`},
+		{"OUTBOX_RETENTION", "-2h", `OUTBOX_RETENTION="-2h": must be positive`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.val)

@@ -66,7 +66,7 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	fs := cmd.Flags()
 	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again (env "+relay.EnvPollInterval+")")
 	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, at most 10000 (env "+relay.EnvBatchSize+")")
-	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them (env "+relay.EnvRetention+")")
+	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them; 0 deletes each row as its delivery is recorded (env "+relay.EnvRetention+")")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs (env "+relay.EnvCleanupInterval+")")
 	fs.IntVar(&f.concurrency, "concurrency", relay.DefaultConcurrency, "claim-publish-mark loops run side by side; more help an unordered backlog drain, ordering keys prefer 1")
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count (env "+relay.EnvMaxAttempts+")")
@@ -106,10 +106,20 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		*dst = v
 		return nil
 	}
+	retention := func() error {
+		if fs.Changed("retention") && f.retention == 0 {
+			cfg.DeletePublished, cfg.Retention = true, 0
+			return nil
+		}
+		if fs.Changed("retention") {
+			cfg.DeletePublished = false
+		}
+		return dur("retention", f.retention, &cfg.Retention)
+	}
 	for _, err := range []error{
 		dur("poll-interval", f.pollInterval, &cfg.PollInterval),
 		integer("batch-size", f.batchSize, &cfg.BatchSize),
-		dur("retention", f.retention, &cfg.Retention),
+		retention(),
 		dur("cleanup-interval", f.cleanupInterval, &cfg.CleanupInterval),
 		integer("max-attempts", f.maxAttempts, &cfg.MaxAttempts),
 		integer("concurrency", f.concurrency, &cfg.Concurrency),
@@ -208,7 +218,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	log.Info("relay started", "db", db.target.String(), "broker", br.desc, "table", cfg.Table,
-		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention,
+		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention, "delete_published", cfg.DeletePublished,
 		"cleanup_interval", cfg.CleanupInterval, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
 
 	var tick <-chan time.Time

@@ -40,6 +40,9 @@ type Store struct {
 	pool    driver.Pool
 	q       queries
 	lease   time.Duration
+	// mark names the query that marks published rows: mark_published,
+	// or delete_published when delivered rows are not kept.
+	mark string
 }
 
 // NewStore returns a Store for the quoted table; lease is how long a SQLite
@@ -50,8 +53,12 @@ func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Durat
 	if err != nil {
 		return nil, err
 	}
-	return &Store{dialect: d, pool: pool, q: q, lease: lease}, nil
+	return &Store{dialect: d, pool: pool, q: q, lease: lease, mark: "mark_published"}, nil
 }
+
+// DeletePublished makes Finish delete published rows, in the transaction
+// that would have marked them, instead of keeping them for cleanup.
+func (s *Store) DeletePublished() { s.mark = "delete_published" }
 
 // Batch is a claim on some rows, ended by Finish or Release.
 type Batch struct {
@@ -165,7 +172,7 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 	switch s.dialect {
 	case driver.Postgres, driver.MySQL:
 		if len(published) > 0 {
-			q, args := s.withIDs("mark_published", published)
+			q, args := s.withIDs(s.mark, published)
 			if _, err := b.tx.Exec(ctx, q, args...); err != nil {
 				_ = b.tx.Rollback(context.WithoutCancel(ctx))
 				return fmt.Errorf("mark published: %w", err)
@@ -193,7 +200,11 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		now := time.Now()
 		if len(published) > 0 {
-			if _, err := tx.Exec(ctx, s.q["mark_published"], now.UnixMicro(), b.token, s.idsArg(published)); err != nil {
+			args := []any{now.UnixMicro(), b.token, s.idsArg(published)}
+			if s.mark == "delete_published" {
+				args = args[1:]
+			}
+			if _, err := tx.Exec(ctx, s.q[s.mark], args...); err != nil {
 				return fmt.Errorf("mark published: %w", err)
 			}
 		}

@@ -29,6 +29,9 @@ FOR UPDATE SKIP LOCKED
 UPDATE {{table}} SET published_at = UTC_TIMESTAMP(6)
 WHERE id IN ({{ids}})
 
+-- name: delete_published
+DELETE FROM {{table}} WHERE id IN ({{ids}})
+
 -- MySQL evaluates SET assignments left to right, each seeing the ones
 -- before it: dead_at is computed before attempts is incremented.
 -- Arguments: max attempts, error, retry delay (µs), id.

@@ -22,6 +22,11 @@ FOR UPDATE OF o SKIP LOCKED
 -- name: mark_published
 UPDATE {{table}} SET published_at = now() WHERE id = ANY($1)
 
+-- name: delete_published
+-- Relay.Config.DeletePublished: the mark is a delete, in the same
+-- transaction, so nothing is left for cleanup.
+DELETE FROM {{table}} WHERE id = ANY($1)
+
 -- name: reject
 UPDATE {{table}}
 SET attempts = attempts + 1,

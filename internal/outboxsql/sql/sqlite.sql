@@ -25,6 +25,11 @@ RETURNING id, message_id, topic, coalesce(ordering_key, ''), payload, headers, a
 UPDATE {{table}} SET published_at = ?1, claim_token = NULL, claimed_until = NULL
 WHERE claim_token = ?2 AND id IN (SELECT value FROM json_each(?3))
 
+-- name: delete_published
+-- The lease token fences the delete as it does the mark.
+DELETE FROM {{table}}
+WHERE claim_token = ?1 AND id IN (SELECT value FROM json_each(?2))
+
 -- name: reject
 UPDATE {{table}}
 SET attempts = attempts + 1,

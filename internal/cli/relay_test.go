@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/relay"
+)
+
+// A retention of 0, from the flag or OUTBOX_RETENTION, deletes rows as they
+// are delivered; the flag overrides the environment both ways.
+func TestRelayConfigRetention(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		args    []string
+		deletes bool
+		keep    time.Duration
+	}{
+		{args: nil, keep: 0},
+		{args: []string{"--retention", "0"}, deletes: true},
+		{args: []string{"--retention", "2h"}, keep: 2 * time.Hour},
+		{env: "0", deletes: true},
+		{env: "0s", args: []string{"--retention", "3h"}, keep: 3 * time.Hour},
+		{env: "5h", args: []string{"--retention", "0"}, deletes: true},
+	} {
+		if tc.env != "" {
+			t.Setenv(relay.EnvRetention, tc.env)
+		}
+		cmd := newRelayCmd()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		var f relayFlags
+		f.retention, _ = cmd.Flags().GetDuration("retention")
+		cfg, err := relayConfig(cmd, &f)
+		if err != nil {
+			t.Fatalf("env %q args %v: %v", tc.env, tc.args, err)
+		}
+		if cfg.DeletePublished != tc.deletes || cfg.Retention != tc.keep {
+			t.Errorf("env %q args %v: DeletePublished %v, Retention %s; want %v, %s",
+				tc.env, tc.args, cfg.DeletePublished, cfg.Retention, tc.deletes, tc.keep)
+		}
+	}
+}
