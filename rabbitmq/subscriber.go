@@ -338,6 +338,7 @@ func (d *delivery) Message() consumer.Message {
 	return consumer.Message{
 		Message:    txbox.Message{ID: d.d.MessageId, Topic: topic, Payload: d.d.Body, Headers: h},
 		Deliveries: d.deliveries(),
+		Binding:    d.queue,
 	}
 }
 
