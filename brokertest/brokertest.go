@@ -63,8 +63,16 @@ type Reader interface {
 
 // NewFunc returns a publisher and a reader of the same broker, isolated for
 // t (unique streams, queues or topic prefixes); cleanup goes to t.Cleanup.
-// Topics the suite uses are unique per test and match [a-z0-9_.]+.
+// Topics the suite uses are unique per test, begin with TopicPrefix and
+// match [a-z0-9_.]+.
 type NewFunc func(t *testing.T) (txbox.Publisher, Reader)
+
+// TopicPrefix begins every topic the suite publishes to (Reject's topic
+// argument included), so that a broker routing by pattern can route them
+// all before the first publish (a RabbitMQ queue bound to TopicPrefix+"#"
+// on a topic exchange), and Reject can make a topic unroutable by giving
+// it another prefix.
+const TopicPrefix = "bt."
 
 var seq atomic.Int64
 
@@ -74,7 +82,7 @@ func init() { seq.Store(time.Now().UnixNano()) }
 func topic(t *testing.T) string {
 	name := strings.ToLower(t.Name())
 	name = name[strings.LastIndex(name, "/")+1:]
-	return "bt." + strings.Trim(name, "_.") + "." + strconv.FormatInt(seq.Add(1), 36)
+	return TopicPrefix + strings.Trim(name, "_.") + "." + strconv.FormatInt(seq.Add(1), 36)
 }
 
 func (f Features) timeout() time.Duration {
