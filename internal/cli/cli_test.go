@@ -259,6 +259,23 @@ func TestRelayDeliversPlainSQLRows(t *testing.T) {
 				return n, err
 			})
 	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		db := testenv.MySQL(t)
+		var name string
+		testenv.Must(t, db.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
+		dbArgs := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
+		mustRun(t, append([]string{"migrate", "up"}, dbArgs...)...)
+		testRelay(t, dbArgs,
+			func(topic string, payload []byte) error {
+				_, err := db.Exec(`INSERT INTO txbox_outbox (topic, payload) VALUES (?, ?)`, topic, payload)
+				return err
+			},
+			func() (n int, err error) {
+				err = db.QueryRow(`SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL`).Scan(&n)
+				return n, err
+			})
+	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		admin, schema := pgSchema(t)
