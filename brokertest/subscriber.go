@@ -24,6 +24,12 @@ type SubscriberFeatures struct {
 	// MissingBinding returns a binding like binding that does not exist on
 	// the broker. Default: binding + "x" + a number.
 	MissingBinding func(binding string) string
+	// BreakDeadLetters, when set, makes binding's dead-letter destination
+	// refuse or drop what is sent there (deletes the queue or stream it
+	// routes to). The suite then checks that DeadLetter reports the failure
+	// and leaves the message to be delivered again instead of settling it
+	// with no copy kept. Nil skips that test.
+	BreakDeadLetters func(t *testing.T, binding string)
 	// Timeout bounds each wait for a delivery. Default: 30s.
 	Timeout time.Duration
 }
@@ -42,6 +48,7 @@ func TestSubscriber(t *testing.T, newSub NewSubscriberFunc, f SubscriberFeatures
 		{"AckedNotRedelivered", testAcked},
 		{"RetryRedelivers", testRetry},
 		{"DeadLetter", testDeadLetter},
+		{"DeadLetterNowhereKeepsMessage", testDeadLetterNowhere},
 		{"CheckBinding", testCheckBinding},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,6 +157,26 @@ func testDeadLetter(t *testing.T, newSub NewSubscriberFunc, f SubscriberFeatures
 		if len(dead) != 1 || dead[0] != "d1" {
 			t.Fatalf("dead letters %v, want [d1]", dead)
 		}
+	}
+}
+
+// testDeadLetterNowhere: a dead letter that cannot be stored is an error,
+// and the original is not settled: it comes again.
+func testDeadLetterNowhere(t *testing.T, newSub NewSubscriberFunc, f SubscriberFeatures) {
+	if f.BreakDeadLetters == nil {
+		t.Skip("no way to break this broker's dead letters")
+	}
+	tp := topic(t)
+	p, sub, binding := newSub(t, tp)
+	publish(t, p, msgs(tp, "n1")...)
+	s := subscribe(t, sub, binding)
+	d := next(t, f, s)
+	f.BreakDeadLetters(t, binding)
+	if err := d.DeadLetter(context.Background(), errors.New("poison")); err == nil {
+		t.Fatal("dead letter to a destination that cannot store it: nil error, want the failure reported")
+	}
+	if m := next(t, f, s).Message(); m.ID != "n1" {
+		t.Fatalf("after a failed dead letter, got %s, want n1 again", m.ID)
 	}
 }
 

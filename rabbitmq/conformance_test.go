@@ -139,20 +139,35 @@ func TestSubscriberConformance(t *testing.T) {
 		testenv.Must(t, err, "publisher")
 		t.Cleanup(func() { _ = p.Close() })
 		return p, sub, q
-	}, brokertest.SubscriberFeatures{ReadDead: func(t *testing.T, binding string) []string {
-		conn, err := amqp.Dial(url)
-		testenv.Must(t, err, "dial")
-		defer conn.Close()
-		ch, err := conn.Channel()
-		testenv.Must(t, err, "channel")
-		var ids []string
-		for {
-			d, ok, err := ch.Get(binding+".dlq", true)
-			testenv.Must(t, err, "get %s.dlq", binding)
-			if !ok {
-				return ids
+	}, brokertest.SubscriberFeatures{
+		ReadDead: func(t *testing.T, binding string) []string {
+			ch := channel(t, url)
+			var ids []string
+			for {
+				d, ok, err := ch.Get(binding+".dlq", true)
+				testenv.Must(t, err, "get %s.dlq", binding)
+				if !ok {
+					return ids
+				}
+				ids = append(ids, d.MessageId)
 			}
-			ids = append(ids, d.MessageId)
-		}
-	}})
+		},
+		// With <queue>.dlq gone, <queue>.dlx routes a dead letter nowhere.
+		BreakDeadLetters: func(t *testing.T, binding string) {
+			_, err := channel(t, url).QueueDelete(binding+".dlq", false, false, false)
+			testenv.Must(t, err, "delete %s.dlq", binding)
+		},
+	})
+}
+
+// channel returns a channel on a connection of its own, closed when the
+// test ends.
+func channel(t *testing.T, url string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	testenv.Must(t, err, "dial")
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	testenv.Must(t, err, "channel")
+	return ch
 }

@@ -199,9 +199,18 @@ type subscription struct {
 	mu         sync.Mutex
 	conn       *amqp.Connection
 	ch         *amqp.Channel // consuming
-	pub        *amqp.Channel // confirm mode, for retry and dead-letter copies
+	pub        *republisher
 	deliveries <-chan amqp.Delivery
 	closed     bool
+}
+
+// republisher publishes the retry and dead-letter copies of one
+// connection's deliveries on a confirm-mode channel, one at a time, so
+// that a basic.return on the channel belongs to the copy just published.
+type republisher struct {
+	mu      sync.Mutex
+	ch      *amqp.Channel
+	returns <-chan amqp.Return
 }
 
 func (s *subscription) connect() error {
@@ -227,6 +236,9 @@ func (s *subscription) connect() error {
 	if err := pub.Confirm(false); err != nil {
 		return fail("confirm", err)
 	}
+	// The client's reader hands each return over before the confirm that
+	// follows it; republish drains the channel so it never fills.
+	returns := pub.NotifyReturn(make(chan amqp.Return, 64))
 	ds, err := ch.Consume(s.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return fail("consume "+s.queue, err)
@@ -237,7 +249,7 @@ func (s *subscription) connect() error {
 		_ = conn.Close()
 		return errors.New("rabbitmq: subscription closed")
 	}
-	s.conn, s.ch, s.pub, s.deliveries = conn, ch, pub, ds
+	s.conn, s.ch, s.pub, s.deliveries = conn, ch, &republisher{ch: pub, returns: returns}, ds
 	return nil
 }
 
@@ -297,7 +309,7 @@ func (s *subscription) Close(ctx context.Context) error {
 
 type delivery struct {
 	d     amqp.Delivery
-	pub   *amqp.Channel
+	pub   *republisher
 	queue string
 }
 
@@ -364,22 +376,60 @@ func (d *delivery) copyOf(extra amqp.Table) amqp.Publishing {
 	}
 }
 
-// republish publishes p and waits for its confirm, then acks the original.
-// If the copy is not confirmed the original is requeued instead.
+// republish publishes p (mandatory) and waits for its confirm, then acks
+// the original. If the copy is not confirmed, or no queue took it (the
+// broker returned it), the original is requeued instead.
 func (d *delivery) republish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
-	c, err := d.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
-	if err == nil {
-		var ok bool
-		ok, err = c.WaitContext(ctx)
-		if err == nil && !ok {
-			err = errors.New("not confirmed")
-		}
-	}
+	err := d.pub.publish(ctx, exchange, key, p)
 	if err != nil {
 		_ = d.d.Nack(false, true)
 		return fmt.Errorf("rabbitmq: republish to %q/%q: %w", exchange, key, err)
 	}
 	return d.d.Ack(false)
+}
+
+func (r *republisher) publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drain(func(amqp.Return) bool { return false }) // returns of copies whose confirm was not awaited
+	c, err := r.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
+	if err != nil {
+		return err
+	}
+	ok, err := c.WaitContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("not confirmed")
+	}
+	// A return precedes its confirm: if this copy was unroutable, its
+	// return is queued by now.
+	ret, returned := r.drain(func(ret amqp.Return) bool {
+		return ret.Exchange == exchange && ret.RoutingKey == key && ret.MessageId == p.MessageId
+	})
+	if returned {
+		return fmt.Errorf("unroutable: %d %s", ret.ReplyCode, ret.ReplyText)
+	}
+	return nil
+}
+
+// drain empties the returns channel and reports a return that match
+// accepts, if one was in it.
+func (r *republisher) drain(match func(amqp.Return) bool) (found amqp.Return, ok bool) {
+	for {
+		select {
+		case ret, open := <-r.returns:
+			if !open {
+				return found, ok
+			}
+			if !ok && match(ret) {
+				found, ok = ret, true
+			}
+		default:
+			return found, ok
+		}
+	}
 }
 
 // Retry acks the message after publishing a copy, with its delivery count,
