@@ -49,6 +49,12 @@ type broker struct {
 	// deadLetters returns the dead-lettered copies of flow: message id →
 	// headers.
 	deadLetters func(t testing.TB, flow string) map[string]map[string]string
+	// errHeader and delHeader name the dead letter's headers (or fields)
+	// carrying the error and the delivery count.
+	errHeader, delHeader string
+	// dedupes: the broker drops a second publish of a message id (NATS
+	// JetStream's duplicate window); the others deliver it again.
+	dedupes bool
 }
 
 var flows = []string{"orders", "shipments", "events"}
@@ -80,6 +86,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 	testenv.Must(t, err, "subscriber")
 	return &broker{
 		name: "nats", pub: pub, sub: sub,
+		errHeader: natsjs.HeaderError, delHeader: natsjs.HeaderDeliveries, dedupes: true,
 		topic:   func(f string) string { return "ev." + f },
 		binding: func(f string) string { return stream + "/" + f },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
@@ -149,6 +156,7 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 	testenv.Must(t, err, "subscriber")
 	return &broker{
 		name: "rabbitmq", pub: pub, sub: sub,
+		errHeader: rabbitmq.HeaderError, delHeader: rabbitmq.HeaderDeliveries,
 		topic:   func(f string) string { return base + "." + f },
 		binding: func(f string) string { return base + "." + f },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
@@ -184,10 +192,22 @@ type db[TTx any] struct {
 }
 
 func (d db[TTx]) ph(n int) string {
-	if d.drv.Dialect() == driver.Postgres {
+	switch d.drv.Dialect() {
+	case driver.Postgres:
 		return "$" + strconv.Itoa(n)
+	case driver.MySQL:
+		return "?" // MySQL has no numbered placeholders
 	}
 	return "?" + strconv.Itoa(n)
+}
+
+// text is a string column type that can be a key (MySQL cannot index an
+// unsized TEXT).
+func (d db[TTx]) text() string {
+	if d.drv.Dialect() == driver.MySQL {
+		return "varchar(191)"
+	}
+	return "text"
 }
 
 func (d db[TTx]) exec(t testing.TB, q string, args ...any) {
@@ -233,6 +253,10 @@ func pgxDB(t testing.TB, conns int) db[pgx.Tx] {
 func sqliteDB(t testing.TB) db[*sql.Tx] {
 	sdb := testenv.SQLite(t)
 	return db[*sql.Tx]{name: "sqlite", drv: txboxsql.New(sdb, driver.SQLite)}
+}
+
+func mysqlDB(t testing.TB) db[*sql.Tx] {
+	return db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), driver.MySQL)}
 }
 
 // dropAcks wraps a Subscriber: the first n Acks on binding are dropped,
