@@ -157,7 +157,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 		}
 		confs[i] = c
 	}
-	returned := map[string]amqp.Return{}
+	// A return names its message by id and routing key; two messages alike
+	// in both (or both without an id) route alike, so sharing an entry is
+	// right for them.
+	type route struct{ id, key string }
+	returned := map[route]amqp.Return{}
 	broken := false
 	for i, c := range confs {
 		if c == nil {
@@ -174,7 +178,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 					returns = nil
 					continue
 				}
-				returned[r.MessageId] = r
+				returned[route{r.MessageId, r.RoutingKey}] = r
 			case <-ctx.Done():
 				break wait
 			}
@@ -196,12 +200,12 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 					returns = nil
 					break drain
 				}
-				returned[r.MessageId] = r
+				returned[route{r.MessageId, r.RoutingKey}] = r
 			default:
 				break drain
 			}
 		}
-		if r, ok := returned[msgs[i].ID]; ok && msgs[i].ID != "" {
+		if r, ok := returned[route{msgs[i].ID, msgs[i].Topic}]; ok {
 			fail(i, txbox.Reject(fmt.Errorf("rabbitmq: unroutable: %d %s (exchange %q, routing key %q)", r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)))
 			continue
 		}

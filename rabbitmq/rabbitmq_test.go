@@ -81,6 +81,20 @@ func TestPublisherConfirmsAndMandatory(t *testing.T) {
 	if _, forged := d.Headers["message_id"]; forged {
 		t.Fatal("a header named message_id was sent")
 	}
+
+	// Returns are matched by id and routing key: an unroutable message
+	// without an id is reported, and of two copies of one id only the
+	// unroutable one is.
+	nowhere := testenv.Name("nowhere")
+	errs = p.Publish(context.Background(), []txbox.Message{
+		{Topic: nowhere, Payload: []byte("no id")},
+		{ID: "twin", Topic: q, Payload: []byte("routed")},
+		{ID: "twin", Topic: nowhere, Payload: []byte("unrouted")},
+		{Topic: q, Payload: []byte("no id, routed")},
+	})
+	if errs == nil || !txbox.IsRejected(errs[0]) || errs[1] != nil || !txbox.IsRejected(errs[2]) || errs[3] != nil {
+		t.Fatalf("errs = %v; want the two unroutable messages rejected, the routed ones not", errs)
+	}
 }
 
 // A lost connection is transient (never txbox.Reject), and the publisher
