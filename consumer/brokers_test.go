@@ -85,10 +85,10 @@ func redisBroker(t testing.TB, minIdle time.Duration) *broker {
 
 // kafkaBroker starts franz-go's in-process fake Kafka cluster (no Kafka
 // server runs on the test machines) with a topic, its dead-letter topic
-// and a consumer group per flow.
-func kafkaBroker(t testing.TB) *broker {
+// and a consumer group per flow; each topic has the given partitions.
+func kafkaBroker(t testing.TB, partitions int32) *broker {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	testenv.Must(t, err, "kfake")
 	t.Cleanup(c.Close)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
@@ -99,7 +99,7 @@ func kafkaBroker(t testing.TB) *broker {
 	for _, f := range flows {
 		for _, name := range []string{prefix + f, prefix + f + ".dead"} {
 			rt := kmsg.NewCreateTopicsRequestTopic()
-			rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 3, 1
+			rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
 			req.Topics = append(req.Topics, rt)
 		}
 	}

@@ -28,7 +28,7 @@ func newBroker(t *testing.T, kind string) *broker {
 	case "redis":
 		return redisBroker(t, 2*time.Second)
 	case "kafka":
-		return kafkaBroker(t)
+		return kafkaBroker(t, 3)
 	}
 	u := testenv.RabbitMQ(t)
 	return rabbitBroker(t, u, u)
