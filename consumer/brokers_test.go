@@ -126,7 +126,7 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 		}
 	})
 	return &broker{
-		name: "kafka", pub: pub, sub: sub,
+		name: "kafka", pub: pub, sub: sub, rereads: true,
 		errHeader: kafka.HeaderError, delHeader: kafka.HeaderDeliveries,
 		topic:   func(f string) string { return f },
 		binding: func(f string) string { return prefix + f + "/" + prefix + f + ".g" },
@@ -168,12 +168,3 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 	}
 }
 
-// kafkaDeadLetterBug: kafka.ConsumerSubscriber commits a partition's offset
-// only up to its first unsettled record. When a member stops with a record
-// unsettled (killed between commit and ACK), the next member re-reads
-// everything after it, including records already dead-lettered or retried:
-// they run and are dead-lettered again (and each retry copy restarts its own
-// chain), so the dead-letter topic holds several copies of one message. The
-// other brokers settle per message and dead-letter it once.
-// TestKafkaDeadLetterAfterTakeover reproduces it deterministically.
-const kafkaDeadLetterBug = "kafka: records dead-lettered (or retried) by a consumer that stopped with an earlier record of their partition unsettled are redelivered to the next group member and dead-lettered again (see kafkaDeadLetterBug in consumer/brokers_test.go)"

@@ -55,6 +55,10 @@ type broker struct {
 	// dedupes: the broker drops a second publish of a message id (NATS
 	// JetStream's duplicate window); the others deliver it again.
 	dedupes bool
+	// rereads: a consumer that stops with a record unsettled exposes the
+	// later records of its partition again, settled or not (Kafka's one
+	// offset per partition), so a message can be dead-lettered twice.
+	rereads bool
 }
 
 var flows = []string{"orders", "shipments", "events"}
