@@ -167,4 +167,3 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 		},
 	}
 }
-
