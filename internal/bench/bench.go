@@ -72,14 +72,14 @@ func interleave(cfg Config, runs []run, before func() error, title string) ([]fl
 				return nil, fmt.Errorf("%s: %w", r.name, err)
 			}
 			results[i] = append(results[i], rate)
-			fmt.Fprintf(cfg.Out, "  rep %d: %-58s %9.0f msgs/s\n", rep+1, r.name, rate)
+			fmt.Fprintf(cfg.Out, "  rep %d: %-70s %9.0f msgs/s\n", rep+1, r.name, rate)
 		}
 	}
 	fmt.Fprintf(cfg.Out, "\n%s, median of %d interleaved reps:\n", title, cfg.Reps)
 	med := make([]float64, len(runs))
 	for i, r := range runs {
 		med[i] = median(results[i])
-		fmt.Fprintf(cfg.Out, "  %-58s %9.0f msgs/s\n", r.name, med[i])
+		fmt.Fprintf(cfg.Out, "  %-70s %9.0f msgs/s\n", r.name, med[i])
 	}
 	return med, nil
 }

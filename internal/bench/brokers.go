@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -18,6 +19,7 @@ import (
 	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisx"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
@@ -30,6 +32,9 @@ type BrokersConfig struct {
 	// Redis is the server for the Redis Streams and asynq runs; nil skips
 	// them. Keys are unique to the run and deleted after each measurement.
 	Redis *redis.Client
+	// RabbitMQURL is the broker for the RabbitMQ runs (a durable classic
+	// queue, publisher confirms); empty skips them.
+	RabbitMQURL string
 	// KafkaSeeds are the brokers of a Kafka cluster with topic
 	// auto-creation; empty runs franz-go's in-process fake cluster (kfake),
 	// whose rates say more about the client than about Kafka.
@@ -99,6 +104,29 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		defer func() { _ = adel(); cfg.Redis.SRem(context.WithoutCancel(ctx), "asynq:queues", queue) }()
 		targets = append(targets, target{"asynq tasks", func(n int) (float64, error) { return rawAsynq(ctx, cfg.Redis, queue, n) }, apub, "order.placed", adel})
 	}
+	if cfg.RabbitMQURL != "" {
+		conn, err := amqp.Dial(cfg.RabbitMQURL)
+		if err != nil {
+			return fmt.Errorf("rabbitmq: %w", err)
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("rabbitmq: %w", err)
+		}
+		queue := "txboxbench_" + id
+		if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("rabbitmq: declare %s: %w", queue, err)
+		}
+		defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
+		pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: cfg.RabbitMQURL})
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		purge := func() error { _, err := ch.QueuePurge(queue, false); return err }
+		targets = append(targets, target{"RabbitMQ", func(n int) (float64, error) { return rawAMQP(ctx, cfg.RabbitMQURL, queue, n) }, pub, queue, purge})
+	}
 	seeds := cfg.KafkaSeeds
 	kname := "Kafka"
 	if len(seeds) == 0 {
@@ -135,39 +163,50 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 			return rawClaimMark(ctx, cfg.Pool, 1000, 1, cfg.Rows, del)
 		}})
 	}
-	const perTarget = 5 // raw publish, then relays × {keep, delete}
+	// Each target: its raw publish rate, then these relay setups.
+	variants := []struct {
+		name   string
+		rc     relay.Config
+		relays int
+	}{
+		{"1 relay, batch 1000", relay.Config{BatchSize: 1000}, 1},
+		{"4 relays, batch 1000", relay.Config{BatchSize: 1000}, 4},
+		{"1 relay, batch 1000, delete", relay.Config{BatchSize: 1000, DeletePublished: true}, 1},
+		{"4 relays, batch 1000, delete", relay.Config{BatchSize: 1000, DeletePublished: true}, 4},
+		{"1 relay, batch 5000, delete, 2 loops", relay.Config{BatchSize: 5000, DeletePublished: true, Concurrency: 2}, 1},
+	}
+	perTarget := 1 + len(variants)
 	for _, tg := range targets {
 		rows = append(rows, run{"raw " + tg.name + " publish from Go", func() (float64, error) {
 			defer func() { _ = tg.clean() }()
 			return tg.raw(cfg.Rows)
 		}})
-		for _, del := range []bool{false, true} {
-			for _, relays := range []int{1, 4} {
-				rows = append(rows, run{fmt.Sprintf("relay → %s, %d relays, %s", tg.name, relays, markName(del)), func() (float64, error) {
-					defer func() { _ = tg.clean() }()
-					if err := resetTable(ctx, cfg.Pool); err != nil {
-						return 0, err
-					}
-					if err := fill(ctx, cfg.Pool, ob, tg.topic, cfg.Rows); err != nil {
-						return 0, err
-					}
-					return drainInto(ctx, drv, tg.pub, relay.Config{BatchSize: 1000, DeletePublished: del}, relays, cfg.Rows)
-				}})
-			}
+		for _, v := range variants {
+			rows = append(rows, run{fmt.Sprintf("relay → %s, %s", tg.name, v.name), func() (float64, error) {
+				defer func() { _ = tg.clean() }()
+				if err := resetTable(ctx, cfg.Pool); err != nil {
+					return 0, err
+				}
+				if err := fill(ctx, cfg.Pool, ob, tg.topic, cfg.Rows); err != nil {
+					return 0, err
+				}
+				return drainInto(ctx, drv, tg.pub, v.rc, v.relays, cfg.Rows)
+			}})
 		}
 	}
-	med, err := interleave(cfg.Config, rows, nil, fmt.Sprintf("%d messages per run, batch 1000", cfg.Rows))
+	med, err := interleave(cfg.Config, rows, nil, fmt.Sprintf("%d messages per run", cfg.Rows))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of the broker's raw publish rate, and of min(raw publish, raw claim+mark of the same mark):")
+	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of the broker's raw publish rate, and of min(raw publish, raw claim+mark or claim+delete):")
 	for i := 2; i < len(rows); i += perTarget {
-		for j := 1; j < perTarget; j++ {
+		for j, v := range variants {
 			claimMark := med[0]
-			if j > 2 {
+			if v.rc.DeletePublished {
 				claimMark = med[1]
 			}
-			fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%  %5.0f%%\n", rows[i+j].name, 100*med[i+j]/med[i], 100*med[i+j]/min(med[i], claimMark))
+			r := med[i+1+j]
+			fmt.Fprintf(cfg.Out, "  %-70s %5.0f%%  %5.0f%%\n", rows[i+1+j].name, 100*r/med[i], 100*r/min(med[i], claimMark))
 		}
 	}
 	return resetTable(ctx, cfg.Pool)
@@ -245,6 +284,43 @@ func drainInto(ctx context.Context, drv *txboxpgx.Driver, pub txbox.Publisher, r
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// rawAMQP publishes n persistent, mandatory messages with confirms, 1000
+// at a time, each batch's confirms awaited before the next: the plain Go
+// way with amqp091-go.
+func rawAMQP(ctx context.Context, url, queue string, n int) (float64, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	confs := make([]*amqp.DeferredConfirmation, 0, 1000)
+	for i := 0; i < n; i += 1000 {
+		confs = confs[:0]
+		for j := i; j < min(i+1000, n); j++ {
+			c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, amqp.Publishing{
+				DeliveryMode: amqp.Persistent, MessageId: strconv.Itoa(j), Body: benchPayload})
+			if err != nil {
+				return 0, err
+			}
+			confs = append(confs, c)
+		}
+		for _, c := range confs {
+			if ok, err := c.WaitContext(ctx); err != nil || !ok {
+				return 0, fmt.Errorf("publish %d not confirmed: %v", c.DeliveryTag, err)
+			}
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 // rawXAdd appends n entries with the same fields as the publisher, in

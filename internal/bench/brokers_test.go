@@ -20,7 +20,7 @@ func TestBrokers(t *testing.T) {
 	pool, _ := testenv.Postgres(t, 16)
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	t.Cleanup(func() { _ = rdb.Close() })
-	cfg := BrokersConfig{Config: Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}, Redis: rdb}
+	cfg := BrokersConfig{Config: Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}, Redis: rdb, RabbitMQURL: testenv.RabbitMQ(t)}
 	if n, err := strconv.Atoi(os.Getenv("TXBOX_BENCH_ROWS")); err == nil {
 		cfg.Rows = n
 	}

@@ -16,8 +16,8 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var (
-		dbURL, brokerURL, redisURL string
-		cfg                        bench.Config
+		dbURL, brokerURL, redisURL, rabbitURL string
+		cfg                                   bench.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "bench drain|add|order|latency|brokers|all",
@@ -54,7 +54,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 					}
 					rc := redis.NewClient(opt)
 					defer rc.Close()
-					return bench.Brokers(ctx, bench.BrokersConfig{Config: cfg, Redis: rc})
+					return bench.Brokers(ctx, bench.BrokersConfig{Config: cfg, Redis: rc, RabbitMQURL: rabbitURL})
 				},
 			}
 			var order []string
@@ -116,6 +116,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 	fs.StringVar(&dbURL, "db", envOr(EnvDB, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
 	fs.StringVar(&brokerURL, "broker", envOr(EnvBroker, nats.DefaultURL), "NATS server URL")
 	fs.StringVar(&redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL, for bench brokers")
+	fs.StringVar(&rabbitURL, "rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL, for bench brokers; empty skips RabbitMQ")
 	fs.IntVar(&cfg.Rows, "rows", 200_000, "rows queued for each drain")
 	fs.IntVar(&cfg.Reps, "reps", 3, "interleaved repetitions (medians are reported)")
 	fs.DurationVar(&cfg.AddTime, "duration", 3*time.Second, "length of each timed measurement")
