@@ -66,7 +66,7 @@ func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
 		}
 	}
 	if m.ID != "" {
-		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+		msg.Header[jetstream.MsgIDHeader] = []string{m.ID} // canonical already
 	}
 	return msg
 }
@@ -87,8 +87,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 		stall = max(time.Until(d), time.Millisecond)
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	wait := jetstream.WithStallWait(stall)
 	for i := range msgs {
-		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), jetstream.WithStallWait(stall))
+		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), wait)
 		if err != nil {
 			fail(i, p.classify(err))
 			continue

@@ -91,7 +91,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, err
 		}
-		claimed, err := scanClaimed(rows, s.dialect)
+		claimed, err := scanClaimed(rows, s.dialect, limit)
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, err
@@ -104,7 +104,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
 		if err != nil {
 			return nil, err
 		}
-		claimed, err := scanClaimed(rows, s.dialect)
+		claimed, err := scanClaimed(rows, s.dialect, limit)
 		if err != nil {
 			// The UPDATE may have committed: release what it took.
 			_, _ = s.pool.Exec(context.WithoutCancel(ctx), s.q["release"], token)
@@ -134,32 +134,37 @@ func readCommitted(ctx context.Context, tx driver.Tx) error {
 	return nil
 }
 
-func scanClaimed(rows driver.Rows, d driver.Dialect) ([]Claimed, error) {
+func scanClaimed(rows driver.Rows, d driver.Dialect, limit int) ([]Claimed, error) {
 	defer rows.Close()
-	var out []Claimed
+	out := make([]Claimed, 0, min(limit, 4096))
+	// One row's destinations, reused for every row: the claim is the
+	// relay's hot path, and a batch may hold thousands of rows.
+	var (
+		c      Claimed
+		micros int64 // SQLite stores created_at as Unix microseconds
+		mt     anyTime
+		pt     time.Time
+	)
+	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, &c.Attempts, &pt}
+	switch d {
+	case driver.SQLite:
+		dest[7] = &micros
+	case driver.MySQL:
+		dest[7] = &mt
+	}
 	for rows.Next() {
-		var c Claimed
-		var headers []byte
-		if d == driver.SQLite {
-			var micros int64
-			if err := rows.Scan(&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &headers, &c.Attempts, &micros); err != nil {
-				return nil, err
-			}
-			c.CreatedAt = time.UnixMicro(micros)
-		} else if d == driver.MySQL {
-			var t anyTime
-			if err := rows.Scan(&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &headers, &c.Attempts, &t); err != nil {
-				return nil, err
-			}
-			c.CreatedAt = t.Time
-		} else {
-			var t time.Time
-			if err := rows.Scan(&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &headers, &c.Attempts, &t); err != nil {
-				return nil, err
-			}
-			c.CreatedAt = t
+		c = Claimed{}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
 		}
-		c.Headers = headers
+		switch d {
+		case driver.SQLite:
+			c.CreatedAt = time.UnixMicro(micros)
+		case driver.MySQL:
+			c.CreatedAt = mt.Time
+		default:
+			c.CreatedAt = pt
+		}
 		out = append(out, c)
 	}
 	return out, rows.Err()
