@@ -49,39 +49,97 @@ func (c *Config) defaults() {
 	}
 }
 
-// run is one measured configuration: fn returns a rate.
+// run is one measured configuration: fn returns a rate. setup, if set,
+// runs before each measurement, outside it; n, if set, is the messages one
+// measurement moves, and its CPU cost per message is reported too.
 type run struct {
-	name string
-	fn   func() (float64, error)
+	name  string
+	fn    func() (float64, error)
+	setup func() error
+	n     int
+}
+
+// measured are interleave's medians, per run.
+type measured struct {
+	rate []float64
+	cpu  []cpuUse // nil where CPU was not measured
 }
 
 // interleave runs every run once per repetition, in turn (so slow drift hits
 // all alike), calling before ahead of each, prints each rate and the
-// medians under title, and returns the medians.
-func interleave(cfg Config, runs []run, before func() error, title string) ([]float64, error) {
-	results := make([][]float64, len(runs))
+// medians under title, then the median CPU cost per message where /proc
+// tells it, and returns the medians.
+func interleave(cfg Config, runs []run, before func() error, title string) (measured, error) {
+	rates := make([][]float64, len(runs))
+	cpus := make([][]cpuUse, len(runs))
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for i, r := range runs {
 			if before != nil {
 				if err := before(); err != nil {
-					return nil, err
+					return measured{}, err
 				}
 			}
+			if r.setup != nil {
+				if err := r.setup(); err != nil {
+					return measured{}, fmt.Errorf("%s: setup: %w", r.name, err)
+				}
+			}
+			a, okA := sampleCPU()
 			rate, err := r.fn()
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", r.name, err)
+				return measured{}, fmt.Errorf("%s: %w", r.name, err)
 			}
-			results[i] = append(results[i], rate)
+			if b, okB := sampleCPU(); okA && okB && r.n > 0 {
+				cpus[i] = append(cpus[i], perMessage(a, b, r.n))
+			}
+			rates[i] = append(rates[i], rate)
 			fmt.Fprintf(cfg.Out, "  rep %d: %-70s %9.0f msgs/s\n", rep+1, r.name, rate)
 		}
 	}
 	fmt.Fprintf(cfg.Out, "\n%s, median of %d interleaved reps:\n", title, cfg.Reps)
-	med := make([]float64, len(runs))
+	m := measured{rate: make([]float64, len(runs)), cpu: make([]cpuUse, len(runs))}
 	for i, r := range runs {
-		med[i] = median(results[i])
-		fmt.Fprintf(cfg.Out, "  %-70s %9.0f msgs/s\n", r.name, med[i])
+		m.rate[i] = median(rates[i])
+		fmt.Fprintf(cfg.Out, "  %-70s %9.0f msgs/s\n", r.name, m.rate[i])
 	}
-	return med, nil
+	header := false
+	for i, r := range runs {
+		if len(cpus[i]) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(cfg.Out, "\nCPU per message (µs, median), by process (\"this\" is the relay or the raw client):\n  %-70s", "")
+			for _, c := range cpuColumns {
+				fmt.Fprintf(cfg.Out, " %8s", c)
+			}
+			fmt.Fprintf(cfg.Out, " %8s\n", "machine")
+			header = true
+		}
+		m.cpu[i] = medianCPU(cpus[i])
+		fmt.Fprintf(cfg.Out, "  %-70s", r.name)
+		for _, c := range cpuColumns {
+			fmt.Fprintf(cfg.Out, " %8.1f", m.cpu[i].by[c])
+		}
+		fmt.Fprintf(cfg.Out, " %8.1f\n", m.cpu[i].total)
+	}
+	return m, nil
+}
+
+// medianCPU takes the median of each column on its own.
+func medianCPU(us []cpuUse) cpuUse {
+	out := cpuUse{by: map[string]float64{}}
+	col := make([]float64, len(us))
+	for _, c := range cpuColumns {
+		for i, u := range us {
+			col[i] = u.by[c]
+		}
+		out.by[c] = median(col)
+	}
+	for i, u := range us {
+		col[i] = u.total
+	}
+	out.total = median(col)
+	return out
 }
 
 func median(xs []float64) float64 {
@@ -154,29 +212,23 @@ func Drain(ctx context.Context, cfg Config) error {
 		return s.Purge(ctx)
 	}
 
-	runs := []run{
-		{"raw JetStream async publish (window 4000)", func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows) }},
-	}
+	queued := refill(ctx, cfg.Pool, ob, subject, cfg.Rows)
+	runs := []run{{
+		name: "raw JetStream async publish (window 4000)",
+		fn:   func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows) },
+		n:    cfg.Rows,
+	}}
 	for _, batch := range []int{100, 1000} {
 		for _, workers := range []int{1, 4} {
-			runs = append(runs, run{fmt.Sprintf("raw claim+mark, no broker, batch %d, %d workers", batch, workers), func() (float64, error) {
-				if err := resetTable(ctx, cfg.Pool); err != nil {
-					return 0, err
-				}
-				if err := fill(ctx, cfg.Pool, ob, subject, cfg.Rows); err != nil {
-					return 0, err
-				}
-				return rawClaimMark(ctx, cfg.Pool, batch, workers, cfg.Rows, false)
-			}})
-			runs = append(runs, run{fmt.Sprintf("txbox relay → JetStream, batch %d, %d relays", batch, workers), func() (float64, error) {
-				if err := resetTable(ctx, cfg.Pool); err != nil {
-					return 0, err
-				}
-				if err := fill(ctx, cfg.Pool, ob, subject, cfg.Rows); err != nil {
-					return 0, err
-				}
-				return relayDrain(ctx, drv, cfg.NATS, batch, workers, cfg.Rows)
-			}})
+			runs = append(runs, run{
+				name:  fmt.Sprintf("raw claim+mark, no broker, batch %d, %d workers", batch, workers),
+				fn:    func() (float64, error) { return rawClaimMark(ctx, cfg.Pool, batch, workers, cfg.Rows, false) },
+				setup: queued, n: cfg.Rows,
+			}, run{
+				name:  fmt.Sprintf("txbox relay → JetStream, batch %d, %d relays", batch, workers),
+				fn:    func() (float64, error) { return relayDrain(ctx, drv, cfg.NATS, batch, workers, cfg.Rows) },
+				setup: queued, n: cfg.Rows,
+			})
 		}
 	}
 	med, err := interleave(cfg, runs, purge, fmt.Sprintf("drain of %d queued rows", cfg.Rows))
@@ -185,10 +237,21 @@ func Drain(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintln(cfg.Out, "\nrelay as a share of min(raw publish, raw claim+mark of the same shape):")
 	for i := 1; i < len(runs); i += 2 {
-		base := min(med[0], med[i])
-		fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%\n", runs[i+1].name, 100*med[i+1]/base)
+		base := min(med.rate[0], med.rate[i])
+		fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%\n", runs[i+1].name, 100*med.rate[i+1]/base)
 	}
 	return resetTable(ctx, cfg.Pool)
+}
+
+// refill returns a setup that empties the outbox table and queues n rows
+// on topic, so that each drain starts from the same backlog.
+func refill(ctx context.Context, pool *pgxpool.Pool, ob *txbox.Outbox[pgx.Tx], topic string, n int) func() error {
+	return func() error {
+		if err := resetTable(ctx, pool); err != nil {
+			return err
+		}
+		return fill(ctx, pool, ob, topic, n)
+	}
 }
 
 func rawPublish(ctx context.Context, nc *nats.Conn, subject string, n int) (float64, error) {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,15 +154,12 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	// broker at all; with DeletePublished the mark is a DELETE.
 	var rows []run
 	for _, del := range []bool{false, true} {
-		rows = append(rows, run{"raw claim+" + markName(del) + ", no broker, batch 1000", func() (float64, error) {
-			if err := resetTable(ctx, cfg.Pool); err != nil {
-				return 0, err
-			}
-			if err := fill(ctx, cfg.Pool, ob, "claim.mark", cfg.Rows); err != nil {
-				return 0, err
-			}
-			return rawClaimMark(ctx, cfg.Pool, 1000, 1, cfg.Rows, del)
-		}})
+		rows = append(rows, run{
+			name:  "raw claim+" + markName(del) + ", no broker, batch 1000",
+			fn:    func() (float64, error) { return rawClaimMark(ctx, cfg.Pool, 1000, 1, cfg.Rows, del) },
+			setup: refill(ctx, cfg.Pool, ob, "claim.mark", cfg.Rows),
+			n:     cfg.Rows,
+		})
 	}
 	// Each target: its raw publish rate, then these relay setups.
 	variants := []struct {
@@ -177,36 +175,52 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	}
 	perTarget := 1 + len(variants)
 	for _, tg := range targets {
-		rows = append(rows, run{"raw " + tg.name + " publish from Go", func() (float64, error) {
-			defer func() { _ = tg.clean() }()
-			return tg.raw(cfg.Rows)
-		}})
+		rows = append(rows, run{
+			name:  "raw " + tg.name + " publish from Go",
+			fn:    func() (float64, error) { return tg.raw(cfg.Rows) },
+			setup: tg.clean,
+			n:     cfg.Rows,
+		})
+		queued := refill(ctx, cfg.Pool, ob, tg.topic, cfg.Rows)
 		for _, v := range variants {
-			rows = append(rows, run{fmt.Sprintf("relay → %s, %s", tg.name, v.name), func() (float64, error) {
-				defer func() { _ = tg.clean() }()
-				if err := resetTable(ctx, cfg.Pool); err != nil {
-					return 0, err
-				}
-				if err := fill(ctx, cfg.Pool, ob, tg.topic, cfg.Rows); err != nil {
-					return 0, err
-				}
-				return drainInto(ctx, drv, tg.pub, v.rc, v.relays, cfg.Rows)
-			}})
+			rows = append(rows, run{
+				name: fmt.Sprintf("relay → %s, %s", tg.name, v.name),
+				fn:   func() (float64, error) { return drainInto(ctx, drv, tg.pub, v.rc, v.relays, cfg.Rows) },
+				setup: func() error {
+					if err := tg.clean(); err != nil {
+						return err
+					}
+					return queued()
+				},
+				n: cfg.Rows,
+			})
 		}
 	}
 	med, err := interleave(cfg.Config, rows, nil, fmt.Sprintf("%d messages per run", cfg.Rows))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of the broker's raw publish rate, and of min(raw publish, raw claim+mark or claim+delete):")
+	// The relay does the broker's work and the database's: where the two
+	// share this machine's cores, it cannot beat the rate at which the cores
+	// do both, cores ÷ (CPU per raw publish + CPU per raw claim and mark).
+	withCPU := med.cpu[0].total > 0
+	fmt.Fprintln(cfg.Out, "\nrelay drain as a share of: the broker's raw publish rate; min(raw publish, raw claim+mark or claim+delete)")
+	if withCPU {
+		fmt.Fprintf(cfg.Out, "and the CPU ceiling, %d cores ÷ (machine CPU per raw publish + per raw claim+mark or claim+delete):\n", runtime.NumCPU())
+	}
 	for i := 2; i < len(rows); i += perTarget {
 		for j, v := range variants {
-			claimMark := med[0]
+			db := 0
 			if v.rc.DeletePublished {
-				claimMark = med[1]
+				db = 1
 			}
-			r := med[i+1+j]
-			fmt.Fprintf(cfg.Out, "  %-70s %5.0f%%  %5.0f%%\n", rows[i+1+j].name, 100*r/med[i], 100*r/min(med[i], claimMark))
+			r := med.rate[i+1+j]
+			fmt.Fprintf(cfg.Out, "  %-70s %5.0f%%  %5.0f%%", rows[i+1+j].name, 100*r/med.rate[i], 100*r/min(med.rate[i], med.rate[db]))
+			if withCPU {
+				ceiling := float64(runtime.NumCPU()) * 1e6 / (med.cpu[i].total + med.cpu[db].total)
+				fmt.Fprintf(cfg.Out, "  %5.0f%% of %6.0f msgs/s", 100*r/ceiling, ceiling)
+			}
+			fmt.Fprintln(cfg.Out)
 		}
 	}
 	return resetTable(ctx, cfg.Pool)

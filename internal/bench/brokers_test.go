@@ -12,7 +12,8 @@ import (
 )
 
 // TestBrokers runs the broker benchmark when TXBOX_BENCH=brokers (rows per
-// run from TXBOX_BENCH_ROWS, default 50,000); CI does not.
+// run from TXBOX_BENCH_ROWS, default 50,000; repetitions from TXBOX_BENCH_REPS,
+// default 3); CI does not.
 func TestBrokers(t *testing.T) {
 	if os.Getenv("TXBOX_BENCH") != "brokers" {
 		t.Skip("set TXBOX_BENCH=brokers to run the broker benchmark")
@@ -23,6 +24,9 @@ func TestBrokers(t *testing.T) {
 	cfg := BrokersConfig{Config: Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}, Redis: rdb, RabbitMQURL: testenv.RabbitMQ(t)}
 	if n, err := strconv.Atoi(os.Getenv("TXBOX_BENCH_ROWS")); err == nil {
 		cfg.Rows = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("TXBOX_BENCH_REPS")); err == nil {
+		cfg.Reps = n
 	}
 	testenv.Must(t, Brokers(context.Background(), cfg), "brokers bench")
 }
