@@ -64,7 +64,9 @@ type Config struct {
 	// by side, so that database work overlaps the wait for broker acks.
 	// More loops help an unordered backlog drain; with ordering keys every
 	// loop's claim scans past the others' in-flight heads, so more loops
-	// (here or in other relays) cost more than they give. Default: 1.
+	// (here or in other relays) cost more than they give. Default: 1, and
+	// then, while batches come full and without ordering keys, the relay
+	// claims the next batch while it waits for the acks of the last.
 	Concurrency int
 	// BackoffMax caps the doubling wait after failed rounds. Default: 30s.
 	BackoffMax time.Duration

@@ -52,6 +52,12 @@ type Relay struct {
 
 	published, rejected, dead, rounds, failedRounds atomic.Int64
 
+	// backlog is true while the last round's batch was full and held no
+	// ordering key: an unordered backlog, where a second claim in flight
+	// overlaps the wait for the broker's acks (see overlapLoop).
+	backlog   atomic.Bool
+	onBacklog chan struct{}
+
 	listen       *listener // nil when the relay only polls
 	notifyActive atomic.Bool
 	listenFails  atomic.Int64 // times the listener failed or its check did
@@ -84,7 +90,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	}
 	closed := make(chan struct{})
 	close(closed)
-	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), stopped: closed}
+	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed}
 	if p, ok := any(drv).(pgxPooler); ok && !c.DisableNotify {
 		r.listen = &listener{r: r, pool: p.PgxPool()}
 	}
@@ -172,8 +178,42 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.loop(ctx)
 		}()
 	}
+	if r.cfg.Concurrency == 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.overlapLoop(ctx)
+		}()
+	}
 	r.loop(ctx)
 	return nil
+}
+
+// overlapLoop runs rounds beside the main loop of a relay with Concurrency
+// 1, but only while the backlog is unordered: full batches without ordering
+// keys. There a second claim costs the database little and hides the wait
+// for the broker's acks. With ordering keys it does not run, since its claim
+// would scan past every head that the main loop has in flight.
+func (r *Relay) overlapLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.onBacklog:
+		}
+		for r.backlog.Load() && ctx.Err() == nil {
+			n, err := r.Round(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("txbox relay: round failed", "err", err)
+				}
+				break // the main loop backs off, and signals again
+			}
+			if n == 0 {
+				break
+			}
+		}
+	}
 }
 
 // loop runs rounds until ctx ends. Concurrency loops run side by side: while
@@ -302,6 +342,21 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 	// Marks and releases must happen even when ctx was cancelled mid-round.
 	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	keyed := false
+	for _, row := range batch.Rows {
+		if row.Key != "" {
+			keyed = true
+			break
+		}
+	}
+	backlog := len(batch.Rows) >= r.cfg.BatchSize && !keyed
+	r.backlog.Store(backlog)
+	if backlog {
+		select {
+		case r.onBacklog <- struct{}{}:
+		default:
+		}
+	}
 	if len(batch.Rows) == 0 {
 		return 0, batch.Release(finishCtx)
 	}

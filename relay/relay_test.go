@@ -477,3 +477,91 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Errorf("defaults = %+v", d)
 	}
 }
+
+// gatePublisher acknowledges everything, but holds the first batch until
+// hold is closed, and records how many batches were in flight at once.
+type gatePublisher struct {
+	hold      chan struct{}
+	release   func() // closes hold, once
+	mu        sync.Mutex
+	inFlight  int
+	maxFlight int
+	calls     int
+	got       map[string]int
+}
+
+func (p *gatePublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	p.mu.Lock()
+	p.inFlight++
+	p.maxFlight = max(p.maxFlight, p.inFlight)
+	p.calls++
+	first := p.calls == 1
+	for _, m := range msgs {
+		p.got[m.ID]++
+	}
+	p.mu.Unlock()
+	if first {
+		select {
+		case <-p.hold:
+		case <-ctx.Done():
+		}
+	}
+	p.mu.Lock()
+	p.inFlight--
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *gatePublisher) stats() (calls, maxFlight, distinct int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls, p.maxFlight, len(p.got)
+}
+
+// With Concurrency 1, a relay facing an unordered backlog claims and
+// publishes the next batch while the broker has not acknowledged the last;
+// facing ordering keys it never has two batches in flight.
+func TestOverlapOnlyForUnorderedBacklogs(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, f fixture) {
+		for _, keyed := range []bool{false, true} {
+			f.exec(t, "DELETE FROM txbox_outbox")
+			var msgs []txbox.Message
+			for i := 0; i < 30; i++ {
+				m := txbox.Message{Topic: "overlap", Payload: []byte(fmt.Sprint(i))}
+				if keyed {
+					m.Key = fmt.Sprint("k", i) // 30 keys: every batch is full of heads
+				}
+				msgs = append(msgs, m)
+			}
+			f.add(t, true, msgs...)
+			hold := make(chan struct{})
+			pub := &gatePublisher{hold: hold, release: sync.OnceFunc(func() { close(hold) }), got: map[string]int{}}
+			r := f.newRelay(t, pub, Config{BatchSize: 10, PollInterval: 5 * time.Millisecond, PublishTimeout: 5 * time.Minute, ClaimLease: 6 * time.Minute})
+			startRelay(t, r)
+			t.Cleanup(pub.release) // before the relay's Stop, should the test fail while it holds
+			if keyed {
+				eventually(t, "the first batch in flight", func() bool { c, _, _ := pub.stats(); return c >= 1 })
+				if r.backlog.Load() {
+					t.Fatal("a batch of keyed rows counts as an unordered backlog")
+				}
+				pub.release()
+			} else {
+				eventually(t, "a second batch published while the first awaits its acks", func() bool {
+					_, flight, _ := pub.stats()
+					return flight == 2
+				})
+				pub.release()
+			}
+			eventually(t, "outbox drained", func() bool { return f.count(t, "published_at IS NULL") == 0 })
+			testenv.Must(t, r.Stop(context.Background()), "stop")
+			_, flight, distinct := pub.stats()
+			if distinct != 30 {
+				t.Fatalf("keyed=%v: %d distinct messages published, want 30", keyed, distinct)
+			}
+			if keyed && flight != 1 {
+				t.Fatalf("keyed rows: %d batches in flight at once, want 1", flight)
+			}
+		}
+	})
+}
