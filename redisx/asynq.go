@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -115,42 +116,43 @@ func (p *AsynqPublisher) Task(m txbox.Message) *asynq.Task {
 // asynq servers run tasks concurrently, so an asynq target keeps no per-key
 // order of processing even though a batch is enqueued in order per key.
 func (p *AsynqPublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
-	errs := make([]error, len(msgs))
-	failed := false
-	var mu sync.Mutex
-	// Messages of one key are enqueued one after another, in order; other
-	// messages in parallel.
-	lanes := map[string][]int{}
-	var order []string
+	// Lanes: the messages of one key, chained in batch order (next), are
+	// enqueued one after another by one worker; every message without a
+	// key is a lane of its own. Workers take lanes in order of their heads.
+	next := make([]int, len(msgs))
+	var heads []int
+	last := map[string]int{} // key → its latest message so far
 	for i, m := range msgs {
-		lane := m.Key
-		if lane == "" {
-			lane = fmt.Sprintf("\x00%d", i)
+		next[i] = -1
+		if m.Key != "" {
+			if j, ok := last[m.Key]; ok {
+				next[j], last[m.Key] = i, i
+				continue
+			}
+			last[m.Key] = i
 		}
-		if _, ok := lanes[lane]; !ok {
-			order = append(order, lane)
-		}
-		lanes[lane] = append(lanes[lane], i)
+		heads = append(heads, i)
 	}
-	sem := make(chan struct{}, p.cfg.Concurrency)
+	errs := make([]error, len(msgs))
+	var failed atomic.Bool
+	var taken atomic.Int64
 	var wg sync.WaitGroup
-	for _, lane := range order {
-		idx := lanes[lane]
-		sem <- struct{}{}
+	for range min(p.cfg.Concurrency, len(heads)) {
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			for _, i := range idx {
-				if err := p.enqueue(ctx, msgs[i]); err != nil {
-					mu.Lock()
-					errs[i], failed = err, true
-					mu.Unlock()
+			defer wg.Done()
+			for h := taken.Add(1) - 1; h < int64(len(heads)); h = taken.Add(1) - 1 {
+				for i := heads[h]; i >= 0; i = next[i] {
+					if err := p.enqueue(ctx, msgs[i]); err != nil {
+						errs[i] = err // each index is written by one worker only
+						failed.Store(true)
+					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if !failed {
+	if !failed.Load() {
 		return nil
 	}
 	return errs

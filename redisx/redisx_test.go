@@ -131,7 +131,9 @@ func TestStreamRelay(t *testing.T) {
 // handler records every task it processes.
 func asynqSuite(t *testing.T) (brokertest.NewFunc, brokertest.Features) {
 	f := brokertest.Features{
-		Dedupe: true, Headers: true,
+		// PerKeyOrder: the publisher enqueues a key's messages in order,
+		// and the one-worker server below runs tasks in enqueue order.
+		Dedupe: true, Headers: true, PerKeyOrder: true,
 		// asynq refuses a blank task type.
 		Reject: func(t *testing.T, topic string) txbox.Message {
 			return txbox.Message{ID: "rejected-" + topic, Topic: "  ", Payload: []byte("x")}
