@@ -58,6 +58,10 @@ type Relay struct {
 	backlog   atomic.Bool
 	onBacklog chan struct{}
 
+	// from is where the next claim's scan starts (see claimFrom); fullScan
+	// is when a claim last scanned from the table's start, in Unix ns.
+	from, fullScan atomic.Int64
+
 	listen       *listener // nil when the relay only polls
 	notifyActive atomic.Bool
 	listenFails  atomic.Int64 // times the listener failed or its check did
@@ -332,12 +336,22 @@ func nextBackoff(prev, max time.Duration) time.Duration {
 // Round claims one batch, publishes it and marks it, and returns how many
 // rows it claimed. An error means the round failed as a whole or in part
 // (transiently); acknowledged messages are marked even then.
-func (r *Relay) Round(ctx context.Context) (int, error) {
+func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 	r.rounds.Add(1)
-	batch, err := r.store.Claim(ctx, r.cfg.BatchSize)
+	defer func() {
+		if err != nil {
+			r.from.Store(0) // rows may have been given back below the scan's start
+		}
+	}()
+	batch, err := r.store.Claim(ctx, r.cfg.BatchSize, r.claimFrom())
 	if err != nil {
 		r.failedRounds.Add(1)
 		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if len(batch.Rows) >= r.cfg.BatchSize {
+		r.from.Store(batch.Rows[0].Seq)
+	} else {
+		r.from.Store(0) // the backlog is drained: look at everything again
 	}
 	// Marks and releases must happen even when ctx was cancelled mid-round.
 	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -427,11 +441,34 @@ func (r *Relay) Round(ctx context.Context) (int, error) {
 			r.log.Warn("txbox relay: broker rejected message", "seq", rj.Seq, "err", rj.Err, "retry_in", rj.RetryAfter)
 		}
 	}
+	if len(rejected) > 0 {
+		r.from.Store(0) // their retries come due below the scan's start
+	}
 	if transient != nil {
 		r.failedRounds.Add(1)
 		return len(msgs), fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(msgs), transient)
 	}
 	return len(msgs), nil
+}
+
+// claimFrom returns where the next claim's scan starts. While the relay
+// drains a backlog in full batches, a claim starts at the first id of the
+// last batch instead of at the table's start: the entries of rows delivered
+// since the last VACUUM lie below it, and a scan from the start would
+// step over all of them, every round. Rows below that start (a transaction
+// that committed out of id order, a retry come due, a batch given back)
+// are found by a claim from the start, which runs as soon as a batch comes
+// back less than full, after any failure, and at least every
+// min(PollInterval, 1s) during a drain.
+func (r *Relay) claimFrom() int64 {
+	from := r.from.Load()
+	now := time.Now().UnixNano()
+	every := min(r.cfg.PollInterval, time.Second)
+	if from == 0 || now-r.fullScan.Load() >= int64(every) {
+		r.fullScan.Store(now)
+		return 0
+	}
+	return from
 }
 
 func retryDelay(base time.Duration, attempts int) time.Duration {

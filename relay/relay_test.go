@@ -482,7 +482,8 @@ func TestConfigFromEnv(t *testing.T) {
 // hold is closed, and records how many batches were in flight at once.
 type gatePublisher struct {
 	hold      chan struct{}
-	release   func() // closes hold, once
+	release   func()      // closes hold, once
+	onCall    func(n int) // if set, runs at the start of the nth call (from 1)
 	mu        sync.Mutex
 	inFlight  int
 	maxFlight int
@@ -495,11 +496,14 @@ func (p *gatePublisher) Publish(ctx context.Context, msgs []txbox.Message) []err
 	p.inFlight++
 	p.maxFlight = max(p.maxFlight, p.inFlight)
 	p.calls++
-	first := p.calls == 1
+	first, n := p.calls == 1, p.calls
 	for _, m := range msgs {
 		p.got[m.ID]++
 	}
 	p.mu.Unlock()
+	if p.onCall != nil {
+		p.onCall(n)
+	}
 	if first {
 		select {
 		case <-p.hold:
@@ -564,4 +568,42 @@ func TestOverlapOnlyForUnorderedBacklogs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// While the relay drains a backlog in full batches its claims start at its
+// last batch (claimFrom); a row that commits out of id order mid-drain, below
+// that start, is still delivered.
+func TestLateCommitDuringDrainIsDelivered(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 8)
+	ctx := context.Background()
+	late, err := f.pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	defer func() { _ = late.Rollback(ctx) }()
+	testenv.Must(t, f.outbox.Add(ctx, late, txbox.Message{ID: "late", Topic: "drain", Payload: []byte("late")}), "add")
+	var msgs []txbox.Message
+	for i := 0; i < 200; i++ {
+		msgs = append(msgs, txbox.Message{Topic: "drain", Payload: []byte(fmt.Sprint(i))})
+	}
+	f.addNoTx(t, msgs...) // ids above the open transaction's
+	hold := make(chan struct{})
+	close(hold)
+	committed := make(chan error, 1)
+	pub := &gatePublisher{hold: hold, release: func() {}, got: map[string]int{}, onCall: func(n int) {
+		if n == 3 { // mid-drain: the claims have moved past the late row's id
+			committed <- late.Commit(ctx)
+		}
+	}}
+	r := f.newRelay(t, pub, Config{BatchSize: 10, PollInterval: time.Hour, Concurrency: 1})
+	startRelay(t, r)
+	eventually(t, "the late row committed", func() bool { return len(committed) == 1 })
+	testenv.Must(t, <-committed, "commit the late row")
+	eventually(t, "all 201 delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
+	_, _, distinct := pub.stats()
+	pub.mu.Lock()
+	lateN := pub.got["late"]
+	pub.mu.Unlock()
+	if distinct != 201 || lateN != 1 {
+		t.Fatalf("published %d distinct messages (late %d times), want 201 and once", distinct, lateN)
+	}
 }

@@ -68,9 +68,13 @@ type Batch struct {
 	token string    // SQLite: the lease token
 }
 
-// Claim takes up to limit deliverable rows, oldest first. An empty batch
-// still needs Release.
-func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
+// Claim takes up to limit deliverable rows with ids from from on, oldest
+// first. An empty batch still needs Release. from 0 looks at every row; a
+// higher from spares the scan the entries of rows delivered since the
+// table was last vacuumed, but misses rows below it (a transaction that
+// commits out of id order, a retry that came due), so callers must scan
+// from 0 regularly.
+func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error) {
 	switch s.dialect {
 	case driver.Postgres, driver.MySQL:
 		// The transaction must outlive ctx: database/sql rolls a transaction
@@ -86,7 +90,11 @@ func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
 				return nil, err
 			}
 		}
-		rows, err := tx.Query(ctx, s.q["claim"], limit)
+		args := []any{limit, from}
+		if s.dialect == driver.MySQL {
+			args = []any{from, limit}
+		}
+		rows, err := tx.Query(ctx, s.q["claim"], args...)
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, err
@@ -100,7 +108,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (*Batch, error) {
 	case driver.SQLite:
 		token := newToken()
 		now := time.Now()
-		rows, err := s.pool.Query(ctx, s.q["claim"], token, now.Add(s.lease).UnixMicro(), now.UnixMicro(), limit)
+		rows, err := s.pool.Query(ctx, s.q["claim"], token, now.Add(s.lease).UnixMicro(), now.UnixMicro(), limit, from)
 		if err != nil {
 			return nil, err
 		}

@@ -14,9 +14,11 @@
 -- the key is undelivered (dead ones included, so a dead row parks its key,
 -- and locked ones included, so one message per key is in flight). The
 -- subquery is a plain consistent read: FOR UPDATE locks only the outer rows.
+-- The first ? is the scan's start (see Store.Claim); the key check looks
+-- below it too.
 SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
 FROM {{table}} o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL
+WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6))
   AND (o.ordering_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM {{table}} p

@@ -7,10 +7,11 @@
 -- name: claim
 -- A keyed row is claimable only at the head of its key: no earlier row of
 -- the key is undelivered (dead ones included, so a dead row parks its key,
--- and locked ones included, so one message per key is in flight).
+-- and locked ones included, so one message per key is in flight). $2 is the
+-- scan's start (see Store.Claim); the key check looks below it too.
 SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.headers::text, o.attempts, o.created_at
 FROM {{table}} o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL
+WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
   AND (o.ordering_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM {{table}} p

@@ -7,11 +7,12 @@
 
 -- name: claim
 -- A keyed row is claimable only at the head of its key: no earlier row of
--- the key is undelivered (dead or leased ones included).
+-- the key is undelivered (dead or leased ones included). ?5 is the scan's
+-- start (see Store.Claim); the key check looks below it too.
 UPDATE {{table}} SET claim_token = ?1, claimed_until = ?2
 WHERE id IN (
   SELECT o.id FROM {{table}} o
-  WHERE o.published_at IS NULL AND o.dead_at IS NULL
+  WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?5
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?3)
     AND (o.claimed_until IS NULL OR o.claimed_until < ?3)
     AND (o.ordering_key IS NULL OR NOT EXISTS (
