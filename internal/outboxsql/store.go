@@ -178,8 +178,20 @@ func scanClaimed(rows driver.Rows, d driver.Dialect, limit int) ([]Claimed, erro
 	return out, rows.Err()
 }
 
+// keyed reports whether any claimed row has an ordering key.
+func (b *Batch) keyed() bool {
+	for _, r := range b.Rows {
+		if r.Key != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Finish marks published rows as published and records rejections; every
-// other claimed row is released untouched (no attempt counted).
+// other claimed row is released untouched (no attempt counted). On
+// PostgreSQL a batch without ordering keys commits without waiting for the
+// disk (see lazy_commit in sql/postgres.sql).
 func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Rejection, maxAttempts int) error {
 	s := b.s
 	switch s.dialect {
@@ -199,6 +211,12 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 			if _, err := b.tx.Exec(ctx, s.q["reject"], args...); err != nil {
 				_ = b.tx.Rollback(context.WithoutCancel(ctx))
 				return fmt.Errorf("record rejection: %w", err)
+			}
+		}
+		if q, ok := s.q["lazy_commit"]; ok && !b.keyed() {
+			if _, err := b.tx.Exec(ctx, q); err != nil {
+				_ = b.tx.Rollback(context.WithoutCancel(ctx))
+				return fmt.Errorf("lazy commit: %w", err)
 			}
 		}
 		if err := b.tx.Commit(ctx); err != nil {

@@ -28,6 +28,14 @@ UPDATE {{table}} SET published_at = now() WHERE id = ANY($1)
 -- transaction, so nothing is left for cleanup.
 DELETE FROM {{table}} WHERE id = ANY($1)
 
+-- name: lazy_commit
+-- Run before committing the marks of a batch without ordering keys: the
+-- commit returns before its WAL reaches the disk. A database crash in the
+-- next few hundred milliseconds can undo those marks, and the rows are
+-- published again: a duplicate, never a loss. Keyed batches commit durably,
+-- so that a key's redelivered message can never follow its successor.
+SET LOCAL synchronous_commit TO OFF
+
 -- name: reject
 UPDATE {{table}}
 SET attempts = attempts + 1,
