@@ -167,6 +167,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		rc     relay.Config
 		relays int
 	}{
+		{"1 relay, defaults (batch 100)", relay.Config{}, 1},
 		{"1 relay, batch 1000", relay.Config{BatchSize: 1000}, 1},
 		{"4 relays, batch 1000", relay.Config{BatchSize: 1000}, 4},
 		{"1 relay, batch 1000, delete", relay.Config{BatchSize: 1000, DeletePublished: true}, 1},
