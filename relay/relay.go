@@ -348,22 +348,13 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		r.failedRounds.Add(1)
 		return 0, fmt.Errorf("claim: %w", err)
 	}
-	if len(batch.Rows) >= r.cfg.BatchSize {
+	full := len(batch.Rows) >= r.cfg.BatchSize
+	if full {
 		r.from.Store(batch.Rows[0].Seq)
 	} else {
 		r.from.Store(0) // the backlog is drained: look at everything again
 	}
-	// Marks and releases must happen even when ctx was cancelled mid-round.
-	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	keyed := false
-	for _, row := range batch.Rows {
-		if row.Key != "" {
-			keyed = true
-			break
-		}
-	}
-	backlog := len(batch.Rows) >= r.cfg.BatchSize && !keyed
+	backlog := full && !batch.Keyed()
 	r.backlog.Store(backlog)
 	if backlog {
 		select {
@@ -371,6 +362,9 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		default:
 		}
 	}
+	// Marks and releases must happen even when ctx was cancelled mid-round.
+	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if len(batch.Rows) == 0 {
 		return 0, batch.Release(finishCtx)
 	}

@@ -178,8 +178,8 @@ func scanClaimed(rows driver.Rows, d driver.Dialect, limit int) ([]Claimed, erro
 	return out, rows.Err()
 }
 
-// keyed reports whether any claimed row has an ordering key.
-func (b *Batch) keyed() bool {
+// Keyed reports whether any claimed row has an ordering key.
+func (b *Batch) Keyed() bool {
 	for _, r := range b.Rows {
 		if r.Key != "" {
 			return true
@@ -213,7 +213,7 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 				return fmt.Errorf("record rejection: %w", err)
 			}
 		}
-		if q, ok := s.q["lazy_commit"]; ok && !b.keyed() {
+		if q, ok := s.q["lazy_commit"]; ok && !b.Keyed() {
 			if _, err := b.tx.Exec(ctx, q); err != nil {
 				_ = b.tx.Rollback(context.WithoutCancel(ctx))
 				return fmt.Errorf("lazy commit: %w", err)
