@@ -62,7 +62,7 @@ type run struct {
 // measured are interleave's medians, per run.
 type measured struct {
 	rate []float64
-	cpu  []cpuUse // nil where CPU was not measured
+	cpu  []cpuUse // zero where CPU was not measured
 }
 
 // interleave runs every run once per repetition, in turn (so slow drift hits
@@ -84,13 +84,18 @@ func interleave(cfg Config, runs []run, before func() error, title string) (meas
 					return measured{}, fmt.Errorf("%s: setup: %w", r.name, err)
 				}
 			}
-			a, okA := sampleCPU()
+			a, okA := cpuSample{}, false
+			if r.n > 0 {
+				a, okA = sampleCPU()
+			}
 			rate, err := r.fn()
 			if err != nil {
 				return measured{}, fmt.Errorf("%s: %w", r.name, err)
 			}
-			if b, okB := sampleCPU(); okA && okB && r.n > 0 {
-				cpus[i] = append(cpus[i], perMessage(a, b, r.n))
+			if okA {
+				if b, ok := sampleCPU(); ok {
+					cpus[i] = append(cpus[i], perMessage(a, b, r.n))
+				}
 			}
 			rates[i] = append(rates[i], rate)
 			fmt.Fprintf(cfg.Out, "  rep %d: %-70s %9.0f msgs/s\n", rep+1, r.name, rate)

@@ -29,7 +29,6 @@ var cpuGroups = map[string]string{
 	"nats-server":  "broker",
 	"redis-server": "broker",
 	"beam.smp":     "broker", // RabbitMQ
-	"mariadbd":     "mariadb",
 }
 
 // cpuColumns are the groups printed, in order; "this" is this process (the
