@@ -10,7 +10,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
-	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/natsjs"
 )
@@ -31,13 +30,13 @@ func TestNATSJetStreamSubscriber(t *testing.T) {
 		testenv.Must(t, err, "fetch")
 		var ids []string
 		for m := range batch.Messages() {
-			ids = append(ids, m.Headers().Get(natsjs.HeaderMessageID))
+			ids = append(ids, m.Headers().Get(txbox.HeaderMessageID))
 		}
 		return ids
 	}
 	streams := map[string]jetstream.Stream{}
 	var subs = map[string]*natsjs.Subscriber{}
-	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, consumer.Subscriber, string) {
+	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
 		ctx := context.Background()
 		prefix := testenv.Subject()
 		name := testenv.Name("BTS")

@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consumer"
 )
 
 // NewSubscriberFunc returns, on a broker isolated for t, a publisher, a
 // subscriber, and a binding that exists and receives every message the
 // publisher sends to topic.
-type NewSubscriberFunc func(t *testing.T, topic string) (txbox.Publisher, consumer.Subscriber, string)
+type NewSubscriberFunc func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string)
 
 // SubscriberFeatures says what a subscriber's broker supports.
 type SubscriberFeatures struct {
@@ -34,7 +33,7 @@ type SubscriberFeatures struct {
 	Timeout time.Duration
 }
 
-// TestSubscriber runs the consumer.Subscriber conformance tests as
+// TestSubscriber runs the txbox.Subscriber conformance tests as
 // parallel subtests: ack, retry with a delivery count, dead letter, the
 // binding check, and release of unreturned messages on Close.
 func TestSubscriber(t *testing.T, newSub NewSubscriberFunc, f SubscriberFeatures) {
@@ -58,7 +57,7 @@ func TestSubscriber(t *testing.T, newSub NewSubscriberFunc, f SubscriberFeatures
 	}
 }
 
-func next(t *testing.T, f SubscriberFeatures, s consumer.Subscription) consumer.Delivery {
+func next(t *testing.T, f SubscriberFeatures, s txbox.Subscription) txbox.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), f.Timeout)
 	defer cancel()
@@ -73,7 +72,7 @@ func next(t *testing.T, f SubscriberFeatures, s consumer.Subscription) consumer.
 	}
 }
 
-func subscribe(t *testing.T, sub consumer.Subscriber, binding string) consumer.Subscription {
+func subscribe(t *testing.T, sub txbox.Subscriber, binding string) txbox.Subscription {
 	t.Helper()
 	s, err := sub.Subscribe(context.Background(), binding, 4)
 	if err != nil {

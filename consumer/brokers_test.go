@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/redisx"
@@ -127,7 +128,7 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 	})
 	return &broker{
 		name: "kafka", pub: pub, sub: sub, rereads: true,
-		errHeader: kafka.HeaderError, delHeader: kafka.HeaderDeliveries,
+		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries,
 		topic:   func(f string) string { return f },
 		binding: func(f string) string { return prefix + f + "/" + prefix + f + ".g" },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
@@ -153,7 +154,7 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 					for _, kh := range rec.Headers {
 						h[kh.Key] = string(kh.Value)
 					}
-					seen[f][h[kafka.HeaderMessageID]] = h
+					seen[f][h[txbox.HeaderMessageID]] = h
 				})
 				if n == 0 {
 					break

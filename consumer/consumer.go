@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/sqlname"
@@ -54,7 +55,7 @@ func (g Guarantee) String() string {
 // values are an error from New.
 type Config struct {
 	// Broker opens the handlers' bindings. Required.
-	Broker Subscriber
+	Broker txbox.Subscriber
 	// Schema and InboxTable name the inbox table of every Inbox handler
 	// (create it with package migrate, InboxTables). Default schema: ""
 	// (search_path); default table: DefaultInboxTable ("txbox_inbox").
@@ -341,7 +342,7 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 	if c.started {
 		return ErrStarted
 	}
-	var subs []Subscription
+	var subs []txbox.Subscription
 	for _, h := range c.handlers {
 		n := h.Concurrency
 		if n == 0 {
@@ -410,9 +411,9 @@ func (c *Consumer[TTx]) Stats() Stats {
 }
 
 // run is one handler's fetch loop and its n workers.
-func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], sub Subscription, n int) {
+func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], sub txbox.Subscription, n int) {
 	defer c.wg.Done()
-	work := make(chan Delivery)
+	work := make(chan txbox.Delivery)
 	var workers sync.WaitGroup
 	for range n {
 		workers.Add(1)
@@ -454,7 +455,7 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 	}
 }
 
-func (c *Consumer[TTx]) release(d Delivery) {
+func (c *Consumer[TTx]) release(d txbox.Delivery) {
 	c.released.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -464,7 +465,7 @@ func (c *Consumer[TTx]) release(d Delivery) {
 }
 
 // process runs h on one delivery and settles it.
-func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d Delivery) {
+func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.Delivery) {
 	msg := d.Message()
 	msg.Binding = h.Binding
 	dup, err := c.invoke(ctx, h, msg)

@@ -84,7 +84,7 @@ func endToEnd[TTx any](t *testing.T, d db[TTx], b *broker) {
 		t.Cleanup(func() { _ = r.Stop(context.Background()) })
 	}
 
-	newConsumer := func(sub consumer.Subscriber) *consumer.Consumer[TTx] {
+	newConsumer := func(sub txbox.Subscriber) *consumer.Consumer[TTx] {
 		c, err := consumer.New(d.drv, consumer.Config{Broker: sub, MaxDeliveries: 3,
 			BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Logger: quiet})
 		testenv.Must(t, err, "consumer.New")

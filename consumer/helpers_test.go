@@ -42,7 +42,7 @@ func eventually(t testing.TB, what string, cond func() bool) {
 type broker struct {
 	name string
 	pub  txbox.Publisher
-	sub  consumer.Subscriber
+	sub  txbox.Subscriber
 	// topic and binding of a named flow ("orders", "shipments").
 	topic   func(flow string) string
 	binding func(flow string) string
@@ -90,7 +90,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 	testenv.Must(t, err, "subscriber")
 	return &broker{
 		name: "nats", pub: pub, sub: sub,
-		errHeader: natsjs.HeaderError, delHeader: natsjs.HeaderDeliveries, dedupes: true,
+		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries, dedupes: true,
 		topic:   func(f string) string { return "ev." + f },
 		binding: func(f string) string { return stream + "/" + f },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
@@ -102,14 +102,14 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 				if err != nil {
 					continue
 				}
-				if m.Header.Get(natsjs.HeaderBinding) != stream+"/"+f {
+				if m.Header.Get(txbox.HeaderBinding) != stream+"/"+f {
 					continue
 				}
 				h := map[string]string{}
 				for k := range m.Header {
 					h[k] = m.Header.Get(k)
 				}
-				out[m.Header.Get(natsjs.HeaderMessageID)] = h
+				out[m.Header.Get(txbox.HeaderMessageID)] = h
 			}
 			return out
 		},
@@ -160,7 +160,7 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 	testenv.Must(t, err, "subscriber")
 	return &broker{
 		name: "rabbitmq", pub: pub, sub: sub,
-		errHeader: rabbitmq.HeaderError, delHeader: rabbitmq.HeaderDeliveries,
+		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries,
 		topic:   func(f string) string { return base + "." + f },
 		binding: func(f string) string { return base + "." + f },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
@@ -266,13 +266,13 @@ func mysqlDB(t testing.TB) db[*sql.Tx] {
 // dropAcks wraps a Subscriber: the first n Acks on binding are dropped,
 // never sent — as if the process died between its commit and its ACK.
 type dropAcks struct {
-	consumer.Subscriber
+	txbox.Subscriber
 	binding string
 	left    atomic.Int64
 	dropped atomic.Int64
 }
 
-func (d *dropAcks) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+func (d *dropAcks) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
 	s, err := d.Subscriber.Subscribe(ctx, binding, prefetch)
 	if err != nil || binding != d.binding {
 		return s, err
@@ -281,11 +281,11 @@ func (d *dropAcks) Subscribe(ctx context.Context, binding string, prefetch int) 
 }
 
 type dropSub struct {
-	consumer.Subscription
+	txbox.Subscription
 	d *dropAcks
 }
 
-func (s *dropSub) Next(ctx context.Context) (consumer.Delivery, error) {
+func (s *dropSub) Next(ctx context.Context) (txbox.Delivery, error) {
 	del, err := s.Subscription.Next(ctx)
 	if err != nil {
 		return nil, err
@@ -294,7 +294,7 @@ func (s *dropSub) Next(ctx context.Context) (consumer.Delivery, error) {
 }
 
 type dropDelivery struct {
-	consumer.Delivery
+	txbox.Delivery
 	d *dropAcks
 }
 

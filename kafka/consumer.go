@@ -14,13 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consumer"
-)
-
-// Headers a ConsumerSubscriber adds to copies it produces.
-const (
-	HeaderDeliveries = "Txbox-Deliveries" // on retried and dead-lettered copies
-	HeaderError      = "Txbox-Error"      // on dead-lettered copies
 )
 
 // ConsumerConfig configures a ConsumerSubscriber.
@@ -52,7 +45,7 @@ type ConsumerSubscriber struct {
 	cfg ConsumerConfig
 }
 
-var _ consumer.Subscriber = (*ConsumerSubscriber)(nil)
+var _ txbox.Subscriber = (*ConsumerSubscriber)(nil)
 
 // NewConsumerSubscriber checks cfg; it connects to nothing.
 func NewConsumerSubscriber(cfg ConsumerConfig) (*ConsumerSubscriber, error) {
@@ -113,7 +106,7 @@ func (s *ConsumerSubscriber) CheckBinding(ctx context.Context, binding string) e
 }
 
 // Subscribe joins the binding's group.
-func (s *ConsumerSubscriber) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+func (s *ConsumerSubscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
 	topic, group, err := splitBinding(binding)
 	if err != nil {
 		return nil, err
@@ -180,7 +173,7 @@ func (sub *subscription) forget(_ context.Context, _ *kgo.Client, lost map[strin
 }
 
 // Next returns the next record, fetching when the buffer is empty.
-func (sub *subscription) Next(ctx context.Context) (consumer.Delivery, error) {
+func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	for {
 		sub.mu.Lock()
 		if len(sub.buf) > 0 {
@@ -258,7 +251,7 @@ type delivery struct {
 
 func deliveries(r *kgo.Record) int {
 	for _, h := range r.Headers {
-		if h.Key == HeaderDeliveries {
+		if h.Key == txbox.HeaderDeliveries {
 			if n, err := strconv.Atoi(string(h.Value)); err == nil && n > 0 {
 				return n
 			}
@@ -267,13 +260,13 @@ func deliveries(r *kgo.Record) int {
 	return 1
 }
 
-func (d *delivery) Message() consumer.Message {
+func (d *delivery) Message() txbox.Received {
 	m := txbox.Message{Topic: d.r.Topic, Key: string(d.r.Key), Payload: d.r.Value}
 	for _, h := range d.r.Headers {
 		switch h.Key {
-		case HeaderMessageID:
+		case txbox.HeaderMessageID:
 			m.ID = string(h.Value)
-		case HeaderDeliveries:
+		case txbox.HeaderDeliveries:
 		default:
 			if m.Headers == nil {
 				m.Headers = map[string]string{}
@@ -281,7 +274,7 @@ func (d *delivery) Message() consumer.Message {
 			m.Headers[h.Key] = string(h.Value)
 		}
 	}
-	return consumer.Message{Message: m, Deliveries: deliveries(d.r), Binding: d.sub.binding}
+	return txbox.Received{Message: m, Deliveries: deliveries(d.r), Binding: d.sub.binding}
 }
 
 func (d *delivery) Ack(context.Context) error {
@@ -294,11 +287,11 @@ func (d *delivery) Ack(context.Context) error {
 func (d *delivery) copyTo(ctx context.Context, topic string, n int, extra ...kgo.RecordHeader) error {
 	c := &kgo.Record{Topic: topic, Key: d.r.Key, Value: d.r.Value}
 	for _, h := range d.r.Headers {
-		if h.Key != HeaderDeliveries && h.Key != HeaderError {
+		if h.Key != txbox.HeaderDeliveries && h.Key != txbox.HeaderError {
 			c.Headers = append(c.Headers, h)
 		}
 	}
-	c.Headers = append(c.Headers, kgo.RecordHeader{Key: HeaderDeliveries, Value: []byte(strconv.Itoa(n))})
+	c.Headers = append(c.Headers, kgo.RecordHeader{Key: txbox.HeaderDeliveries, Value: []byte(strconv.Itoa(n))})
 	c.Headers = append(c.Headers, extra...)
 	if err := d.sub.cl.ProduceSync(ctx, c).FirstErr(); err != nil {
 		return fmt.Errorf("kafka: produce to %s: %w", topic, err)
@@ -323,5 +316,5 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return d.copyTo(ctx, d.r.Topic+d.sub.s.cfg.DeadTopicSuffix, deliveries(d.r), kgo.RecordHeader{Key: HeaderError, Value: []byte(msg)})
+	return d.copyTo(ctx, d.r.Topic+d.sub.s.cfg.DeadTopicSuffix, deliveries(d.r), kgo.RecordHeader{Key: txbox.HeaderError, Value: []byte(msg)})
 }

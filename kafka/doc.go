@@ -1,7 +1,7 @@
 // Package kafka connects txbox to Apache Kafka through franz-go
 // (github.com/twmb/franz-go): a Publisher for the relay, a consumer-group
 // Subscriber (Fetch / Ack / Nack / Dead), and ConsumerSubscriber, the
-// consumer.Subscriber for the consumer runtime.
+// txbox.Subscriber for the consumer runtime.
 //
 // The Publisher needs a *kgo.Client with franz-go's producer defaults, which
 // are what txbox wants and which NewPublisher checks: acks=all and the

@@ -14,7 +14,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
-	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/kafka"
 )
@@ -62,7 +61,7 @@ func (r reader) Read(ctx context.Context, topic string, n int) ([]brokertest.Del
 		fs.EachRecord(func(rec *kgo.Record) {
 			d := brokertest.Delivery{Key: string(rec.Key), Payload: rec.Value, Headers: map[string]string{}}
 			for _, h := range rec.Headers {
-				if h.Key == kafka.HeaderMessageID {
+				if h.Key == txbox.HeaderMessageID {
 					d.ID = string(h.Value)
 				} else {
 					d.Headers[h.Key] = string(h.Value)
@@ -242,7 +241,7 @@ func TestSubscriberConformance(t *testing.T) {
 	c := cluster(t)
 	sub, err := kafka.NewConsumerSubscriber(kafka.ConsumerConfig{Seeds: c.ListenAddrs(), Opts: []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond)}, MaxRetryWait: 10 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
-	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, consumer.Subscriber, string) {
+	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
 		admin := newClient(t, c)
 		createTopics(t, admin, topic, topic+".dead")
 		p, err := kafka.NewPublisher(admin, kafka.PublisherConfig{})
@@ -302,7 +301,7 @@ func TestConsumerSubscriberCommitsContiguously(t *testing.T) {
 	publish("a", "b", "c")
 	sub, err := kafka.NewConsumerSubscriber(kafka.ConsumerConfig{Seeds: c.ListenAddrs(), Opts: []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond)}})
 	testenv.Must(t, err, "subscriber")
-	next := func(s consumer.Subscription) consumer.Delivery {
+	next := func(s txbox.Subscription) txbox.Delivery {
 		t.Helper()
 		d, err := s.Next(ctx)
 		testenv.Must(t, err, "next")

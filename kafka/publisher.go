@@ -12,9 +12,6 @@ import (
 	"github.com/txbox/txbox"
 )
 
-// HeaderMessageID is the record header carrying the message id.
-const HeaderMessageID = "Message-Id"
-
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
 	// TopicPrefix is put before every message topic to name the Kafka
@@ -58,7 +55,7 @@ func (p *Publisher) Record(m txbox.Message) *kgo.Record {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
 	}
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderMessageID, Value: []byte(m.ID)})
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: txbox.HeaderMessageID, Value: []byte(m.ID)})
 	return r
 }
 

@@ -119,7 +119,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int) ([]Delivery, error) {
 func (s *Subscriber) message(r *kgo.Record) txbox.Message {
 	m := txbox.Message{Topic: strings.TrimPrefix(r.Topic, s.trimPrefix), Key: string(r.Key), Payload: r.Value}
 	for _, h := range r.Headers {
-		if h.Key == HeaderMessageID {
+		if h.Key == txbox.HeaderMessageID {
 			m.ID = string(h.Value)
 			continue
 		}
@@ -167,7 +167,7 @@ func (s *Subscriber) Nack(_ context.Context, d Delivery) error {
 func (s *Subscriber) Dead(ctx context.Context, d Delivery, reason string) error {
 	r := d.Record
 	dr := &kgo.Record{Topic: r.Topic + s.deadSuffix, Key: r.Key, Value: r.Value}
-	dr.Headers = append(append(dr.Headers, r.Headers...), kgo.RecordHeader{Key: HeaderError, Value: []byte(reason)})
+	dr.Headers = append(append(dr.Headers, r.Headers...), kgo.RecordHeader{Key: txbox.HeaderError, Value: []byte(reason)})
 	if err := s.cl.ProduceSync(ctx, dr).FirstErr(); err != nil {
 		return fmt.Errorf("kafka: dead-letter %s: %w", dr.Topic, err)
 	}

@@ -13,17 +13,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consumer"
 )
 
-// Headers of a dead-lettered copy.
+// Headers of a dead-lettered copy beside txbox.HeaderError,
+// txbox.HeaderDeliveries, txbox.HeaderBinding (STREAM/durable) and
+// txbox.HeaderMessageID (the original id: the copy's Nats-Msg-Id is left
+// unset so that the dead letters' stream does not deduplicate it).
 const (
-	HeaderError      = "Txbox-Error"      // why it was dead-lettered
-	HeaderDeliveries = "Txbox-Deliveries" // how many times it was delivered
-	HeaderBinding    = "Txbox-Binding"    // STREAM/durable it came from
-	HeaderSubject    = "Txbox-Subject"    // the subject it was published to
-	HeaderStreamSeq  = "Txbox-Stream-Seq" // its sequence in the stream
-	HeaderMessageID  = "Txbox-Message-Id" // the original message id
+	HeaderSubject   = "Txbox-Subject"    // the subject it was published to
+	HeaderStreamSeq = "Txbox-Stream-Seq" // its sequence in the stream
 )
 
 // DefaultDeadLetterPrefix is SubscriberConfig.DeadLetterPrefix's default.
@@ -81,7 +79,7 @@ type SubscriberConfig struct {
 	DeadLetterPrefix string
 }
 
-// Subscriber implements consumer.Subscriber on JetStream. A binding is
+// Subscriber implements txbox.Subscriber on JetStream. A binding is
 // "STREAM/durable", a durable pull consumer with explicit acks (see
 // EnsureConsumer). It uses a connection the caller owns; give it
 // nats.MaxReconnects(-1) so that it rides out a server restart.
@@ -91,7 +89,7 @@ type Subscriber struct {
 	dlq string
 }
 
-var _ consumer.Subscriber = (*Subscriber)(nil)
+var _ txbox.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber returns a Subscriber over nc.
 func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig) (*Subscriber, error) {
@@ -158,7 +156,7 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 }
 
 // Subscribe starts pulling from binding, at most prefetch messages ahead.
-func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
 	stream, durable, err := splitBinding(binding)
 	if err != nil {
 		return nil, err
@@ -199,7 +197,7 @@ func (sub *subscription) open() error {
 // Next returns the next message. The iterator re-issues its pulls after a
 // reconnect by itself; if it ends (the consumer was deleted and
 // re-created, the server lost it), Next reopens it and reports the error.
-func (sub *subscription) Next(ctx context.Context) (consumer.Delivery, error) {
+func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	sub.mu.Lock()
 	it := sub.it
 	sub.mu.Unlock()
@@ -274,14 +272,14 @@ func (d *delivery) numDelivered() int {
 	return 1
 }
 
-func (d *delivery) Message() consumer.Message {
+func (d *delivery) Message() txbox.Received {
 	h := map[string]string{}
 	for k, v := range d.m.Headers() {
 		if len(v) > 0 && !strings.HasPrefix(strings.ToLower(k), "nats-") {
 			h[k] = v[0]
 		}
 	}
-	return consumer.Message{
+	return txbox.Received{
 		Message:    txbox.Message{ID: d.m.Headers().Get(jetstream.MsgIDHeader), Topic: d.m.Subject(), Payload: d.m.Data(), Headers: h},
 		Deliveries: d.numDelivered(),
 		Binding:    d.sub.binding,
@@ -322,12 +320,12 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	// as a duplicate of the original, and the message would be lost. The
 	// derived id still dedupes repeated dead-letterings of one message.
 	if id := d.m.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		out.Header.Set(HeaderMessageID, id)
+		out.Header.Set(txbox.HeaderMessageID, id)
 		out.Header.Set(jetstream.MsgIDHeader, "dead:"+id)
 	}
-	out.Header.Set(HeaderError, msg)
-	out.Header.Set(HeaderDeliveries, strconv.Itoa(d.numDelivered()))
-	out.Header.Set(HeaderBinding, d.sub.binding)
+	out.Header.Set(txbox.HeaderError, msg)
+	out.Header.Set(txbox.HeaderDeliveries, strconv.Itoa(d.numDelivered()))
+	out.Header.Set(txbox.HeaderBinding, d.sub.binding)
 	out.Header.Set(HeaderSubject, d.m.Subject())
 	if md, err := d.m.Metadata(); err == nil {
 		out.Header.Set(HeaderStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))

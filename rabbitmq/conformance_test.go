@@ -10,7 +10,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
-	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/rabbitmq"
 )
@@ -132,7 +131,7 @@ func TestSubscriberConformance(t *testing.T) {
 	url := testenv.RabbitMQ(t)
 	sub, err := rabbitmq.NewSubscriber(rabbitmq.SubscriberConfig{URL: url})
 	testenv.Must(t, err, "subscriber")
-	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, consumer.Subscriber, string) {
+	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
 		ex, q := testenv.Name("btsx"), testenv.Name("btsq")
 		declare(t, url, q, ex, topic)
 		p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url, Exchange: ex})

@@ -11,15 +11,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consumer"
-)
-
-// Headers the Subscriber sets on retried and dead-lettered copies.
-const (
-	HeaderDeliveries = "Txbox-Deliveries" // deliveries so far
-	HeaderTopic      = "Txbox-Topic"      // the original routing key
-	HeaderError      = "Txbox-Error"      // why the message was dead-lettered
-	HeaderBinding    = "Txbox-Binding"    // the queue it was dead-lettered from
 )
 
 // Names derived from a queue by DeclareQueue.
@@ -103,7 +94,7 @@ type SubscriberConfig struct {
 	ReconnectMax time.Duration
 }
 
-// Subscriber implements consumer.Subscriber on RabbitMQ. A binding is a
+// Subscriber implements txbox.Subscriber on RabbitMQ. A binding is a
 // queue declared with DeclareQueue. Each subscription has its own
 // connection, re-dialled after the broker or the network dropped it;
 // messages unacknowledged on a lost connection are redelivered by the broker.
@@ -111,7 +102,7 @@ type Subscriber struct {
 	cfg SubscriberConfig
 }
 
-var _ consumer.Subscriber = (*Subscriber)(nil)
+var _ txbox.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber returns a Subscriber; it does not connect yet.
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
@@ -183,7 +174,7 @@ func joinComma(s []string) string {
 
 // Subscribe starts consuming queue binding with manual acks and the
 // given prefetch.
-func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
 	sub := &subscription{cfg: s.cfg, queue: binding, prefetch: max(prefetch, 1)}
 	if err := sub.connect(); err != nil {
 		return nil, err
@@ -254,7 +245,7 @@ func (s *subscription) connect() error {
 }
 
 // Next returns the next delivery, reconnecting as long as it takes.
-func (s *subscription) Next(ctx context.Context) (consumer.Delivery, error) {
+func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	wait := 50 * time.Millisecond
 	for {
 		s.mu.Lock()
@@ -315,7 +306,7 @@ type delivery struct {
 
 func (d *delivery) deliveries() int {
 	n := 0
-	if v, ok := d.d.Headers[HeaderDeliveries]; ok {
+	if v, ok := d.d.Headers[txbox.HeaderDeliveries]; ok {
 		switch x := v.(type) {
 		case int32:
 			n = int(x)
@@ -334,7 +325,7 @@ func (d *delivery) deliveries() int {
 	return n
 }
 
-func (d *delivery) Message() consumer.Message {
+func (d *delivery) Message() txbox.Received {
 	h := map[string]string{}
 	for k, v := range d.d.Headers {
 		if s, ok := v.(string); ok {
@@ -342,12 +333,12 @@ func (d *delivery) Message() consumer.Message {
 		}
 	}
 	topic := d.d.RoutingKey
-	if t, ok := h[HeaderTopic]; ok {
+	if t, ok := h[txbox.HeaderTopic]; ok {
 		topic = t
 	}
-	delete(h, HeaderTopic)
-	delete(h, HeaderDeliveries)
-	return consumer.Message{
+	delete(h, txbox.HeaderTopic)
+	delete(h, txbox.HeaderDeliveries)
+	return txbox.Received{
 		Message:    txbox.Message{ID: d.d.MessageId, Topic: topic, Payload: d.d.Body, Headers: h},
 		Deliveries: d.deliveries(),
 		Binding:    d.queue,
@@ -364,8 +355,8 @@ func (d *delivery) copyOf(extra amqp.Table) amqp.Publishing {
 			h[k] = v
 		}
 	}
-	if _, ok := h[HeaderTopic]; !ok {
-		h[HeaderTopic] = d.d.RoutingKey
+	if _, ok := h[txbox.HeaderTopic]; !ok {
+		h[txbox.HeaderTopic] = d.d.RoutingKey
 	}
 	for k, v := range extra {
 		h[k] = v
@@ -439,7 +430,7 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 	if delay <= 0 {
 		return d.d.Nack(false, true)
 	}
-	p := d.copyOf(amqp.Table{HeaderDeliveries: int64(d.deliveries())})
+	p := d.copyOf(amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries())})
 	p.Expiration = strconv.FormatInt(max(delay.Milliseconds(), 1), 10)
 	return d.republish(ctx, "", retryQueue(d.queue), p)
 }
@@ -454,6 +445,6 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 			msg = msg[:4096]
 		}
 	}
-	p := d.copyOf(amqp.Table{HeaderDeliveries: int64(d.deliveries()), HeaderError: msg, HeaderBinding: d.queue})
+	p := d.copyOf(amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries()), txbox.HeaderError: msg, txbox.HeaderBinding: d.queue})
 	return d.republish(ctx, deadExchange(d.queue), d.queue, p)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consumer"
 )
 
 // ConsumerConfig configures a ConsumerSubscriber.
@@ -35,7 +34,7 @@ type ConsumerSubscriber struct {
 	cfg ConsumerConfig
 }
 
-var _ consumer.Subscriber = (*ConsumerSubscriber)(nil)
+var _ txbox.Subscriber = (*ConsumerSubscriber)(nil)
 
 // NewConsumerSubscriber returns a ConsumerSubscriber over rdb, a client the
 // caller owns and closes.
@@ -93,7 +92,7 @@ func (s *ConsumerSubscriber) CheckBinding(ctx context.Context, binding string) e
 }
 
 // Subscribe starts reading the binding; prefetch bounds one fetch.
-func (s *ConsumerSubscriber) Subscribe(ctx context.Context, binding string, prefetch int) (consumer.Subscription, error) {
+func (s *ConsumerSubscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
 	stream, group, err := splitBinding(binding)
 	if err != nil {
 		return nil, err
@@ -117,7 +116,7 @@ type subscription struct {
 }
 
 // Next returns the next delivery, fetching when the buffer is empty.
-func (s *subscription) Next(ctx context.Context) (consumer.Delivery, error) {
+func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	for {
 		s.mu.Lock()
 		if len(s.buf) > 0 {
@@ -161,8 +160,8 @@ type delivery struct {
 	d Delivery
 }
 
-func (d *delivery) Message() consumer.Message {
-	return consumer.Message{Message: d.d.Message, Deliveries: int(d.d.Deliveries), Binding: d.s.binding}
+func (d *delivery) Message() txbox.Received {
+	return txbox.Received{Message: d.d.Message, Deliveries: int(d.d.Deliveries), Binding: d.s.binding}
 }
 
 func (d *delivery) Ack(ctx context.Context) error { return d.s.sub.Ack(ctx, d.d) }

@@ -110,7 +110,7 @@ func TestSubscriberConformance(t *testing.T) {
 	rdb := client(t)
 	prefix := testenv.Name("txbsc") + ":"
 	cleanup(t, rdb, prefix+"*")
-	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, consumer.Subscriber, string) {
+	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
 		p, err := redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{StreamPrefix: prefix})
 		testenv.Must(t, err, "publisher")
 		testenv.Must(t, redisx.EnsureGroup(context.Background(), rdb, prefix+topic, "g", "0"), "group")

@@ -5,19 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/txbox/txbox/driver"
 )
 
-// pgxPooler is implemented by drivers that can give the relay a pgx pool
-// for LISTEN (txboxpgx.Driver).
-type pgxPooler interface{ PgxPool() *pgxpool.Pool }
-
 // listener wakes the relay on PostgreSQL notifications from the outbox
-// table's notify trigger. It holds one connection of the pool.
+// table's notify trigger, through a driver that is a driver.Listener. It
+// holds one connection of the pool.
 type listener struct {
 	r       *Relay
-	pool    *pgxpool.Pool
+	drv     driver.Listener
+	pool    driver.Pool
 	channel string // the channel the trigger notifies
 	probe   string // the channel the start-up check notifies (== channel but in tests)
 	wake    string // the quoted doorbell table
@@ -37,12 +34,25 @@ func (l *listener) disarm(ctx context.Context) {
 }
 
 // resolveSchema returns schema, or the connection's current schema.
-func resolveSchema(ctx context.Context, pool *pgxpool.Pool, schema string) (string, error) {
+func resolveSchema(ctx context.Context, pool driver.Pool, schema string) (string, error) {
 	if schema != "" {
 		return schema, nil
 	}
-	err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema)
-	return schema, err
+	rows, err := pool.Query(ctx, "SELECT current_schema()")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		return "", driver.ErrNoRows
+	}
+	if err := rows.Scan(&schema); err != nil {
+		return "", err
+	}
+	return schema, rows.Close()
 }
 
 // run listens until ctx ends, reconnecting with backoff; while it is not
@@ -67,21 +77,16 @@ func (l *listener) run(ctx context.Context) {
 }
 
 func (l *listener) listenOnce(ctx context.Context) error {
-	pooled, err := l.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A connection that was listening is not returned to the pool.
-	conn := pooled.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
 	// The doorbell table comes with migration 3; without it writers
 	// never notify.
 	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil {
-		return fmt.Errorf("wake-up table missing (run txbox migrate up): %w", err)
+		return fmt.Errorf("disarm the wake-up doorbell (the table comes with txbox migrate up): %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
+	conn, err := l.drv.Listen(ctx, l.channel)
+	if err != nil {
+		return err
 	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	// Verify that a notification sent through the pool, as the writers'
 	// are, reaches this connection (behind PgBouncer in transaction mode it
 	// does not).
@@ -91,7 +96,7 @@ func (l *listener) listenOnce(ctx context.Context) error {
 	}
 	wait, cancel := context.WithTimeout(ctx, l.r.cfg.NotifyProbeTimeout)
 	for {
-		n, err := conn.WaitForNotification(wait)
+		payload, err := conn.Wait(wait)
 		if err != nil {
 			cancel()
 			if ctx.Err() != nil {
@@ -99,7 +104,7 @@ func (l *listener) listenOnce(ctx context.Context) error {
 			}
 			return fmt.Errorf("no probe notification within %s (is the database behind a pooler in transaction mode?): %w", l.r.cfg.NotifyProbeTimeout, err)
 		}
-		if n.Payload == token {
+		if payload == token {
 			break
 		}
 	}
@@ -108,7 +113,7 @@ func (l *listener) listenOnce(ctx context.Context) error {
 	l.r.Wake() // catch up on what was committed while nobody listened
 	l.r.log.Debug("txbox relay: listening for notifications", "channel", l.channel)
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		if _, err := conn.Wait(ctx); err != nil {
 			return err
 		}
 		l.r.Wake()

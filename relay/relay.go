@@ -95,8 +95,8 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	closed := make(chan struct{})
 	close(closed)
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed}
-	if p, ok := any(drv).(pgxPooler); ok && !c.DisableNotify {
-		r.listen = &listener{r: r, pool: p.PgxPool()}
+	if l, ok := any(drv).(driver.Listener); ok && !c.DisableNotify {
+		r.listen = &listener{r: r, drv: l, pool: drv.Pool()}
 	}
 	return r, nil
 }

@@ -12,6 +12,7 @@ package txboxpgx
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,7 +27,10 @@ type Driver struct {
 	pool *pgxpool.Pool
 }
 
-var _ driver.Driver[pgx.Tx] = (*Driver)(nil)
+var (
+	_ driver.Driver[pgx.Tx] = (*Driver)(nil)
+	_ driver.Listener       = (*Driver)(nil)
+)
 
 // New returns a Driver over pool.
 func New(pool *pgxpool.Pool) *Driver { return &Driver{pool: pool} }
@@ -37,8 +41,36 @@ func (d *Driver) Dialect() driver.Dialect { return driver.Postgres }
 // Pool returns the pool as a driver.Pool.
 func (d *Driver) Pool() driver.Pool { return poolExec{d.pool} }
 
-// PgxPool returns the underlying pool (for LISTEN/NOTIFY and the like).
+// PgxPool returns the underlying pool.
 func (d *Driver) PgxPool() *pgxpool.Pool { return d.pool }
+
+// Listen implements driver.Listener: it takes a connection out of the pool
+// for good and LISTENs on channel with it.
+func (d *Driver) Listen(ctx context.Context, channel string) (driver.Notifications, error) {
+	pooled, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A connection that was listening is not returned to the pool.
+	conn := pooled.Hijack()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return notifications{conn}, nil
+}
+
+type notifications struct{ conn *pgx.Conn }
+
+func (n notifications) Wait(ctx context.Context) (string, error) {
+	note, err := n.conn.WaitForNotification(ctx)
+	if err != nil {
+		return "", err
+	}
+	return note.Payload, nil
+}
+
+func (n notifications) Close(ctx context.Context) error { return n.conn.Close(ctx) }
 
 // UnwrapTx returns an Executor running inside tx.
 func (d *Driver) UnwrapTx(tx pgx.Tx) driver.Executor { return txExec{tx} }
