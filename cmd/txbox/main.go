@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/txbox/txbox/internal/cli"
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 )
 
 func main() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,13 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/txbox/txbox/internal/bench"
+	"github.com/txbox/txbox/cmd/txbox/internal/bench"
 )
 
 func newBenchCmd() *cobra.Command {
 	var (
-		dbURL, brokerURL, redisURL, rabbitURL string
-		cfg                                   bench.Config
+		dbURL, brokerURL, redisURL, rabbitURL, kafkaSeeds string
+		cfg                                               bench.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "bench drain|add|order|latency|brokers|all",
@@ -33,9 +34,9 @@ server, side by side in one run, repeated and interleaved, and print ratios:
   latency  commit-to-broker p50/p99 at 1000 and 3000 events/s offered, with
            LISTEN/NOTIFY and polling only; writer throughput with and without
            the notify trigger
-  brokers  relay drain into NATS, Redis Streams, asynq and Kafka (franz-go's
-           in-process kfake cluster) beside each broker's raw publish rate
-           (needs Redis: --redis)
+  brokers  relay drain into NATS, Redis Streams, asynq, RabbitMQ and Kafka
+           beside each broker's raw publish rate (needs Redis: --redis; Kafka
+           only with --kafka)
   all      all of them but brokers
 
 Everything runs in a new schema (txbox_bench_<time>) that is dropped at the end;
@@ -54,7 +55,11 @@ machine are noisy: read the ratios, and the paired medians.`,
 					}
 					rc := redis.NewClient(opt)
 					defer rc.Close()
-					return bench.Brokers(ctx, bench.BrokersConfig{Config: cfg, Redis: rc, RabbitMQURL: rabbitURL})
+					var seeds []string
+					if kafkaSeeds != "" {
+						seeds = strings.Split(kafkaSeeds, ",")
+					}
+					return bench.Brokers(ctx, bench.BrokersConfig{Config: cfg, Redis: rc, RabbitMQURL: rabbitURL, KafkaSeeds: seeds})
 				},
 			}
 			var order []string
@@ -117,6 +122,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 	fs.StringVar(&brokerURL, "broker", envOr(EnvBroker, nats.DefaultURL), "NATS server URL")
 	fs.StringVar(&redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL, for bench brokers")
 	fs.StringVar(&rabbitURL, "rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL, for bench brokers; empty skips RabbitMQ")
+	fs.StringVar(&kafkaSeeds, "kafka", "", "Kafka brokers (host:port,…) with topic auto-creation, for bench brokers; empty skips Kafka")
 	fs.IntVar(&cfg.Rows, "rows", 200_000, "rows queued for each drain")
 	fs.IntVar(&cfg.Reps, "reps", 3, "interleaved repetitions (medians are reported)")
 	fs.DurationVar(&cfg.AddTime, "duration", 3*time.Second, "length of each timed measurement")

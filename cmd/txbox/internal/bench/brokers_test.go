@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/txbox/txbox/internal/testenv"
 )
@@ -21,7 +22,12 @@ func TestBrokers(t *testing.T) {
 	pool, _ := testenv.Postgres(t, 16)
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	t.Cleanup(func() { _ = rdb.Close() })
-	cfg := BrokersConfig{Config: Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}, Redis: rdb, RabbitMQURL: testenv.RabbitMQ(t)}
+	// Kafka: franz-go's in-process fake cluster, which only the tests link.
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(6))
+	testenv.Must(t, err, "kfake")
+	t.Cleanup(kc.Close)
+	cfg := BrokersConfig{Config: Config{Pool: pool, NATS: testenv.NATS(t), Out: os.Stdout}, Redis: rdb, RabbitMQURL: testenv.RabbitMQ(t),
+		KafkaSeeds: kc.ListenAddrs(), KafkaName: "Kafka (kfake, in-process)"}
 	if n, err := strconv.Atoi(os.Getenv("TXBOX_BENCH_ROWS")); err == nil {
 		cfg.Rows = n
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/txbox/txbox/internal/cli"
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
