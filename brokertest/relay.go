@@ -7,57 +7,53 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/txboxpgx"
 )
 
-// TestRelay is the end-to-end path: messages committed to a PostgreSQL
-// outbox (a schema of the test's own, see testenv.Postgres) are delivered
-// by a relay through the publisher, every one counted at the broker, and
-// rolled-back ones never. With f.PerKeyOrder, per-key order is checked too.
-func TestRelay(t *testing.T, newPub NewFunc, f Features) {
+// TestRelay is the end-to-end path: messages committed to an outbox on
+// drv's database (which must be the test's own: TestRelay creates the
+// outbox table there) are delivered by a relay through the publisher, every
+// one counted at the broker, and rolled-back ones never. With
+// f.PerKeyOrder, per-key order is checked too.
+func TestRelay[TTx any](t *testing.T, drv driver.Driver[TTx], newPub NewFunc, f Features) {
 	t.Helper()
-	pool, _ := testenv.Postgres(t, 8)
-	drv := txboxpgx.New(pool)
 	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	must(t, err, "migrate.New")
 	ctx := context.Background()
 	_, err = m.Up(ctx)
-	testenv.Must(t, err, "migrate up")
+	must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})
-	testenv.Must(t, err, "txbox.New")
+	must(t, err, "txbox.New")
 	pub, r := newPub(t)
 	tp := topic(t)
 
 	const txs, per = 20, 10
 	want := map[string]int{}
 	for i := range txs {
-		tx, err := pool.Begin(ctx)
-		testenv.Must(t, err, "begin")
+		tx, dtx, err := drv.BeginTx(ctx)
+		must(t, err, "begin")
 		var msgs []txbox.Message
 		for j := range per {
 			id := fmt.Sprintf("%s-%d-%d", tp, i, j)
 			msgs = append(msgs, txbox.Message{ID: id, Topic: tp, Key: "k" + strconv.Itoa(j%3),
 				Payload: []byte(strconv.Itoa(i*per + j)), Headers: map[string]string{"n": strconv.Itoa(j)}})
 		}
-		testenv.Must(t, ob.Add(ctx, tx, msgs...), "add")
+		must(t, ob.Add(ctx, tx, msgs...), "add")
 		if i%5 == 4 {
-			testenv.Must(t, tx.Rollback(ctx), "rollback")
+			must(t, dtx.Rollback(ctx), "rollback")
 			continue
 		}
-		testenv.Must(t, tx.Commit(ctx), "commit")
+		must(t, dtx.Commit(ctx), "commit")
 		for _, m := range msgs {
 			want[m.ID] = 1
 		}
 	}
-	rl, err := relay.New[pgx.Tx](drv, pub, relay.Config{BatchSize: 32, PollInterval: 10 * time.Millisecond})
-	testenv.Must(t, err, "relay.New")
-	testenv.Must(t, rl.Start(ctx), "start relay")
+	rl, err := relay.New(drv, pub, relay.Config{BatchSize: 32, PollInterval: 10 * time.Millisecond})
+	must(t, err, "relay.New")
+	must(t, rl.Start(ctx), "start relay")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -87,7 +83,7 @@ func TestRelay(t *testing.T, newPub NewFunc, f Features) {
 	deadline := time.Now().Add(f.timeout())
 	for {
 		st, err := rl.Stats(ctx)
-		testenv.Must(t, err, "stats")
+		must(t, err, "stats")
 		if st.Pending == 0 {
 			break
 		}
@@ -95,5 +91,12 @@ func TestRelay(t *testing.T, newPub NewFunc, f Features) {
 			t.Fatalf("%d rows still pending after every message arrived", st.Pending)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func must(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }

@@ -87,14 +87,6 @@ type Config struct {
 
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
-
-	// onPublished, when set by tests, runs after a batch was published and
-	// before it is marked; an error it returns is treated like a crash at
-	// that point (nothing is marked).
-	onPublished func([]txbox.Message) error
-	// probeChannel, when set by tests, is where the notification check
-	// sends its probe, so that it never arrives.
-	probeChannel string
 }
 
 func (c *Config) withDefaults() (Config, error) {

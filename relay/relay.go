@@ -304,9 +304,6 @@ func (r *Relay) startListener(ctx context.Context, wg *sync.WaitGroup) error {
 	r.listen.channel = "txbox_" + schema + "." + table
 	r.listen.probe = r.listen.channel
 	r.listen.wake = sqlname.Qualified(driver.Postgres, schema, sqlname.Derived(table, "wake"))
-	if r.cfg.probeChannel != "" {
-		r.listen.probe = r.cfg.probeChannel
-	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -385,14 +382,6 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 	pubCtx, cancelPub := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	errs := r.pub.Publish(pubCtx, msgs)
 	cancelPub()
-
-	if hook := r.cfg.onPublished; hook != nil {
-		if err := hook(msgs); err != nil {
-			_ = batch.Release(finishCtx)
-			r.failedRounds.Add(1)
-			return len(msgs), err
-		}
-	}
 
 	published := make([]int64, 0, len(msgs))
 	var rejected []outboxsql.Rejection
@@ -524,6 +513,9 @@ type Stats struct {
 	Dead         int64 // messages this relay parked as dead
 	Rounds       int64
 	FailedRounds int64
+	// ListenFailures counts the times the LISTEN/NOTIFY connection was lost
+	// or its start-up check failed (the relay polls meanwhile).
+	ListenFailures int64
 
 	Pending          int64         // rows still to deliver (table-wide), parked ones included
 	DeadRows         int64         // dead rows (table-wide)
@@ -536,7 +528,7 @@ type Stats struct {
 func (r *Relay) Counters() Stats {
 	return Stats{
 		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(),
-		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(),
+		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), ListenFailures: r.listenFails.Load(),
 	}
 }
 

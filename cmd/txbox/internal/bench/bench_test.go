@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 // TestRun runs the benchmarks when TXBOX_BENCH is drain, add, order, latency or all; CI

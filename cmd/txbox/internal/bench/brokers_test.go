@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 // TestBrokers runs the broker benchmark when TXBOX_BENCH=brokers (rows per

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 // With no broker and no stream named, the embedded server gets the stream

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
-	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 // run runs txbox with args and returns its stdout, stderr and error.

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 func TestParseDB(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 // txbox dead list shows a dead message and how many it parks; redrive and

@@ -1,0 +1,21 @@
+module github.com/txbox/txbox/natsjs
+
+go 1.26.0
+
+toolchain go1.26.8
+
+require (
+	github.com/nats-io/nats.go v1.56.0
+	github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/txbox/txbox => ..

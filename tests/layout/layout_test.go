@@ -1,0 +1,180 @@
+// Package layout_test checks the repository's layering and module graph,
+// so that they cannot regress: the seams sit at the bottom, each adapter
+// pulls in only its own SDK, and a program using the core and one broker
+// compiles none of the others.
+package layout_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/txbox/txbox"
+
+// repoRoot is the repository's root: two levels above this file.
+func repoRoot(t *testing.T) string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller")
+	}
+	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
+}
+
+type pkg struct {
+	ImportPath string
+	Deps       []string
+	Imports    []string
+	Module     *struct{ Path string }
+}
+
+// listPkgs runs go list -deps-free -json over every txbox package of the
+// workspace.
+func listPkgs(t *testing.T) []pkg {
+	cmd := exec.Command("go", "list", "-json", mod+"/...")
+	cmd.Dir = repoRoot(t)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go list: %v\n%s", err, errb.String())
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+// library reports whether p is a package users import (not the CLI, not
+// the tests).
+func library(p string) bool {
+	return !strings.HasPrefix(p, mod+"/cmd/") && !strings.HasPrefix(p, mod+"/tests")
+}
+
+func txboxDeps(p pkg) []string {
+	var out []string
+	for _, d := range p.Deps {
+		if d == mod || strings.HasPrefix(d, mod+"/") {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func TestLayering(t *testing.T) {
+	t.Parallel()
+	sdks := []string{"github.com/jackc/pgx", "github.com/nats-io/", "github.com/rabbitmq/", "github.com/redis/",
+		"github.com/hibiken/", "github.com/twmb/", "modernc.org/", "github.com/go-sql-driver/", "github.com/spf13/"}
+	core := map[string]bool{mod: true, mod + "/driver": true, mod + "/relay": true, mod + "/consumer": true,
+		mod + "/inbox": true, mod + "/migrate": true, mod + "/dead": true, mod + "/txboxsql": true,
+		mod + "/drivertest": true, mod + "/brokertest": true}
+	adapters := map[string]bool{mod + "/natsjs": true, mod + "/rabbitmq": true, mod + "/redisx": true, mod + "/kafka": true, mod + "/txboxpgx": true}
+	seen := 0
+	for _, p := range listPkgs(t) {
+		if !library(p.ImportPath) {
+			continue
+		}
+		seen++
+		for _, d := range txboxDeps(p) {
+			if !library(d) {
+				t.Errorf("%s imports %s: no library package may import the CLI, the bench or the tests", p.ImportPath, d)
+			}
+			internal := strings.HasPrefix(p.ImportPath, mod+"/internal/")
+			if internal && !strings.HasPrefix(d, mod+"/internal/") && d != mod+"/driver" {
+				t.Errorf("%s imports %s: internal packages sit below the public ones", p.ImportPath, d)
+			}
+			if adapters[p.ImportPath] && d != mod && d != mod+"/driver" && !strings.HasPrefix(d, mod+"/internal/") {
+				t.Errorf("%s imports %s: an adapter imports only the root package (and the driver seam)", p.ImportPath, d)
+			}
+		}
+		if core[p.ImportPath] || strings.HasPrefix(p.ImportPath, mod+"/internal/") {
+			for _, d := range p.Deps {
+				for _, s := range sdks {
+					if strings.HasPrefix(d, s) {
+						t.Errorf("%s depends on %s: the core imports no database library or broker SDK", p.ImportPath, d)
+					}
+				}
+			}
+		}
+	}
+	if seen < 12 {
+		t.Fatalf("only %d library packages checked", seen)
+	}
+}
+
+// A user program that imports the core, txboxpgx and natsjs has none of the
+// other adapters' SDKs, the CLI's or the tests' in its module graph.
+func TestUserModuleGraph(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	dir := t.TempDir()
+	gomod := "module example.com/app\n\ngo 1.26.0\n\n"
+	for _, m := range []string{"", "/txboxpgx", "/natsjs"} {
+		gomod += "require " + mod + m + " v0.0.0-00010101000000-000000000000\n"
+		gomod += "replace " + mod + m + " => " + filepath.Join(root, m) + "\n"
+	}
+	main := `package main
+
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consumer"
+	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+var (
+	_ *txbox.Outbox[pgx.Tx]
+	_ *txboxpgx.Driver
+	_ *relay.Relay
+	_ *natsjs.Publisher
+	_ *consumer.Consumer[pgx.Tx]
+	_ inbox.Config
+)
+
+func main() {}
+`
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("mod", "tidy")
+	run("build", "./...")
+	graph := run("list", "-m", "all")
+	for _, banned := range []string{"github.com/spf13/cobra", "github.com/twmb/franz-go", "github.com/hibiken/asynq",
+		"github.com/redis/go-redis", "github.com/rabbitmq/amqp091-go", "modernc.org/sqlite", "github.com/go-sql-driver/mysql",
+		"github.com/nats-io/nats-server", mod + "/tests", mod + "/cmd"} {
+		if strings.Contains(graph, banned) {
+			t.Errorf("the module graph of a program using txbox, txboxpgx, relay, natsjs, consumer and inbox holds %s", banned)
+		}
+	}
+	t.Logf("%d modules in the graph:\n%s", strings.Count(graph, "\n"), graph)
+}

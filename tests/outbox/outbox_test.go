@@ -1,0 +1,150 @@
+package txbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxsql"
+)
+
+func sqlOutbox(t *testing.T, db *sql.DB, d driver.Dialect, cfg txbox.Config) *txbox.Outbox[*sql.Tx] {
+	t.Helper()
+	drv := txboxsql.New(db, d)
+	m, err := migrate.New(drv, migrate.Config{})
+	testenv.Must(t, err, "migrate")
+	_, err = m.Up(context.Background())
+	testenv.Must(t, err, "migrate up")
+	ob, err := txbox.New(drv, cfg)
+	testenv.Must(t, err, "txbox.New")
+	return ob
+}
+
+func count(t *testing.T, db *sql.DB) int {
+	var n int
+	testenv.Must(t, db.QueryRow("SELECT count(*) FROM txbox_outbox").Scan(&n), "count")
+	return n
+}
+
+// Bad input is a clear, typed error, and nothing of the call is written even
+// when the transaction then commits.
+func TestAddRejectsBadInputAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	dbs := map[string]func(t *testing.T) (*sql.DB, driver.Dialect){
+		"postgres": func(t *testing.T) (*sql.DB, driver.Dialect) {
+			db, _ := testenv.PostgresDB(t, 4)
+			return db, driver.Postgres
+		},
+		"sqlite": func(t *testing.T) (*sql.DB, driver.Dialect) { return testenv.SQLite(t), driver.SQLite },
+	}
+	ok := txbox.Message{Topic: "fine", Payload: []byte("x")}
+	cases := []struct {
+		name   string
+		msg    txbox.Message
+		target error
+		says   string
+	}{
+		{"empty topic", txbox.Message{Payload: []byte("x")}, txbox.ErrInvalidMessage, "topic is empty"},
+		{"payload over cap", txbox.Message{Topic: "t", Payload: make([]byte, 1<<20+1)}, txbox.ErrPayloadTooLarge, "over the cap of 1048576"},
+		{"header sets message id", txbox.Message{Topic: "t", Headers: map[string]string{"Nats-Msg-Id": "forged"}}, txbox.ErrReservedHeader, "reserved"},
+		{"header Message-Id", txbox.Message{Topic: "t", Headers: map[string]string{"message-id": "forged"}}, txbox.ErrReservedHeader, "reserved"},
+		{"control character in topic", txbox.Message{Topic: "a\x00b"}, txbox.ErrInvalidMessage, "control character"},
+		{"id too long", txbox.Message{ID: strings.Repeat("x", 257), Topic: "t"}, txbox.ErrInvalidMessage, "over the limit of 256"},
+		{"newline in header value", txbox.Message{Topic: "t", Headers: map[string]string{"a": "b\r\nNats-Msg-Id: x"}}, txbox.ErrInvalidMessage, "CR, LF or NUL"},
+	}
+	for name, open := range dbs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db, d := open(t)
+			ob := sqlOutbox(t, db, d, txbox.Config{})
+			for _, c := range cases {
+				tx, err := db.Begin()
+				testenv.Must(t, err, "begin")
+				err = ob.Add(context.Background(), tx, ok, c.msg)
+				testenv.Must(t, tx.Commit(), "commit")
+				if !errors.Is(err, c.target) || !strings.Contains(err.Error(), c.says) {
+					t.Errorf("%s: got %v, want %v saying %q", c.name, err, c.target, c.says)
+				}
+				var ime *txbox.InvalidMessageError
+				if !errors.As(err, &ime) || ime.Index != 1 {
+					t.Errorf("%s: error %v does not point at message 1", c.name, err)
+				}
+				if n := count(t, db); n != 0 {
+					t.Fatalf("%s: %d rows written, want none", c.name, n)
+				}
+			}
+		})
+	}
+}
+
+func TestInvalidTableName(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	drv := txboxsql.New(db, driver.SQLite)
+	for _, name := range []string{"bad-name", "x; DROP TABLE y", `a"b`, "1abc", strings.Repeat("a", 64)} {
+		if _, err := txbox.New(drv, txbox.Config{Table: name}); !errors.Is(err, txbox.ErrInvalidConfig) {
+			t.Errorf("table %q: got %v, want ErrInvalidConfig", name, err)
+		}
+		if _, err := migrate.New(drv, migrate.Config{OutboxTable: name}); err == nil {
+			t.Errorf("migrate accepted table %q", name)
+		}
+	}
+	if _, err := txbox.New(drv, txbox.Config{Schema: "s"}); !errors.Is(err, txbox.ErrInvalidConfig) {
+		t.Errorf("a schema on SQLite was accepted: %v", err)
+	}
+}
+
+// Add gives messages without an id a UUIDv7, keeps ids callers set, and
+// stores topic, key, payload and headers as given; many messages are one
+// statement.
+func TestAddStoresMessages(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.Postgres(t, 4)
+	drv := txboxpgx.New(pool)
+	m, err := migrate.New(drv, migrate.Config{OutboxTable: "events"})
+	testenv.Must(t, err, "migrate")
+	_, err = m.Up(context.Background())
+	testenv.Must(t, err, "up")
+	ob, err := txbox.New(drv, txbox.Config{Table: "events", MaxPayloadBytes: 10})
+	testenv.Must(t, err, "new")
+	ctx := context.Background()
+	msgs := []txbox.Message{
+		{Topic: "a", Key: "k1", Payload: []byte("1"), Headers: map[string]string{"h": "v"}},
+		{ID: "my-id", Topic: "b", Payload: []byte("2")},
+	}
+	tx, err := pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	testenv.Must(t, ob.Add(ctx, tx, msgs...), "add")
+	testenv.Must(t, tx.Commit(ctx), "commit")
+	if u, err := uuid.Parse(msgs[0].ID); err != nil || u.Version() != 7 {
+		t.Fatalf("generated id %q is not a UUIDv7", msgs[0].ID)
+	}
+	if msgs[1].ID != "my-id" {
+		t.Fatalf("caller's id replaced by %q", msgs[1].ID)
+	}
+	rows, err := pool.Query(ctx, "SELECT message_id, topic, coalesce(ordering_key, ''), payload, headers->>'h' FROM events ORDER BY topic")
+	testenv.Must(t, err, "query")
+	var got []string
+	for rows.Next() {
+		var id, topic, key, h sql.NullString
+		var payload []byte
+		testenv.Must(t, rows.Scan(&id, &topic, &key, &payload, &h), "scan")
+		got = append(got, strings.Join([]string{id.String, topic.String, key.String, string(payload), h.String}, "|"))
+	}
+	want := []string{msgs[0].ID + "|a|k1|1|v", "my-id|b||2|"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err := ob.AddNoTx(ctx, txbox.Message{Topic: "c", Payload: make([]byte, 11)}); !errors.Is(err, txbox.ErrPayloadTooLarge) {
+		t.Fatalf("configured cap not applied: %v", err)
+	}
+}
