@@ -3,6 +3,7 @@ package txbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Match them with errors.Is.
@@ -19,7 +20,24 @@ var (
 	// ErrRejected is matched by errors a publisher returns for a message the
 	// broker refused; see Reject.
 	ErrRejected = errors.New("txbox: rejected by broker")
+	// ErrStartup is matched by every *StartupError.
+	ErrStartup = errors.New("txbox: startup validation failed")
 )
+
+// StartupError lists every problem that a relay's or a consumer's Start
+// found (tables not migrated, broker bindings missing, handlers that
+// disagree with them). Nothing was started.
+type StartupError struct {
+	Component string // "relay", "consumer"
+	Problems  []string
+}
+
+func (e *StartupError) Error() string {
+	return fmt.Sprintf("txbox: %s cannot start, %d problem(s):\n  - %s", e.Component, len(e.Problems), strings.Join(e.Problems, "\n  - "))
+}
+
+// Is makes errors.Is match ErrStartup.
+func (e *StartupError) Is(target error) bool { return target == ErrStartup }
 
 // InvalidMessageError says which field of which message is wrong.
 // Nothing of the call that returned it was written.

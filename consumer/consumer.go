@@ -14,7 +14,6 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/migrate"
 )
 
@@ -165,7 +164,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Consumer[TTx]{drv: drv, cfg: cfg, log: cfg.Logger, stopped: make(chan struct{})}
+	c := &Consumer[TTx]{drv: drv, cfg: cfg, log: cfg.Logger, stopped: closedChan()}
 	if drv != nil {
 		icfg := cfg.Inbox
 		icfg.Schema, icfg.Table = cfg.Schema, cfg.InboxTable
@@ -274,7 +273,7 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		problems = append(problems, c.checkInbox(ctx)...)
 	}
 	if len(problems) > 0 {
-		return &StartupError{Problems: problems}
+		return &StartupError{Component: "consumer", Problems: problems}
 	}
 	return nil
 }
@@ -300,28 +299,7 @@ func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("inbox table %q: %v", table, err)}
 	}
-	var problems []string
-	pending, err := m.Pending(ctx)
-	if err != nil {
-		problems = append(problems, fmt.Sprintf("inbox table %q: cannot read the migration state: %v", table, err))
-	} else if len(pending) > 0 {
-		var vs []string
-		for _, p := range pending {
-			vs = append(vs, fmt.Sprintf("%d (%s)", p.Version, p.Name))
-		}
-		problems = append(problems, fmt.Sprintf("inbox table %q is not migrated: pending migration(s) %s; run `txbox migrate up` or migrate.Migrator.Up", table, strings.Join(vs, ", ")))
-	}
-	q := "SELECT source, message_id FROM " + sqlname.Qualified(c.drv.Dialect(), c.cfg.Schema, table) + " WHERE 1 = 0"
-	rows, err := c.drv.Pool().Query(ctx, q)
-	if err == nil {
-		rows.Next()
-		_ = rows.Close()
-		err = rows.Err()
-	}
-	if err != nil && len(pending) == 0 {
-		problems = append(problems, fmt.Sprintf("inbox table %q is missing or unreadable although its migrations are recorded: %v", table, err))
-	}
-	return problems
+	return m.Check(ctx)
 }
 
 // Start validates the configuration (see Validate) and, when it is sound,
@@ -358,6 +336,7 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 		subs = append(subs, s)
 	}
 	c.started = true
+	c.stopped = make(chan struct{})
 	fetchCtx, fetchCancel := context.WithCancel(context.WithoutCancel(ctx))
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.fetchCancel, c.hardCancel = fetchCancel, hardCancel
@@ -369,10 +348,10 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 		c.wg.Add(1)
 		go c.run(fetchCtx, hardCtx, h, subs[i], n)
 	}
-	go func() {
+	go func(stopped chan struct{}) {
 		c.wg.Wait()
-		close(c.stopped)
-	}()
+		close(stopped)
+	}(c.stopped)
 	return nil
 }
 
@@ -382,25 +361,36 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 // if it had to cancel handlers.
 func (c *Consumer[TTx]) Stop(ctx context.Context) error {
 	c.mu.Lock()
-	started := c.started
+	started, stopped := c.started, c.stopped
 	c.mu.Unlock()
 	if !started {
 		return nil
 	}
 	c.stopOnce.Do(c.fetchCancel)
 	select {
-	case <-c.stopped:
+	case <-stopped:
 		c.hardCancel()
 		return nil
 	case <-ctx.Done():
 		c.hardCancel()
-		<-c.stopped
+		<-stopped
 		return ctx.Err()
 	}
 }
 
-// Stopped is closed once a started Consumer has stopped.
-func (c *Consumer[TTx]) Stopped() <-chan struct{} { return c.stopped }
+// Stopped is closed whenever the consumer is not running: before Start,
+// and once it has stopped.
+func (c *Consumer[TTx]) Stopped() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
 
 // Stats returns the counters.
 func (c *Consumer[TTx]) Stats() Stats {

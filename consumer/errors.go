@@ -3,7 +3,6 @@ package consumer
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/txbox/txbox"
 )
@@ -12,8 +11,8 @@ import (
 var (
 	// ErrInvalidConfig is txbox.ErrInvalidConfig: New's errors.
 	ErrInvalidConfig = txbox.ErrInvalidConfig
-	// ErrStartup is matched by *StartupError.
-	ErrStartup = errors.New("txbox/consumer: startup validation failed")
+	// ErrStartup is txbox.ErrStartup, matched by *StartupError.
+	ErrStartup = txbox.ErrStartup
 	// ErrPermanent is matched by errors made with Permanent.
 	ErrPermanent = errors.New("txbox/consumer: permanent failure")
 	// ErrStarted: a handler was registered, or Start called, on a consumer
@@ -21,18 +20,9 @@ var (
 	ErrStarted = errors.New("txbox/consumer: already started")
 )
 
-// StartupError lists every problem Start found: handlers, broker bindings
-// and the database disagree. Nothing was started.
-type StartupError struct {
-	Problems []string
-}
-
-func (e *StartupError) Error() string {
-	return fmt.Sprintf("txbox/consumer: cannot start, %d problem(s):\n  - %s", len(e.Problems), strings.Join(e.Problems, "\n  - "))
-}
-
-// Is makes errors.Is match ErrStartup.
-func (e *StartupError) Is(target error) bool { return target == ErrStartup }
+// StartupError is txbox.StartupError, which Start returns listing every
+// problem it found: handlers, broker bindings and the database disagree.
+type StartupError = txbox.StartupError
 
 // PermanentError marks a handler's failure that no retry can fix (a
 // malformed payload, a reference to something that will never exist): the

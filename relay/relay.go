@@ -37,6 +37,7 @@ import (
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/migrate"
 )
 
 // ErrAlreadyStarted is returned by Start on a running relay.
@@ -65,6 +66,8 @@ type Relay struct {
 	listen       *listener // nil when the relay only polls
 	notifyActive atomic.Bool
 	listenFails  atomic.Int64 // times the listener failed or its check did
+
+	check func(context.Context) []string // the outbox table's start-up check
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -95,6 +98,13 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	closed := make(chan struct{})
 	close(closed)
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed}
+	r.check = func(ctx context.Context) []string {
+		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table})
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return m.Check(ctx)
+	}
 	if l, ok := any(drv).(driver.Listener); ok && !c.DisableNotify {
 		r.listen = &listener{r: r, drv: l, pool: drv.Pool()}
 	}
@@ -114,7 +124,19 @@ func (r *Relay) Wake() {
 	}
 }
 
-// Start runs the relay in the background until Stop or ctx ends.
+// Validate checks that the outbox table is there and migrated, and
+// returns a *txbox.StartupError listing every problem, or nil. Start and
+// Run call it; it changes nothing.
+func (r *Relay) Validate(ctx context.Context) error {
+	if problems := r.check(ctx); len(problems) > 0 {
+		return &txbox.StartupError{Component: "relay", Problems: problems}
+	}
+	return nil
+}
+
+// Start validates the outbox table (see Validate) and, when it is sound,
+// runs the relay in the background until Stop or ctx ends. ctx bounds the
+// relay's whole run, not only its start.
 func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -123,12 +145,17 @@ func (r *Relay) Start(ctx context.Context) error {
 	default:
 		return ErrAlreadyStarted
 	}
+	if err := r.Validate(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
 	r.stopped = make(chan struct{})
 	go func(done chan struct{}) {
 		defer close(done)
-		_ = r.Run(ctx)
+		if err := r.run(ctx); err != nil {
+			r.log.Error("txbox relay: stopped", "err", err)
+		}
 	}(r.stopped)
 	return nil
 }
@@ -151,15 +178,25 @@ func (r *Relay) Stop(ctx context.Context) error {
 	}
 }
 
-// Stopped is closed when the relay started by Start has stopped.
+// Stopped is closed whenever the relay is not running in the background:
+// before Start, and once it has stopped.
 func (r *Relay) Stopped() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stopped
 }
 
-// Run relays until ctx ends, then returns nil. Use Run or Start, not both.
+// Run validates the outbox table (see Validate), then relays until ctx
+// ends and returns nil; it returns the error that kept it from running
+// (a *txbox.StartupError). Use Run or Start, not both.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.Validate(ctx); err != nil {
+		return err
+	}
+	return r.run(ctx)
+}
+
+func (r *Relay) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -1,0 +1,61 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/txbox/txbox/internal/sqlname"
+)
+
+// Check reports what stands between the database and the tables the
+// Migrator was configured with: migrations not applied, a table that is
+// missing or unreadable. It changes nothing and returns nil when every
+// table is ready. The relay and the consumer run it at start-up and report
+// its findings in a txbox.StartupError.
+func (m *Migrator) Check(ctx context.Context) []string {
+	pending, err := m.Pending(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the migration state: %v", err)}
+	}
+	var problems []string
+	byTarget := map[string][]string{}
+	var order []string
+	for _, p := range pending {
+		if byTarget[p.Target] == nil {
+			order = append(order, p.Target)
+		}
+		byTarget[p.Target] = append(byTarget[p.Target], fmt.Sprintf("%d (%s)", p.Version, p.Name))
+	}
+	for _, t := range order {
+		kind, table, _ := strings.Cut(t, ":")
+		problems = append(problems, fmt.Sprintf("%s table %q is not migrated: pending migration(s) %s; run `txbox migrate up` or migrate.Migrator.Up",
+			kind, m.name(table), strings.Join(byTarget[t], ", ")))
+	}
+	seen := map[string]bool{}
+	for _, mg := range m.migrations {
+		if seen[mg.Target] || byTarget[mg.Target] != nil {
+			continue
+		}
+		seen[mg.Target] = true
+		kind, table, _ := strings.Cut(mg.Target, ":")
+		rows, err := m.pool.Query(ctx, "SELECT * FROM "+sqlname.Qualified(m.dialect, m.schema, table)+" WHERE 1 = 0")
+		if err == nil {
+			rows.Next()
+			_ = rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s table %q is missing or unreadable although its migrations are recorded: %v", kind, m.name(table), err))
+		}
+	}
+	return problems
+}
+
+// name is table as users write it: schema.table, or table.
+func (m *Migrator) name(table string) string {
+	if m.schema != "" {
+		return m.schema + "." + table
+	}
+	return table
+}
