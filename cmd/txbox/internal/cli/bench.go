@@ -15,6 +15,14 @@ import (
 	"github.com/txbox/txbox/cmd/txbox/internal/bench"
 )
 
+// Bounds of the bench flags (the values are checked at start, not after a
+// long run).
+var (
+	benchRowsSetting     = setting[int]{flag: "rows", min: 1, max: 10_000_000}
+	benchRepsSetting     = setting[int]{flag: "reps", min: 1, max: 100}
+	benchDurationSetting = setting[time.Duration]{flag: "duration", min: 100 * time.Millisecond, max: time.Hour}
+)
+
 func newBenchCmd() *cobra.Command {
 	var (
 		dbURL, brokerURL, redisURL, rabbitURL, kafkaSeeds string
@@ -51,7 +59,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 				"brokers": func(ctx context.Context, cfg bench.Config) error {
 					opt, err := redis.ParseURL(redisURL)
 					if err != nil {
-						return fmt.Errorf("--redis %q: %w", redisURL, err)
+						return fmt.Errorf("--redis %q: %w", redact(redisURL, redisURL), redactErr(err, redisURL))
 					}
 					rc := redis.NewClient(opt)
 					defer rc.Close()
@@ -70,10 +78,24 @@ machine are noisy: read the ratios, and the paired medians.`,
 			} else {
 				return fmt.Errorf("unknown benchmark %q (want drain, add, order, latency, brokers or all)", which)
 			}
-			if cfg.Rows <= 0 || cfg.Reps <= 0 || cfg.AddTime <= 0 {
-				return fmt.Errorf("--rows, --reps and --duration must be positive")
+			for _, err := range []error{
+				benchRowsSetting.resolve(cmd.Flags(), cfg.Rows, &cfg.Rows),
+				benchRepsSetting.resolve(cmd.Flags(), cfg.Reps, &cfg.Reps),
+				benchDurationSetting.resolve(cmd.Flags(), cfg.AddTime, &cfg.AddTime),
+			} {
+				if err != nil {
+					return err
+				}
 			}
-			t, err := parseDB(dbURL)
+			// Check every URL before the first service is touched.
+			for _, u := range []struct{ flag, url string }{
+				{"--redis", redisURL}, {"--rabbitmq", rabbitURL}, {sourceOf(cmd.Flags(), "broker", EnvBroker), brokerURL},
+			} {
+				if _, err := parseURL(u.flag, u.url); u.url != "" && err != nil {
+					return err
+				}
+			}
+			t, err := parseDBFrom(sourceOf(cmd.Flags(), "db", EnvDB), dbURL)
 			if err != nil {
 				return err
 			}
@@ -84,7 +106,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 			schema := "txbox_bench_" + strconv.FormatInt(time.Now().Unix(), 10)
 			admin, err := pgxpool.New(ctx, t.url)
 			if err != nil {
-				return err
+				return fmt.Errorf("open %s: %w", t, redactErr(err, t.url))
 			}
 			defer admin.Close()
 			if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
@@ -93,18 +115,18 @@ machine are noisy: read the ratios, and the paired medians.`,
 			defer func() { _, _ = admin.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") }()
 			pc, err := pgxpool.ParseConfig(t.url)
 			if err != nil {
-				return err
+				return fmt.Errorf("open %s: %w", t, redactErr(err, t.url))
 			}
 			pc.ConnConfig.RuntimeParams["search_path"] = schema
 			pc.MaxConns = 20
 			pool, err := pgxpool.NewWithConfig(ctx, pc)
 			if err != nil {
-				return err
+				return fmt.Errorf("open %s: %w", t, redactErr(err, t.url))
 			}
 			defer pool.Close()
 			nc, err := nats.Connect(brokerURL, nats.Timeout(5*time.Second))
 			if err != nil {
-				return fmt.Errorf("connect to NATS at %s: %w", redact(brokerURL), err)
+				return fmt.Errorf("connect to NATS at %s: %w", redact(brokerURL, brokerURL), redactErr(err, brokerURL))
 			}
 			defer nc.Close()
 			cfg.Pool, cfg.NATS, cfg.Out = pool, nc, cmd.OutOrStdout()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/kafka"
@@ -43,10 +43,13 @@ type brokerFlags struct {
 	stream         string
 	streamSubjects string
 	subjectPrefix  string
+
+	fs *pflag.FlagSet // to name a value's flag or variable; nil in tests
 }
 
 func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	f.fs = fs
 	fs.StringVar(&f.url, "broker", envOr(EnvBroker, ""),
 		"broker URL: nats://host:4222 (a comma-separated list of servers is allowed); empty starts an embedded NATS server with JetStream (env "+EnvBroker+")")
 	fs.StringVar(&f.natsDir, "nats-dir", DefaultNATSDir,
@@ -63,6 +66,45 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 
 // check validates the flags without touching anything.
 func (f *brokerFlags) check() error {
+	scheme := "nats"
+	if f.url != "" {
+		var err error
+		if scheme, err = checkBrokerURL(sourceOf(f.fs, "broker", EnvBroker), f.url); err != nil {
+			return err
+		}
+		for _, name := range []string{"nats-dir", "nats-listen"} {
+			if f.fs != nil && f.fs.Changed(name) {
+				return fmt.Errorf("--%s is for the embedded NATS server, not --broker %s", name, redact(f.url, f.url))
+			}
+		}
+	}
+	if scheme != "nats" && scheme != "tls" {
+		for _, v := range []struct{ flag, env, val string }{
+			{"stream", EnvStream, f.stream}, {"stream-subjects", EnvStreamSubjects, f.streamSubjects},
+		} {
+			if v.val != "" {
+				return fmt.Errorf("%s is for NATS JetStream, not %s://", sourceOf(f.fs, v.flag, v.env), scheme)
+			}
+		}
+	}
+	prefix := sourceOf(f.fs, "subject-prefix", EnvSubjectPrefix)
+	switch scheme {
+	case "kafka":
+		if err := checkKafkaPrefix(f.subjectPrefix); err != nil {
+			return fmt.Errorf("%s %q: %w", prefix, f.subjectPrefix, err)
+		}
+	case "asynq+redis", "asynq+rediss":
+		if f.subjectPrefix != "" {
+			return fmt.Errorf("%s %q: asynq task types are the topics, with no prefix", prefix, f.subjectPrefix)
+		}
+	default:
+		if f.subjectPrefix == "" {
+			break
+		}
+		if err := checkSubject(f.subjectPrefix, true); err != nil {
+			return fmt.Errorf("%s %q: %w", prefix, f.subjectPrefix, err)
+		}
+	}
 	if f.url == "" {
 		if f.stream == "" && f.streamSubjects == "" {
 			// Zero-setup default: nats-server refuses a stream capturing
@@ -75,16 +117,62 @@ func (f *brokerFlags) check() error {
 		if _, _, err := splitHostPort(f.natsListen); err != nil {
 			return err
 		}
-	} else if !strings.Contains(f.url, "://") {
-		return fmt.Errorf("--broker %q: want a URL such as nats://127.0.0.1:4222", f.url)
-	} else if scheme := f.url[:strings.Index(f.url, "://")]; scheme != "nats" && scheme != "tls" && !otherBroker(scheme) {
-		return fmt.Errorf("--broker %q: unsupported broker (want nats://host:port, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", redact(f.url))
 	}
-	if f.stream != "" && strings.ContainsAny(f.stream, " \t.*>/\\") {
-		return fmt.Errorf("--stream %q: a stream name may not contain spaces, '.', '*', '>', '/' or '\\'", f.stream)
+	if f.stream != "" && strings.ContainsAny(f.stream, " \t.*>/\\") || !isPrintable(f.stream) {
+		return fmt.Errorf("%s %q: a stream name may not contain spaces, control characters, '.', '*', '>', '/' or '\\'",
+			sourceOf(f.fs, "stream", EnvStream), f.stream)
+	}
+	for _, subj := range splitList(f.streamSubjects) {
+		if err := checkSubject(subj, false); err != nil {
+			return fmt.Errorf("%s: subject %q: %w", sourceOf(f.fs, "stream-subjects", EnvStreamSubjects), subj, err)
+		}
 	}
 	return nil
 }
+
+// checkBrokerURL checks raw, the broker URL from name (--broker or
+// TXBOX_BROKER), and returns its scheme.
+func checkBrokerURL(name, raw string) (string, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	switch {
+	case !ok:
+		return "", fmt.Errorf("%s %q: want a URL such as nats://127.0.0.1:4222", name, redact(raw, raw))
+	case scheme != "nats" && scheme != "tls" && !otherBroker(scheme):
+		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
+	case scheme == "kafka":
+		hostList, _, _ := strings.Cut(rest, "/")
+		hostList, _, _ = strings.Cut(hostList, "?")
+		if strings.Contains(hostList, "@") {
+			return "", fmt.Errorf("%s %q: kafka:// takes no user name or password (SASL is not supported)", name, redact(raw, raw))
+		}
+		seeds := splitList(hostList)
+		if len(seeds) == 0 {
+			return "", fmt.Errorf("%s %q: want kafka://host:9092[,host2:9092]", name, redact(raw, raw))
+		}
+		for _, seed := range seeds {
+			if _, _, err := net.SplitHostPort(seed); err != nil {
+				return "", fmt.Errorf("%s %q: seed %q: want host:port", name, redact(raw, raw), seed)
+			}
+		}
+	case scheme == "nats" || scheme == "tls":
+		for _, server := range splitList(raw) {
+			if !strings.Contains(server, "://") {
+				server = scheme + "://" + server
+			}
+			if _, err := parseURL(name, server); err != nil {
+				return "", err
+			}
+		}
+	default:
+		if _, err := parseURL(name, strings.TrimPrefix(raw, "asynq+")); err != nil {
+			return "", err
+		}
+	}
+	return scheme, nil
+}
+
+// isPrintable reports whether cell leaves s as it is.
+func isPrintable(s string) bool { return cell(s) == s }
 
 func splitHostPort(hp string) (string, int, error) {
 	host, p, err := net.SplitHostPort(hp)
@@ -147,12 +235,12 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 		b.desc = "embedded " + url
 		fmt.Fprintf(out, "embedded NATS server listening on %s (JetStream data in %s)\n", url, f.natsDir)
 	} else {
-		b.desc = redact(url)
+		b.desc = redact(url, url)
 	}
 	nc, err := nats.Connect(url, nats.Name("txbox"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", b.desc, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", b.desc, redactErr(err, url))
 	}
 	b.nc = nc
 	if err := ensureStream(ctx, nc, f, out); err != nil {
@@ -176,7 +264,7 @@ func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Wri
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "stream %s captures %s\n", name, strings.Join(s.CachedInfo().Config.Subjects, ", "))
+		fmt.Fprintf(out, "stream %s captures %s\n", cell(name), cell(strings.Join(s.CachedInfo().Config.Subjects, ", ")))
 	case name != "":
 		js, err := jetstream.New(nc)
 		if err != nil {
@@ -186,7 +274,7 @@ func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Wri
 		if err != nil {
 			return fmt.Errorf("stream %s: %w (give --stream-subjects to create it)", name, err)
 		}
-		fmt.Fprintf(out, "stream %s captures %s\n", name, strings.Join(s.CachedInfo().Config.Subjects, ", "))
+		fmt.Fprintf(out, "stream %s captures %s\n", cell(name), cell(strings.Join(s.CachedInfo().Config.Subjects, ", ")))
 	}
 	return nil
 }
@@ -221,9 +309,8 @@ func otherBroker(scheme string) bool {
 // takes queue=NAME (default "default") and reads OUTBOX_TASK_RETENTION.
 func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
 	scheme, rest, _ := strings.Cut(f.url, "://")
-	b := &broker{desc: redact(f.url)}
+	b := &broker{desc: redact(f.url, f.url)}
 	if scheme == "kafka" {
-		b.desc = f.url // a list of seeds is not a URL url.Parse accepts
 		hostList, _, _ := strings.Cut(rest, "/")
 		hostList, _, _ = strings.Cut(hostList, "?")
 		seeds := splitList(hostList)
@@ -232,13 +319,13 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		}
 		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("txbox"))
 		if err != nil {
-			return nil, fmt.Errorf("--broker %q: %w", b.desc, err)
+			return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
 		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := cl.Ping(pctx); err != nil {
 			cl.Close()
-			return nil, fmt.Errorf("connect to Kafka at %s: %w", b.desc, err)
+			return nil, fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))
 		}
 		b.closer = cl.Close
 		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{TopicPrefix: f.subjectPrefix}); err != nil {
@@ -249,15 +336,15 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		return b, nil
 	}
 	asynqTarget := strings.HasPrefix(scheme, "asynq+")
-	u, err := url.Parse(strings.TrimPrefix(f.url, "asynq+"))
+	u, err := parseURL("--broker", strings.TrimPrefix(f.url, "asynq+"))
 	if err != nil {
-		return nil, fmt.Errorf("--broker %q: %w", b.desc, err)
+		return nil, err
 	}
 	q := u.Query()
 	u.RawQuery = ""
 	opt, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, fmt.Errorf("--broker %q: %w", b.desc, err)
+		return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
 	}
 	rdb := redis.NewClient(opt)
 	b.closer = func() { _ = rdb.Close() }
@@ -265,7 +352,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w", b.desc, err)
+		return nil, fmt.Errorf("connect to Redis at %s: %w", b.desc, redactErr(err, f.url))
 	}
 	if asynqTarget {
 		cfg, err := redisx.AsynqConfigFromEnv(redisx.AsynqConfig{Queue: q.Get("queue")})
@@ -276,7 +363,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 			b.Close()
 			return nil, err
 		}
-		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, b.pub.(*redisx.AsynqPublisher).Queue())
+		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, cell(b.pub.(*redisx.AsynqPublisher).Queue()))
 		return b, nil
 	}
 	var maxLen int64

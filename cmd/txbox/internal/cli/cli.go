@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Environment variables read by the CLI, besides relay's OUTBOX_* ones.
@@ -32,22 +33,36 @@ const DefaultDB = "sqlite://txbox.db"
 // stderr.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := Run(ctx, args, stdout, stderr); err != nil {
-		// Errors from txbox's packages start with "txbox: " already.
-		fmt.Fprintf(stderr, "txbox: error: %s\n", strings.TrimPrefix(err.Error(), "txbox: "))
+		// Errors from txbox's packages start with "txbox: " already. Run
+		// redacted the message; text escapes what could reach the terminal.
+		fmt.Fprintf(stderr, "txbox: error: %s\n", text(strings.TrimPrefix(err.Error(), "txbox: ")))
 		return 1
 	}
 	return 0
 }
 
-// Run runs the txbox program with args and returns its error.
+// Run runs the txbox program with args and returns its error. Neither
+// what it writes nor its error's message holds a password found in args,
+// in the URLs of the environment or in a URL-like text (see redact).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	root := NewRoot(stdout, stderr)
+	r := &redactor{}
+	r.add(args...)
+	r.add(os.Getenv(EnvDB), os.Getenv(EnvBroker))
+	root := newRoot(r, stdout, stderr)
 	root.SetArgs(args)
-	return root.ExecuteContext(ctx)
+	if err := root.ExecuteContext(ctx); err != nil {
+		return &redactedError{msg: r.redact(err.Error()), err: err}
+	}
+	return nil
 }
 
-// NewRoot builds the txbox command tree writing to stdout and stderr.
-func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+// NewRoot builds the txbox command tree writing to stdout and stderr, with
+// the passwords of the flags' values masked in what it writes (its errors
+// are not redacted: Run does that).
+func NewRoot(stdout, stderr io.Writer) *cobra.Command { return newRoot(&redactor{}, stdout, stderr) }
+
+func newRoot(r *redactor, stdout, stderr io.Writer) *cobra.Command {
+	stdout, stderr = r.writer(stdout), r.writer(stderr)
 	root := &cobra.Command{
 		Use:   "txbox",
 		Short: "Transactional outbox and inbox for Go: migrate, relay, demo",
@@ -61,6 +76,9 @@ brokers are chosen by URL (--db, --broker or TXBOX_DB, TXBOX_BROKER); relay
 settings also come from the OUTBOX_* environment variables. See docs/cli.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			cmd.Flags().VisitAll(func(fl *pflag.Flag) { r.add(fl.Value.String()) })
+		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -31,32 +30,36 @@ type dbTarget struct {
 
 // parseDB parses a --db URL: postgres://…, postgresql://…,
 // mysql://user:pass@host:3306/db, sqlite://path or sqlite:path.
-func parseDB(raw string) (dbTarget, error) {
+func parseDB(raw string) (dbTarget, error) { return parseDBFrom("--db", raw) }
+
+// parseDBFrom is parseDB for the value of name, --db or TXBOX_DB, which its
+// errors name.
+func parseDBFrom(name, raw string) (dbTarget, error) {
 	switch {
 	case strings.HasPrefix(raw, "mysql://"), strings.HasPrefix(raw, "mariadb://"):
-		dsn, err := mysqlDSN(raw)
+		dsn, err := mysqlDSNFrom(name, raw)
 		if err != nil {
 			return dbTarget{}, err
 		}
 		return dbTarget{dialect: driver.MySQL, url: raw, dsn: dsn}, nil
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		if _, err := url.Parse(raw); err != nil {
-			return dbTarget{}, fmt.Errorf("--db: %w", err)
+		if _, err := parseURL(name, raw); err != nil {
+			return dbTarget{}, err
 		}
 		return dbTarget{dialect: driver.Postgres, url: raw}, nil
 	case strings.HasPrefix(raw, "sqlite:"):
 		p := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
 		if p == "" {
-			return dbTarget{}, fmt.Errorf("--db %q: no file name (want sqlite://path/to/file.db)", raw)
+			return dbTarget{}, fmt.Errorf("%s %q: no file name (want sqlite://path/to/file.db)", name, raw)
 		}
 		if strings.Contains(p, "?") {
-			return dbTarget{}, fmt.Errorf("--db %q: query parameters are not supported: txbox sets the SQLite pragmas itself", raw)
+			return dbTarget{}, fmt.Errorf("%s %q: query parameters are not supported: txbox sets the SQLite pragmas itself", name, raw)
 		}
 		return dbTarget{dialect: driver.SQLite, path: p}, nil
 	case raw == "":
-		return dbTarget{}, fmt.Errorf("--db is empty (want postgres://…, mysql://… or sqlite://path)")
+		return dbTarget{}, fmt.Errorf("%s is empty (want postgres://…, mysql://… or sqlite://path)", name)
 	}
-	return dbTarget{}, fmt.Errorf("--db %q: unsupported database URL (want postgres://…, postgresql://…, mysql://… or sqlite://path)", redact(raw))
+	return dbTarget{}, fmt.Errorf("%s %q: unsupported database URL (want postgres://…, postgresql://…, mysql://… or sqlite://path)", name, redact(raw, raw))
 }
 
 // mysqlDSN converts mysql://user:pass@host:port/db?param=value into
@@ -64,14 +67,17 @@ func parseDB(raw string) (dbTarget, error) {
 // parseTime=true (txbox reads DATETIME columns as times) unless the URL
 // says otherwise. Query parameters are go-sql-driver's own (tls=true,
 // clientFoundRows=true, …).
-func mysqlDSN(raw string) (string, error) {
-	u, err := url.Parse(raw)
+func mysqlDSN(raw string) (string, error) { return mysqlDSNFrom("--db", raw) }
+
+// mysqlDSNFrom is mysqlDSN for the value of name, which its errors name.
+func mysqlDSNFrom(name, raw string) (string, error) {
+	u, err := parseURL(name, raw)
 	if err != nil {
-		return "", fmt.Errorf("--db: %w", err)
+		return "", err
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
-		return "", fmt.Errorf("--db %q: want one database name (mysql://user:pass@host:3306/db)", redact(raw))
+		return "", fmt.Errorf("%s %q: want one database name (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
 	}
 	cfg := mysqldrv.NewConfig()
 	cfg.User = u.User.Username()
@@ -82,7 +88,7 @@ func mysqlDSN(raw string) (string, error) {
 		cfg.Addr = u.Hostname() + ":3306"
 	}
 	if u.Hostname() == "" {
-		return "", fmt.Errorf("--db %q: no host (mysql://user:pass@host:3306/db)", redact(raw))
+		return "", fmt.Errorf("%s %q: no host (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
 	}
 	cfg.DBName = db
 	cfg.ParseTime = true
@@ -95,7 +101,7 @@ func mysqlDSN(raw string) (string, error) {
 		dsn += sep + q.Encode()
 	}
 	if _, err := mysqldrv.ParseDSN(dsn); err != nil {
-		return "", fmt.Errorf("--db %q: %w", redact(raw), err)
+		return "", fmt.Errorf("%s %q: %w", name, redact(raw, raw), redactErr(err, raw, dsn))
 	}
 	return dsn, nil
 }
@@ -105,15 +111,7 @@ func (t dbTarget) String() string {
 	if t.dialect == driver.SQLite {
 		return "sqlite:" + t.path
 	}
-	return redact(t.url)
-}
-
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
+	return redact(t.url, t.url)
 }
 
 // SQLiteDSN is the DSN txbox uses for a SQLite file: WAL, a busy timeout, and
@@ -140,37 +138,42 @@ func openDB(ctx context.Context, raw string) (*database, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openTarget(ctx, t)
+}
+
+// openTarget opens and pings the database t.
+func openTarget(ctx context.Context, t dbTarget) (*database, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	switch t.dialect {
 	case driver.Postgres:
 		pool, err := pgxpool.New(ctx, t.url)
 		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", t, err)
+			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
 		if err := pool.Ping(ctx); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("connect to %s: %w", t, err)
+			return nil, fmt.Errorf("connect to %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
 		return &database{target: t, pgx: txboxpgx.New(pool), pool: pool}, nil
 	case driver.MySQL:
 		db, err := sql.Open("mysql", t.dsn)
 		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", t, err)
+			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
 		if err := db.PingContext(ctx); err != nil {
 			_ = db.Close()
-			return nil, fmt.Errorf("connect to %s: %w", t, err)
+			return nil, fmt.Errorf("connect to %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
 		return &database{target: t, sql: txboxsql.New(db, driver.MySQL), db: db}, nil
 	default:
 		db, err := sql.Open("sqlite", SQLiteDSN(t.path))
 		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", t, err)
+			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
 		if err := db.PingContext(ctx); err != nil {
 			_ = db.Close()
-			return nil, fmt.Errorf("open %s: %w", t, err)
+			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
 		return &database{target: t, sql: txboxsql.New(db, driver.SQLite), db: db}, nil
 	}

@@ -38,7 +38,7 @@ SEQ is the row id that list prints; --all acts on every dead message.`,
 }
 
 func openLetters(cmd *cobra.Command, f *tableFlags) (*dead.Letters, func(), error) {
-	db, err := openDB(cmd.Context(), f.db)
+	db, err := f.open(cmd.Context())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -56,6 +56,9 @@ func openLetters(cmd *cobra.Command, f *tableFlags) (*dead.Letters, func(), erro
 	return l, db.Close, nil
 }
 
+// deadLimitSetting bounds dead list --limit.
+var deadLimitSetting = setting[int]{flag: "limit", min: 1, max: 10000}
+
 func newDeadListCmd(f *tableFlags) *cobra.Command {
 	limit := 100
 	cmd := &cobra.Command{
@@ -63,8 +66,8 @@ func newDeadListCmd(f *tableFlags) *cobra.Command {
 		Short: "List dead messages, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit <= 0 {
-				return fmt.Errorf("--limit %d: must be positive", limit)
+			if err := deadLimitSetting.validate(limit); err != nil {
+				return err
 			}
 			l, closeDB, err := openLetters(cmd, f)
 			if err != nil {
@@ -83,13 +86,13 @@ func newDeadListCmd(f *tableFlags) *cobra.Command {
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SEQ\tMESSAGE ID\tTOPIC\tKEY\tPARKS\tATTEMPTS\tDEAD SINCE\tLAST ERROR")
 			for _, m := range list {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Seq, m.ID, m.Topic, m.Key, m.Parked, m.Attempts,
-					m.DeadAt.UTC().Format(time.RFC3339), m.LastError)
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Seq, cell(m.ID), cell(m.Topic), cell(m.Key), m.Parked, m.Attempts,
+					m.DeadAt.UTC().Format(time.RFC3339), cell(m.LastError))
 			}
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", limit, "show at most this many")
+	cmd.Flags().IntVar(&limit, "limit", limit, "show at most this many (1 to 10000)")
 	return cmd
 }
 

@@ -37,6 +37,15 @@ type demoFlags struct {
 	progress      time.Duration
 }
 
+// Bounds of the demo's flags.
+var (
+	demoOrdersSetting    = setting[int]{flag: "orders", min: 1, max: 1_000_000}
+	demoProducersSetting = setting[int]{flag: "producers", min: 1, max: 64}
+	demoRollbackSetting  = setting[int]{flag: "rollback-every", min: 1, zero: true}
+	demoTimeoutSetting   = setting[time.Duration]{flag: "timeout", min: time.Second, max: 24 * time.Hour}
+	demoProgressSetting  = setting[time.Duration]{flag: "progress", min: 10 * time.Millisecond}
+)
+
 func newDemoCmd() *cobra.Command {
 	var f demoFlags
 	cmd := &cobra.Command{
@@ -90,17 +99,14 @@ type orderPlaced struct {
 }
 
 func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error) {
-	switch {
-	case f.orders <= 0:
-		return fmt.Errorf("--orders %d: must be positive", f.orders)
-	case f.producers <= 0:
-		return fmt.Errorf("--producers %d: must be positive", f.producers)
-	case f.rollbackEvery < 0:
-		return fmt.Errorf("--rollback-every %d: must not be negative", f.rollbackEvery)
-	case f.timeout <= 0:
-		return fmt.Errorf("--timeout %s: must be positive", f.timeout)
-	case f.progress <= 0:
-		return fmt.Errorf("--progress %s: must be positive", f.progress)
+	for _, err := range []error{
+		demoOrdersSetting.validate(f.orders), demoProducersSetting.validate(f.producers),
+		demoRollbackSetting.validate(f.rollbackEvery),
+		demoTimeoutSetting.validate(f.timeout), demoProgressSetting.validate(f.progress),
+	} {
+		if err != nil {
+			return err
+		}
 	}
 	dir := f.dir
 	if dir == "" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/migrate"
@@ -22,6 +23,8 @@ type tableFlags struct {
 	// migrate only
 	inboxTables []string
 	noOutbox    bool
+
+	fs *pflag.FlagSet // to name --db or TXBOX_DB in errors
 }
 
 func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
@@ -29,6 +32,7 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 	if persistent {
 		fs = cmd.PersistentFlags()
 	}
+	f.fs = fs
 	fs.StringVar(&f.db, "db", envOr(EnvDB, DefaultDB),
 		"database URL: postgres://user:pass@host:5432/db, postgresql://…, sqlite://path/to/file.db or sqlite:file.db (env "+EnvDB+")")
 	fs.StringVar(&f.schema, "schema", envOr(relay.EnvSchema, ""),
@@ -41,10 +45,24 @@ func (f *tableFlags) migrateConfig() migrate.Config {
 	return migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, NoOutbox: f.noOutbox}
 }
 
+// target parses --db (or TXBOX_DB).
+func (f *tableFlags) target() (dbTarget, error) {
+	return parseDBFrom(sourceOf(f.fs, "db", EnvDB), f.db)
+}
+
+// open opens and pings --db.
+func (f *tableFlags) open(ctx context.Context) (*database, error) {
+	t, err := f.target()
+	if err != nil {
+		return nil, err
+	}
+	return openTarget(ctx, t)
+}
+
 // openMigrator opens --db and a Migrator for the configured tables; the
 // caller closes the database.
 func (f *tableFlags) openMigrator(ctx context.Context) (*database, *migrate.Migrator, error) {
-	db, err := openDB(ctx, f.db)
+	db, err := f.open(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -141,7 +159,7 @@ yet). It changes nothing in the database.`,
 				if !s.AppliedAt.IsZero() {
 					at = s.AppliedAt.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(tw, "%s\t%03d\t%s\t%s\n", s.Target, s.Version, s.Name, at)
+				fmt.Fprintf(tw, "%s\t%03d\t%s\t%s\n", cell(s.Target), s.Version, cell(s.Name), at)
 			}
 			return tw.Flush()
 		},
@@ -164,7 +182,7 @@ include txbox's own tracking table (your tool keeps its own records).`,
 			var d driver.Dialect
 			switch dialect {
 			case "":
-				t, err := parseDB(f.db)
+				t, err := f.target()
 				if err != nil {
 					return fmt.Errorf("cannot infer the dialect (give --dialect postgres|sqlite|mysql): %w", err)
 				}

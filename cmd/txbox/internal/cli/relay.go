@@ -64,76 +64,59 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	f.tables.register(cmd, false)
 	f.broker.register(cmd)
 	fs := cmd.Flags()
-	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again (env "+relay.EnvPollInterval+")")
-	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, at most 10000 (env "+relay.EnvBatchSize+")")
+	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again, 10ms to 1h (env "+relay.EnvPollInterval+")")
+	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, 1 to 10000 (env "+relay.EnvBatchSize+")")
 	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them; 0 deletes each row as its delivery is recorded (env "+relay.EnvRetention+")")
-	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs (env "+relay.EnvCleanupInterval+")")
-	fs.IntVar(&f.concurrency, "concurrency", relay.DefaultConcurrency, "claim-publish-mark loops run side by side; more help an unordered backlog drain, ordering keys prefer 1")
-	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count (env "+relay.EnvMaxAttempts+")")
-	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch (env "+relay.EnvPublishTimeout+")")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs, 1s to 24h (env "+relay.EnvCleanupInterval+")")
+	fs.IntVar(&f.concurrency, "concurrency", relay.DefaultConcurrency, "claim-publish-mark loops run side by side, 1 to 64; more help an unordered backlog drain, ordering keys prefer 1")
+	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+relay.EnvMaxAttempts+")")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+relay.EnvPublishTimeout+")")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
-	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout; 0 turns it off")
+	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	return cmd
 }
 
-// relayConfig overlays the flags the user set on the OUTBOX_* environment.
+// Bounds of the relay's settings, as docs/cli.md lists them: below the
+// lower bounds a relay spins a core (polls, cleanups or stats queries without
+// pause), above the upper ones it holds more than a database gives.
+var (
+	pollIntervalSetting    = setting[time.Duration]{flag: "poll-interval", env: relay.EnvPollInterval, min: 10 * time.Millisecond, max: time.Hour}
+	batchSizeSetting       = setting[int]{flag: "batch-size", env: relay.EnvBatchSize, min: 1, max: 10000}
+	retentionSetting       = setting[time.Duration]{flag: "retention", env: relay.EnvRetention, min: time.Second, zero: true}
+	cleanupIntervalSetting = setting[time.Duration]{flag: "cleanup-interval", env: relay.EnvCleanupInterval, min: time.Second, max: 24 * time.Hour}
+	maxAttemptsSetting     = setting[int]{flag: "max-attempts", env: relay.EnvMaxAttempts, min: 1, max: 1000}
+	concurrencySetting     = setting[int]{flag: "concurrency", min: 1, max: 64}
+	publishTimeoutSetting  = setting[time.Duration]{flag: "publish-timeout", env: relay.EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
+	statsIntervalSetting   = setting[time.Duration]{flag: "stats-interval", min: 100 * time.Millisecond, zero: true}
+)
+
+// relayConfig builds the relay's config from the flags the user set, else
+// the OUTBOX_* environment (a variable a flag overrides is not read).
 func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
-	cfg, err := relay.ConfigFromEnv(relay.Config{})
-	if err != nil {
-		return cfg, err
-	}
+	var cfg relay.Config
 	fs := cmd.Flags()
-	dur := func(name string, v time.Duration, dst *time.Duration) error {
-		if !fs.Changed(name) {
-			return nil
-		}
-		if v <= 0 {
-			return fmt.Errorf("--%s %s: must be positive", name, v)
-		}
-		*dst = v
-		return nil
-	}
-	integer := func(name string, v int, dst *int) error {
-		if !fs.Changed(name) {
-			return nil
-		}
-		if v <= 0 {
-			return fmt.Errorf("--%s %d: must be a positive integer", name, v)
-		}
-		*dst = v
-		return nil
-	}
-	retention := func() error {
-		if fs.Changed("retention") && f.retention == 0 {
-			cfg.DeletePublished, cfg.Retention = true, 0
-			return nil
-		}
-		if fs.Changed("retention") {
-			cfg.DeletePublished = false
-		}
-		return dur("retention", f.retention, &cfg.Retention)
-	}
+	retention := time.Duration(-1) // unset
 	for _, err := range []error{
-		dur("poll-interval", f.pollInterval, &cfg.PollInterval),
-		integer("batch-size", f.batchSize, &cfg.BatchSize),
-		retention(),
-		dur("cleanup-interval", f.cleanupInterval, &cfg.CleanupInterval),
-		integer("max-attempts", f.maxAttempts, &cfg.MaxAttempts),
-		integer("concurrency", f.concurrency, &cfg.Concurrency),
-		dur("publish-timeout", f.publishTimeout, &cfg.PublishTimeout),
+		pollIntervalSetting.resolve(fs, f.pollInterval, &cfg.PollInterval),
+		batchSizeSetting.resolve(fs, f.batchSize, &cfg.BatchSize),
+		retentionSetting.resolve(fs, f.retention, &retention),
+		cleanupIntervalSetting.resolve(fs, f.cleanupInterval, &cfg.CleanupInterval),
+		maxAttemptsSetting.resolve(fs, f.maxAttempts, &cfg.MaxAttempts),
+		concurrencySetting.resolve(fs, f.concurrency, &cfg.Concurrency),
+		publishTimeoutSetting.resolve(fs, f.publishTimeout, &cfg.PublishTimeout),
+		statsIntervalSetting.resolve(fs, f.statsInterval, &f.statsInterval),
 	} {
 		if err != nil {
 			return cfg, err
 		}
 	}
-	if cfg.BatchSize > 10000 {
-		return cfg, fmt.Errorf("batch size %d: at most 10000", cfg.BatchSize)
-	}
-	if f.statsInterval < 0 {
-		return cfg, fmt.Errorf("--stats-interval %s: must not be negative", f.statsInterval)
+	if retention == 0 {
+		cfg.DeletePublished = true
+	} else if retention > 0 {
+		cfg.Retention = retention
 	}
 	cfg.Schema, cfg.Table = f.tables.schema, f.tables.table
 	cfg.DisableNotify = f.noNotify
@@ -148,7 +131,7 @@ func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: escapeAttr}
 	if json {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
@@ -167,7 +150,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	cfg.Logger = log
-	target, err := parseDB(f.tables.db)
+	target, err := f.tables.target()
 	if err != nil {
 		return err
 	}
@@ -178,7 +161,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 
-	db, err := openDB(ctx, f.tables.db)
+	db, err := openTarget(ctx, target)
 	if err != nil {
 		return err
 	}
@@ -257,6 +240,18 @@ loop:
 	printStats(stopCtx)
 	log.Info("relay stopped")
 	return nil
+}
+
+// escapeAttr escapes the control characters of a log's strings and errors
+// (rows' errors and keys come from the database), as cell does.
+func escapeAttr(_ []string, a slog.Attr) slog.Attr {
+	switch v := a.Value.Any().(type) {
+	case string:
+		a.Value = slog.StringValue(text(v))
+	case error:
+		a.Value = slog.StringValue(text(v.Error()))
+	}
+	return a
 }
 
 // statsLine formats one progress line of the relay.

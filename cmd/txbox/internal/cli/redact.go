@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// secretMask replaces every secret the CLI redacts (as url.URL.Redacted).
+const secretMask = "xxxxx"
+
+// minSecret is the shortest password that redact masks wherever it occurs
+// in a text; shorter ones are masked only where a pattern finds them (in a
+// URL's userinfo or a password= parameter), so that a one-letter password
+// does not mask every such letter.
+const minSecret = 3
+
+var (
+	// scheme://user:PASSWORD@: the password runs to the last '@' before a
+	// space or a quote, as url.Parse reads it.
+	urlPassword = regexp.MustCompile("(?i)\\b([a-z][a-z0-9+.-]*://[^\\s:/?#@\"'`]*:)[^\\s\"'`]*@")
+	// go-sql-driver/mysql DSN: user:PASSWORD@tcp(host:port)/db.
+	dsnPassword = regexp.MustCompile("(^|[\\s\"'`(])([^\\s:/@\"'`(]*:)[^\\s\"'`]*@((?:tcp6?|udp|unix)?\\()")
+	// password=VALUE, in key/value DSNs ('quoted' values too) and URL queries.
+	kvPassword = regexp.MustCompile("(?i)\\b((?:password|passwd|pwd|sslpassword)\\s*=\\s*)('(?:[^'\\\\]|\\\\.)*'|[^\\s&;\"'`]*)")
+)
+
+// redact returns s with its secrets masked: the password of every URL's
+// userinfo (scheme://user:xxxxx@host, also in a list of servers and inside
+// errors that quote a URL), of go-sql-driver DSNs (user:xxxxx@tcp(…)),
+// password= key/value parameters, and every password found in sources (the
+// URLs and arguments the user gave, see secretsOf) wherever it occurs, also
+// percent-decoded and quoted as %q quotes it. It is the one function through
+// which the CLI passes what it prints: URLs in messages, errors, logs and
+// command output (see redactor).
+func redact(s string, sources ...string) string { return mask(s, secretsOf(sources...)) }
+
+// mask masks the known secrets of secretsOf, then the patterns of redact.
+func mask(s string, secrets []string) string {
+	for _, sec := range secrets {
+		s = strings.ReplaceAll(s, sec, secretMask)
+	}
+	s = urlPassword.ReplaceAllString(s, "${1}"+secretMask+"@")
+	s = dsnPassword.ReplaceAllString(s, "${1}${2}"+secretMask+"@${3}")
+	return kvPassword.ReplaceAllString(s, "${1}"+secretMask)
+}
+
+// secretsOf returns the passwords in values, leniently, so that it finds
+// them in URLs that url.Parse refuses (a bad port, a space in the password,
+// no scheme): the userinfo of each scheme://user:pass@ (to the last '@'),
+// of a scheme-less user:pass@host, and password= parameters; each also
+// percent-decoded and %q-escaped. Longest first; shorter than minSecret
+// left out. sqlite: URLs hold no secrets.
+func secretsOf(values ...string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		variants := []string{p}
+		if d, err := url.PathUnescape(p); err == nil {
+			variants = append(variants, d)
+		}
+		if d, err := url.QueryUnescape(p); err == nil {
+			variants = append(variants, d)
+		}
+		for _, v := range variants {
+			q := strconv.Quote(v)
+			for _, w := range []string{v, q[1 : len(q)-1]} {
+				if len(w) >= minSecret && !seen[w] {
+					seen[w] = true
+					out = append(out, w)
+				}
+			}
+		}
+	}
+	for _, v := range values {
+		if strings.HasPrefix(v, "sqlite:") || !strings.ContainsAny(v, "@=") {
+			continue
+		}
+		for _, seg := range authorities(v) {
+			if at := strings.LastIndex(seg, "@"); at >= 0 {
+				if _, pw, ok := strings.Cut(seg[:at], ":"); ok {
+					add(pw)
+				}
+			}
+		}
+		for _, m := range kvPassword.FindAllStringSubmatch(v, -1) {
+			add(strings.Trim(m[2], "'"))
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// authorities splits v at each scheme:// into the text after it, up to the
+// next URL of a list; a v without :// is one segment.
+func authorities(v string) []string {
+	parts := strings.Split(v, "://")
+	if len(parts) == 1 {
+		return parts
+	}
+	segs := parts[1:]
+	for i := range segs[:len(segs)-1] {
+		// Drop the next URL's scheme from the end of this segment.
+		s := segs[i]
+		if j := strings.LastIndexAny(s, ", "); j >= 0 {
+			segs[i] = s[:j]
+		}
+	}
+	return segs
+}
+
+// redactor masks the secrets of the values the user gave (arguments,
+// environment, flags) in everything a command writes.
+type redactor struct {
+	mu      sync.Mutex
+	sources []string
+	secrets []string
+}
+
+// add makes the secrets in values known.
+func (r *redactor) add(values ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sources = append(r.sources, values...)
+	r.secrets = secretsOf(r.sources...)
+}
+
+func (r *redactor) redact(s string) string {
+	r.mu.Lock()
+	secrets := r.secrets
+	r.mu.Unlock()
+	return mask(s, secrets)
+}
+
+// writer returns w behind r: each Write is redacted as a whole (slog writes
+// a record at a time, tabwriter a cell at a time, fmt a call at a time).
+func (r *redactor) writer(w io.Writer) io.Writer { return redactWriter{r, w} }
+
+type redactWriter struct {
+	r *redactor
+	w io.Writer
+}
+
+func (w redactWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(w.w, w.r.redact(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// redactedError is an error whose message is redacted; Unwrap gives the
+// original, for errors.Is.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactErr returns err with its message redacted (see redact).
+func redactErr(err error, sources ...string) error {
+	return &redactedError{msg: redact(err.Error(), sources...), err: err}
+}
+
+// parseURL parses raw, the value of the flag or variable name, with
+// url.Parse; its error names name and says what is wrong without the
+// password (url.Parse quotes the whole URL, and a '/', '?' or '#' in a
+// password makes it quote part of the password as a port or path).
+func parseURL(name, raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err == nil {
+		return u, nil
+	}
+	why := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		why = ue.Err.Error()
+	}
+	var esc url.EscapeError
+	errors.As(err, &esc)
+	for _, seg := range authorities(raw) {
+		at := strings.LastIndex(seg, "@")
+		switch {
+		case at < 0:
+		case strings.ContainsAny(seg[:at], "/?#"):
+			why = "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
+		case esc != "" && strings.Contains(seg[:at], string(esc)):
+			why = "invalid %-escape in the user name or password (a '%' in it must be written %25)"
+		}
+	}
+	return nil, fmt.Errorf("%s %q: malformed URL: %s", name, redact(raw, raw), redact(why, raw))
+}

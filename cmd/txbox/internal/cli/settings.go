@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/pflag"
+
+	"github.com/txbox/txbox"
+)
+
+// setting is a numeric flag, with the environment variable that is its
+// default (none if env is ""), and the range its value must lie in. A flag
+// the user set wins over the variable, which is then not even parsed.
+type setting[T int | time.Duration] struct {
+	flag, env string
+	min, max  T    // max 0: no upper bound
+	zero      bool // 0 is allowed besides [min, max] (it means "off" or "none")
+}
+
+// resolve stores the flag's value in dst if the user set the flag, else
+// the variable's if it is set, else leaves dst alone. A value that does not
+// parse or lies out of range is an error naming the flag or the variable.
+func (s setting[T]) resolve(fs *pflag.FlagSet, v T, dst *T) error {
+	var src string
+	switch raw, ok := os.LookupEnv(s.env); {
+	case fs.Changed(s.flag):
+		src = fmt.Sprintf("--%s %v", s.flag, v)
+	case s.env != "" && ok && raw != "":
+		src = fmt.Sprintf("%s=%q", s.env, raw)
+		var err error
+		if v, err = parseSetting[T](raw); err != nil {
+			return fmt.Errorf("%w: %s: %v", txbox.ErrInvalidConfig, src, err)
+		}
+	default:
+		return nil
+	}
+	if err := s.check(v, fs.Changed(s.flag)); err != nil {
+		return fmt.Errorf("%w: %s: %v", txbox.ErrInvalidConfig, src, err)
+	}
+	*dst = v
+	return nil
+}
+
+// validate checks v, the flag's value, with an error naming the flag.
+func (s setting[T]) validate(v T) error {
+	if err := s.check(v, true); err != nil {
+		return fmt.Errorf("--%s %v: %w", s.flag, v, err)
+	}
+	return nil
+}
+
+// check checks v, from the flag or (fromFlag false) the variable.
+func (s setting[T]) check(v T, fromFlag bool) error {
+	_, isInt := any(v).(int)
+	switch {
+	case v == 0 && s.zero:
+		return nil
+	case v < 0 && s.zero:
+		return fmt.Errorf("must be positive, or 0")
+	case v <= 0 && isInt && fromFlag:
+		return fmt.Errorf("must be a positive integer")
+	case v <= 0 && isInt:
+		return fmt.Errorf("want a positive integer")
+	case v <= 0:
+		return fmt.Errorf("must be positive")
+	case v < s.min:
+		return fmt.Errorf("must be at least %v", s.min)
+	case s.max != 0 && v > s.max:
+		return fmt.Errorf("must be at most %v", s.max)
+	}
+	return nil
+}
+
+func parseSetting[T int | time.Duration](raw string) (T, error) {
+	var v T
+	switch p := any(&v).(type) {
+	case *int:
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return 0, fmt.Errorf("want a positive integer")
+		}
+		*p = n
+	case *time.Duration:
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return 0, fmt.Errorf("not a duration (want e.g. 500ms, 1s, 168h)")
+		}
+		*p = d
+	}
+	return v, nil
+}
+
+// sourceOf names where a string flag's value came from: --flag if the user
+// set it (or fs is nil), else the variable env if it is set.
+func sourceOf(fs *pflag.FlagSet, flag, env string) string {
+	if fs == nil || fs.Changed(flag) || env == "" || os.Getenv(env) == "" {
+		return "--" + flag
+	}
+	return env
+}
+
+// checkSubject checks a NATS subject (or, with prefix, the start of one that
+// a topic ends): dot-separated tokens, none empty, of printable characters
+// other than spaces; wildcards '*' and '>' only as whole tokens, '>' last,
+// and none in a prefix.
+func checkSubject(s string, prefix bool) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("not valid UTF-8")
+	}
+	tokens := strings.Split(s, ".")
+	if prefix && strings.HasSuffix(s, ".") {
+		tokens = tokens[:len(tokens)-1]
+	}
+	for i, tok := range tokens {
+		if tok == "" {
+			return fmt.Errorf("empty token (a leading, trailing or doubled '.')")
+		}
+		if i := strings.IndexFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }); i >= 0 {
+			return fmt.Errorf("%q is not allowed in a subject", []rune(tok[i:])[0])
+		}
+		wild := strings.ContainsAny(tok, "*>")
+		switch {
+		case wild && prefix:
+			return fmt.Errorf("wildcards '*' and '>' are not allowed in a prefix")
+		case wild && tok != "*" && tok != ">":
+			return fmt.Errorf("token %q: '*' and '>' must be whole tokens", tok)
+		case tok == ">" && i != len(tokens)-1:
+			return fmt.Errorf("'>' must be the last token")
+		}
+	}
+	return nil
+}
+
+// checkKafkaPrefix checks a prefix of Kafka topic names: ASCII letters,
+// digits, '.', '_' and '-'.
+func checkKafkaPrefix(s string) error {
+	if i := strings.IndexFunc(s, func(r rune) bool {
+		return !(r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_' || r == '-'))
+	}); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return fmt.Errorf("%q is not allowed in a Kafka topic (want letters, digits, '.', '_' and '-')", r)
+	}
+	return nil
+}
