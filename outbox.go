@@ -58,10 +58,65 @@ func (cfg Config) TableName(d driver.Dialect) (string, error) {
 // Outbox writes messages into the outbox table in the caller's transactions,
 // whose type is TTx (pgx.Tx with txboxpgx, *sql.Tx with txboxsql). It is
 // safe for concurrent use.
+//
+// An Outbox is also the driver.Driver it writes through, one that knows its
+// table: give it to relay.New, dead.New and migrate.New instead of the
+// driver, and they use its table, so that a program names it once.
 type Outbox[TTx any] struct {
-	drv        driver.Driver[TTx]
-	ins        *outboxsql.Inserter
-	maxPayload int
+	drv           driver.Driver[TTx]
+	ins           *outboxsql.Inserter
+	maxPayload    int
+	schema, table string
+}
+
+var _ driver.Driver[any] = (*Outbox[any])(nil)
+
+// Dialect, Pool, UnwrapTx and BeginTx are the driver's.
+func (o *Outbox[TTx]) Dialect() driver.Dialect { return o.drv.Dialect() }
+
+// Pool returns the driver's pool.
+func (o *Outbox[TTx]) Pool() driver.Pool { return o.drv.Pool() }
+
+// UnwrapTx returns the driver's Executor for tx.
+func (o *Outbox[TTx]) UnwrapTx(tx TTx) driver.Executor { return o.drv.UnwrapTx(tx) }
+
+// BeginTx begins a transaction through the driver.
+func (o *Outbox[TTx]) BeginTx(ctx context.Context) (TTx, driver.Tx, error) { return o.drv.BeginTx(ctx) }
+
+// OutboxTable returns the outbox table's schema ("" for the search_path)
+// and name, defaults applied.
+func (o *Outbox[TTx]) OutboxTable() (schema, table string) { return o.schema, o.table }
+
+// Driver returns the driver the Outbox writes through (for its optional
+// capabilities, such as driver.Listener).
+func (o *Outbox[TTx]) Driver() driver.Driver[TTx] { return o.drv }
+
+// Tabled is implemented by a driver that knows its outbox table, as an
+// Outbox does. See TableOf.
+type Tabled interface {
+	OutboxTable() (schema, table string)
+}
+
+// TableOf returns the outbox table that cfgSchema and cfgTable name, or the
+// one drv knows (drv is an Outbox) when they are empty; both set and
+// different is an error. Relay, dead and migrate use it.
+func TableOf(drv any, cfgSchema, cfgTable string) (schema, table string, err error) {
+	t, ok := drv.(Tabled)
+	if !ok {
+		return cfgSchema, cfgTable, nil
+	}
+	schema, table = t.OutboxTable()
+	if (cfgSchema != "" && cfgSchema != schema) || (cfgTable != "" && cfgTable != table) {
+		return "", "", fmt.Errorf("%w: the outbox is %s, the config names %s", ErrInvalidConfig, dotted(schema, table), dotted(cfgSchema, cfgTable))
+	}
+	return schema, table, nil
+}
+
+func dotted(schema, table string) string {
+	if schema == "" {
+		return table
+	}
+	return schema + "." + table
 }
 
 // New returns an Outbox writing through drv. The table must exist (see
@@ -78,7 +133,11 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	case max < 0:
 		max = 0
 	}
-	return &Outbox[TTx]{drv: drv, ins: outboxsql.NewInserter(drv.Dialect(), table), maxPayload: max}, nil
+	name := cfg.Table
+	if name == "" {
+		name = DefaultTable
+	}
+	return &Outbox[TTx]{drv: drv, ins: outboxsql.NewInserter(drv.Dialect(), table), maxPayload: max, schema: cfg.Schema, table: name}, nil
 }
 
 // Add writes msgs in tx, the caller's transaction: they are delivered if and

@@ -33,8 +33,13 @@ type Letters struct {
 	store *outboxsql.Store
 }
 
-// New returns Letters for the outbox table cfg names (Schema, Table).
+// New returns Letters for the outbox table cfg names (Schema, Table), or,
+// when drv is a *txbox.Outbox and cfg names none, for that outbox's table.
 func New[TTx any](drv driver.Driver[TTx], cfg txbox.Config) (*Letters, error) {
+	var err error
+	if cfg.Schema, cfg.Table, err = txbox.TableOf(drv, cfg.Schema, cfg.Table); err != nil {
+		return nil, err
+	}
 	table, err := cfg.TableName(drv.Dialect())
 	if err != nil {
 		return nil, err

@@ -75,7 +75,16 @@ type Migrator struct {
 }
 
 // New returns a Migrator for drv's database. It validates every table name.
+// When drv is a *txbox.Outbox, its table is the outbox table (cfg's Schema
+// and OutboxTable may be left empty).
 func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Migrator, error) {
+	if t, ok := any(drv).(interface{ OutboxTable() (string, string) }); ok && !cfg.NoOutbox {
+		schema, table := t.OutboxTable()
+		if (cfg.Schema != "" && cfg.Schema != schema) || (cfg.OutboxTable != "" && cfg.OutboxTable != table) {
+			return nil, fmt.Errorf("txbox: the outbox table is %q in schema %q, the migrate config names %q in %q", table, schema, cfg.OutboxTable, cfg.Schema)
+		}
+		cfg.Schema, cfg.OutboxTable = schema, table
+	}
 	migrations, err := Plan(drv.Dialect(), cfg)
 	if err != nil {
 		return nil, err

@@ -3,8 +3,6 @@ package relay
 import (
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -131,80 +129,4 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Logger = slog.Default()
 	}
 	return out, nil
-}
-
-// Environment variables read by ConfigFromEnv.
-const (
-	EnvPollInterval    = "OUTBOX_POLL_INTERVAL"
-	EnvBatchSize       = "OUTBOX_BATCH_SIZE"
-	EnvRetention       = "OUTBOX_RETENTION"
-	EnvCleanupInterval = "OUTBOX_CLEANUP_INTERVAL"
-	EnvMaxAttempts     = "OUTBOX_MAX_ATTEMPTS"
-	EnvPublishTimeout  = "OUTBOX_PUBLISH_TIMEOUT"
-	EnvTable           = "OUTBOX_TABLE"
-	EnvSchema          = "OUTBOX_SCHEMA"
-)
-
-// ConfigFromEnv overlays the OUTBOX_* environment variables on base.
-// Durations use Go syntax ("500ms", "168h"); a value that does not parse,
-// or is not positive, is an error naming the variable. The one exception is
-// OUTBOX_RETENTION=0, which sets DeletePublished.
-func ConfigFromEnv(base Config) (Config, error) { return configFrom(base, os.LookupEnv) }
-
-func configFrom(c Config, lookup func(string) (string, bool)) (Config, error) {
-	dur := func(name string, dst *time.Duration) error {
-		v, ok := lookup(name)
-		if !ok || v == "" {
-			return nil
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("%w: %s=%q: not a duration (want e.g. 500ms, 1s, 168h)", txbox.ErrInvalidConfig, name, v)
-		}
-		if d <= 0 {
-			return fmt.Errorf("%w: %s=%q: must be positive", txbox.ErrInvalidConfig, name, v)
-		}
-		*dst = d
-		return nil
-	}
-	integer := func(name string, dst *int) error {
-		v, ok := lookup(name)
-		if !ok || v == "" {
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("%w: %s=%q: want a positive integer", txbox.ErrInvalidConfig, name, v)
-		}
-		*dst = n
-		return nil
-	}
-	retention := func() error {
-		if v, ok := lookup(EnvRetention); ok {
-			if d, err := time.ParseDuration(v); err == nil && d == 0 {
-				c.DeletePublished = true
-				return nil
-			}
-		}
-		return dur(EnvRetention, &c.Retention)
-	}
-	for _, err := range []error{
-		dur(EnvPollInterval, &c.PollInterval),
-		integer(EnvBatchSize, &c.BatchSize),
-		retention(),
-		dur(EnvCleanupInterval, &c.CleanupInterval),
-		integer(EnvMaxAttempts, &c.MaxAttempts),
-		dur(EnvPublishTimeout, &c.PublishTimeout),
-	} {
-		if err != nil {
-			return c, err
-		}
-	}
-	if v, ok := lookup(EnvTable); ok && v != "" {
-		c.Table = v
-	}
-	if v, ok := lookup(EnvSchema); ok && v != "" {
-		c.Schema = v
-	}
-	return c, nil
 }

@@ -84,6 +84,9 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if err != nil {
 		return nil, err
 	}
+	if c.Schema, c.Table, err = txbox.TableOf(drv, c.Schema, c.Table); err != nil {
+		return nil, err
+	}
 	table, err := txbox.Config{Schema: c.Schema, Table: c.Table}.TableName(drv.Dialect())
 	if err != nil {
 		return nil, err
@@ -105,7 +108,11 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 		}
 		return m.Check(ctx)
 	}
-	if l, ok := any(drv).(driver.Listener); ok && !c.DisableNotify {
+	capable := any(drv)
+	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
+		capable = ob.Driver() // an Outbox: its driver's capabilities
+	}
+	if l, ok := capable.(driver.Listener); ok && !c.DisableNotify {
 		r.listen = &listener{r: r, drv: l, pool: drv.Pool()}
 	}
 	return r, nil

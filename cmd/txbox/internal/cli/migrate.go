@@ -11,7 +11,6 @@ import (
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/migrate"
-	"github.com/txbox/txbox/relay"
 )
 
 // tableFlags are the flags naming txbox's tables, shared by migrate and relay.
@@ -35,10 +34,10 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 	f.fs = fs
 	fs.StringVar(&f.db, "db", envOr(EnvDB, DefaultDB),
 		"database URL: postgres://user:pass@host:5432/db, postgresql://…, sqlite://path/to/file.db or sqlite:file.db (env "+EnvDB+")")
-	fs.StringVar(&f.schema, "schema", envOr(relay.EnvSchema, ""),
-		"PostgreSQL schema of txbox's tables, created by migrate up if missing; empty means the connection's search_path (env "+relay.EnvSchema+")")
-	fs.StringVar(&f.table, "table", envOr(relay.EnvTable, migrate.DefaultOutboxTable),
-		"outbox table name (env "+relay.EnvTable+")")
+	fs.StringVar(&f.schema, "schema", envOr(EnvSchema, ""),
+		"PostgreSQL schema of txbox's tables, created by migrate up if missing; empty means the connection's search_path (env "+EnvSchema+")")
+	fs.StringVar(&f.table, "table", envOr(EnvTable, migrate.DefaultOutboxTable),
+		"outbox table name (env "+EnvTable+")")
 }
 
 func (f *tableFlags) migrateConfig() migrate.Config {

@@ -64,13 +64,13 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	f.tables.register(cmd, false)
 	f.broker.register(cmd)
 	fs := cmd.Flags()
-	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again, 10ms to 1h (env "+relay.EnvPollInterval+")")
-	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, 1 to 10000 (env "+relay.EnvBatchSize+")")
-	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them; 0 deletes each row as its delivery is recorded (env "+relay.EnvRetention+")")
-	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs, 1s to 24h (env "+relay.EnvCleanupInterval+")")
+	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again, 10ms to 1h (env "+EnvPollInterval+")")
+	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, 1 to 10000 (env "+EnvBatchSize+")")
+	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them; 0 deletes each row as its delivery is recorded (env "+EnvRetention+")")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs, 1s to 24h (env "+EnvCleanupInterval+")")
 	fs.IntVar(&f.concurrency, "concurrency", relay.DefaultConcurrency, "claim-publish-mark loops run side by side, 1 to 64; more help an unordered backlog drain, ordering keys prefer 1")
-	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+relay.EnvMaxAttempts+")")
-	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+relay.EnvPublishTimeout+")")
+	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+EnvMaxAttempts+")")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+EnvPublishTimeout+")")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
@@ -83,13 +83,13 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 // lower bounds a relay spins a core (polls, cleanups or stats queries without
 // pause), above the upper ones it holds more than a database gives.
 var (
-	pollIntervalSetting    = setting[time.Duration]{flag: "poll-interval", env: relay.EnvPollInterval, min: 10 * time.Millisecond, max: time.Hour}
-	batchSizeSetting       = setting[int]{flag: "batch-size", env: relay.EnvBatchSize, min: 1, max: 10000}
-	retentionSetting       = setting[time.Duration]{flag: "retention", env: relay.EnvRetention, min: time.Second, zero: true}
-	cleanupIntervalSetting = setting[time.Duration]{flag: "cleanup-interval", env: relay.EnvCleanupInterval, min: time.Second, max: 24 * time.Hour}
-	maxAttemptsSetting     = setting[int]{flag: "max-attempts", env: relay.EnvMaxAttempts, min: 1, max: 1000}
+	pollIntervalSetting    = setting[time.Duration]{flag: "poll-interval", env: EnvPollInterval, min: 10 * time.Millisecond, max: time.Hour}
+	batchSizeSetting       = setting[int]{flag: "batch-size", env: EnvBatchSize, min: 1, max: 10000}
+	retentionSetting       = setting[time.Duration]{flag: "retention", env: EnvRetention, min: time.Second, zero: true}
+	cleanupIntervalSetting = setting[time.Duration]{flag: "cleanup-interval", env: EnvCleanupInterval, min: time.Second, max: 24 * time.Hour}
+	maxAttemptsSetting     = setting[int]{flag: "max-attempts", env: EnvMaxAttempts, min: 1, max: 1000}
 	concurrencySetting     = setting[int]{flag: "concurrency", min: 1, max: 64}
-	publishTimeoutSetting  = setting[time.Duration]{flag: "publish-timeout", env: relay.EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
+	publishTimeoutSetting  = setting[time.Duration]{flag: "publish-timeout", env: EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
 	statsIntervalSetting   = setting[time.Duration]{flag: "stats-interval", min: 100 * time.Millisecond, zero: true}
 )
 

@@ -3,8 +3,6 @@ package cli
 import (
 	"testing"
 	"time"
-
-	"github.com/txbox/txbox/relay"
 )
 
 // A retention of 0, from the flag or OUTBOX_RETENTION, deletes rows as they
@@ -24,7 +22,7 @@ func TestRelayConfigRetention(t *testing.T) {
 		{env: "5h", args: []string{"--retention", "0"}, deletes: true},
 	} {
 		if tc.env != "" {
-			t.Setenv(relay.EnvRetention, tc.env)
+			t.Setenv(EnvRetention, tc.env)
 		}
 		cmd := newRelayCmd()
 		if err := cmd.ParseFlags(tc.args); err != nil {
