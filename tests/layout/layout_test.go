@@ -126,34 +126,38 @@ func TestUserModuleGraph(t *testing.T) {
 		gomod += "require " + mod + m + " v0.0.0-00010101000000-000000000000\n"
 		gomod += "replace " + mod + m + " => " + filepath.Join(root, m) + "\n"
 	}
-	main := `package main
+	// The README's quick start is the program, so that it compiles too;
+	// extra.go adds the consumer and the inbox.
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, quick, ok := strings.Cut(string(readme), "## Quick start (Go)\n\n```go\n")
+	if !ok {
+		t.Fatal("README.md has no Go quick start")
+	}
+	quick, _, _ = strings.Cut(quick, "```\n")
+	extra := `package main
 
 import (
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/txboxpgx"
 )
 
 var (
-	_ *txbox.Outbox[pgx.Tx]
-	_ *txboxpgx.Driver
-	_ *relay.Relay
-	_ *natsjs.Publisher
 	_ *consumer.Consumer[pgx.Tx]
 	_ inbox.Config
 )
-
-func main() {}
 `
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(quick), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "extra.go"), []byte(extra), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := func(args ...string) string {
