@@ -13,7 +13,7 @@ import (
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/internal/inboxsql"
 	"github.com/txbox/txbox/migrate"
 )
 
@@ -310,12 +310,9 @@ func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
 		}
 		problems = append(problems, fmt.Sprintf("inbox table %q is not migrated: pending migration(s) %s; run `txbox migrate up` or migrate.Migrator.Up", table, strings.Join(vs, ", ")))
 	}
-	q := "SELECT source, message_id FROM " + sqlname.Qualified(c.drv.Dialect(), c.cfg.Schema, table) + " WHERE 1 = 0"
-	rows, err := c.drv.Pool().Query(ctx, q)
+	sql, err := inboxsql.New(c.drv.Dialect(), c.cfg.Schema, table)
 	if err == nil {
-		rows.Next()
-		_ = rows.Close()
-		err = rows.Err()
+		err = sql.Probe(ctx, c.drv.Pool())
 	}
 	if err != nil && len(pending) == 0 {
 		problems = append(problems, fmt.Sprintf("inbox table %q is missing or unreadable although its migrations are recorded: %v", table, err))
