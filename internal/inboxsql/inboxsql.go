@@ -72,10 +72,7 @@ func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[s
 		"receive": &q.receive, "receive_processed": &q.receiveProcessed, "mark_processed": &q.markProcessed,
 		"exists": &q.exists, "stats": &q.stats, "sweep": &q.sweep, "probe": &q.probe,
 	}
-	for k, v := range extra {
-		dest[k] = v
-	}
-	return sqltext.Load("inbox/"+string(d), file, sqltext.Names(d, schema, table), dest)
+	return sqltext.Load("inbox/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
 }
 
 // receiveQuery returns the receipt statement r asks for.

@@ -57,10 +57,7 @@ type queries struct {
 
 func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
 	dest := map[string]*string{"create_tracking": &q.createTracking, "applied": &q.applied, "record": &q.record}
-	for k, v := range extra {
-		dest[k] = v
-	}
-	return sqltext.Load("migrate/"+string(d), file, sqltext.Names(d, schema, table), dest)
+	return sqltext.Load("migrate/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
 }
 
 func (q *queries) CreateSchema() string   { return q.createSchema }

@@ -71,13 +71,10 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
 		"insert": &q.insert,
 	}
-	for k, v := range extra {
-		dest[k] = v
-	}
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(d, schema, name)
 	funcs["list"] = listFunc
-	return sqltext.Load("outbox/"+string(d), file, funcs, dest)
+	return sqltext.Load("outbox/"+string(d), file, funcs, dest, extra)
 }
 
 // newDialect returns the SQL of dialect d for the quoted table.

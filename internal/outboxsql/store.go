@@ -48,7 +48,7 @@ type Store struct {
 func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Duration) (*Store, error) {
 	dl, err := newDialect(d, table)
 	if err != nil {
-		return nil, fmt.Errorf("txbox: relay: %w", err)
+		return nil, err
 	}
 	return &Store{d: dl, pool: pool, lease: lease}, nil
 }

@@ -54,10 +54,16 @@ func Render(name, text string, funcs template.FuncMap) (string, error) {
 }
 
 // Load renders every section of file (named name in errors) with funcs into
-// the string dest names for it. A section without a destination, or a
-// destination without a section, is an error: the SQL files and the code
-// that runs them cannot drift apart silently.
-func Load(name, file string, funcs template.FuncMap, dest map[string]*string) error {
+// the string that one of dests names for it. A section without a
+// destination, or a destination without a section, is an error: the SQL
+// files and the code that runs them cannot drift apart silently.
+func Load(name, file string, funcs template.FuncMap, dests ...map[string]*string) error {
+	dest := map[string]*string{}
+	for _, d := range dests {
+		for sec, p := range d {
+			dest[sec] = p
+		}
+	}
 	sections := Sections(file)
 	for sec, text := range sections {
 		p, ok := dest[sec]
