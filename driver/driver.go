@@ -54,6 +54,48 @@ type Pool interface {
 	Begin(ctx context.Context) (Tx, error)
 }
 
+// IsolationLevel is a transaction's isolation level.
+type IsolationLevel int
+
+// The isolation levels txbox asks for. LevelDefault leaves the connection's
+// own level.
+const (
+	LevelDefault IsolationLevel = iota
+	LevelReadCommitted
+	LevelRepeatableRead
+	LevelSerializable
+)
+
+// String returns the level as SQL spells it ("" for LevelDefault).
+func (l IsolationLevel) String() string {
+	switch l {
+	case LevelReadCommitted:
+		return "READ COMMITTED"
+	case LevelRepeatableRead:
+		return "REPEATABLE READ"
+	case LevelSerializable:
+		return "SERIALIZABLE"
+	}
+	return ""
+}
+
+// TxOptions are the options of TxBeginner.BeginTx.
+type TxOptions struct {
+	// Isolation is the transaction's isolation level. Default:
+	// LevelDefault (the connection's own level).
+	Isolation IsolationLevel
+}
+
+// TxBeginner is an optional capability of a Pool: beginning a transaction
+// with options. txbox asks a Pool for it with a type assertion and, when a
+// Pool lacks it, falls back to what Begin and SQL can do (on MySQL, the
+// relay's READ COMMITTED claim transaction then takes a few more round
+// trips). txboxpgx and txboxsql implement it. A Pool that implements it
+// must return an error for a level it cannot honour rather than ignore it.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts TxOptions) (Tx, error)
+}
+
 // Driver adapts one database library, whose transaction type is TTx, to txbox.
 type Driver[TTx any] interface {
 	// Dialect tells which SQL to use.

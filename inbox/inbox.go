@@ -2,20 +2,15 @@ package inbox
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/inboxsql"
 	"github.com/txbox/txbox/internal/sqlname"
 )
-
-//go:embed sql/*.sql
-var sqlFiles embed.FS
 
 // Defaults of Config.
 const (
@@ -100,9 +95,8 @@ type SourceStats struct {
 // safe for concurrent use.
 type Inbox[TTx any] struct {
 	drv       driver.Driver[TTx]
-	dialect   driver.Dialect
+	sql       inboxsql.Dialect
 	table     string
-	q         map[string]string
 	retention time.Duration
 	maxMeta   int
 	maxID     int
@@ -138,14 +132,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 			return nil, fmt.Errorf("%w: inbox: %s is negative", ErrInvalidConfig, name)
 		}
 	}
-	text, err := sqlFiles.ReadFile("sql/" + string(d) + ".sql")
+	sql, err := inboxsql.New(d, cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("%w: inbox: dialect %q is not supported", ErrInvalidConfig, d)
-	}
-	qualified := sqlname.Qualified(d, cfg.Schema, cfg.Table)
-	q := outboxsql.ParseNamed(string(text))
-	for name, s := range q {
-		q[name] = strings.ReplaceAll(s, "{{table}}", qualified)
+		return nil, fmt.Errorf("%w: inbox: %w", ErrInvalidConfig, err)
 	}
 	hook := cfg.Hook
 	if hook == nil {
@@ -157,9 +146,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 	}
 	return &Inbox[TTx]{
 		drv:       drv,
-		dialect:   d,
+		sql:       sql,
 		table:     cfg.Table,
-		q:         q,
 		retention: orDefault(cfg.Retention, DefaultRetention),
 		maxMeta:   orDefault(cfg.MaxMetadataBytes, DefaultMaxMetadataBytes),
 		maxID:     orDefault(cfg.MaxIDLen, DefaultMaxIDLen),
@@ -223,7 +211,7 @@ func (ib *Inbox[TTx]) Handle(ctx context.Context, source, id string, metadata an
 			_ = dtx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	fresh, err := ib.receive(ctx, dtx, "receive_processed", source, id, meta, start)
+	fresh, err := ib.receive(ctx, dtx, inboxsql.Receipt{Source: source, ID: id, Metadata: meta, Now: start, Processed: true})
 	if err != nil {
 		return Failed, err
 	}
@@ -265,7 +253,7 @@ func (ib *Inbox[TTx]) RecordReceive(ctx context.Context, tx TTx, source, id stri
 	if err != nil {
 		return false, err
 	}
-	fresh, err = ib.receive(ctx, ib.drv.UnwrapTx(tx), "receive", source, id, meta, time.Now())
+	fresh, err = ib.receive(ctx, ib.drv.UnwrapTx(tx), inboxsql.Receipt{Source: source, ID: id, Metadata: meta, Now: time.Now()})
 	if err != nil {
 		return false, err
 	}
@@ -284,30 +272,11 @@ func (ib *Inbox[TTx]) MarkProcessed(ctx context.Context, tx TTx, source, id stri
 	if err := ib.checkKeys(source, id); err != nil {
 		return err
 	}
-	args := []any{source, id}
-	if ib.dialect == driver.SQLite {
-		args = append(args, time.Now().UnixMicro())
-	}
-	n, err := ib.drv.UnwrapTx(tx).Exec(ctx, ib.q["mark_processed"], args...)
+	found, err := ib.sql.MarkProcessed(ctx, ib.drv.UnwrapTx(tx), source, id, time.Now())
 	if err != nil {
 		return fmt.Errorf("txbox/inbox: mark processed: %w", err)
 	}
-	if n == 0 && ib.dialect == driver.MySQL {
-		// MySQL counts a row already processed as unaffected (unless
-		// CLIENT_FOUND_ROWS is set): ask whether the receipt exists.
-		rows, err := ib.drv.UnwrapTx(tx).Query(ctx, ib.q["found_receipt"], source, id)
-		if err != nil {
-			return fmt.Errorf("txbox/inbox: mark processed: %w", err)
-		}
-		found, err := exists(rows)
-		if err != nil {
-			return fmt.Errorf("txbox/inbox: mark processed: %w", err)
-		}
-		if found {
-			n = 1
-		}
-	}
-	if n == 0 {
+	if !found {
 		return fmt.Errorf("%w: %s message %q", ErrNotReceived, source, id)
 	}
 	return nil
@@ -321,11 +290,7 @@ func (ib *Inbox[TTx]) IsFresh(ctx context.Context, source, id string) (bool, err
 	if err := ib.checkKeys(source, id); err != nil {
 		return false, err
 	}
-	rows, err := ib.drv.Pool().Query(ctx, ib.q["exists"], source, id)
-	if err != nil {
-		return false, fmt.Errorf("txbox/inbox: is fresh: %w", err)
-	}
-	found, err := exists(rows)
+	found, err := ib.sql.Exists(ctx, ib.drv.Pool(), source, id)
 	if err != nil {
 		return false, fmt.Errorf("txbox/inbox: is fresh: %w", err)
 	}
@@ -335,7 +300,7 @@ func (ib *Inbox[TTx]) IsFresh(ctx context.Context, source, id string) (bool, err
 // Stats counts the receipts of each source, ordered by source. It scans the
 // whole table.
 func (ib *Inbox[TTx]) Stats(ctx context.Context) ([]SourceStats, error) {
-	rows, err := ib.drv.Pool().Query(ctx, ib.q["stats"])
+	rows, err := ib.sql.Stats(ctx, ib.drv.Pool())
 	if err != nil {
 		return nil, fmt.Errorf("txbox/inbox: stats: %w", err)
 	}
@@ -363,13 +328,6 @@ func (ib *Inbox[TTx]) Stats(ctx context.Context) ([]SourceStats, error) {
 // periodically, from one process or several.
 func (ib *Inbox[TTx]) Sweep(ctx context.Context) (int64, error) {
 	start := time.Now()
-	var processedCutoff, pendingCutoff any = start.Add(-ib.retention), start.Add(-2 * ib.retention)
-	switch ib.dialect {
-	case driver.SQLite:
-		processedCutoff, pendingCutoff = start.Add(-ib.retention).UnixMicro(), start.Add(-2*ib.retention).UnixMicro()
-	case driver.MySQL: // ages, counted back from the server's UTC clock
-		processedCutoff, pendingCutoff = ib.retention.Microseconds(), 2*ib.retention.Microseconds()
-	}
 	var total int64
 	var err error
 	for {
@@ -377,7 +335,7 @@ func (ib *Inbox[TTx]) Sweep(ctx context.Context) (int64, error) {
 			break
 		}
 		var n int64
-		n, err = ib.drv.Pool().Exec(ctx, ib.q["sweep"], processedCutoff, pendingCutoff, ib.batch)
+		n, err = ib.sql.Sweep(ctx, ib.drv.Pool(), start, ib.retention, ib.batch)
 		total += n
 		if err != nil || n < int64(ib.batch) {
 			break
@@ -404,53 +362,12 @@ func (ib *Inbox[TTx]) check(source, id string, metadata any) (any, error) {
 	return encodeMetadata(metadata, ib.maxMeta)
 }
 
-// receive runs the insert-first receipt query and reports whether it
-// inserted a row.
-func (ib *Inbox[TTx]) receive(ctx context.Context, ex driver.Executor, query, source, id string, meta any, now time.Time) (bool, error) {
-	args := []any{source, id, meta}
-	if ib.dialect == driver.SQLite {
-		args = []any{source, id, now.UnixMicro(), meta}
-	}
-	if ib.dialect == driver.MySQL {
-		return receiveMySQL(ctx, ex, ib.q[query], args)
-	}
-	rows, err := ex.Query(ctx, ib.q[query], args...)
+// receive runs the insert-first receipt and reports whether it inserted a
+// row.
+func (ib *Inbox[TTx]) receive(ctx context.Context, ex driver.Executor, r inboxsql.Receipt) (bool, error) {
+	fresh, err := ib.sql.Receive(ctx, ex, r)
 	if err != nil {
 		return false, fmt.Errorf("txbox/inbox: record receipt: %w", err)
 	}
-	found, err := exists(rows)
-	if err != nil {
-		return false, fmt.Errorf("txbox/inbox: record receipt: %w", err)
-	}
-	return found, nil
-}
-
-// receiveMySQL runs the receipt's INSERT … ON DUPLICATE KEY UPDATE, whose
-// duplicate path always changes the row: 1 row affected means inserted
-// (fresh), 2 means updated (duplicate), whatever CLIENT_FOUND_ROWS says.
-// Any other count (0: a driver that does not report it) is an error, never
-// a guess that could skip a handler or run it twice.
-func receiveMySQL(ctx context.Context, ex driver.Executor, query string, args []any) (bool, error) {
-	n, err := ex.Exec(ctx, query, args...)
-	if err != nil {
-		return false, fmt.Errorf("txbox/inbox: record receipt: %w", err)
-	}
-	switch n {
-	case 1:
-		return true, nil
-	case 2:
-		return false, nil
-	}
-	return false, fmt.Errorf("txbox/inbox: record receipt: the driver reported %d rows affected, want 1 (fresh) or 2 (duplicate)", n)
-}
-
-// exists reports whether rows has a row, and closes rows. It reads the
-// error after Close, where pgx reports a statement's late failures.
-func exists(rows driver.Rows) (bool, error) {
-	found := rows.Next()
-	cerr := rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
-	return found, cerr
+	return fresh, nil
 }

@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/migratesql"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/internal/sqltext"
 )
 
 //go:embed sql
@@ -68,6 +70,7 @@ type Status struct {
 
 // Migrator applies migrations through a caller-owned pool.
 type Migrator struct {
+	sql        migratesql.Dialect // the tracking table's SQL
 	dialect    driver.Dialect
 	pool       driver.Pool
 	schema     string
@@ -89,7 +92,11 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Migrator{dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations}, nil
+	sql, err := migratesql.New(drv.Dialect(), cfg.Schema, trackingTable)
+	if err != nil {
+		return nil, err
+	}
+	return &Migrator{sql: sql, dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations}, nil
 }
 
 // Plan renders every migration cfg asks for, in the order Up applies them.
@@ -139,7 +146,7 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("txbox: no %s migrations for dialect %q", kind, d)
 	}
-	qualified := sqlname.Qualified(d, schema, table)
+	names := sqltext.Names(d, schema, table)
 	var out []Migration
 	for _, e := range entries {
 		num, name, ok := strings.Cut(strings.TrimSuffix(e.Name(), ".sql"), "_")
@@ -151,31 +158,14 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		sql := strings.ReplaceAll(string(text), "{{table}}", qualified)
-		// {{index "x"}}: the index <table>_x_idx; {{ident "x"}}: <table>_x
-		// (indexes and triggers live in their table's schema); {{name "x"}}:
-		// <table>_x qualified with the schema (functions).
-		sql = expand(sql, "index", func(x string) string { return sqlname.Quote(d, sqlname.Derived(table, x+"_idx")) })
-		sql = expand(sql, "ident", func(x string) string { return sqlname.Quote(d, sqlname.Derived(table, x)) })
-		sql = expand(sql, "name", func(x string) string { return sqlname.Qualified(d, schema, sqlname.Derived(table, x)) })
+		sql, err := sqltext.Render(path.Join(dir, e.Name()), string(text), names)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, Migration{Target: kind + ":" + table, Version: v, Name: name, SQL: sql})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
-}
-
-// expand replaces every {{fn "arg"}} in sql with f(arg).
-func expand(sql, fn string, f func(string) string) string {
-	open := "{{" + fn + ` "`
-	for {
-		i := strings.Index(sql, open)
-		if i < 0 {
-			return sql
-		}
-		j := strings.Index(sql[i:], `"}}`)
-		arg := sql[i+len(open) : i+j]
-		sql = sql[:i] + f(arg) + sql[i+j+len(`"}}`):]
-	}
 }
 
 // SQL returns every migration as one script, with comments naming each, for
@@ -192,49 +182,20 @@ func Script(ms []Migration) string {
 	return b.String()
 }
 
-func (m *Migrator) tracking() string {
-	return sqlname.Qualified(m.dialect, m.schema, trackingTable)
-}
-
-func (m *Migrator) ph(n int) string {
-	if m.dialect == driver.Postgres {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
-
 func (m *Migrator) ensureTracking(ctx context.Context) error {
-	if m.schema != "" {
-		if _, err := m.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+sqlname.Quote(m.dialect, m.schema)); err != nil {
+	if q := m.sql.CreateSchema(); m.schema != "" && q != "" {
+		if _, err := m.pool.Exec(ctx, q); err != nil {
 			return fmt.Errorf("txbox: create schema %s: %w", m.schema, err)
 		}
 	}
-	ts := "timestamptz"
-	switch m.dialect {
-	case driver.SQLite:
-		ts = "TEXT"
-	case driver.MySQL:
-		ts = "DATETIME(6)"
-	}
-	target := "text"
-	if m.dialect == driver.MySQL {
-		target = "VARCHAR(200)"
-	}
-	_, err := m.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-    target     %s NOT NULL,
-    version    integer NOT NULL,
-    name       %s NOT NULL,
-    applied_at %s NOT NULL,
-    PRIMARY KEY (target, version)
-)`, m.tracking(), target, target, ts))
-	if err != nil {
+	if _, err := m.pool.Exec(ctx, m.sql.CreateTracking()); err != nil {
 		return fmt.Errorf("txbox: create %s: %w", trackingTable, err)
 	}
 	return nil
 }
 
 func (m *Migrator) applied(ctx context.Context, ex driver.Executor) (map[string]time.Time, error) {
-	rows, err := ex.Query(ctx, "SELECT target, version, applied_at FROM "+m.tracking())
+	rows, err := ex.Query(ctx, m.sql.Applied())
 	if err != nil {
 		return nil, err
 	}
@@ -339,19 +300,11 @@ func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 		return false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if m.dialect == driver.Postgres {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+m.tracking()+" IN EXCLUSIVE MODE"); err != nil {
-			return false, err
-		}
+	unlock, err := m.sql.Lock(ctx, tx)
+	if err != nil {
+		return false, err
 	}
-	if m.dialect == driver.MySQL {
-		// DDL commits implicitly, so a table lock would not last: a named
-		// lock of the connection serialises concurrent Ups instead.
-		if err := mysqlLock(ctx, tx); err != nil {
-			return false, err
-		}
-		defer func() { _, _ = tx.Exec(context.WithoutCancel(ctx), "DO RELEASE_LOCK('txbox_migrate')") }()
-	}
+	defer func() { _ = unlock(context.WithoutCancel(ctx)) }()
 	done, err := m.applied(ctx, tx)
 	if err != nil {
 		return false, err
@@ -364,42 +317,14 @@ func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 			return false, err
 		}
 	}
-	var at any = time.Now().UTC()
-	if m.dialect == driver.SQLite {
-		at = time.Now().UTC().Format(time.RFC3339Nano)
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s (target, version, name, applied_at) VALUES (%s, %s, %s, %s)",
-		m.tracking(), m.ph(1), m.ph(2), m.ph(3), m.ph(4)), mg.Target, mg.Version, mg.Name, at); err != nil {
+	if err := m.sql.Record(ctx, tx, mg.Target, mg.Version, mg.Name, time.Now()); err != nil {
 		return false, err
 	}
-	if m.dialect == driver.MySQL {
-		// Before the commit: after it the transaction can run nothing.
-		if _, err := tx.Exec(ctx, "DO RELEASE_LOCK('txbox_migrate')"); err != nil {
-			return false, err
-		}
+	// Before the commit: after it the transaction can run nothing.
+	if err := unlock(ctx); err != nil {
+		return false, err
 	}
 	return true, tx.Commit(ctx)
-}
-
-func mysqlLock(ctx context.Context, tx driver.Tx) error {
-	rows, err := tx.Query(ctx, "SELECT GET_LOCK('txbox_migrate', 60)")
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var got *int64
-	if rows.Next() {
-		if err := rows.Scan(&got); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if got == nil || *got != 1 {
-		return fmt.Errorf("another txbox migrate up holds the lock txbox_migrate")
-	}
-	return nil
 }
 
 // splitStatements splits a migration on semicolons at line ends, dropping

@@ -112,7 +112,25 @@ func (p poolExec) Query(ctx context.Context, sql string, args ...any) (driver.Ro
 	return query(ctx, p.p, sql, args)
 }
 func (p poolExec) Begin(ctx context.Context) (driver.Tx, error) {
-	tx, err := p.p.Begin(ctx)
+	return p.BeginTx(ctx, driver.TxOptions{})
+}
+
+var _ driver.TxBeginner = poolExec{}
+
+func (p poolExec) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	var o pgx.TxOptions
+	switch opts.Isolation {
+	case driver.LevelDefault:
+	case driver.LevelReadCommitted:
+		o.IsoLevel = pgx.ReadCommitted
+	case driver.LevelRepeatableRead:
+		o.IsoLevel = pgx.RepeatableRead
+	case driver.LevelSerializable:
+		o.IsoLevel = pgx.Serializable
+	default:
+		return nil, fmt.Errorf("txboxpgx: unknown isolation level %d", opts.Isolation)
+	}
+	tx, err := p.p.BeginTx(ctx, o)
 	if err != nil {
 		return nil, err
 	}

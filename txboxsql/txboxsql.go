@@ -12,6 +12,7 @@ package txboxsql
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"github.com/txbox/txbox/driver"
 )
@@ -79,7 +80,25 @@ func (d dbExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, 
 	return query(ctx, d.db, q, args)
 }
 func (d dbExec) Begin(ctx context.Context) (driver.Tx, error) {
-	tx, err := d.db.BeginTx(ctx, nil)
+	return d.BeginTx(ctx, driver.TxOptions{})
+}
+
+var _ driver.TxBeginner = dbExec{}
+
+func (d dbExec) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	var o *sql.TxOptions // nil: the DB's default
+	switch opts.Isolation {
+	case driver.LevelDefault:
+	case driver.LevelReadCommitted:
+		o = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	case driver.LevelRepeatableRead:
+		o = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+	case driver.LevelSerializable:
+		o = &sql.TxOptions{Isolation: sql.LevelSerializable}
+	default:
+		return nil, fmt.Errorf("txboxsql: unknown isolation level %d", opts.Isolation)
+	}
+	tx, err := d.db.BeginTx(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -1,14 +1,12 @@
 package outboxsql
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/txbox/txbox/driver"
@@ -36,29 +34,28 @@ type Rejection struct {
 
 // Store runs the relay's SQL on one outbox table.
 type Store struct {
-	dialect driver.Dialect
-	pool    driver.Pool
-	q       queries
-	lease   time.Duration
-	// mark names the query that marks published rows: mark_published,
-	// or delete_published when delivered rows are not kept.
-	mark string
+	d     dialect
+	pool  driver.Pool
+	lease time.Duration
+	// deletePublished makes Finish delete published rows instead of
+	// marking them.
+	deletePublished bool
 }
 
 // NewStore returns a Store for the quoted table; lease is how long a SQLite
 // claim holds before another relay may take the rows (PostgreSQL and MySQL
 // hold row locks instead and ignore it).
 func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Duration) (*Store, error) {
-	q, err := loadQueries(d, table)
+	dl, err := newDialect(d, table)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{dialect: d, pool: pool, q: q, lease: lease, mark: "mark_published"}, nil
+	return &Store{d: dl, pool: pool, lease: lease}, nil
 }
 
 // DeletePublished makes Finish delete published rows, in the transaction
 // that would have marked them, instead of keeping them for cleanup.
-func (s *Store) DeletePublished() { s.mark = "delete_published" }
+func (s *Store) DeletePublished() { s.deletePublished = true }
 
 // Batch is a claim on some rows, ended by Finish or Release.
 type Batch struct {
@@ -68,6 +65,10 @@ type Batch struct {
 	token string    // SQLite: the lease token
 }
 
+// Tx is the transaction holding the batch's row locks (PostgreSQL, MySQL),
+// or nil (SQLite).
+func (b *Batch) Tx() driver.Tx { return b.tx }
+
 // Claim takes up to limit deliverable rows with ids from from on, oldest
 // first. An empty batch still needs Release. from 0 looks at every row; a
 // higher from spares the scan the entries of rows delivered since the
@@ -75,104 +76,54 @@ type Batch struct {
 // commits out of id order, a retry that came due), so callers must scan
 // from 0 regularly.
 func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error) {
-	switch s.dialect {
-	case driver.Postgres, driver.MySQL:
-		// The transaction must outlive ctx: database/sql rolls a transaction
-		// back when its context ends, and a relay that is stopping still
-		// marks what the broker acknowledged.
-		tx, err := s.pool.Begin(context.WithoutCancel(ctx))
-		if err != nil {
-			return nil, err
-		}
-		if s.dialect == driver.MySQL {
-			if err := readCommitted(ctx, tx); err != nil {
-				_ = tx.Rollback(context.WithoutCancel(ctx))
-				return nil, err
-			}
-		}
-		args := []any{limit, from}
-		if s.dialect == driver.MySQL {
-			args = []any{from, limit}
-		}
-		rows, err := tx.Query(ctx, s.q["claim"], args...)
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return nil, err
-		}
-		claimed, err := scanClaimed(rows, s.dialect, limit)
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return nil, err
-		}
-		return &Batch{Rows: claimed, s: s, tx: tx}, nil
-	case driver.SQLite:
-		token := newToken()
-		now := time.Now()
-		rows, err := s.pool.Query(ctx, s.q["claim"], token, now.Add(s.lease).UnixMicro(), now.UnixMicro(), limit, from)
-		if err != nil {
-			return nil, err
-		}
-		claimed, err := scanClaimed(rows, s.dialect, limit)
-		if err != nil {
-			// The UPDATE may have committed: release what it took.
-			_, _ = s.pool.Exec(context.WithoutCancel(ctx), s.q["release"], token)
-			return nil, err
-		}
-		slices.SortFunc(claimed, func(a, b Claimed) int { return int(a.Seq - b.Seq) })
-		return &Batch{Rows: claimed, s: s, token: token}, nil
+	// The transaction must outlive ctx: database/sql rolls a transaction
+	// back when its context ends, and a relay that is stopping still
+	// marks what the broker acknowledged.
+	tx, err := s.d.beginClaim(context.WithoutCancel(ctx), s.pool)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("txbox: relay does not support dialect %q", s.dialect)
+	b := &Batch{s: s, tx: tx}
+	var ex driver.Executor = s.pool
+	if tx != nil {
+		ex = tx
+	} else {
+		b.token = newToken()
+	}
+	now := time.Now()
+	q, args := s.d.claim(limit, from, b.token, now.Add(s.lease), now)
+	rows, err := ex.Query(ctx, q, args...)
+	if err == nil {
+		b.Rows, err = s.scanClaimed(rows, limit)
+	}
+	if err != nil {
+		// A lease's UPDATE may have committed: release what it took.
+		_ = b.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	// A lease's UPDATE … RETURNING returns rows in no particular order.
+	if !slices.IsSortedFunc(b.Rows, bySeq) {
+		slices.SortFunc(b.Rows, bySeq)
+	}
+	return b, nil
 }
 
-// readCommitted turns tx, just begun on MySQL, into a READ COMMITTED
-// transaction on the same connection. Under REPEATABLE READ (InnoDB's
-// default) the claim's scan takes gap locks at the end of the pending range,
-// right where writers insert new rows: writers would wait for a relay's
-// publish, and deadlock with its marks. READ COMMITTED takes no gap locks.
-// driver.Pool.Begin takes no isolation level, and SET TRANSACTION is refused
-// inside a transaction, so the empty transaction is committed and a new one
-// started; the later Commit or Rollback ends that one. The connection's own
-// default level is left as it was.
-func readCommitted(ctx context.Context, tx driver.Tx) error {
-	for _, q := range []string{"COMMIT", "SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "START TRANSACTION"} {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("claim transaction: %s: %w", q, err)
-		}
-	}
-	return nil
-}
+func bySeq(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) }
 
-func scanClaimed(rows driver.Rows, d driver.Dialect, limit int) ([]Claimed, error) {
+func (s *Store) scanClaimed(rows driver.Rows, limit int) ([]Claimed, error) {
 	defer rows.Close()
 	out := make([]Claimed, 0, min(limit, 4096))
 	// One row's destinations, reused for every row: the claim is the
 	// relay's hot path, and a batch may hold thousands of rows.
-	var (
-		c      Claimed
-		micros int64 // SQLite stores created_at as Unix microseconds
-		mt     anyTime
-		pt     time.Time
-	)
-	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, &c.Attempts, &pt}
-	switch d {
-	case driver.SQLite:
-		dest[7] = &micros
-	case driver.MySQL:
-		dest[7] = &mt
-	}
+	var c Claimed
+	created := s.d.newTime()
+	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, &c.Attempts, created.dest()}
 	for rows.Next() {
 		c = Claimed{}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		switch d {
-		case driver.SQLite:
-			c.CreatedAt = time.UnixMicro(micros)
-		case driver.MySQL:
-			c.CreatedAt = mt.Time
-		default:
-			c.CreatedAt = pt
-		}
+		c.CreatedAt = created.time()
 		out = append(out, c)
 	}
 	return out, rows.Err()
@@ -193,66 +144,54 @@ func (b *Batch) Keyed() bool {
 // PostgreSQL a batch without ordering keys commits without waiting for the
 // disk (see lazy_commit in sql/postgres.sql).
 func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Rejection, maxAttempts int) error {
-	s := b.s
-	switch s.dialect {
-	case driver.Postgres, driver.MySQL:
-		if len(published) > 0 {
-			q, args := s.withIDs(s.mark, published)
-			if _, err := b.tx.Exec(ctx, q, args...); err != nil {
-				_ = b.tx.Rollback(context.WithoutCancel(ctx))
-				return fmt.Errorf("mark published: %w", err)
-			}
-		}
-		for _, r := range rejected {
-			args := []any{r.Seq, r.Err, r.RetryAfter.Milliseconds(), maxAttempts}
-			if s.dialect == driver.MySQL {
-				args = []any{maxAttempts, r.Err, r.RetryAfter.Microseconds(), r.Seq}
-			}
-			if _, err := b.tx.Exec(ctx, s.q["reject"], args...); err != nil {
-				_ = b.tx.Rollback(context.WithoutCancel(ctx))
-				return fmt.Errorf("record rejection: %w", err)
-			}
-		}
-		if q, ok := s.q["lazy_commit"]; ok && !b.Keyed() {
-			if _, err := b.tx.Exec(ctx, q); err != nil {
-				_ = b.tx.Rollback(context.WithoutCancel(ctx))
-				return fmt.Errorf("lazy commit: %w", err)
-			}
-		}
-		if err := b.tx.Commit(ctx); err != nil {
-			return fmt.Errorf("commit marks: %w", err)
-		}
-		return nil
-	case driver.SQLite:
-		tx, err := s.pool.Begin(ctx)
-		if err != nil {
+	s, tx := b.s, b.tx
+	if tx == nil {
+		// A lease: the marks commit together in a short transaction of
+		// their own.
+		var err error
+		if tx, err = s.pool.Begin(ctx); err != nil {
 			return err
 		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		now := time.Now()
-		if len(published) > 0 {
-			args := []any{now.UnixMicro(), b.token, s.idsArg(published)}
-			if s.mark == "delete_published" {
-				args = args[1:]
-			}
-			if _, err := tx.Exec(ctx, s.q[s.mark], args...); err != nil {
-				return fmt.Errorf("mark published: %w", err)
-			}
+	}
+	if err := b.finish(ctx, tx, published, rejected, maxAttempts); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit marks: %w", err)
+	}
+	return nil
+}
+
+func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rejected []Rejection, maxAttempts int) error {
+	d, q := b.s.d, b.s.d.queries()
+	now := time.Now()
+	if len(published) > 0 {
+		sql, args := d.markPublished(published, b.token, now)
+		if b.s.deletePublished {
+			sql, args = d.deletePublished(published, b.token)
 		}
-		for _, r := range rejected {
-			if _, err := tx.Exec(ctx, s.q["reject"], r.Seq, r.Err, now.Add(r.RetryAfter).UnixMicro(), maxAttempts, now.UnixMicro(), b.token); err != nil {
-				return fmt.Errorf("record rejection: %w", err)
-			}
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("mark published: %w", err)
 		}
-		if _, err := tx.Exec(ctx, s.q["release"], b.token); err != nil {
+	}
+	for _, r := range rejected {
+		sql, args := d.reject(r, maxAttempts, b.token, now)
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("record rejection: %w", err)
+		}
+	}
+	if b.token != "" {
+		if _, err := tx.Exec(ctx, q.release, b.token); err != nil {
 			return fmt.Errorf("release claim: %w", err)
 		}
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("commit marks: %w", err)
-		}
-		return nil
 	}
-	return errors.ErrUnsupported
+	if q.lazyCommit != "" && !b.Keyed() {
+		if _, err := tx.Exec(ctx, q.lazyCommit); err != nil {
+			return fmt.Errorf("lazy commit: %w", err)
+		}
+	}
+	return nil
 }
 
 // Release gives every claimed row back without marking any.
@@ -260,17 +199,15 @@ func (b *Batch) Release(ctx context.Context) error {
 	if b.tx != nil {
 		return b.tx.Rollback(ctx)
 	}
-	_, err := b.s.pool.Exec(ctx, b.s.q["release"], b.token)
+	_, err := b.s.pool.Exec(ctx, b.s.d.queries().release, b.token)
 	return err
 }
 
 // Cleanup deletes up to limit rows published before cutoff and returns how
 // many it deleted.
 func (s *Store) Cleanup(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
-	if s.dialect == driver.MySQL {
-		return s.pool.Exec(ctx, s.q["cleanup"], max(time.Since(cutoff), 0).Microseconds(), limit)
-	}
-	return s.pool.Exec(ctx, s.q["cleanup"], s.timeArg(cutoff), limit)
+	q, args := s.d.cleanup(cutoff, limit)
+	return s.pool.Exec(ctx, q, args...)
 }
 
 // Counts is a snapshot of the table.
@@ -283,11 +220,8 @@ type Counts struct {
 
 // Counts reads pending and dead counts and the age of the oldest pending row.
 func (s *Store) Counts(ctx context.Context) (Counts, error) {
-	var args []any
-	if s.dialect == driver.SQLite {
-		args = append(args, time.Now().UnixMicro())
-	}
-	rows, err := s.pool.Query(ctx, s.q["counts"], args...)
+	q, args := s.d.counts(time.Now())
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return Counts{}, err
 	}
@@ -322,29 +256,19 @@ type DeadRow struct {
 
 // ListDead returns up to limit dead rows, oldest first.
 func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadRow, error) {
-	rows, err := s.pool.Query(ctx, s.q["list_dead"], limit)
+	rows, err := s.pool.Query(ctx, s.d.queries().listDead, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []DeadRow
+	created, dead := s.d.newTime(), s.d.newTime()
 	for rows.Next() {
 		var d DeadRow
-		if s.dialect == driver.SQLite {
-			var created, dead int64
-			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, &created, &dead, &d.Parked); err != nil {
-				return nil, err
-			}
-			d.CreatedAt, d.DeadAt = time.UnixMicro(created), time.UnixMicro(dead)
-		} else if s.dialect == driver.MySQL {
-			var created, dead anyTime
-			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, &created, &dead, &d.Parked); err != nil {
-				return nil, err
-			}
-			d.CreatedAt, d.DeadAt = created.Time, dead.Time
-		} else if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, &d.CreatedAt, &d.DeadAt, &d.Parked); err != nil {
+		if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, created.dest(), dead.dest(), &d.Parked); err != nil {
 			return nil, err
 		}
+		d.CreatedAt, d.DeadAt = created.time(), dead.time()
 		out = append(out, d)
 	}
 	return out, rows.Err()
@@ -353,79 +277,24 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadRow, error) {
 // Redrive makes dead rows pending again with a fresh attempt budget; no
 // seqs means every dead row. It returns how many rows it changed.
 func (s *Store) Redrive(ctx context.Context, seqs []int64) (int64, error) {
-	if len(seqs) == 0 {
-		return s.pool.Exec(ctx, s.q["redrive_all"])
-	}
-	q, args := s.withIDs("redrive", seqs)
-	return s.pool.Exec(ctx, q, args...)
+	q := s.d.queries()
+	return s.execIDs(ctx, q.redrive, q.redriveAll, seqs)
 }
 
 // Discard deletes dead rows, releasing the keys they parked; no seqs means
 // every dead row. It returns how many rows it deleted.
 func (s *Store) Discard(ctx context.Context, seqs []int64) (int64, error) {
+	q := s.d.queries()
+	return s.execIDs(ctx, q.discard, q.discardAll, seqs)
+}
+
+// execIDs runs some on the rows seqs, or all when seqs is empty.
+func (s *Store) execIDs(ctx context.Context, some, all string, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
-		return s.pool.Exec(ctx, s.q["discard_all"])
+		return s.pool.Exec(ctx, all)
 	}
-	q, args := s.withIDs("discard", seqs)
+	q, args := s.d.withIDs(some, seqs)
 	return s.pool.Exec(ctx, q, args...)
-}
-
-// withIDs returns query name and its arguments for the list of ids seqs:
-// one array argument on PostgreSQL, a JSON array on SQLite, and on MySQL
-// one placeholder per id in place of {{ids}}.
-func (s *Store) withIDs(name string, seqs []int64) (string, []any) {
-	if s.dialect != driver.MySQL {
-		return s.q[name], []any{s.idsArg(seqs)}
-	}
-	args := make([]any, len(seqs))
-	for i, v := range seqs {
-		args[i] = v
-	}
-	return strings.Replace(s.q[name], "{{ids}}", strings.TrimSuffix(strings.Repeat("?,", len(seqs)), ","), 1), args
-}
-
-// anyTime scans a timestamp whether the driver returns a time.Time or text
-// (go-sql-driver/mysql without parseTime=true returns DATETIME as bytes).
-type anyTime struct{ time.Time }
-
-func (t *anyTime) Scan(v any) error {
-	switch x := v.(type) {
-	case time.Time:
-		t.Time = x
-		return nil
-	case nil:
-		t.Time = time.Time{}
-		return nil
-	case []byte:
-		return t.parse(string(x))
-	case string:
-		return t.parse(x)
-	}
-	return fmt.Errorf("txbox: cannot scan %T as a time", v)
-}
-
-func (t *anyTime) parse(s string) error {
-	p, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, time.UTC)
-	if err != nil {
-		return fmt.Errorf("txbox: cannot parse time %q: %w", s, err)
-	}
-	t.Time = p
-	return nil
-}
-
-func (s *Store) idsArg(seqs []int64) any {
-	if s.dialect == driver.SQLite {
-		b, _ := json.Marshal(seqs)
-		return string(b)
-	}
-	return seqs
-}
-
-func (s *Store) timeArg(t time.Time) any {
-	if s.dialect == driver.SQLite {
-		return t.UnixMicro()
-	}
-	return t
 }
 
 func newToken() string {

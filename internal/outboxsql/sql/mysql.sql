@@ -4,8 +4,8 @@
 -- publishes: another relay skips the locked rows, and a relay that dies
 -- releases them with its connection. The marks commit in that same
 -- transaction. Times are UTC (UTC_TIMESTAMP(6)); durations are passed in
--- microseconds, so the session's time zone never matters. {{ids}} becomes
--- one placeholder per id: a primary-key IN list, so an UPDATE locks only
+-- microseconds, so the session's time zone never matters. {{list "?"}}
+-- becomes one placeholder per id: a primary-key IN list, so an UPDATE locks only
 -- the rows it names (an IN (subquery) may be run as a scan that locks every
 -- row it reads, including other relays' claimed rows).
 
@@ -29,10 +29,10 @@ FOR UPDATE SKIP LOCKED
 
 -- name: mark_published
 UPDATE {{table}} SET published_at = UTC_TIMESTAMP(6)
-WHERE id IN ({{ids}})
+WHERE id IN ({{list "?"}})
 
 -- name: delete_published
-DELETE FROM {{table}} WHERE id IN ({{ids}})
+DELETE FROM {{table}} WHERE id IN ({{list "?"}})
 
 -- MySQL evaluates SET assignments left to right, each seeing the ones
 -- before it: dead_at is computed before attempts is incremented.
@@ -68,13 +68,38 @@ FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?
 
 -- name: redrive
 UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL
-WHERE dead_at IS NOT NULL AND id IN ({{ids}})
+WHERE dead_at IS NOT NULL AND id IN ({{list "?"}})
 
 -- name: redrive_all
 UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL WHERE dead_at IS NOT NULL
 
 -- name: discard
-DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN ({{ids}})
+DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN ({{list "?"}})
 
 -- name: discard_all
 DELETE FROM {{table}} WHERE dead_at IS NOT NULL
+
+-- name: insert
+-- Outbox.Add's multi-row INSERT: {{list}} repeats one row's values, up to
+-- 1000 rows (see Inserter.Insert).
+INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES {{list "(?,?,?,?,?)"}}
+
+-- name: lock_keys
+-- Before a multi-row insert, the key-order locks of its rows' keys, one
+-- placeholder per distinct key, in bucket order (see Inserter.lockKeys and
+-- migrate/sql/mysql/outbox/002_key_order.sql).
+SELECT bucket FROM {{name "keys"}} WHERE bucket IN ({{list "CRC32(?) & 4095"}}) ORDER BY bucket FOR UPDATE
+
+-- The claim transaction's READ COMMITTED for a driver.Pool that cannot
+-- begin a transaction at a level (see mysql.beginClaim): SET TRANSACTION is
+-- refused inside a transaction, so the empty one just begun is committed,
+-- the level set for the next one, and that one started on the same
+-- connection.
+-- name: read_committed_end_empty
+COMMIT
+
+-- name: read_committed_set
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED
+
+-- name: read_committed_start
+START TRANSACTION

@@ -72,3 +72,8 @@ DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN (SELECT value FROM jso
 
 -- name: discard_all
 DELETE FROM {{table}} WHERE dead_at IS NOT NULL
+
+-- name: insert
+-- Outbox.Add's multi-row INSERT: {{list}} repeats one row's values, up to
+-- 1000 rows (see Inserter.Insert).
+INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES {{list "(?,?,?,?,?)"}}

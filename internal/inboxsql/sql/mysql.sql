@@ -55,3 +55,7 @@ WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
   AND (processed_at IS NOT NULL OR received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
 ORDER BY received_at
 LIMIT ?
+
+-- The consumer's start-up check that the table is there and readable.
+-- name: probe
+SELECT source, message_id FROM {{table}} WHERE 1 = 0

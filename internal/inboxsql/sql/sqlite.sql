@@ -43,3 +43,7 @@ WHERE rowid IN (
   SELECT rowid FROM {{table}}
   WHERE received_at < ?1 AND (processed_at IS NOT NULL OR received_at < ?2)
   LIMIT ?3)
+
+-- The consumer's start-up check that the table is there and readable.
+-- name: probe
+SELECT source, message_id FROM {{table}} WHERE 1 = 0

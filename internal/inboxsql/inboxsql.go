@@ -1,0 +1,132 @@
+// Package inboxsql holds the inbox's SQL for each dialect and the code that
+// runs it. Each dialect is one type (postgres.go, sqlite.go, mysql.go) that
+// owns its embedded SQL file, its arguments and how it reads a receipt's
+// outcome; package inbox holds every step they share.
+package inboxsql
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqltext"
+)
+
+// Dialect is one dialect's inbox SQL on one table.
+type Dialect interface {
+	// Receive runs the insert-first receipt of r and reports whether it
+	// inserted a row (the message is fresh).
+	Receive(ctx context.Context, ex driver.Executor, r Receipt) (fresh bool, err error)
+	// MarkProcessed marks the receipt of (source, id) processed and
+	// reports whether there is one.
+	MarkProcessed(ctx context.Context, ex driver.Executor, source, id string, now time.Time) (found bool, err error)
+	// Exists reports whether a receipt of (source, id) is visible.
+	Exists(ctx context.Context, ex driver.Executor, source, id string) (bool, error)
+	// Stats returns, per source ordered by source, the source, its
+	// receipts and its processed receipts.
+	Stats(ctx context.Context, ex driver.Executor) (driver.Rows, error)
+	// Sweep deletes up to limit receipts past retention (twice retention
+	// for unprocessed ones), counted back from now.
+	Sweep(ctx context.Context, ex driver.Executor, now time.Time, retention time.Duration, limit int) (int64, error)
+	// Probe reads nothing from the table, failing if it is missing or
+	// unreadable.
+	Probe(ctx context.Context, ex driver.Executor) error
+}
+
+// Receipt is what Receive records.
+type Receipt struct {
+	Source, ID string
+	Metadata   any // the JSON text, or nil
+	Now        time.Time
+	// Processed writes the receipt already processed (Handle's receipt,
+	// which becomes visible only if the handler's transaction commits).
+	Processed bool
+}
+
+// New returns the inbox SQL of dialect d for table in schema (both
+// validated; schema may be empty).
+func New(d driver.Dialect, schema, table string) (Dialect, error) {
+	switch d {
+	case driver.Postgres:
+		p := &postgres{}
+		return p, p.load(d, postgresSQL, schema, table, nil)
+	case driver.SQLite:
+		s := &sqlite{}
+		return s, s.load(d, sqliteSQL, schema, table, nil)
+	case driver.MySQL:
+		m := &mysql{}
+		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"found_receipt": &m.foundReceipt})
+	}
+	return nil, fmt.Errorf("dialect %q is not supported", d)
+}
+
+// queries are the inbox's statements, rendered for one table, and the
+// methods whose arguments are the same in every dialect.
+type queries struct {
+	receive, receiveProcessed, markProcessed, exists, stats, sweep, probe string
+}
+
+func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
+	dest := map[string]*string{
+		"receive": &q.receive, "receive_processed": &q.receiveProcessed, "mark_processed": &q.markProcessed,
+		"exists": &q.exists, "stats": &q.stats, "sweep": &q.sweep, "probe": &q.probe,
+	}
+	return sqltext.Load("inbox/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
+}
+
+// receiveQuery returns the receipt statement r asks for.
+func (q *queries) receiveQuery(r Receipt) string {
+	if r.Processed {
+		return q.receiveProcessed
+	}
+	return q.receive
+}
+
+func (q *queries) Exists(ctx context.Context, ex driver.Executor, source, id string) (bool, error) {
+	rows, err := ex.Query(ctx, q.exists, source, id)
+	if err != nil {
+		return false, err
+	}
+	return exists(rows)
+}
+
+func (q *queries) Stats(ctx context.Context, ex driver.Executor) (driver.Rows, error) {
+	return ex.Query(ctx, q.stats)
+}
+
+func (q *queries) Probe(ctx context.Context, ex driver.Executor) error {
+	rows, err := ex.Query(ctx, q.probe)
+	if err != nil {
+		return err
+	}
+	_, err = exists(rows)
+	return err
+}
+
+// returning runs a receipt whose RETURNING clause returns a row only when
+// it inserted one.
+func hasRow(ctx context.Context, ex driver.Executor, q string, args ...any) (bool, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return false, err
+	}
+	return exists(rows)
+}
+
+// affected runs q and reports whether it affected a row.
+func affected(ctx context.Context, ex driver.Executor, q string, args ...any) (bool, error) {
+	n, err := ex.Exec(ctx, q, args...)
+	return n > 0, err
+}
+
+// exists reports whether rows has a row, and closes rows. It reads the
+// error after Close, where pgx reports a statement's late failures.
+func exists(rows driver.Rows) (bool, error) {
+	found := rows.Next()
+	cerr := rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	return found, cerr
+}

@@ -1,0 +1,72 @@
+// Package migratesql holds package migrate's own SQL for each dialect: the
+// tracking table and the lock that serialises concurrent Ups. Each dialect
+// is one type (postgres.go, sqlite.go, mysql.go) that owns its embedded SQL
+// file and its arguments. The migrations themselves are in migrate/sql.
+package migratesql
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqltext"
+)
+
+// Dialect is one dialect's tracking SQL on one tracking table.
+type Dialect interface {
+	// CreateSchema returns the statement creating the schema, or "" when
+	// the dialect has no schemas.
+	CreateSchema() string
+	// CreateTracking returns the statement creating the tracking table
+	// if it is missing.
+	CreateTracking() string
+	// Applied returns the query of the tracking rows: target, version and
+	// applied_at (a time.Time, or RFC 3339 text).
+	Applied() string
+	// Lock serialises concurrent Ups from inside tx. The lock lasts until
+	// tx ends or unlock runs, whichever comes first; run unlock before
+	// the commit.
+	Lock(ctx context.Context, tx driver.Tx) (unlock func(context.Context) error, err error)
+	// Record inserts the tracking row of one applied migration.
+	Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error
+}
+
+// New returns the tracking SQL of dialect d for table in schema (both
+// validated; schema may be empty).
+func New(d driver.Dialect, schema, table string) (Dialect, error) {
+	switch d {
+	case driver.Postgres:
+		p := &postgres{}
+		return p, p.load(d, postgresSQL, schema, table, map[string]*string{"create_schema": &p.createSchema, "lock": &p.lock})
+	case driver.SQLite:
+		s := &sqlite{}
+		return s, s.load(d, sqliteSQL, schema, table, nil)
+	case driver.MySQL:
+		m := &mysql{}
+		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"lock": &m.lock, "unlock": &m.unlock})
+	}
+	return nil, fmt.Errorf("txbox: no migrations for dialect %q", d)
+}
+
+// queries are the tracking statements, rendered for one table, and the
+// methods whose arguments are the same in every dialect.
+type queries struct {
+	createSchema, createTracking, applied, record string
+}
+
+func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
+	dest := map[string]*string{"create_tracking": &q.createTracking, "applied": &q.applied, "record": &q.record}
+	return sqltext.Load("migrate/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
+}
+
+func (q *queries) CreateSchema() string   { return q.createSchema }
+func (q *queries) CreateTracking() string { return q.createTracking }
+func (q *queries) Applied() string        { return q.applied }
+
+func (q *queries) Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error {
+	_, err := ex.Exec(ctx, q.record, target, version, name, at.UTC())
+	return err
+}
+
+func noUnlock(context.Context) error { return nil }

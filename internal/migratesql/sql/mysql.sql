@@ -1,0 +1,26 @@
+-- Statements of package migrate on MySQL and MariaDB. {{table}} is the
+-- quoted tracking table, txbox_migrations.
+
+-- name: create_tracking
+CREATE TABLE IF NOT EXISTS {{table}} (
+    target     VARCHAR(200) NOT NULL,
+    version    integer NOT NULL,
+    name       VARCHAR(200) NOT NULL,
+    applied_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (target, version)
+)
+
+-- name: applied
+SELECT target, version, applied_at FROM {{table}}
+
+-- DDL commits implicitly, so a table lock would not last: a named lock of
+-- the connection serialises concurrent Ups instead. lock returns 1 when it
+-- got the lock within 60 seconds.
+-- name: lock
+SELECT GET_LOCK('txbox_migrate', 60)
+
+-- name: unlock
+DO RELEASE_LOCK('txbox_migrate')
+
+-- name: record
+INSERT INTO {{table}} (target, version, name, applied_at) VALUES (?, ?, ?, ?)

@@ -1,0 +1,25 @@
+-- Statements of package migrate on PostgreSQL. {{table}} is the quoted,
+-- schema-qualified tracking table, txbox_migrations.
+
+-- name: create_schema
+CREATE SCHEMA IF NOT EXISTS {{schema}}
+
+-- name: create_tracking
+CREATE TABLE IF NOT EXISTS {{table}} (
+    target     text NOT NULL,
+    version    integer NOT NULL,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL,
+    PRIMARY KEY (target, version)
+)
+
+-- name: applied
+SELECT target, version, applied_at FROM {{table}}
+
+-- Concurrent Ups serialise on the tracking table, until the migration's
+-- transaction ends.
+-- name: lock
+LOCK TABLE {{table}} IN EXCLUSIVE MODE
+
+-- name: record
+INSERT INTO {{table}} (target, version, name, applied_at) VALUES ($1, $2, $3, $4)

@@ -1,0 +1,18 @@
+-- Statements of package migrate on SQLite. {{table}} is the quoted tracking
+-- table, txbox_migrations. applied_at is RFC 3339 text. SQLite has one
+-- writer at a time: concurrent Ups need no lock of their own.
+
+-- name: create_tracking
+CREATE TABLE IF NOT EXISTS {{table}} (
+    target     text NOT NULL,
+    version    integer NOT NULL,
+    name       text NOT NULL,
+    applied_at TEXT NOT NULL,
+    PRIMARY KEY (target, version)
+)
+
+-- name: applied
+SELECT target, version, applied_at FROM {{table}}
+
+-- name: record
+INSERT INTO {{table}} (target, version, name, applied_at) VALUES (?, ?, ?, ?)

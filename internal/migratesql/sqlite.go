@@ -1,0 +1,27 @@
+package migratesql
+
+import (
+	"context"
+	_ "embed"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+)
+
+//go:embed sql/sqlite.sql
+var sqliteSQL string
+
+// sqlite stores applied_at as RFC 3339 text and takes no lock: SQLite has
+// one writer at a time.
+type sqlite struct{ queries }
+
+var _ Dialect = (*sqlite)(nil)
+
+func (s *sqlite) Lock(context.Context, driver.Tx) (func(context.Context) error, error) {
+	return noUnlock, nil
+}
+
+func (s *sqlite) Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error {
+	_, err := ex.Exec(ctx, s.record, target, version, name, at.UTC().Format(time.RFC3339Nano))
+	return err
+}

@@ -1,0 +1,186 @@
+// Package outboxsql holds the outbox's SQL for each dialect and the code that
+// runs it: the multi-row insert of Outbox.Add and the relay's claim, mark,
+// reject and cleanup.
+//
+// Each dialect is one type (postgres.go, sqlite.go, mysql.go) that owns its
+// embedded SQL file, the order of its statements' arguments and the
+// scanning of its timestamps; Store and Inserter run the statements the
+// dialect hands them and hold every step the dialects share.
+package outboxsql
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqltext"
+)
+
+// dialect is one dialect's outbox SQL. The methods returning a statement
+// and its arguments take every value any dialect needs (the lease token,
+// the time) and use those their SQL binds.
+type dialect interface {
+	// queries returns the statements every dialect has.
+	queries() *queries
+	// placeholder returns the n-th (1-based) bind parameter.
+	placeholder(n int) string
+	// beginClaim opens the transaction that holds a claim's row locks
+	// until Finish or Release ends it, or returns nil (and no error) when
+	// the dialect leases rows instead (SQLite): a short UPDATE stamps them
+	// with a token, and the marks check it.
+	beginClaim(ctx context.Context, pool driver.Pool) (driver.Tx, error)
+	// claim returns the claim query.
+	claim(limit int, from int64, token string, until, now time.Time) (string, []any)
+	// markPublished and deletePublished return Finish's mark of the
+	// published rows seqs, as an update or a delete.
+	markPublished(seqs []int64, token string, now time.Time) (string, []any)
+	deletePublished(seqs []int64, token string) (string, []any)
+	// reject returns the update recording one rejection.
+	reject(r Rejection, maxAttempts int, token string, now time.Time) (string, []any)
+	// cleanup deletes up to limit rows published before cutoff.
+	cleanup(cutoff time.Time, limit int) (string, []any)
+	// counts returns the query of Store.Counts.
+	counts(now time.Time) (string, []any)
+	// withIDs returns q, a statement on the rows seqs, with its arguments.
+	withIDs(q string, seqs []int64) (string, []any)
+	// newTime returns a scan destination for a timestamp column.
+	newTime() timeCol
+}
+
+// queries are the statements of every dialect, rendered for one table.
+// A dialect's SQL file has one "-- name: x" section for each, plus its own.
+type queries struct {
+	claim, markPublished, deletePublished, reject, cleanup, counts string
+	listDead, redrive, redriveAll, discard, discardAll             string
+	// insert has a {{list}} of one row's values.
+	insert string
+	// release ends a lease (SQLite); lazyCommit runs before the commit
+	// of marks without ordering keys (PostgreSQL); lockKeys takes the
+	// key-order locks of a multi-row insert (MySQL). Empty elsewhere.
+	release, lazyCommit, lockKeys string
+}
+
+// load renders file's sections into q and extra, with the template
+// functions of table (quoted, as NewStore takes it) and {{list}}.
+func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*string) error {
+	dest := map[string]*string{
+		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
+		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead,
+		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
+		"insert": &q.insert,
+	}
+	schema, name := unqualify(table)
+	funcs := sqltext.Names(d, schema, name)
+	funcs["list"] = listFunc
+	return sqltext.Load("outbox/"+string(d), file, funcs, dest, extra)
+}
+
+// newDialect returns the SQL of dialect d for the quoted table.
+func newDialect(d driver.Dialect, table string) (dialect, error) {
+	switch d {
+	case driver.Postgres:
+		return newPostgres(table)
+	case driver.SQLite:
+		return newSQLite(table)
+	case driver.MySQL:
+		return newMySQL(table)
+	}
+	return nil, fmt.Errorf("txbox: no outbox SQL for dialect %q", d)
+}
+
+// unqualify splits a quoted, possibly schema-qualified table name
+// (validated identifiers, so neither part holds quotes or dots).
+func unqualify(quoted string) (schema, table string) {
+	unquote := func(s string) string { return strings.Trim(s, "`\"") }
+	if s, t, ok := strings.Cut(quoted, "."); ok {
+		return unquote(s), unquote(t)
+	}
+	return "", unquote(quoted)
+}
+
+// listMark delimits the item of a {{list "item"}} in a rendered statement.
+const listMark = "\x00"
+
+// listFunc is the template function {{list "item"}}: item repeated, comma
+// separated, once per element of a list bound at run time (see
+// expandList). Each ? in item is one bind parameter.
+func listFunc(item string) string { return listMark + item + listMark }
+
+// expandList returns q with its {{list}} repeated n times, its ?s becoming
+// d's placeholders numbered from 1: a list holds all of its statement's
+// bind parameters.
+func expandList(d dialect, q string, n int) string {
+	head, rest, _ := strings.Cut(q, listMark)
+	item, tail, _ := strings.Cut(rest, listMark)
+	var b strings.Builder
+	b.Grow(len(head) + len(tail) + n*(len(item)+8))
+	b.WriteString(head)
+	p := 1
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		for j := 0; j < len(item); j++ {
+			if item[j] != '?' {
+				b.WriteByte(item[j])
+				continue
+			}
+			b.WriteString(d.placeholder(p))
+			p++
+		}
+	}
+	b.WriteString(tail)
+	return b.String()
+}
+
+// timeCol is a reusable scan destination for one timestamp column.
+type timeCol interface {
+	dest() any
+	time() time.Time
+}
+
+// nativeTime scans a timestamp that the driver returns as a time.Time.
+type nativeTime struct{ t time.Time }
+
+func (t *nativeTime) dest() any       { return &t.t }
+func (t *nativeTime) time() time.Time { return t.t }
+
+// microsTime scans a timestamp stored as Unix microseconds.
+type microsTime struct{ us int64 }
+
+func (t *microsTime) dest() any       { return &t.us }
+func (t *microsTime) time() time.Time { return time.UnixMicro(t.us) }
+
+// anyTime scans a timestamp whether the driver returns a time.Time or text
+// (go-sql-driver/mysql without parseTime=true returns DATETIME as bytes).
+type anyTime struct{ time.Time }
+
+func (t *anyTime) dest() any       { return t }
+func (t *anyTime) time() time.Time { return t.Time }
+
+func (t *anyTime) Scan(v any) error {
+	switch x := v.(type) {
+	case time.Time:
+		t.Time = x
+		return nil
+	case nil:
+		t.Time = time.Time{}
+		return nil
+	case []byte:
+		return t.parse(string(x))
+	case string:
+		return t.parse(x)
+	}
+	return fmt.Errorf("txbox: cannot scan %T as a time", v)
+}
+
+func (t *anyTime) parse(s string) error {
+	p, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, time.UTC)
+	if err != nil {
+		return fmt.Errorf("txbox: cannot parse time %q: %w", s, err)
+	}
+	t.Time = p
+	return nil
+}

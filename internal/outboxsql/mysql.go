@@ -1,0 +1,102 @@
+package outboxsql
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+)
+
+//go:embed sql/mysql.sql
+var mysqlSQL string
+
+// mysql is the outbox's SQL on MySQL and MariaDB: row locks held in a READ
+// COMMITTED claim transaction, ids bound one placeholder each, times
+// computed by the server from durations passed in microseconds.
+type mysql struct {
+	q queries
+	// readCommitted turns a transaction just begun into a READ COMMITTED
+	// one, for a Pool without driver.TxBeginner (see beginClaim).
+	readCommitted [3]string
+}
+
+var _ dialect = (*mysql)(nil)
+
+func newMySQL(table string) (*mysql, error) {
+	m := &mysql{}
+	err := m.q.load(driver.MySQL, mysqlSQL, table, map[string]*string{
+		"lock_keys":                &m.q.lockKeys,
+		"read_committed_end_empty": &m.readCommitted[0],
+		"read_committed_set":       &m.readCommitted[1],
+		"read_committed_start":     &m.readCommitted[2],
+	})
+	return m, err
+}
+
+func (m *mysql) queries() *queries { return &m.q }
+
+func (m *mysql) placeholder(int) string { return "?" }
+
+// beginClaim begins a READ COMMITTED transaction. Under REPEATABLE READ
+// (InnoDB's default) the claim's scan takes gap locks at the end of the
+// pending range, right where writers insert new rows: writers would wait
+// for a relay's publish, and deadlock with its marks. READ COMMITTED takes
+// no gap locks. The connection's own default level is left as it was.
+//
+// A Pool without driver.TxBeginner can only begin at the default level, and
+// SET TRANSACTION is refused inside a transaction: the empty transaction is
+// committed and a new one started on the same connection, which the later
+// Commit or Rollback ends.
+func (m *mysql) beginClaim(ctx context.Context, pool driver.Pool) (driver.Tx, error) {
+	if b, ok := pool.(driver.TxBeginner); ok {
+		return b.BeginTx(ctx, driver.TxOptions{Isolation: driver.LevelReadCommitted})
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range m.readCommitted {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, fmt.Errorf("claim transaction: %s: %w", q, err)
+		}
+	}
+	return tx, nil
+}
+
+func (m *mysql) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {
+	return m.q.claim, []any{from, limit}
+}
+
+func (m *mysql) markPublished(seqs []int64, _ string, _ time.Time) (string, []any) {
+	return m.withIDs(m.q.markPublished, seqs)
+}
+
+func (m *mysql) deletePublished(seqs []int64, _ string) (string, []any) {
+	return m.withIDs(m.q.deletePublished, seqs)
+}
+
+func (m *mysql) reject(r Rejection, maxAttempts int, _ string, _ time.Time) (string, []any) {
+	return m.q.reject, []any{maxAttempts, r.Err, r.RetryAfter.Microseconds(), r.Seq}
+}
+
+// cleanup passes the cutoff as an age, counted back from the server's UTC
+// clock.
+func (m *mysql) cleanup(cutoff time.Time, limit int) (string, []any) {
+	return m.q.cleanup, []any{max(time.Since(cutoff), 0).Microseconds(), limit}
+}
+
+func (m *mysql) counts(time.Time) (string, []any) { return m.q.counts, nil }
+
+// withIDs binds one placeholder per id: a primary-key IN list.
+func (m *mysql) withIDs(q string, seqs []int64) (string, []any) {
+	args := make([]any, len(seqs))
+	for i, v := range seqs {
+		args[i] = v
+	}
+	return expandList(m, q, len(seqs)), args
+}
+
+func (m *mysql) newTime() timeCol { return &anyTime{} }

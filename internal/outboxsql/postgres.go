@@ -1,0 +1,59 @@
+package outboxsql
+
+import (
+	"context"
+	_ "embed"
+	"strconv"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+)
+
+//go:embed sql/postgres.sql
+var postgresSQL string
+
+// postgres is the outbox's SQL on PostgreSQL: row locks held in the claim
+// transaction, ids bound as one array, timestamps as time.Time.
+type postgres struct{ q queries }
+
+var _ dialect = (*postgres)(nil)
+
+func newPostgres(table string) (*postgres, error) {
+	p := &postgres{}
+	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{"lazy_commit": &p.q.lazyCommit})
+	return p, err
+}
+
+func (p *postgres) queries() *queries { return &p.q }
+
+func (p *postgres) placeholder(n int) string { return "$" + strconv.Itoa(n) }
+
+func (p *postgres) beginClaim(ctx context.Context, pool driver.Pool) (driver.Tx, error) {
+	return pool.Begin(ctx)
+}
+
+func (p *postgres) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {
+	return p.q.claim, []any{limit, from}
+}
+
+func (p *postgres) markPublished(seqs []int64, _ string, _ time.Time) (string, []any) {
+	return p.withIDs(p.q.markPublished, seqs)
+}
+
+func (p *postgres) deletePublished(seqs []int64, _ string) (string, []any) {
+	return p.withIDs(p.q.deletePublished, seqs)
+}
+
+func (p *postgres) reject(r Rejection, maxAttempts int, _ string, _ time.Time) (string, []any) {
+	return p.q.reject, []any{r.Seq, r.Err, r.RetryAfter.Milliseconds(), maxAttempts}
+}
+
+func (p *postgres) cleanup(cutoff time.Time, limit int) (string, []any) {
+	return p.q.cleanup, []any{cutoff, limit}
+}
+
+func (p *postgres) counts(time.Time) (string, []any) { return p.q.counts, nil }
+
+func (p *postgres) withIDs(q string, seqs []int64) (string, []any) { return q, []any{seqs} }
+
+func (p *postgres) newTime() timeCol { return &nativeTime{} }

@@ -1,0 +1,69 @@
+package outboxsql
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+)
+
+//go:embed sql/sqlite.sql
+var sqliteSQL string
+
+// sqlite is the outbox's SQL on SQLite: claims are leases (a token stamped
+// by one short UPDATE), ids are bound as one JSON array, timestamps are
+// Unix microseconds computed here.
+type sqlite struct{ q queries }
+
+var _ dialect = (*sqlite)(nil)
+
+func newSQLite(table string) (*sqlite, error) {
+	s := &sqlite{}
+	err := s.q.load(driver.SQLite, sqliteSQL, table, map[string]*string{"release": &s.q.release})
+	return s, err
+}
+
+func (s *sqlite) queries() *queries { return &s.q }
+
+func (s *sqlite) placeholder(n int) string { return "?" + strconv.Itoa(n) }
+
+// beginClaim returns no transaction: SQLite has one writer at a time, so a
+// claim must not hold a write transaction while the relay publishes.
+func (s *sqlite) beginClaim(context.Context, driver.Pool) (driver.Tx, error) { return nil, nil }
+
+func (s *sqlite) claim(limit int, from int64, token string, until, now time.Time) (string, []any) {
+	return s.q.claim, []any{token, until.UnixMicro(), now.UnixMicro(), limit, from}
+}
+
+func (s *sqlite) markPublished(seqs []int64, token string, now time.Time) (string, []any) {
+	return s.q.markPublished, []any{now.UnixMicro(), token, idsJSON(seqs)}
+}
+
+func (s *sqlite) deletePublished(seqs []int64, token string) (string, []any) {
+	return s.q.deletePublished, []any{token, idsJSON(seqs)}
+}
+
+func (s *sqlite) reject(r Rejection, maxAttempts int, token string, now time.Time) (string, []any) {
+	return s.q.reject, []any{r.Seq, r.Err, now.Add(r.RetryAfter).UnixMicro(), maxAttempts, now.UnixMicro(), token}
+}
+
+func (s *sqlite) cleanup(cutoff time.Time, limit int) (string, []any) {
+	return s.q.cleanup, []any{cutoff.UnixMicro(), limit}
+}
+
+func (s *sqlite) counts(now time.Time) (string, []any) {
+	return s.q.counts, []any{now.UnixMicro()}
+}
+
+func (s *sqlite) withIDs(q string, seqs []int64) (string, []any) { return q, []any{idsJSON(seqs)} }
+
+func (s *sqlite) newTime() timeCol { return &microsTime{} }
+
+// idsJSON is seqs as the JSON array that json_each reads.
+func idsJSON(seqs []int64) string {
+	b, _ := json.Marshal(seqs)
+	return string(b)
+}
