@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/migrate"
 )
 
@@ -528,9 +529,5 @@ func (c *Consumer[TTx]) invoke(ctx context.Context, h *handler[TTx], msg Message
 
 // backoff is the delay after the given delivery failed.
 func (c *Consumer[TTx]) backoff(deliveries int) time.Duration {
-	d := c.cfg.BackoffBase
-	for i := 1; i < deliveries && d < c.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, c.cfg.BackoffMax)
+	return backoff.Nth(c.cfg.BackoffBase, c.cfg.BackoffMax, deliveries)
 }

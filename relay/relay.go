@@ -35,6 +35,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/migrate"
@@ -368,10 +369,7 @@ func (r *Relay) tableName() string {
 func (r *Relay) Listening() bool { return r.notifyActive.Load() }
 
 func nextBackoff(prev, max time.Duration) time.Duration {
-	if prev == 0 {
-		return 100 * time.Millisecond
-	}
-	return min(2*prev, max)
+	return backoff.Next(prev, 100*time.Millisecond, max)
 }
 
 // Round claims one batch, publishes it and marks it, and returns how many
@@ -499,11 +497,7 @@ func (r *Relay) claimFrom() int64 {
 }
 
 func retryDelay(base time.Duration, attempts int) time.Duration {
-	d := base
-	for i := 1; i < attempts && d < 5*time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Minute)
+	return backoff.Nth(base, 5*time.Minute, attempts)
 }
 
 func truncate(s string, n int) string {
