@@ -132,8 +132,9 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 	t.Helper()
 	ctx := context.Background()
 	base := testenv.Name("q")
+	conn := testenv.RabbitMQConn(t, url)
 	for _, f := range flows {
-		testenv.Must(t, rabbitmq.DeclareQueue(ctx, url, rabbitmq.QueueConfig{Name: base + "." + f}), "declare %s", f)
+		testenv.Must(t, rabbitmq.DeclareQueue(ctx, conn, rabbitmq.QueueConfig{Name: base + "." + f}), "declare %s", f)
 	}
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(url)
@@ -153,10 +154,10 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 			_ = ch.ExchangeDelete(q+".dlx", false, false)
 		}
 	})
-	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url})
+	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	sub, err := rabbitmq.NewSubscriber(rabbitmq.SubscriberConfig{URL: subURL, ReconnectMax: 200 * time.Millisecond})
+	sub, err := rabbitmq.NewSubscriber(testenv.RabbitMQConn(t, subURL), rabbitmq.SubscriberConfig{ReconnectMax: 200 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
 	return &broker{
 		name: "rabbitmq", pub: pub, sub: sub,

@@ -123,7 +123,12 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 			return fmt.Errorf("rabbitmq: declare %s: %w", queue, err)
 		}
 		defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-		pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: cfg.RabbitMQURL})
+		pconn, err := rabbitmq.NewConn(cfg.RabbitMQURL, rabbitmq.ConnConfig{})
+		if err != nil {
+			return err
+		}
+		defer pconn.Close()
+		pub, err := rabbitmq.NewPublisher(pconn, rabbitmq.PublisherConfig{})
 		if err != nil {
 			return err
 		}
