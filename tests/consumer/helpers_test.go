@@ -84,7 +84,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 		_, err := natsjs.EnsureConsumer(ctx, nc, stream, natsjs.ConsumerConfig{Durable: f, FilterSubjects: []string{prefix + "ev." + f}, AckWait: ackWait})
 		testenv.Must(t, err, "consumer %s", f)
 	}
-	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{SubjectPrefix: prefix})
+	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
 	sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
 	testenv.Must(t, err, "subscriber")
@@ -92,7 +92,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 		name: "nats", pub: pub, sub: sub,
 		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries, dedupes: true,
 		topic:   func(f string) string { return "ev." + f },
-		binding: func(f string) string { return stream + "/" + f },
+		binding: func(f string) string { return natsjs.Binding(stream, f) },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
 			out := map[string]map[string]string{}
 			info, err := dl.Info(ctx)
@@ -102,7 +102,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 				if err != nil {
 					continue
 				}
-				if m.Header.Get(txbox.HeaderBinding) != stream+"/"+f {
+				if m.Header.Get(txbox.HeaderBinding) != natsjs.Binding(stream, f) {
 					continue
 				}
 				h := map[string]string{}

@@ -115,7 +115,7 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	if b.pub != nil {
 		return b.pub, nil
 	}
-	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{SubjectPrefix: prefix})
+	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix})
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
