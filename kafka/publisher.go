@@ -14,9 +14,9 @@ import (
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	// TopicPrefix is put before every message topic to name the Kafka
-	// topic. Default: "" (Kafka topic = message topic).
-	TopicPrefix string
+	// Prefix is put before every message topic to name the Kafka topic.
+	// Default: "" (Kafka topic = message topic).
+	Prefix string
 }
 
 // Publisher produces messages to Kafka; see the package doc.
@@ -27,8 +27,8 @@ type Publisher struct {
 
 var _ txbox.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher over cl, a client the caller owns and
-// closes. cl must keep franz-go's producer defaults acks=all and idempotent
+// NewPublisher returns a Publisher over cl, a client the caller made;
+// whoever created it closes it. cl must keep franz-go's producer defaults acks=all and idempotent
 // writes; a client configured otherwise is an error.
 func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 	if cl == nil {
@@ -45,7 +45,7 @@ func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 
 // Record returns the Kafka record for m; see the package doc.
 func (p *Publisher) Record(m txbox.Message) *kgo.Record {
-	r := &kgo.Record{Topic: p.cfg.TopicPrefix + m.Topic, Value: m.Payload}
+	r := &kgo.Record{Topic: p.cfg.Prefix + m.Topic, Value: m.Payload}
 	if m.Key != "" {
 		r.Key = []byte(m.Key)
 	}

@@ -4,172 +4,330 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txbox/txbox"
 )
 
-// Subscriber consumes topics through a Kafka consumer group.
-//
-// Kafka orders each partition and tracks one committed offset per
-// partition, not per-record acks. So: Ack commits the records' offsets
-// (synchronously: once Ack returns, a restart resumes after them); Nack
-// rewinds the record's partition to it, so that record and every later one
-// of that partition are delivered again (Deliveries counts redeliveries
-// within this process only: Kafka keeps no count); Dead produces the record
-// to the dead-letter topic, then commits it.
-//
-// Settle records in partition order: committing a record's offset commits
-// every earlier record of its partition, so acking record 6 while record 5
-// is still being processed would skip 5 after a restart.
-// ConsumerSubscriber, for the consumer runtime, which settles concurrently,
-// commits only contiguous offsets.
-type Subscriber struct {
-	cl         *kgo.Client
-	deadSuffix string
-	trimPrefix string
-
-	mu    sync.Mutex
-	count map[tpo]int64 // deliveries of records nacked at least once
-}
-
-type tpo struct {
-	topic     string
-	partition int32
-	offset    int64
-}
+// DefaultDeadLetterSuffix is SubscriberConfig.DeadLetterSuffix's default.
+const DefaultDeadLetterSuffix = ".dead"
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
-	// TopicPrefix is the publisher's TopicPrefix: it is cut from the
-	// delivered messages' Topic. Default: "".
-	TopicPrefix string
-	// DeadTopicSuffix names the dead-letter topic: the record's topic plus
-	// this suffix. The topic must exist (or the cluster auto-create it).
-	// Default: ".dead".
-	DeadTopicSuffix string
+	// DeadLetterSuffix names a binding's dead-letter topic: TOPIC+suffix.
+	// The topic must exist (CheckBinding verifies it). Default:
+	// DefaultDeadLetterSuffix (".dead").
+	DeadLetterSuffix string
+	// MaxRetryWait caps how long Retry waits before it re-produces the
+	// record. Default: 1s.
+	MaxRetryWait time.Duration
 }
 
-// Delivery is one record delivered to this consumer.
-type Delivery struct {
-	// Message is the record as published: ID from the Message-Id header,
-	// Topic (less the TopicPrefix), Key, Payload, and the other headers.
-	Message txbox.Message
-	// Record is franz-go's record.
-	Record *kgo.Record
-	// Deliveries is 1 the first time, and counts Nack redeliveries in this
-	// process.
-	Deliveries int64
+// Binding returns the binding of consumer group group on topic, for
+// consumer.HandlerConfig.Binding: "TOPIC/GROUP".
+func Binding(topic, group string) string { return topic + "/" + group }
+
+// ParseBinding splits a binding made by Binding.
+func ParseBinding(b string) (topic, group string, err error) {
+	topic, group, ok := strings.Cut(b, "/")
+	if !ok || topic == "" || group == "" {
+		return "", "", fmt.Errorf("kafka: binding %q is not TOPIC/GROUP (build it with kafka.Binding)", b)
+	}
+	return topic, group, nil
 }
 
-// NewSubscriber returns a Subscriber over cl, a client the caller owns and
-// closes, created with kgo.ConsumerGroup, kgo.ConsumeTopics and
-// kgo.DisableAutoCommit (Ack commits).
+// Subscriber is the Kafka side of a consumer.Consumer. A binding is a
+// topic and the consumer group reading it (see Binding).
+//
+// Kafka commits one offset per partition, and the consumer runtime settles
+// deliveries concurrently, so the subscriber commits an offset only once
+// every earlier record of its partition is settled (acked, retried or
+// dead-lettered). Kafka cannot redeliver one record: Retry waits (at most
+// MaxRetryWait), produces a copy to the same topic and key with
+// Txbox-Deliveries = n+1, and settles the original (the copy goes behind the
+// records published meanwhile: per-key order is not kept across a retry).
+// DeadLetter produces a copy to TOPIC+DeadLetterSuffix with Txbox-Error.
+type Subscriber struct {
+	cl  *kgo.Client
+	cfg SubscriberConfig
+}
+
+var _ txbox.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a Subscriber over cl, a client the caller made;
+// whoever created it closes it. cl answers CheckBinding's metadata
+// requests; it needs no consumer group.
+//
+// franz-go fixes a client's consumer group, its topics and its rebalance
+// callbacks when the client is created, so each Subscribe creates the
+// group member it needs from cl.Opts() (seeds, TLS, SASL, fetch settings
+// …) plus the group's options, and the subscription's Close closes that
+// member. The member also produces the retry and dead-letter copies.
 func NewSubscriber(cl *kgo.Client, cfg SubscriberConfig) (*Subscriber, error) {
 	if cl == nil {
 		return nil, fmt.Errorf("%w: kafka: nil client", txbox.ErrInvalidConfig)
 	}
-	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
-		return nil, fmt.Errorf("%w: kafka: the client has no consumer group (kgo.ConsumerGroup)", txbox.ErrInvalidConfig)
+	if cfg.MaxRetryWait < 0 {
+		return nil, fmt.Errorf("%w: kafka: negative MaxRetryWait", txbox.ErrInvalidConfig)
 	}
-	if v, _ := cl.OptValue(kgo.DisableAutoCommit).(bool); !v {
-		return nil, fmt.Errorf("%w: kafka: the client must use kgo.DisableAutoCommit: Ack commits", txbox.ErrInvalidConfig)
+	if cfg.DeadLetterSuffix == "" {
+		cfg.DeadLetterSuffix = DefaultDeadLetterSuffix
 	}
-	if cfg.DeadTopicSuffix == "" {
-		cfg.DeadTopicSuffix = ".dead"
+	if cfg.MaxRetryWait == 0 {
+		cfg.MaxRetryWait = time.Second
 	}
-	return &Subscriber{cl: cl, deadSuffix: cfg.DeadTopicSuffix, trimPrefix: cfg.TopicPrefix, count: map[tpo]int64{}}, nil
+	return &Subscriber{cl: cl, cfg: cfg}, nil
 }
 
-// Fetch waits for records (until ctx ends) and returns up to max of them.
-func (s *Subscriber) Fetch(ctx context.Context, max int) ([]Delivery, error) {
-	if max <= 0 {
-		max = 1
+// DeadLetterTopic is where the dead letters of a binding on topic go.
+func (s *Subscriber) DeadLetterTopic(topic string) string { return topic + s.cfg.DeadLetterSuffix }
+
+// CheckBinding checks that the topic and its dead-letter topic exist.
+func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
+	topic, _, err := ParseBinding(binding)
+	if err != nil {
+		return err
 	}
-	fs := s.cl.PollRecords(ctx, max)
-	if fs.IsClientClosed() {
-		return nil, kgo.ErrClientClosed
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range []string{topic, s.DeadLetterTopic(topic)} {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
 	}
-	var errs []error
-	fs.EachError(func(t string, p int32, err error) {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return fmt.Errorf("kafka: metadata: %w", err)
+	}
+	var problems []string
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			problems = append(problems, fmt.Sprintf("topic %s: %v", *t.Topic, err))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New("kafka: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Subscribe joins the binding's group with a new group member client
+// made from the Subscriber's client's options; see NewSubscriber.
+func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
+	topic, group, err := ParseBinding(binding)
+	if err != nil {
+		return nil, err
+	}
+	sub := &subscription{s: s, binding: binding, prefetch: max(prefetch, 1), parts: map[tp]*partition{}}
+	// The group's options come last: they win over any in cl's.
+	opts := append(append([]kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, s.cl.Opts()...),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.AutoCommitMarks(),
+		kgo.OnPartitionsLost(sub.forget), kgo.OnPartitionsRevoked(sub.revoked))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	sub.cl = cl
+	return sub, nil
+}
+
+type tp struct {
+	topic string
+	part  int32
+}
+
+// partition tracks the delivered, unsettled offsets of one partition.
+type partition struct {
+	pending []int64 // delivered offsets in order
+	settled map[int64]bool
+	epoch   map[int64]int32
+}
+
+type subscription struct {
+	s        *Subscriber
+	cl       *kgo.Client
+	binding  string
+	prefetch int
+
+	mu    sync.Mutex
+	buf   []*kgo.Record
+	parts map[tp]*partition
+}
+
+func (sub *subscription) revoked(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
+	_ = cl.CommitMarkedOffsets(ctx)
+	sub.forget(ctx, cl, lost)
+}
+
+// forget drops the tracking of partitions this member no longer owns:
+// their unsettled records go to the new owner.
+func (sub *subscription) forget(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	for t, ps := range lost {
+		for _, p := range ps {
+			delete(sub.parts, tp{t, p})
+		}
+	}
+	keep := sub.buf[:0]
+	for _, r := range sub.buf {
+		if _, ok := sub.parts[tp{r.Topic, r.Partition}]; ok {
+			keep = append(keep, r)
+		}
+	}
+	sub.buf = keep
+}
+
+// Next returns the next record, fetching when the buffer is empty.
+func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
+	for {
+		sub.mu.Lock()
+		if len(sub.buf) > 0 {
+			r := sub.buf[0]
+			sub.buf = sub.buf[1:]
+			sub.mu.Unlock()
+			return &delivery{sub: sub, r: r}, nil
+		}
+		sub.mu.Unlock()
+		fs := sub.cl.PollRecords(ctx, sub.prefetch)
+		if fs.IsClientClosed() {
+			return nil, kgo.ErrClientClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var errs []error
+		fs.EachError(func(t string, p int32, err error) {
 			errs = append(errs, fmt.Errorf("kafka: fetch %s[%d]: %w", t, p, err))
+		})
+		sub.mu.Lock()
+		fs.EachRecord(func(r *kgo.Record) {
+			k := tp{r.Topic, r.Partition}
+			p := sub.parts[k]
+			if p == nil {
+				p = &partition{settled: map[int64]bool{}, epoch: map[int64]int32{}}
+				sub.parts[k] = p
+			}
+			p.pending = append(p.pending, r.Offset)
+			p.epoch[r.Offset] = r.LeaderEpoch
+			sub.buf = append(sub.buf, r)
+		})
+		n := len(sub.buf)
+		sub.mu.Unlock()
+		if n == 0 && len(errs) > 0 {
+			return nil, errors.Join(errs...)
 		}
-	})
-	var out []Delivery
-	s.mu.Lock()
-	fs.EachRecord(func(r *kgo.Record) {
-		k := tpo{r.Topic, r.Partition, r.Offset}
-		n := int64(1)
-		if c, ok := s.count[k]; ok {
-			n = c
-		}
-		out = append(out, Delivery{Message: s.message(r), Record: r, Deliveries: n})
-	})
-	s.mu.Unlock()
-	if len(out) == 0 && len(errs) > 0 {
-		return nil, errors.Join(errs...)
 	}
-	return out, nil
 }
 
-func (s *Subscriber) message(r *kgo.Record) txbox.Message {
-	m := txbox.Message{Topic: strings.TrimPrefix(r.Topic, s.trimPrefix), Key: string(r.Key), Payload: r.Value}
+// settle records r as done and marks for commit the offset after the
+// longest settled prefix of its partition.
+func (sub *subscription) settle(r *kgo.Record) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	p := sub.parts[tp{r.Topic, r.Partition}]
+	if p == nil {
+		return // partition revoked meanwhile: the new owner redelivers
+	}
+	p.settled[r.Offset] = true
+	last, epoch, moved := int64(-1), int32(-1), false
+	for len(p.pending) > 0 && p.settled[p.pending[0]] {
+		last, epoch, moved = p.pending[0], p.epoch[p.pending[0]], true
+		delete(p.settled, last)
+		delete(p.epoch, last)
+		p.pending = p.pending[1:]
+	}
+	if moved {
+		sub.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{r.Topic: {r.Partition: {Epoch: epoch, Offset: last + 1}}})
+	}
+}
+
+// Close commits what is settled, leaves the group and closes the
+// subscription's group member; unsettled records go to the group's next
+// owner of their partitions.
+func (sub *subscription) Close(ctx context.Context) error {
+	err := sub.cl.CommitMarkedOffsets(ctx)
+	sub.cl.Close()
+	return err
+}
+
+type delivery struct {
+	sub *subscription
+	r   *kgo.Record
+}
+
+func deliveries(r *kgo.Record) int {
 	for _, h := range r.Headers {
-		if h.Key == txbox.HeaderMessageID {
+		if h.Key == txbox.HeaderDeliveries {
+			if n, err := strconv.Atoi(string(h.Value)); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 1
+}
+
+func (d *delivery) Message() txbox.Received {
+	m := txbox.Message{Topic: d.r.Topic, Key: string(d.r.Key), Payload: d.r.Value}
+	for _, h := range d.r.Headers {
+		switch h.Key {
+		case txbox.HeaderMessageID:
 			m.ID = string(h.Value)
-			continue
+		case txbox.HeaderDeliveries:
+		default:
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[h.Key] = string(h.Value)
 		}
-		if m.Headers == nil {
-			m.Headers = map[string]string{}
-		}
-		m.Headers[h.Key] = string(h.Value)
 	}
-	return m
+	return txbox.Received{Message: m, Deliveries: deliveries(d.r), Binding: d.sub.binding}
 }
 
-// Ack commits the deliveries' offsets and waits for the commit.
-func (s *Subscriber) Ack(ctx context.Context, ds ...Delivery) error {
-	if len(ds) == 0 {
-		return nil
-	}
-	rs := make([]*kgo.Record, len(ds))
-	s.mu.Lock()
-	for i, d := range ds {
-		rs[i] = d.Record
-		delete(s.count, tpo{d.Record.Topic, d.Record.Partition, d.Record.Offset})
-	}
-	s.mu.Unlock()
-	if err := s.cl.CommitRecords(ctx, rs...); err != nil {
-		return fmt.Errorf("kafka: commit: %w", err)
-	}
+func (d *delivery) Ack(context.Context) error {
+	d.sub.settle(d.r)
 	return nil
 }
 
-// Nack rewinds d's partition to d, so it (and the records after it in that
-// partition) is delivered again by a later Fetch.
-func (s *Subscriber) Nack(_ context.Context, d Delivery) error {
-	r := d.Record
-	s.mu.Lock()
-	s.count[tpo{r.Topic, r.Partition, r.Offset}] = d.Deliveries + 1
-	s.mu.Unlock()
-	s.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{
-		r.Topic: {r.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset}},
-	})
+// copyTo produces a copy of the record to topic with the delivery count
+// and extra headers, then settles the original.
+func (d *delivery) copyTo(ctx context.Context, topic string, n int, extra ...kgo.RecordHeader) error {
+	c := &kgo.Record{Topic: topic, Key: d.r.Key, Value: d.r.Value}
+	for _, h := range d.r.Headers {
+		if h.Key != txbox.HeaderDeliveries && h.Key != txbox.HeaderError {
+			c.Headers = append(c.Headers, h)
+		}
+	}
+	c.Headers = append(c.Headers, kgo.RecordHeader{Key: txbox.HeaderDeliveries, Value: []byte(strconv.Itoa(n))})
+	c.Headers = append(c.Headers, extra...)
+	if err := d.sub.cl.ProduceSync(ctx, c).FirstErr(); err != nil {
+		return fmt.Errorf("kafka: produce to %s: %w", topic, err)
+	}
+	d.sub.settle(d.r)
 	return nil
 }
 
-// Dead produces d to the dead-letter topic (its topic plus DeadTopicSuffix)
-// with the header Txbox-Error = reason, then commits d.
-func (s *Subscriber) Dead(ctx context.Context, d Delivery, reason string) error {
-	r := d.Record
-	dr := &kgo.Record{Topic: r.Topic + s.deadSuffix, Key: r.Key, Value: r.Value}
-	dr.Headers = append(append(dr.Headers, r.Headers...), kgo.RecordHeader{Key: txbox.HeaderError, Value: []byte(reason)})
-	if err := s.cl.ProduceSync(ctx, dr).FirstErr(); err != nil {
-		return fmt.Errorf("kafka: dead-letter %s: %w", dr.Topic, err)
+func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	t := time.NewTimer(min(delay, d.sub.s.cfg.MaxRetryWait))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return s.Ack(ctx, d)
+	return d.copyTo(ctx, d.r.Topic, deliveries(d.r)+1)
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return d.copyTo(ctx, d.sub.s.DeadLetterTopic(d.r.Topic), deliveries(d.r), kgo.RecordHeader{Key: txbox.HeaderError, Value: []byte(msg)})
 }

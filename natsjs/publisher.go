@@ -1,10 +1,19 @@
-// Package natsjs connects txbox to NATS JetStream: a Publisher for the relay.
+// Package natsjs connects txbox to NATS JetStream: a Publisher for the
+// relay and a Subscriber for package consumer.
 //
 // Each message is published to subject Prefix+Topic with its headers as NATS
 // headers and Nats-Msg-Id set to the message id, so that JetStream drops a
 // re-publish that arrives inside the stream's duplicate window (default two
 // minutes): the relay's crash-after-publish duplicate never reaches a
 // consumer within that window. The streams must exist; see EnsureStream.
+//
+// The Subscriber pulls from durable consumers (a binding is
+// Binding(stream, durable); see EnsureConsumer) and dead-letters to
+// DeadLetterPrefix+STREAM.durable.
+//
+// NewPublisher and NewSubscriber take a *nats.Conn the caller made; whoever
+// created it closes it. Give it nats.MaxReconnects(-1) so that it rides out
+// a server restart.
 package natsjs
 
 import (
@@ -21,8 +30,9 @@ import (
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	// SubjectPrefix is put before every topic. Default: "" (subject = topic).
-	SubjectPrefix string
+	// Prefix is put before every topic to name its subject. Default: ""
+	// (subject = topic).
+	Prefix string
 	// MaxPending bounds the unacknowledged async publishes. Default: 4000.
 	MaxPending int
 }
@@ -37,8 +47,8 @@ type Publisher struct {
 
 var _ txbox.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher over nc, a connection the caller owns
-// and closes.
+// NewPublisher returns a Publisher over nc, a connection the caller made;
+// whoever created it closes it.
 func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: natsjs: nil connection", txbox.ErrInvalidConfig)
@@ -53,7 +63,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}
-	return &Publisher{nc: nc, js: js, prefix: cfg.SubjectPrefix}, nil
+	return &Publisher{nc: nc, js: js, prefix: cfg.Prefix}, nil
 }
 
 // Msg builds the NATS message for m: user headers first, then Nats-Msg-Id,

@@ -79,10 +79,22 @@ type SubscriberConfig struct {
 	DeadLetterPrefix string
 }
 
-// Subscriber implements txbox.Subscriber on JetStream. A binding is
-// "STREAM/durable", a durable pull consumer with explicit acks (see
-// EnsureConsumer). It uses a connection the caller owns; give it
-// nats.MaxReconnects(-1) so that it rides out a server restart.
+// Binding returns the binding of the durable consumer durable on stream,
+// for consumer.HandlerConfig.Binding: "STREAM/durable".
+func Binding(stream, durable string) string { return stream + "/" + durable }
+
+// ParseBinding splits a binding made by Binding.
+func ParseBinding(b string) (stream, durable string, err error) {
+	stream, durable, ok := strings.Cut(b, "/")
+	if !ok || stream == "" || durable == "" || strings.Contains(durable, "/") {
+		return "", "", fmt.Errorf("natsjs: binding %q is not STREAM/durable (build it with natsjs.Binding)", b)
+	}
+	return stream, durable, nil
+}
+
+// Subscriber implements txbox.Subscriber on JetStream. A binding is a
+// durable pull consumer with explicit acks on a stream (see Binding and
+// EnsureConsumer).
 type Subscriber struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
@@ -91,7 +103,9 @@ type Subscriber struct {
 
 var _ txbox.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber returns a Subscriber over nc.
+// NewSubscriber returns a Subscriber over nc, a connection the caller
+// made; whoever created it closes it. Give it nats.MaxReconnects(-1) so
+// that it rides out a server restart.
 func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig) (*Subscriber, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: natsjs: nil connection", txbox.ErrInvalidConfig)
@@ -111,19 +125,11 @@ func (s *Subscriber) DeadLetterSubject(binding string) string {
 	return s.dlq + strings.ReplaceAll(binding, "/", ".")
 }
 
-func splitBinding(b string) (stream, durable string, err error) {
-	stream, durable, ok := strings.Cut(b, "/")
-	if !ok || stream == "" || durable == "" || strings.Contains(durable, "/") {
-		return "", "", fmt.Errorf("binding %q is not STREAM/durable", b)
-	}
-	return stream, durable, nil
-}
-
 // CheckBinding checks that the stream and its durable consumer exist, that
 // the consumer is a pull consumer with explicit acks, and that a stream
 // captures the binding's dead-letter subject.
 func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
-	stream, durable, err := splitBinding(binding)
+	stream, durable, err := ParseBinding(binding)
 	if err != nil {
 		return err
 	}
@@ -157,7 +163,7 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 
 // Subscribe starts pulling from binding, at most prefetch messages ahead.
 func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
-	stream, durable, err := splitBinding(binding)
+	stream, durable, err := ParseBinding(binding)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,10 @@
 // github.com/rabbitmq/amqp091-go): a Publisher for the relay and a
 // Subscriber for package consumer.
 //
+// Both open their channels on a Conn the caller makes with NewConn and
+// closes when done: an amqp091 connection cannot reconnect, a Conn redials
+// after the broker or the network dropped it.
+//
 // The Publisher sends each message persistent, with publisher confirms,
 // message_id set to the message id (after the headers, so no header can
 // change it) and mandatory routing: a message no queue is bound to comes
@@ -31,79 +35,62 @@ import (
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	// URL is the broker, amqp://user:pass@host:port/vhost. Required.
-	URL string
 	// Exchange receives every message, with the message's topic as the
 	// routing key. Default: "" (the default exchange: the topic is a queue
 	// name).
 	Exchange string
-	// DialTimeout bounds connecting. Default: 10s.
-	DialTimeout time.Duration
 }
 
-// Publisher publishes to RabbitMQ with publisher confirms. It owns its
-// connection: it dials on first use and again after the connection or
-// channel failed. Close it when done. It is safe for concurrent use;
-// Publish calls run one at a time.
+// Publisher publishes to RabbitMQ with publisher confirms, on a channel of
+// its own on conn; it opens a new channel after the channel or the
+// connection failed. It is safe for concurrent use; Publish calls run one
+// at a time.
 type Publisher struct {
+	conn    *Conn
 	cfg     PublisherConfig
 	mu      sync.Mutex
-	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
 }
 
 var _ txbox.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher; it does not connect yet.
-func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
-	if cfg.URL == "" {
-		return nil, fmt.Errorf("%w: rabbitmq: URL is required", txbox.ErrInvalidConfig)
+// NewPublisher returns a Publisher over conn, a connection the caller
+// made; whoever created it closes it. It opens no channel yet.
+func NewPublisher(conn *Conn, cfg PublisherConfig) (*Publisher, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}
-	if cfg.DialTimeout < 0 {
-		return nil, fmt.Errorf("%w: rabbitmq: negative DialTimeout", txbox.ErrInvalidConfig)
-	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = 10 * time.Second
-	}
-	return &Publisher{cfg: cfg}, nil
+	return &Publisher{conn: conn, cfg: cfg}, nil
 }
 
-func dial(url string, timeout time.Duration) (*amqp.Connection, error) {
-	return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(timeout), Heartbeat: 10 * time.Second})
-}
-
-// channel returns the confirm-mode channel, connecting if needed.
+// channel returns the confirm-mode channel, opening it if needed.
 func (p *Publisher) channel() (*amqp.Channel, error) {
-	if p.ch != nil && !p.ch.IsClosed() && !p.conn.IsClosed() {
+	if p.ch != nil && !p.ch.IsClosed() {
 		return p.ch, nil
 	}
 	p.reset()
-	conn, err := dial(p.cfg.URL, p.cfg.DialTimeout)
+	ch, err := p.conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
+		return nil, err
 	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.Confirm(false)
-	}
-	if err != nil {
-		_ = conn.Close()
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
 		return nil, fmt.Errorf("rabbitmq: open confirm channel: %w", err)
 	}
-	p.conn, p.ch = conn, ch
+	p.ch = ch
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, 1024))
 	return ch, nil
 }
 
 func (p *Publisher) reset() {
-	if p.conn != nil {
-		_ = p.conn.Close()
+	if p.ch != nil {
+		_ = p.ch.Close()
 	}
-	p.conn, p.ch, p.returns = nil, nil, nil
+	p.ch, p.returns = nil, nil
 }
 
-// Close closes the connection.
+// Close closes the Publisher's channel; the connection stays open.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

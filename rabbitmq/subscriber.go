@@ -34,20 +34,20 @@ type QueueConfig struct {
 // waits there for its backoff, as a per-message TTL, then dead-letters back
 // to <name>) and the dead-letter exchange <name>.dlx (direct) routing to
 // <name>.dlq. The queue itself dead-letters to <name>.dlx, so that a
-// message rejected by other means lands there too.
-func DeclareQueue(ctx context.Context, url string, cfg QueueConfig) error {
+// message rejected by other means lands there too. It works on a channel
+// of its own on conn, closed when it returns.
+func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 	if cfg.Name == "" {
 		return fmt.Errorf("%w: rabbitmq: queue name is required", txbox.ErrInvalidConfig)
 	}
-	conn, err := dial(url, 10*time.Second)
-	if err != nil {
-		return fmt.Errorf("rabbitmq: connect: %w", err)
+	if conn == nil {
+		return fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}
-	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
+	defer ch.Close()
 	q := cfg.Name
 	steps := []func() error{
 		func() error { return ch.ExchangeDeclare(deadExchange(q), "direct", true, false, false, false, nil) },
@@ -85,53 +85,50 @@ func DeclareQueue(ctx context.Context, url string, cfg QueueConfig) error {
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
-	// URL is the broker. Required.
-	URL string
-	// DialTimeout bounds connecting. Default: 10s.
-	DialTimeout time.Duration
-	// ReconnectMax caps the doubling wait between reconnection attempts.
+	// ReconnectMax caps the doubling wait between attempts to reopen a
+	// subscription's channels after they (or the connection) failed.
 	// Default: 5s.
 	ReconnectMax time.Duration
 }
 
-// Subscriber implements txbox.Subscriber on RabbitMQ. A binding is a
-// queue declared with DeclareQueue. Each subscription has its own
-// connection, re-dialled after the broker or the network dropped it;
-// messages unacknowledged on a lost connection are redelivered by the broker.
+// Subscriber implements txbox.Subscriber on RabbitMQ. A binding is the
+// name of a queue declared with DeclareQueue. Each subscription consumes
+// on channels of its own on the Subscriber's Conn, reopened (the Conn
+// redialling) after the broker or the network dropped them; messages
+// unacknowledged on a lost channel are redelivered by the broker.
 type Subscriber struct {
-	cfg SubscriberConfig
+	conn *Conn
+	cfg  SubscriberConfig
 }
 
 var _ txbox.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber returns a Subscriber; it does not connect yet.
-func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
-	if cfg.URL == "" {
-		return nil, fmt.Errorf("%w: rabbitmq: URL is required", txbox.ErrInvalidConfig)
+// NewSubscriber returns a Subscriber over conn, a connection the caller
+// made; whoever created it closes it. It opens no channel yet.
+func NewSubscriber(conn *Conn, cfg SubscriberConfig) (*Subscriber, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}
-	if cfg.DialTimeout < 0 || cfg.ReconnectMax < 0 {
-		return nil, fmt.Errorf("%w: rabbitmq: negative duration", txbox.ErrInvalidConfig)
-	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = 10 * time.Second
+	if cfg.ReconnectMax < 0 {
+		return nil, fmt.Errorf("%w: rabbitmq: negative ReconnectMax", txbox.ErrInvalidConfig)
 	}
 	if cfg.ReconnectMax == 0 {
 		cfg.ReconnectMax = 5 * time.Second
 	}
-	return &Subscriber{cfg: cfg}, nil
+	return &Subscriber{conn: conn, cfg: cfg}, nil
 }
 
 // CheckBinding checks that the queue, its retry queue and its dead-letter
 // exchange exist (passive declarations).
 func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
-	conn, err := dial(s.cfg.URL, s.cfg.DialTimeout)
+	ch, err := s.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("cannot connect to RabbitMQ: %w", err)
 	}
-	defer conn.Close()
+	_ = ch.Close()
 	var missing []string
 	check := func(what string, f func(ch *amqp.Channel) error) {
-		ch, err := conn.Channel() // a failed passive declare closes its channel
+		ch, err := s.conn.Channel() // a failed passive declare closes its channel
 		if err != nil {
 			missing = append(missing, fmt.Sprintf("%s: %v", what, err))
 			return
@@ -175,7 +172,7 @@ func joinComma(s []string) string {
 // Subscribe starts consuming queue binding with manual acks and the
 // given prefetch.
 func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
-	sub := &subscription{cfg: s.cfg, queue: binding, prefetch: max(prefetch, 1)}
+	sub := &subscription{conn: s.conn, cfg: s.cfg, queue: binding, prefetch: max(prefetch, 1)}
 	if err := sub.connect(); err != nil {
 		return nil, err
 	}
@@ -183,12 +180,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int
 }
 
 type subscription struct {
+	conn     *Conn
 	cfg      SubscriberConfig
 	queue    string
 	prefetch int
 
 	mu         sync.Mutex
-	conn       *amqp.Connection
 	ch         *amqp.Channel // consuming
 	pub        *republisher
 	deliveries <-chan amqp.Delivery
@@ -196,7 +193,7 @@ type subscription struct {
 }
 
 // republisher publishes the retry and dead-letter copies of one
-// connection's deliveries on a confirm-mode channel, one at a time, so
+// consuming channel's deliveries on a confirm-mode channel, one at a time, so
 // that a basic.return on the channel belongs to the copy just published.
 type republisher struct {
 	mu      sync.Mutex
@@ -204,24 +201,24 @@ type republisher struct {
 	returns <-chan amqp.Return
 }
 
+// connect opens the consuming channel and the republishing one.
 func (s *subscription) connect() error {
-	conn, err := dial(s.cfg.URL, s.cfg.DialTimeout)
+	ch, err := s.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("rabbitmq: connect: %w", err)
+		return err
 	}
+	var pub *amqp.Channel
 	fail := func(what string, err error) error {
-		_ = conn.Close()
+		_ = ch.Close()
+		if pub != nil {
+			_ = pub.Close()
+		}
 		return fmt.Errorf("rabbitmq: %s: %w", what, err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fail("channel", err)
 	}
 	if err := ch.Qos(s.prefetch, 0, false); err != nil {
 		return fail("qos", err)
 	}
-	pub, err := conn.Channel()
-	if err != nil {
+	if pub, err = s.conn.Channel(); err != nil {
 		return fail("channel", err)
 	}
 	if err := pub.Confirm(false); err != nil {
@@ -237,11 +234,23 @@ func (s *subscription) connect() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		_ = conn.Close()
+		_ = ch.Close()
+		_ = pub.Close()
 		return errors.New("rabbitmq: subscription closed")
 	}
-	s.conn, s.ch, s.pub, s.deliveries = conn, ch, &republisher{ch: pub, returns: returns}, ds
+	s.ch, s.pub, s.deliveries = ch, &republisher{ch: pub, returns: returns}, ds
 	return nil
+}
+
+// drop closes the channels; the caller holds s.mu.
+func (s *subscription) drop() error {
+	var err error
+	if s.ch != nil {
+		err = s.ch.Close()
+		_ = s.pub.ch.Close()
+	}
+	s.ch, s.pub, s.deliveries = nil, nil, nil
+	return err
 }
 
 // Next returns the next delivery, reconnecting as long as it takes.
@@ -261,8 +270,7 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 				// return to the queue; reconnect.
 				s.mu.Lock()
 				if s.deliveries == ds {
-					_ = s.conn.Close()
-					s.deliveries = nil
+					_ = s.drop()
 				}
 				s.mu.Unlock()
 			case <-ctx.Done():
@@ -282,17 +290,13 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	}
 }
 
-// Close closes the connection: RabbitMQ requeues every unacked message.
+// Close closes the subscription's channels: RabbitMQ requeues every
+// unacked message. The connection stays open.
 func (s *subscription) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	if s.conn != nil {
-		err := s.conn.Close()
-		s.conn, s.deliveries = nil, nil
-		if errors.Is(err, amqp.ErrClosed) {
-			return nil
-		}
+	if err := s.drop(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		return err
 	}
 	return nil

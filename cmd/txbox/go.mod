@@ -24,9 +24,13 @@ require github.com/txbox/txbox/rabbitmq v0.0.0-00010101000000-000000000000
 
 replace github.com/txbox/txbox/rabbitmq => ../../rabbitmq
 
-require github.com/txbox/txbox/redisx v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/redisstream v0.0.0-00010101000000-000000000000
 
-replace github.com/txbox/txbox/redisx => ../../redisx
+replace github.com/txbox/txbox/redisstream => ../../redisstream
+
+require github.com/txbox/txbox/txboxasynq v0.0.0-00010101000000-000000000000
+
+replace github.com/txbox/txbox/txboxasynq => ../../txboxasynq
 
 require github.com/txbox/txbox/tests v0.0.0-00010101000000-000000000000
 

@@ -45,11 +45,11 @@ func TestNATSJetStreamSubscriber(t *testing.T) {
 		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
 		_, err = natsjs.EnsureConsumer(ctx, nc, name, natsjs.ConsumerConfig{Durable: "d", FilterSubjects: []string{prefix + topic}})
 		testenv.Must(t, err, "consumer")
-		p, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{SubjectPrefix: prefix})
+		p, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{Prefix: prefix})
 		testenv.Must(t, err, "publisher")
 		sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
 		testenv.Must(t, err, "subscriber")
-		binding := name + "/d"
+		binding := natsjs.Binding(name, "d")
 		mu.Lock()
 		streams[binding], subs[binding] = s, sub
 		mu.Unlock()

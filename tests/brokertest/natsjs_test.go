@@ -63,7 +63,7 @@ func natsSuite(t *testing.T) (brokertest.NewFunc, brokertest.Features) {
 		s, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ">"}, Storage: jetstream.MemoryStorage})
 		testenv.Must(t, err, "create stream")
 		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
-		p, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{SubjectPrefix: prefix})
+		p, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{Prefix: prefix})
 		testenv.Must(t, err, "publisher")
 		return p, jsReader{s, prefix}
 	}, f

@@ -3,12 +3,10 @@ package consumer_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -16,50 +14,26 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/kafka"
-	"github.com/txbox/txbox/redisx"
+	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// redisURL is the shared Redis; tests isolate themselves by key prefixes
-// and delete their keys afterwards (never FLUSHDB: others use it).
-func redisURL() string {
-	if u := os.Getenv("TXBOX_TEST_REDIS"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
 // redisBroker makes a stream and a consumer group per flow on the shared
-// Redis, under a per-test key prefix. minIdle is how long an entry stays
+// Redis, under a per-test key prefix. ackWait is how long an entry stays
 // unacknowledged before it is claimed again (the ack wait).
-func redisBroker(t testing.TB, minIdle time.Duration) *broker {
+func redisBroker(t testing.TB, ackWait time.Duration) *broker {
 	t.Helper()
 	ctx := context.Background()
-	opt, err := redis.ParseURL(redisURL())
-	testenv.Must(t, err, "redis URL")
-	rdb := redis.NewClient(opt)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		_ = rdb.Close()
-		testenv.Unavailable(t, "Redis", err)
-	}
+	rdb := testenv.Redis(t)
 	prefix := testenv.Name("txbe") + ":"
-	t.Cleanup(func() {
-		defer rdb.Close()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-	})
+	testenv.DeleteKeys(t, rdb, prefix+"*")
 	const group = "g"
 	for _, f := range flows {
-		testenv.Must(t, redisx.EnsureGroup(ctx, rdb, prefix+f, group, "0"), "group %s", f)
+		testenv.Must(t, redisstream.EnsureGroup(ctx, rdb, prefix+f, group, "0"), "group %s", f)
 	}
-	pub, err := redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{StreamPrefix: prefix})
+	pub, err := redisstream.NewPublisher(rdb, redisstream.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
-	sub, err := redisx.NewConsumerSubscriber(rdb, redisx.ConsumerConfig{Consumer: "c", Block: 50 * time.Millisecond, MinIdle: minIdle})
+	sub, err := redisstream.NewSubscriber(rdb, redisstream.SubscriberConfig{Consumer: "c", Block: 50 * time.Millisecond, AckWait: ackWait})
 	testenv.Must(t, err, "subscriber")
 	return &broker{
 		name: "redis", pub: pub, sub: sub,
@@ -67,9 +41,9 @@ func redisBroker(t testing.TB, minIdle time.Duration) *broker {
 		// count as fields.
 		errHeader: "error", delHeader: "deliveries",
 		topic:   func(f string) string { return f },
-		binding: func(f string) string { return prefix + f + "/" + group },
+		binding: func(f string) string { return redisstream.Binding(prefix+f, group) },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
-			xs, err := rdb.XRange(ctx, prefix+f+redisx.DefaultDeadSuffix, "-", "+").Result()
+			xs, err := rdb.XRange(ctx, prefix+f+redisstream.DefaultDeadLetterSuffix, "-", "+").Result()
 			testenv.Must(t, err, "xrange dead stream")
 			out := map[string]map[string]string{}
 			for _, x := range xs {
@@ -77,7 +51,7 @@ func redisBroker(t testing.TB, minIdle time.Duration) *broker {
 				for k, v := range x.Values {
 					h[k] = fmt.Sprint(v)
 				}
-				out[h[redisx.FieldID]] = h
+				out[h[redisstream.FieldID]] = h
 			}
 			return out
 		},
@@ -109,9 +83,12 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 	for _, rt := range resp.Topics {
 		testenv.Must(t, kerr.ErrorForCode(rt.ErrorCode), "create topic %s", rt.Topic)
 	}
-	pub, err := kafka.NewPublisher(cl, kafka.PublisherConfig{TopicPrefix: prefix})
+	pub, err := kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
-	sub, err := kafka.NewConsumerSubscriber(kafka.ConsumerConfig{Seeds: c.ListenAddrs(), Opts: []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond)}})
+	scl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchMaxWait(50*time.Millisecond))
+	testenv.Must(t, err, "kgo client")
+	t.Cleanup(scl.Close)
+	sub, err := kafka.NewSubscriber(scl, kafka.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
 
 	// Dead letters are read by one group-less reader per dead topic that
@@ -130,7 +107,7 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 		name: "kafka", pub: pub, sub: sub, rereads: true,
 		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries,
 		topic:   func(f string) string { return f },
-		binding: func(f string) string { return prefix + f + "/" + prefix + f + ".g" },
+		binding: func(f string) string { return kafka.Binding(prefix+f, prefix+f+".g") },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
 			mu.Lock()
 			defer mu.Unlock()

@@ -84,7 +84,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 		_, err := natsjs.EnsureConsumer(ctx, nc, stream, natsjs.ConsumerConfig{Durable: f, FilterSubjects: []string{prefix + "ev." + f}, AckWait: ackWait})
 		testenv.Must(t, err, "consumer %s", f)
 	}
-	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{SubjectPrefix: prefix})
+	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
 	sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
 	testenv.Must(t, err, "subscriber")
@@ -92,7 +92,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 		name: "nats", pub: pub, sub: sub,
 		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries, dedupes: true,
 		topic:   func(f string) string { return "ev." + f },
-		binding: func(f string) string { return stream + "/" + f },
+		binding: func(f string) string { return natsjs.Binding(stream, f) },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
 			out := map[string]map[string]string{}
 			info, err := dl.Info(ctx)
@@ -102,7 +102,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 				if err != nil {
 					continue
 				}
-				if m.Header.Get(txbox.HeaderBinding) != stream+"/"+f {
+				if m.Header.Get(txbox.HeaderBinding) != natsjs.Binding(stream, f) {
 					continue
 				}
 				h := map[string]string{}
@@ -132,8 +132,9 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 	t.Helper()
 	ctx := context.Background()
 	base := testenv.Name("q")
+	conn := testenv.RabbitMQConn(t, url)
 	for _, f := range flows {
-		testenv.Must(t, rabbitmq.DeclareQueue(ctx, url, rabbitmq.QueueConfig{Name: base + "." + f}), "declare %s", f)
+		testenv.Must(t, rabbitmq.DeclareQueue(ctx, conn, rabbitmq.QueueConfig{Name: base + "." + f}), "declare %s", f)
 	}
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(url)
@@ -153,10 +154,10 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 			_ = ch.ExchangeDelete(q+".dlx", false, false)
 		}
 	})
-	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url})
+	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	sub, err := rabbitmq.NewSubscriber(rabbitmq.SubscriberConfig{URL: subURL, ReconnectMax: 200 * time.Millisecond})
+	sub, err := rabbitmq.NewSubscriber(testenv.RabbitMQConn(t, subURL), rabbitmq.SubscriberConfig{ReconnectMax: 200 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
 	return &broker{
 		name: "rabbitmq", pub: pub, sub: sub,

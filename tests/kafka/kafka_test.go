@@ -36,6 +36,16 @@ func newClient(t testing.TB, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
+// subClient is the client a Subscriber's group members are made from:
+// it fetches with a short wait and, unlike newClient's, creates no topics.
+func subClient(t testing.TB, c *kfake.Cluster) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchMaxWait(50*time.Millisecond))
+	testenv.Must(t, err, "kgo client")
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 // reader consumes a topic from its start with a direct (group-less)
 // consumer on every Read.
 type reader struct {
@@ -84,7 +94,7 @@ func suite(t *testing.T) (brokertest.NewFunc, brokertest.Features) {
 	}
 	return func(t *testing.T) (txbox.Publisher, brokertest.Reader) {
 		prefix := testenv.Name("t") + "."
-		p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{TopicPrefix: prefix})
+		p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{Prefix: prefix})
 		testenv.Must(t, err, "publisher")
 		return p, reader{c, prefix}
 	}, f
@@ -158,13 +168,13 @@ func TestClassify(t *testing.T) {
 	})
 }
 
-// The subscriber: ack commits, nack redelivers with a higher count, dead
+// The subscriber: ack commits, retry redelivers with a higher count, dead
 // letters land on the dead topic, and a new group member resumes after
 // the last commit.
 func TestSubscriber(t *testing.T) {
 	t.Parallel()
 	c := cluster(t, kfake.DefaultNumPartitions(1))
-	p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{TopicPrefix: "sub."})
+	p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -175,50 +185,48 @@ func TestSubscriber(t *testing.T) {
 	if errs := p.Publish(ctx, msgs); errs != nil {
 		t.Fatal(errs)
 	}
-	newSub := func() (*kafka.Subscriber, *kgo.Client) {
-		cl := newClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("sub.orders"), kgo.DisableAutoCommit(),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
-		s, err := kafka.NewSubscriber(cl, kafka.SubscriberConfig{TopicPrefix: "sub."})
-		testenv.Must(t, err, "subscriber")
-		return s, cl
-	}
-	s, cl1 := newSub()
-	next := func(s *kafka.Subscriber) kafka.Delivery {
+	s, err := kafka.NewSubscriber(newClient(t, c, kgo.FetchMaxWait(50*time.Millisecond)), kafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
+	testenv.Must(t, err, "subscriber")
+	binding := kafka.Binding("orders", "g")
+	next := func(sub txbox.Subscription) (txbox.Delivery, txbox.Received) {
 		t.Helper()
-		for {
-			ds, err := s.Fetch(ctx, 1)
-			testenv.Must(t, err, "fetch")
-			if len(ds) == 1 {
-				return ds[0]
-			}
-		}
+		d, err := sub.Next(ctx)
+		testenv.Must(t, err, "next")
+		return d, d.Message()
 	}
-	d := next(s)
-	if d.Message.ID != "a" || d.Message.Topic != "orders" || d.Message.Key != "k" || d.Message.Headers["h"] != "a" || d.Deliveries != 1 {
-		t.Fatalf("first delivery: %+v", d)
+	s1, err := s.Subscribe(ctx, binding, 1)
+	testenv.Must(t, err, "subscribe")
+	d, m := next(s1)
+	if m.ID != "a" || m.Topic != "orders" || m.Key != "k" || m.Headers["h"] != "a" || m.Deliveries != 1 || m.Binding != binding {
+		t.Fatalf("first delivery: %+v", m)
 	}
-	testenv.Must(t, s.Ack(ctx, d), "ack")
-	d = next(s)
-	if d.Message.ID != "b" {
-		t.Fatalf("after ack: %s", d.Message.ID)
+	testenv.Must(t, d.Ack(ctx), "ack")
+	if d, m = next(s1); m.ID != "b" {
+		t.Fatalf("after ack: %s", m.ID)
 	}
-	testenv.Must(t, s.Nack(ctx, d), "nack")
-	d = next(s)
-	if d.Message.ID != "b" || d.Deliveries != 2 {
-		t.Fatalf("after nack: %s, deliveries %d (want b, 2)", d.Message.ID, d.Deliveries)
+	// The retried copy of b goes behind c and d.
+	testenv.Must(t, d.Retry(ctx, 0), "retry")
+	if _, m = next(s1); m.ID != "c" {
+		t.Fatalf("after retry: %s, want c", m.ID)
 	}
-	testenv.Must(t, s.Dead(ctx, d, "poison"), "dead")
-	// c is delivered and not acked; the member leaves: the next member of
-	// the group resumes after the last commit, at c.
-	if d = next(s); d.Message.ID != "c" {
-		t.Fatalf("after dead letter: %s", d.Message.ID)
+	if _, m = next(s1); m.ID != "d" {
+		t.Fatalf("after c: %s, want d", m.ID)
 	}
-	cl1.Close()
-	s2, _ := newSub()
-	if d = next(s2); d.Message.ID != "c" || d.Deliveries != 1 {
-		t.Fatalf("new member: %s (deliveries %d), want c", d.Message.ID, d.Deliveries)
+	d, m = next(s1)
+	if m.ID != "b" || m.Deliveries != 2 {
+		t.Fatalf("after retry: %s, deliveries %d (want b, 2)", m.ID, m.Deliveries)
 	}
-	c2 := newClient(t, c, kgo.ConsumeTopics("sub.orders.dead"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	testenv.Must(t, d.DeadLetter(ctx, errors.New("poison")), "dead")
+	// c and d are delivered and not settled; the member leaves: the next
+	// member of the group resumes after the last commit, at c.
+	testenv.Must(t, s1.Close(ctx), "close")
+	s2, err := s.Subscribe(ctx, binding, 1)
+	testenv.Must(t, err, "subscribe")
+	defer func() { _ = s2.Close(ctx) }()
+	if _, m = next(s2); m.ID != "c" || m.Deliveries != 1 {
+		t.Fatalf("new member: %s (deliveries %d), want c", m.ID, m.Deliveries)
+	}
+	c2 := newClient(t, c, kgo.ConsumeTopics(s.DeadLetterTopic("orders")), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	fs := c2.PollFetches(ctx)
 	var dead []*kgo.Record
 	fs.EachRecord(func(r *kgo.Record) { dead = append(dead, r) })
@@ -239,18 +247,19 @@ func TestSubscriber(t *testing.T) {
 func TestSubscriberConformance(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
-	sub, err := kafka.NewConsumerSubscriber(kafka.ConsumerConfig{Seeds: c.ListenAddrs(), Opts: []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond)}, MaxRetryWait: 10 * time.Millisecond})
+	sub, err := kafka.NewSubscriber(subClient(t, c), kafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
 	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
 		admin := newClient(t, c)
 		createTopics(t, admin, topic, topic+".dead")
 		p, err := kafka.NewPublisher(admin, kafka.PublisherConfig{})
 		testenv.Must(t, err, "publisher")
-		return p, sub, topic + "/g"
+		return p, sub, kafka.Binding(topic, "g")
 	}, brokertest.SubscriberFeatures{
 		MissingBinding: func(b string) string { return "missing-" + b },
 		ReadDead: func(t *testing.T, binding string) []string {
-			topic, _, _ := strings.Cut(binding, "/")
+			topic, _, err := kafka.ParseBinding(binding)
+			testenv.Must(t, err, "binding")
 			var ids []string
 			ds, err := reader{c, ""}.Read(context.Background(), topic+".dead", 1)
 			testenv.Must(t, err, "read dead")
@@ -280,7 +289,7 @@ func createTopics(t *testing.T, cl *kgo.Client, topics ...string) {
 // The consumer runtime settles out of order; the subscriber commits only
 // the settled prefix of a partition, so an unsettled record is never
 // skipped by a later record's commit.
-func TestConsumerSubscriberCommitsContiguously(t *testing.T) {
+func TestSubscriberCommitsContiguously(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
 	admin := newClient(t, c)
@@ -299,7 +308,7 @@ func TestConsumerSubscriberCommitsContiguously(t *testing.T) {
 		}
 	}
 	publish("a", "b", "c")
-	sub, err := kafka.NewConsumerSubscriber(kafka.ConsumerConfig{Seeds: c.ListenAddrs(), Opts: []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond)}})
+	sub, err := kafka.NewSubscriber(subClient(t, c), kafka.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
 	next := func(s txbox.Subscription) txbox.Delivery {
 		t.Helper()
@@ -307,7 +316,7 @@ func TestConsumerSubscriberCommitsContiguously(t *testing.T) {
 		testenv.Must(t, err, "next")
 		return d
 	}
-	s1, err := sub.Subscribe(ctx, "contig/g", 8)
+	s1, err := sub.Subscribe(ctx, kafka.Binding("contig", "g"), 8)
 	testenv.Must(t, err, "subscribe")
 	a, b, cc := next(s1), next(s1), next(s1)
 	if a.Message().ID != "a" || cc.Message().ID != "c" {
@@ -316,7 +325,7 @@ func TestConsumerSubscriberCommitsContiguously(t *testing.T) {
 	testenv.Must(t, cc.Ack(ctx), "ack c")
 	testenv.Must(t, b.Ack(ctx), "ack b")
 	testenv.Must(t, s1.Close(ctx), "close") // a unsettled: nothing committed
-	s2, err := sub.Subscribe(ctx, "contig/g", 8)
+	s2, err := sub.Subscribe(ctx, kafka.Binding("contig", "g"), 8)
 	testenv.Must(t, err, "subscribe")
 	if d := next(s2); d.Message().ID != "a" {
 		t.Fatalf("after closing with a unsettled, got %s, want a", d.Message().ID)
@@ -327,7 +336,7 @@ func TestConsumerSubscriberCommitsContiguously(t *testing.T) {
 	testenv.Must(t, next(s2).Ack(ctx), "ack c")
 	testenv.Must(t, s2.Close(ctx), "close") // commits after c
 	publish("d")
-	s3, err := sub.Subscribe(ctx, "contig/g", 8)
+	s3, err := sub.Subscribe(ctx, kafka.Binding("contig", "g"), 8)
 	testenv.Must(t, err, "subscribe")
 	defer func() { _ = s3.Close(ctx) }()
 	if d := next(s3); d.Message().ID != "d" {

@@ -81,7 +81,7 @@ func TestLayering(t *testing.T) {
 	core := map[string]bool{mod: true, mod + "/driver": true, mod + "/relay": true, mod + "/consumer": true,
 		mod + "/inbox": true, mod + "/migrate": true, mod + "/dead": true, mod + "/txboxsql": true,
 		mod + "/drivertest": true, mod + "/brokertest": true}
-	adapters := map[string]bool{mod + "/natsjs": true, mod + "/rabbitmq": true, mod + "/redisx": true, mod + "/kafka": true, mod + "/txboxpgx": true}
+	adapters := map[string]bool{mod + "/natsjs": true, mod + "/rabbitmq": true, mod + "/redisstream": true, mod + "/txboxasynq": true, mod + "/kafka": true, mod + "/txboxpgx": true}
 	seen := 0
 	for _, p := range listPkgs(t) {
 		if !library(p.ImportPath) {

@@ -35,11 +35,11 @@ func TestCheckBinding(t *testing.T) {
 	testenv.Must(t, err, "subscriber")
 
 	for binding, want := range map[string][]string{
-		"nope":                     {"not STREAM/durable"},
-		"NO_SUCH_" + stream + "/x": {"stream NO_SUCH_" + stream + " does not exist"},
-		stream + "/missing":        {"durable consumer missing does not exist", "no stream captures the dead-letter subject"},
-		stream + "/noack":          {"ack policy", "no stream captures"},
-		stream + "/good":           {"no stream captures the dead-letter subject " + prefix + "dlq." + stream + ".good"},
+		"nope":                                 {"not STREAM/durable"},
+		natsjs.Binding("NO_SUCH_"+stream, "x"): {"stream NO_SUCH_" + stream + " does not exist"},
+		natsjs.Binding(stream, "missing"):      {"durable consumer missing does not exist", "no stream captures the dead-letter subject"},
+		natsjs.Binding(stream, "noack"):        {"ack policy", "no stream captures"},
+		natsjs.Binding(stream, "good"):         {"no stream captures the dead-letter subject " + prefix + "dlq." + stream + ".good"},
 	} {
 		err := sub.CheckBinding(ctx, binding)
 		if err == nil {
@@ -54,5 +54,5 @@ func TestCheckBinding(t *testing.T) {
 	}
 	_, err = natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: stream + "_DLQ", Subjects: []string{prefix + "dlq.>"}})
 	testenv.Must(t, err, "dlq stream")
-	testenv.Must(t, sub.CheckBinding(ctx, stream+"/good"), "a sound binding")
+	testenv.Must(t, sub.CheckBinding(ctx, natsjs.Binding(stream, "good")), "a sound binding")
 }

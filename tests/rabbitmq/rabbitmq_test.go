@@ -21,7 +21,7 @@ import (
 func queue(t *testing.T, url string) string {
 	t.Helper()
 	q := testenv.Name("pq")
-	testenv.Must(t, rabbitmq.DeclareQueue(context.Background(), url, rabbitmq.QueueConfig{Name: q}), "declare")
+	testenv.Must(t, rabbitmq.DeclareQueue(context.Background(), testenv.RabbitMQConn(t, url), rabbitmq.QueueConfig{Name: q}), "declare")
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(url)
 		if err != nil {
@@ -57,7 +57,7 @@ func TestPublisherConfirmsAndMandatory(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ(t)
 	q := queue(t, url)
-	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url})
+	p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()
 	errs := p.Publish(context.Background(), []txbox.Message{
@@ -104,7 +104,10 @@ func TestPublisherOutageIsTransient(t *testing.T) {
 	url := testenv.RabbitMQ(t)
 	q := queue(t, url)
 	proxy := testenv.NewProxy(t, testenv.Target(url))
-	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: "amqp://guest:guest@" + proxy.Addr() + "/", DialTimeout: time.Second})
+	conn, err := rabbitmq.NewConn("amqp://guest:guest@"+proxy.Addr()+"/", rabbitmq.ConnConfig{DialTimeout: time.Second})
+	testenv.Must(t, err, "conn")
+	defer conn.Close()
+	p, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()
 	msg := []txbox.Message{{ID: "a", Topic: q, Payload: []byte("x")}}
@@ -152,7 +155,7 @@ func TestRelayParksUnroutable(t *testing.T) {
 	testenv.Must(t, ob.AddNoTx(context.Background(),
 		txbox.Message{ID: "ok", Topic: q, Payload: []byte("x")},
 		txbox.Message{ID: "nowhere", Topic: testenv.Name("nowhere"), Payload: []byte("y")}), "add")
-	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url})
+	p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()
 	r, err := relay.New(drv, p, relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2, RetryDelay: 10 * time.Millisecond,

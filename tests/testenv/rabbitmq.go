@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/txbox/txbox/rabbitmq"
 )
 
 // EnvRabbitMQ points tests at RabbitMQ; default amqp://guest:guest@127.0.0.1:5672/.
@@ -129,4 +131,14 @@ func (p *Proxy) Resume() {
 	p.mu.Lock()
 	p.down = false
 	p.mu.Unlock()
+}
+
+// RabbitMQConn returns a rabbitmq.Conn to url (which it dials on first
+// use), closed when the test ends.
+func RabbitMQConn(t testing.TB, url string) *rabbitmq.Conn {
+	t.Helper()
+	conn, err := rabbitmq.NewConn(url, rabbitmq.ConnConfig{})
+	Must(t, err, "rabbitmq.NewConn")
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	_ "modernc.org/sqlite" // the SQLite engine the tests use
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/txboxpgx"
 )
@@ -230,4 +231,22 @@ func MySQL(t testing.TB, extra ...string) *sql.DB {
 func PgxDriver(t testing.TB, conns int) *txboxpgx.Driver {
 	pool, _ := Postgres(t, conns)
 	return txboxpgx.New(pool)
+}
+
+// PublishFailsTransiently publishes two messages through p, whose broker
+// is unreachable, and checks that both fail with a transient error (never
+// txbox.Reject): an outage costs no attempt.
+func PublishFailsTransiently(t *testing.T, p txbox.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errs := p.Publish(ctx, []txbox.Message{{ID: "x", Topic: "t", Payload: []byte("x")}, {ID: "y", Topic: "t", Payload: []byte("y")}})
+	if len(errs) != 2 {
+		t.Fatalf("%v, want two errors", errs)
+	}
+	for _, err := range errs {
+		if err == nil || txbox.IsRejected(err) {
+			t.Errorf("%v, want a transient error", err)
+		}
+	}
 }

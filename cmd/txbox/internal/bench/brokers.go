@@ -20,8 +20,9 @@ import (
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/rabbitmq"
-	"github.com/txbox/txbox/redisx"
+	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxasynq"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -90,7 +91,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	}
 	if cfg.Redis != nil {
 		stream := "txboxbench:" + id
-		pub, err := redisx.NewStreamPublisher(cfg.Redis, redisx.StreamPublisherConfig{})
+		pub, err := redisstream.NewPublisher(cfg.Redis, redisstream.PublisherConfig{})
 		if err != nil {
 			return err
 		}
@@ -99,7 +100,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		targets = append(targets, target{"Redis Streams", func(n int) (float64, error) { return rawXAdd(ctx, cfg.Redis, stream, n) }, pub, stream, del})
 
 		queue := "txboxbench_" + id
-		apub, err := redisx.NewAsynqPublisher(cfg.Redis, redisx.AsynqConfig{Queue: queue})
+		apub, err := txboxasynq.NewPublisher(cfg.Redis, txboxasynq.PublisherConfig{Queue: queue})
 		if err != nil {
 			return err
 		}
@@ -122,7 +123,12 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 			return fmt.Errorf("rabbitmq: declare %s: %w", queue, err)
 		}
 		defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-		pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: cfg.RabbitMQURL})
+		pconn, err := rabbitmq.NewConn(cfg.RabbitMQURL, rabbitmq.ConnConfig{})
+		if err != nil {
+			return err
+		}
+		defer pconn.Close()
+		pub, err := rabbitmq.NewPublisher(pconn, rabbitmq.PublisherConfig{})
 		if err != nil {
 			return err
 		}

@@ -21,7 +21,8 @@ import (
 	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/redisx"
+	"github.com/txbox/txbox/redisstream"
+	"github.com/txbox/txbox/txboxasynq"
 )
 
 // Defaults of the broker flags.
@@ -202,7 +203,7 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	if b.pub != nil {
 		return b.pub, nil
 	}
-	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{SubjectPrefix: prefix})
+	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix})
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
@@ -328,7 +329,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 			return nil, fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))
 		}
 		b.closer = cl.Close
-		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{TopicPrefix: f.subjectPrefix}); err != nil {
+		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: f.subjectPrefix}); err != nil {
 			b.Close()
 			return nil, err
 		}
@@ -355,15 +356,15 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		return nil, fmt.Errorf("connect to Redis at %s: %w", b.desc, redactErr(err, f.url))
 	}
 	if asynqTarget {
-		cfg, err := redisx.AsynqConfigFromEnv(redisx.AsynqConfig{Queue: q.Get("queue")})
+		cfg, err := txboxasynq.ConfigFromEnv(txboxasynq.PublisherConfig{Queue: q.Get("queue")})
 		if err == nil {
-			b.pub, err = redisx.NewAsynqPublisher(rdb, cfg)
+			b.pub, err = txboxasynq.NewPublisher(rdb, cfg)
 		}
 		if err != nil {
 			b.Close()
 			return nil, err
 		}
-		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, cell(b.pub.(*redisx.AsynqPublisher).Queue()))
+		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, cell(b.pub.(*txboxasynq.Publisher).Queue()))
 		return b, nil
 	}
 	var maxLen int64
@@ -373,7 +374,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 			return nil, fmt.Errorf("--broker %q: maxlen=%q: want a non-negative integer", b.desc, v)
 		}
 	}
-	if b.pub, err = redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{StreamPrefix: f.subjectPrefix, MaxLen: maxLen}); err != nil {
+	if b.pub, err = redisstream.NewPublisher(rdb, redisstream.PublisherConfig{Prefix: f.subjectPrefix, MaxLen: maxLen}); err != nil {
 		b.Close()
 		return nil, err
 	}

@@ -137,7 +137,7 @@ func startShipping(ctx context.Context, nc *nats.Conn, drv *txboxsql.Driver, ob 
 	if err != nil {
 		return nil, err
 	}
-	err = c.HandleInbox(consumer.HandlerConfig{Name: "shipping.order-placed", Binding: "SHOP/shipping"},
+	err = c.HandleInbox(consumer.HandlerConfig{Name: "shipping.order-placed", Binding: natsjs.Binding("SHOP", "shipping")},
 		func(ctx context.Context, tx *sql.Tx, msg consumer.Message) error {
 			var ev orderPlaced
 			if err := json.Unmarshal(msg.Payload, &ev); err != nil || ev.OrderID == 0 {

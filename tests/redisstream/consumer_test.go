@@ -1,4 +1,4 @@
-package redisx_test
+package redisstream_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/redisx"
+	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -22,33 +22,33 @@ import (
 // a missing group is a startup error.
 func TestConsumerRuntime(t *testing.T) {
 	t.Parallel()
-	rdb := client(t)
+	rdb := testenv.Redis(t)
 	prefix := testenv.Name("txbc") + ":"
-	cleanup(t, rdb, prefix+"*")
+	testenv.DeleteKeys(t, rdb, prefix+"*")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	stream := prefix + "orders"
-	sub, err := redisx.NewConsumerSubscriber(rdb, redisx.ConsumerConfig{Consumer: "c1", Block: 50 * time.Millisecond, MinIdle: 100 * time.Millisecond})
+	sub, err := redisstream.NewSubscriber(rdb, redisstream.SubscriberConfig{Consumer: "c1", Block: 50 * time.Millisecond, AckWait: 100 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
 
 	// No group yet: Start refuses.
 	c, err := consumer.New[pgx.Tx](nil, consumer.Config{Broker: sub})
 	testenv.Must(t, err, "consumer.New")
-	testenv.Must(t, c.HandleAtLeastOnce(consumer.HandlerConfig{Name: "h", Binding: stream + "/billing"}, func(context.Context, consumer.Message) error { return nil }), "handle")
+	testenv.Must(t, c.HandleAtLeastOnce(consumer.HandlerConfig{Name: "h", Binding: redisstream.Binding(stream, "billing")}, func(context.Context, consumer.Message) error { return nil }), "handle")
 	if err := c.Start(ctx); err == nil {
 		_ = c.Stop(ctx)
 		t.Fatal("Start with a missing group succeeded")
 	}
 
-	testenv.Must(t, redisx.EnsureGroup(ctx, rdb, stream, "billing", "0"), "group")
-	p, err := redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{StreamPrefix: prefix})
+	testenv.Must(t, redisstream.EnsureGroup(ctx, rdb, stream, "billing", "0"), "group")
+	p, err := redisstream.NewPublisher(rdb, redisstream.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
 	var mu sync.Mutex
 	seen := map[string][]int{}
 	done := make(chan struct{})
 	c, err = consumer.New[pgx.Tx](nil, consumer.Config{Broker: sub, BackoffBase: 10 * time.Millisecond, MaxDeliveries: 5})
 	testenv.Must(t, err, "consumer.New")
-	testenv.Must(t, c.HandleAtLeastOnce(consumer.HandlerConfig{Name: "h", Binding: stream + "/billing"}, func(_ context.Context, m consumer.Message) error {
+	testenv.Must(t, c.HandleAtLeastOnce(consumer.HandlerConfig{Name: "h", Binding: redisstream.Binding(stream, "billing")}, func(_ context.Context, m consumer.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[m.ID] = append(seen[m.ID], m.Deliveries)
@@ -107,16 +107,16 @@ func TestConsumerRuntime(t *testing.T) {
 
 func TestSubscriberConformance(t *testing.T) {
 	t.Parallel()
-	rdb := client(t)
+	rdb := testenv.Redis(t)
 	prefix := testenv.Name("txbsc") + ":"
-	cleanup(t, rdb, prefix+"*")
+	testenv.DeleteKeys(t, rdb, prefix+"*")
 	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
-		p, err := redisx.NewStreamPublisher(rdb, redisx.StreamPublisherConfig{StreamPrefix: prefix})
+		p, err := redisstream.NewPublisher(rdb, redisstream.PublisherConfig{Prefix: prefix})
 		testenv.Must(t, err, "publisher")
-		testenv.Must(t, redisx.EnsureGroup(context.Background(), rdb, prefix+topic, "g", "0"), "group")
-		s, err := redisx.NewConsumerSubscriber(rdb, redisx.ConsumerConfig{Consumer: "c", Block: 50 * time.Millisecond, MinIdle: 10 * time.Second})
+		testenv.Must(t, redisstream.EnsureGroup(context.Background(), rdb, prefix+topic, "g", "0"), "group")
+		s, err := redisstream.NewSubscriber(rdb, redisstream.SubscriberConfig{Consumer: "c", Block: 50 * time.Millisecond, AckWait: 10 * time.Second})
 		testenv.Must(t, err, "subscriber")
-		return p, s, prefix + topic + "/g"
+		return p, s, redisstream.Binding(prefix+topic, "g")
 	}, brokertest.SubscriberFeatures{ReadDead: func(t *testing.T, binding string) []string {
 		xs, err := rdb.XRange(context.Background(), strings.TrimSuffix(binding, "/g")+":dead", "-", "+").Result()
 		testenv.Must(t, err, "xrange")

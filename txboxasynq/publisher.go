@@ -1,4 +1,4 @@
-package redisx
+package txboxasynq
 
 import (
 	"context"
@@ -14,26 +14,27 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/redisreply"
 )
 
-// Defaults of AsynqConfig.
+// Defaults of PublisherConfig.
 const (
 	// DefaultTaskRetention is how long asynq keeps a completed task, and
 	// so how long a re-enqueue of its message is recognised as a duplicate.
 	DefaultTaskRetention = 24 * time.Hour
 	DefaultQueue         = "default"
 	DefaultConcurrency   = 64
-	// EnvTaskRetention is read by AsynqConfigFromEnv.
+	// EnvTaskRetention is read by ConfigFromEnv.
 	EnvTaskRetention = "OUTBOX_TASK_RETENTION"
 )
 
-// AsynqConfig configures an AsynqPublisher.
-type AsynqConfig struct {
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
 	// Queue is the asynq queue tasks go to. Default: "default".
 	Queue string
 	// Retention is asynq's retention of completed tasks: the window in
 	// which a re-enqueued message id is a duplicate. Default: 24h.
-	// Env OUTBOX_TASK_RETENTION (see AsynqConfigFromEnv).
+	// Env OUTBOX_TASK_RETENTION (see ConfigFromEnv).
 	Retention time.Duration
 	// Concurrency bounds the enqueues one Publish call has in flight
 	// (asynq enqueues one task per round trip). Default: 64.
@@ -44,10 +45,10 @@ type AsynqConfig struct {
 	Options []asynq.Option
 }
 
-// AsynqConfigFromEnv overlays OUTBOX_TASK_RETENTION (a Go duration, e.g.
+// ConfigFromEnv overlays OUTBOX_TASK_RETENTION (a Go duration, e.g.
 // "24h") on base; a value that does not parse or is not positive is an
 // error naming the variable.
-func AsynqConfigFromEnv(base AsynqConfig) (AsynqConfig, error) {
+func ConfigFromEnv(base PublisherConfig) (PublisherConfig, error) {
 	v := os.Getenv(EnvTaskRetention)
 	if v == "" {
 		return base, nil
@@ -60,29 +61,29 @@ func AsynqConfigFromEnv(base AsynqConfig) (AsynqConfig, error) {
 	return base, nil
 }
 
-// AsynqPublisher enqueues messages as asynq tasks; see the package doc.
-type AsynqPublisher struct {
+// Publisher enqueues messages as asynq tasks; see the package doc.
+type Publisher struct {
 	client *asynq.Client
-	cfg    AsynqConfig
+	cfg    PublisherConfig
 }
 
-var _ txbox.Publisher = (*AsynqPublisher)(nil)
+var _ txbox.Publisher = (*Publisher)(nil)
 
-// NewAsynqPublisher returns an AsynqPublisher over rdb, a client the caller
-// owns and closes (it must point at the Redis database the asynq servers
-// use).
-func NewAsynqPublisher(rdb redis.UniversalClient, cfg AsynqConfig) (*AsynqPublisher, error) {
+// NewPublisher returns a Publisher over rdb, a client the caller made
+// (it must point at the Redis database the asynq servers use); whoever
+// created it closes it.
+func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) (*Publisher, error) {
 	if rdb == nil {
-		return nil, fmt.Errorf("%w: redisx: nil client", txbox.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: txboxasynq: nil client", txbox.ErrInvalidConfig)
 	}
 	if cfg.Retention < 0 || cfg.Concurrency < 0 {
-		return nil, fmt.Errorf("%w: redisx: negative Retention or Concurrency", txbox.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: txboxasynq: negative Retention or Concurrency", txbox.ErrInvalidConfig)
 	}
 	if cfg.Queue == "" {
 		cfg.Queue = DefaultQueue
 	}
 	if strings.TrimSpace(cfg.Queue) != cfg.Queue {
-		return nil, fmt.Errorf("%w: redisx: queue name %q has surrounding spaces", txbox.ErrInvalidConfig, cfg.Queue)
+		return nil, fmt.Errorf("%w: txboxasynq: queue name %q has surrounding spaces", txbox.ErrInvalidConfig, cfg.Queue)
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultTaskRetention
@@ -90,12 +91,12 @@ func NewAsynqPublisher(rdb redis.UniversalClient, cfg AsynqConfig) (*AsynqPublis
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
-	return &AsynqPublisher{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg}, nil
+	return &Publisher{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg}, nil
 }
 
 // Task returns the asynq task for m: type = topic, the payload, and the
 // headers less reserved ones.
-func (p *AsynqPublisher) Task(m txbox.Message) *asynq.Task {
+func (p *Publisher) Task(m txbox.Message) *asynq.Task {
 	var h map[string]string
 	for k, v := range m.Headers {
 		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
@@ -115,7 +116,7 @@ func (p *AsynqPublisher) Task(m txbox.Message) *asynq.Task {
 //
 // asynq servers run tasks concurrently, so an asynq target keeps no per-key
 // order of processing even though a batch is enqueued in order per key.
-func (p *AsynqPublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 	// Lanes: the messages of one key, chained in batch order (next), are
 	// enqueued one after another by one worker; every message without a
 	// key is a lane of its own. Workers take lanes in order of their heads.
@@ -158,19 +159,19 @@ func (p *AsynqPublisher) Publish(ctx context.Context, msgs []txbox.Message) []er
 	return errs
 }
 
-func (p *AsynqPublisher) enqueue(ctx context.Context, m txbox.Message) error {
+func (p *Publisher) enqueue(ctx context.Context, m txbox.Message) error {
 	if m.ID == "" {
-		return txbox.Reject(errors.New("redisx: asynq task needs a message id"))
+		return txbox.Reject(errors.New("txboxasynq: asynq task needs a message id"))
 	}
 	_, err := p.client.EnqueueContext(ctx, p.Task(m), asynq.Queue(p.cfg.Queue), asynq.TaskID(m.ID), asynq.Retention(p.cfg.Retention))
 	switch {
 	case err == nil, errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
 		return nil
-	case strings.Contains(err.Error(), "typename cannot be empty"):
-		return txbox.Reject(fmt.Errorf("redisx: enqueue %s: %w", m.ID, err))
+	case strings.Contains(err.Error(), "typename cannot be empty"), redisreply.MessageFault(err):
+		return txbox.Reject(fmt.Errorf("txboxasynq: enqueue task %s: %w", m.ID, err))
 	}
-	return fmt.Errorf("redisx: enqueue task %s: %w", m.ID, classify(err))
+	return fmt.Errorf("txboxasynq: enqueue task %s: %w", m.ID, err)
 }
 
 // Queue returns the asynq queue tasks go to.
-func (p *AsynqPublisher) Queue() string { return p.cfg.Queue }
+func (p *Publisher) Queue() string { return p.cfg.Queue }

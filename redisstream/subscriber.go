@@ -1,0 +1,367 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txbox/txbox"
+)
+
+// Defaults of SubscriberConfig.
+const (
+	DefaultBlock   = time.Second
+	DefaultAckWait = time.Minute
+	// DefaultDeadLetterSuffix names a binding's dead-letter stream:
+	// STREAM+DefaultDeadLetterSuffix.
+	DefaultDeadLetterSuffix = ":dead"
+)
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// Consumer names this process within each group; it must be unique
+	// among the group's live consumers and should be stable across
+	// restarts of the same process. Default: hostname-pid.
+	Consumer string
+	// Block bounds how long one read waits for new entries. Default: 1s.
+	Block time.Duration
+	// AckWait is how long an entry stays delivered but unacknowledged
+	// before any consumer of the group may claim it (XAUTOCLAIM's
+	// min-idle-time: its consumer died, or gave it back). It also caps the
+	// retry delay (see Delivery.Retry). Default: 1m.
+	AckWait time.Duration
+	// DeadLetterSuffix names a binding's dead-letter stream:
+	// STREAM+DeadLetterSuffix. Default: DefaultDeadLetterSuffix (":dead").
+	DeadLetterSuffix string
+}
+
+// Binding returns the binding of consumer group group on stream, for
+// consumer.HandlerConfig.Binding: "STREAM/GROUP".
+func Binding(stream, group string) string { return stream + "/" + group }
+
+// ParseBinding splits a binding made by Binding. A stream's name may hold
+// "/"; a group's may not.
+func ParseBinding(b string) (stream, group string, err error) {
+	i := strings.LastIndex(b, "/")
+	if i <= 0 || i == len(b)-1 {
+		return "", "", fmt.Errorf("redisstream: binding %q: want STREAM/GROUP (build it with redisstream.Binding)", b)
+	}
+	return b[:i], b[i+1:], nil
+}
+
+// Subscriber implements txbox.Subscriber on Redis Streams. A binding is a
+// consumer group on a stream (see Binding), which must exist (see
+// EnsureGroup).
+//
+// The life of an entry: a read delivers it (XREADGROUP); Ack removes it
+// from the group's pending list (XACK); Retry leaves it pending and makes
+// it claimable after the delay, so a later read (of this or another
+// consumer of the group) delivers it again with Deliveries+1; an entry
+// never settled (its consumer crashed) is claimed (XAUTOCLAIM) once it
+// has been idle for AckWait, with its delivery count from XPENDING;
+// DeadLetter copies it to the dead-letter stream and acks it, atomically.
+type Subscriber struct {
+	rdb redis.UniversalClient
+	cfg SubscriberConfig
+}
+
+var _ txbox.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a Subscriber over rdb, a client the caller made;
+// whoever created it closes it.
+func NewSubscriber(rdb redis.UniversalClient, cfg SubscriberConfig) (*Subscriber, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: redisstream: nil client", txbox.ErrInvalidConfig)
+	}
+	if cfg.Block < 0 || cfg.AckWait < 0 {
+		return nil, fmt.Errorf("%w: redisstream: negative Block or AckWait", txbox.ErrInvalidConfig)
+	}
+	if cfg.Consumer == "" {
+		host, _ := os.Hostname()
+		cfg.Consumer = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.Block == 0 {
+		cfg.Block = DefaultBlock
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = DefaultAckWait
+	}
+	if cfg.DeadLetterSuffix == "" {
+		cfg.DeadLetterSuffix = DefaultDeadLetterSuffix
+	}
+	return &Subscriber{rdb: rdb, cfg: cfg}, nil
+}
+
+// DeadLetterStream is where the dead letters of a binding on stream go.
+func (s *Subscriber) DeadLetterStream(stream string) string { return stream + s.cfg.DeadLetterSuffix }
+
+// EnsureGroup creates the consumer group (and the stream) if missing;
+// startID "0" reads the whole stream, "$" only new entries.
+func EnsureGroup(ctx context.Context, rdb redis.UniversalClient, stream, group, startID string) error {
+	err := rdb.XGroupCreateMkStream(ctx, stream, group, startID).Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redisstream: create group %s on %s: %w", group, stream, err)
+	}
+	return nil
+}
+
+// CheckBinding reports whether the binding's stream and group exist.
+func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
+	stream, group, err := ParseBinding(binding)
+	if err != nil {
+		return err
+	}
+	groups, err := s.rdb.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return fmt.Errorf("redisstream: stream %s does not exist (create it and the group with redisstream.EnsureGroup or XGROUP CREATE %s %s 0 MKSTREAM)", stream, stream, group)
+		}
+		return fmt.Errorf("redisstream: XINFO GROUPS %s: %w", stream, err)
+	}
+	for _, g := range groups {
+		if g.Name == group {
+			return nil
+		}
+	}
+	return fmt.Errorf("redisstream: stream %s has no consumer group %s (create it with redisstream.EnsureGroup or XGROUP CREATE %s %s 0)", stream, group, stream, group)
+}
+
+// Subscribe starts reading the binding, creating its group (and stream)
+// if missing; prefetch bounds one read.
+func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error) {
+	stream, group, err := ParseBinding(binding)
+	if err != nil {
+		return nil, err
+	}
+	if err := EnsureGroup(ctx, s.rdb, stream, group, "0"); err != nil {
+		return nil, err
+	}
+	r := &reader{rdb: s.rdb, cfg: s.cfg, stream: stream, group: group, deadStream: s.DeadLetterStream(stream), cursor: make(chan string, 1)}
+	r.cursor <- "0-0"
+	return &subscription{r: r, binding: binding, prefetch: max(prefetch, 1)}, nil
+}
+
+// reader reads one stream through a consumer group.
+type reader struct {
+	rdb           redis.UniversalClient
+	cfg           SubscriberConfig
+	stream, group string
+	deadStream    string
+	// cursor is where the next XAUTOCLAIM scan starts: a one-slot
+	// channel, a mutex that a context can abandon.
+	cursor chan string
+}
+
+// entry is one stream entry delivered to this consumer.
+type entry struct {
+	msg        txbox.Message // Topic is the stream's name
+	id         string        // the stream entry's id ("1700000000000-0")
+	deliveries int64         // to the group, this one included
+}
+
+// fetch returns up to n entries: first entries claimed from the pending
+// list (idle at least AckWait), then new entries, waiting up to Block for
+// them. It returns none, not an error, when none came.
+func (r *reader) fetch(ctx context.Context, n int) ([]entry, error) {
+	out, err := r.claim(ctx, n)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	res, err := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: r.group, Consumer: r.cfg.Consumer,
+		Streams: []string{r.stream, ">"}, Count: int64(n), Block: r.cfg.Block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: XREADGROUP %s: %w", r.stream, err)
+	}
+	for _, st := range res {
+		for _, m := range st.Messages {
+			out = append(out, r.entry(m, 1))
+		}
+	}
+	return out, nil
+}
+
+// claim takes over entries idle for AckWait and looks up their delivery
+// counts.
+func (r *reader) claim(ctx context.Context, n int) ([]entry, error) {
+	var start string
+	select {
+	case start = <-r.cursor:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	msgs, next, err := r.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: r.stream, Group: r.group, Consumer: r.cfg.Consumer,
+		MinIdle: r.cfg.AckWait, Start: start, Count: int64(n),
+	}).Result()
+	if err != nil {
+		r.cursor <- start
+		return nil, fmt.Errorf("redisstream: XAUTOCLAIM %s: %w", r.stream, err)
+	}
+	r.cursor <- next
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.XPendingExtCmd, len(msgs))
+	for i, m := range msgs {
+		cmds[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.stream, Group: r.group, Start: m.ID, End: m.ID, Count: 1})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redisstream: XPENDING %s: %w", r.stream, err)
+	}
+	out := make([]entry, 0, len(msgs))
+	for i, m := range msgs {
+		n := int64(1)
+		if p := cmds[i].Val(); len(p) == 1 {
+			n = p[0].RetryCount
+		}
+		out = append(out, r.entry(m, n))
+	}
+	return out, nil
+}
+
+func (r *reader) entry(m redis.XMessage, n int64) entry {
+	msg := txbox.Message{Topic: r.stream}
+	for k, v := range m.Values {
+		str, _ := v.(string)
+		switch {
+		case k == FieldID:
+			msg.ID = str
+		case k == FieldKey:
+			msg.Key = str
+		case k == FieldPayload:
+			msg.Payload = []byte(str)
+		case strings.HasPrefix(k, HeaderFieldPrefix):
+			if msg.Headers == nil {
+				msg.Headers = map[string]string{}
+			}
+			msg.Headers[k[len(HeaderFieldPrefix):]] = str
+		}
+	}
+	return entry{msg: msg, id: m.ID, deliveries: n}
+}
+
+func (r *reader) ack(ctx context.Context, e entry) error {
+	if err := r.rdb.XAck(ctx, r.stream, r.group, e.id).Err(); err != nil {
+		return fmt.Errorf("redisstream: XACK %s: %w", r.stream, err)
+	}
+	return nil
+}
+
+// nackAfter gives an entry back to be claimed again after delay. Redis
+// has no delayed redelivery: the entry's idle time is set to
+// AckWait-delay, so a delay longer than AckWait is cut to AckWait.
+func (r *reader) nackAfter(ctx context.Context, e entry, delay time.Duration) error {
+	// XCLAIM … IDLE sets the entry's idle time; JUSTID leaves its delivery
+	// count alone (the next XAUTOCLAIM counts the redelivery).
+	idle := strconv.FormatInt(max(r.cfg.AckWait-delay, 0).Milliseconds(), 10)
+	err := r.rdb.Do(ctx, "XCLAIM", r.stream, r.group, r.cfg.Consumer, 0, e.id, "IDLE", idle, "JUSTID").Err()
+	if err != nil {
+		return fmt.Errorf("redisstream: nack %s %s: %w", r.stream, e.id, err)
+	}
+	return nil
+}
+
+// dead appends the entry, with reason in the field "error", to the
+// dead-letter stream and acknowledges it, in one MULTI/EXEC.
+func (r *reader) dead(ctx context.Context, e entry, reason string) error {
+	vals := Values(e.msg)
+	vals = append(vals, "error", reason, "stream", r.stream, "entry", e.id, "deliveries", e.deliveries)
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: r.deadStream, Values: vals})
+		p.XAck(ctx, r.stream, r.group, e.id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redisstream: dead-letter %s %s: %w", r.stream, e.id, err)
+	}
+	return nil
+}
+
+type subscription struct {
+	r        *reader
+	binding  string
+	prefetch int
+
+	mu  sync.Mutex
+	buf []entry
+}
+
+// Next returns the next delivery, reading when the buffer is empty.
+func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
+	for {
+		s.mu.Lock()
+		if len(s.buf) > 0 {
+			e := s.buf[0]
+			s.buf = s.buf[1:]
+			s.mu.Unlock()
+			return &delivery{s: s, e: e}, nil
+		}
+		s.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		es, err := s.r.fetch(ctx, s.prefetch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err // go-redis reconnects; the consumer calls Next again
+		}
+		s.mu.Lock()
+		s.buf = append(s.buf, es...)
+		s.mu.Unlock()
+	}
+}
+
+// Close gives back the entries read but not returned by Next: they are
+// claimable at once.
+func (s *subscription) Close(ctx context.Context) error {
+	s.mu.Lock()
+	buf := s.buf
+	s.buf = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, e := range buf {
+		errs = append(errs, s.r.nackAfter(ctx, e, 0))
+	}
+	return errors.Join(errs...)
+}
+
+type delivery struct {
+	s *subscription
+	e entry
+}
+
+func (d *delivery) Message() txbox.Received {
+	return txbox.Received{Message: d.e.msg, Deliveries: int(d.e.deliveries), Binding: d.s.binding}
+}
+
+func (d *delivery) Ack(ctx context.Context) error { return d.s.r.ack(ctx, d.e) }
+
+// Retry leaves the entry pending, claimable after delay (at most AckWait).
+func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	return d.s.r.nackAfter(ctx, d.e, delay)
+}
+
+// DeadLetter appends the entry with the error, its stream, entry id and
+// delivery count to the dead-letter stream and acks it, atomically.
+func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	reason := "dead-lettered"
+	if cause != nil {
+		reason = cause.Error()
+	}
+	return d.s.r.dead(ctx, d.e, reason)
+}
