@@ -10,7 +10,8 @@ import (
 var (
 	// ErrInvalidMessage is matched by every *InvalidMessageError.
 	ErrInvalidMessage = errors.New("txbox: invalid message")
-	// ErrPayloadTooLarge: the payload is over Config.MaxPayloadBytes.
+	// ErrPayloadTooLarge: the payload and headers are over
+	// Config.MaxMessageBytes, or over a broker's limit.
 	ErrPayloadTooLarge = errors.New("txbox: payload too large")
 	// ErrReservedHeader: a header tried to set a name reserved for the
 	// message's identity (Nats-Msg-Id, Message-Id, Txbox-*).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Message is one event to deliver.
@@ -37,7 +38,8 @@ type Record struct {
 	Attempts int
 }
 
-// Limits on message fields; see [Config.MaxPayloadBytes] for the payload.
+// Limits on message fields; see [Config.MaxMessageBytes] for the payload
+// and headers together.
 const (
 	MaxIDLen        = 256
 	MaxTopicLen     = 256
@@ -69,13 +71,30 @@ func IsReservedHeader(name string) bool {
 	return false
 }
 
-// validate checks m against the limits; maxPayload <= 0 means no cap.
-func (m *Message) validate(maxPayload int) error {
+// Validate checks m against the message contract (docs/sql-contract.md
+// states it per column) and returns an *InvalidMessageError saying which
+// field breaks which rule, or nil. maxBytes caps the payload and the
+// headers together (<= 0: no cap). An empty ID passes: Add fills it in.
+//
+// The rules are what every broker txbox ships for carries unchanged:
+//   - topic: 1 to MaxTopicLen bytes of UTF-8, no white space, no control
+//     character;
+//   - id, key: at most MaxIDLen / MaxKeyLen bytes of UTF-8, no control
+//     character;
+//   - header names: 1 to MaxHeaderLen bytes, an HTTP token (letters,
+//     digits and !#$%&'*+-.^_`|~), not reserved (IsReservedHeader);
+//   - header values: at most MaxHeaderValLen bytes of UTF-8, no control
+//     character but tab, no leading or trailing space or tab (NATS trims
+//     them).
+func (m *Message) Validate(maxBytes int) error {
 	if m.Topic == "" {
 		return &InvalidMessageError{ID: m.ID, Field: "topic", Reason: "is empty"}
 	}
 	if err := checkText("topic", m.Topic, MaxTopicLen); err != nil {
 		return m.invalid(err)
+	}
+	if i := strings.IndexAny(m.Topic, " \t\u00a0\u2028\u2029"); i >= 0 {
+		return &InvalidMessageError{ID: m.ID, Field: "topic", Reason: fmt.Sprintf("contains white space at byte %d", i)}
 	}
 	if m.ID != "" {
 		if err := checkText("id", m.ID, MaxIDLen); err != nil {
@@ -87,27 +106,52 @@ func (m *Message) validate(maxPayload int) error {
 			return m.invalid(err)
 		}
 	}
-	if maxPayload > 0 && len(m.Payload) > maxPayload {
-		return &InvalidMessageError{ID: m.ID, Field: "payload", Reason: fmt.Sprintf("is %d bytes, over the cap of %d", len(m.Payload), maxPayload), Err: ErrPayloadTooLarge}
-	}
+	size := len(m.Payload)
 	for k, v := range m.Headers {
+		size += len(k) + len(v)
 		if k == "" {
 			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: "has an empty name"}
 		}
 		if IsReservedHeader(k) {
 			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name %q is reserved: a header may not set a message's identity", k), Err: ErrReservedHeader}
 		}
-		if err := checkText("header name", k, MaxHeaderLen); err != nil {
-			return m.invalid(err)
+		if len(k) > MaxHeaderLen {
+			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name of %d bytes, over the limit of %d", len(k), MaxHeaderLen)}
+		}
+		for i := 0; i < len(k); i++ {
+			if !isTokenChar(k[i]) {
+				return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name %q has %q at byte %d: a header name is letters, digits and !#$%%&'*+-.^_`|~", k, k[i], i)}
+			}
 		}
 		if len(v) > MaxHeaderValLen {
 			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q is longer than %d bytes", k, MaxHeaderValLen)}
 		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q contains CR, LF or NUL", k)}
+		if !utf8.ValidString(v) {
+			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q is not valid UTF-8", k)}
+		}
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+				return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q contains control character %#x at byte %d", k, c, i)}
+			}
+		}
+		if v != strings.Trim(v, " \t") {
+			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q begins or ends with white space, which NATS trims", k)}
 		}
 	}
+	if maxBytes > 0 && size > maxBytes {
+		return &InvalidMessageError{ID: m.ID, Field: "payload", Reason: fmt.Sprintf("and headers are %d bytes, over the cap of %d", size, maxBytes), Err: ErrPayloadTooLarge}
+	}
 	return nil
+}
+
+// isTokenChar reports whether c may appear in an HTTP token (RFC 9110),
+// the header names every broker carries alike.
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 type fieldError struct{ field, reason string }
@@ -119,7 +163,7 @@ func (m *Message) invalid(err error) error {
 	return &InvalidMessageError{ID: m.ID, Field: fe.field, Reason: fe.reason}
 }
 
-// checkText refuses empty, oversized and control-character text.
+// checkText refuses oversized text, invalid UTF-8 and control characters.
 func checkText(field, s string, max int) error {
 	if len(s) > max {
 		return fieldError{field, fmt.Sprintf("is %d bytes, over the limit of %d", len(s), max)}
@@ -128,6 +172,9 @@ func checkText(field, s string, max int) error {
 		if c := s[i]; c < 0x20 || c == 0x7f {
 			return fieldError{field, fmt.Sprintf("contains control character %#x at byte %d", c, i)}
 		}
+	}
+	if !utf8.ValidString(s) {
+		return fieldError{field, "is not valid UTF-8"}
 	}
 	return nil
 }

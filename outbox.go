@@ -16,8 +16,11 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTable           = "txbox_outbox"
-	DefaultMaxPayloadBytes = 1 << 20
+	DefaultTable = "txbox_outbox"
+	// DefaultMaxMessageBytes is 1 MiB less 1 KiB: the default payload limit
+	// of NATS (and the smallest of the brokers') counts the broker's own
+	// headers too (Nats-Msg-Id, the subject), for which 1 KiB is kept.
+	DefaultMaxMessageBytes = 1<<20 - 1<<10
 )
 
 // Config configures an Outbox.
@@ -28,10 +31,11 @@ type Config struct {
 	// Table is the outbox table, validated as an SQL identifier.
 	// Default: DefaultTable ("txbox_outbox").
 	Table string
-	// MaxPayloadBytes caps a message's payload; a larger one is refused
-	// with ErrPayloadTooLarge. Default: DefaultMaxPayloadBytes (1 MiB);
+	// MaxMessageBytes caps a message's payload and headers together (the
+	// bytes of their names and values); a larger message is refused with
+	// ErrPayloadTooLarge. Default: DefaultMaxMessageBytes (1 MiB - 1 KiB);
 	// negative means no cap.
-	MaxPayloadBytes int
+	MaxMessageBytes int
 }
 
 // TableName validates the schema and table of cfg and returns them quoted
@@ -126,10 +130,10 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	if err != nil {
 		return nil, err
 	}
-	max := cfg.MaxPayloadBytes
+	max := cfg.MaxMessageBytes
 	switch {
 	case max == 0:
-		max = DefaultMaxPayloadBytes
+		max = DefaultMaxMessageBytes
 	case max < 0:
 		max = 0
 	}
@@ -171,7 +175,7 @@ func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) error {
 
 func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, error) {
 	for i := range msgs {
-		if err := msgs[i].validate(o.maxPayload); err != nil {
+		if err := msgs[i].Validate(o.maxPayload); err != nil {
 			err.(*InvalidMessageError).Index = i
 			return nil, err
 		}

@@ -16,3 +16,14 @@ type Publisher interface {
 	// header can overwrite it.
 	Publish(ctx context.Context, msgs []Message) []error
 }
+
+// MessageChecker is an optional capability of a Publisher: CheckMessage
+// says, without a broker call, why the broker would always refuse m (a
+// subject it cannot carry, a header it cannot encode, a size over its
+// limit), or returns nil. The relay checks every claimed row against the
+// message contract (Message.Validate) and then with CheckMessage, and
+// parks a message that fails either as dead at once, with the error, so
+// that it costs no broker call, no retries and no other message's time.
+type MessageChecker interface {
+	CheckMessage(m Message) error
+}

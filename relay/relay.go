@@ -52,7 +52,7 @@ type Relay struct {
 	log   *slog.Logger
 	wake  chan struct{}
 
-	published, rejected, dead, rounds, failedRounds atomic.Int64
+	published, rejected, invalid, dead, rounds, failedRounds atomic.Int64
 
 	// backlog is true while the last round's batch was full and held no
 	// ordering key: an unordered backlog, where a second claim in flight
@@ -379,13 +379,38 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 	r.rounds.Add(1)
 	defer func() {
 		if err != nil {
+			r.failedRounds.Add(1)
 			r.from.Store(0) // rows may have been given back below the scan's start
 		}
 	}()
+	batch, err := r.claim(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	// Marks and releases must happen even when ctx was cancelled mid-round.
+	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if len(batch.Rows) == 0 {
+		return 0, batch.Release(finishCtx)
+	}
+	out := r.prepare(batch.Rows)
+	var errs []error
+	if len(out.msgs) > 0 {
+		// Acks in flight are awaited even when ctx ends (Stop), up to
+		// PublishTimeout, so that what the broker stored gets marked.
+		pubCtx, cancelPub := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+		errs = r.pub.Publish(pubCtx, out.msgs)
+		cancelPub()
+	}
+	return len(batch.Rows), r.settle(finishCtx, batch, out, errs)
+}
+
+// claim takes the next batch and notes where the next claim's scan starts
+// and whether an overlapping claim would pay (see overlapLoop).
+func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	batch, err := r.store.Claim(ctx, r.cfg.BatchSize, r.claimFrom())
 	if err != nil {
-		r.failedRounds.Add(1)
-		return 0, fmt.Errorf("claim: %w", err)
+		return nil, err
 	}
 	full := len(batch.Rows) >= r.cfg.BatchSize
 	if full {
@@ -401,35 +426,61 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		default:
 		}
 	}
-	// Marks and releases must happen even when ctx was cancelled mid-round.
-	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if len(batch.Rows) == 0 {
-		return 0, batch.Release(finishCtx)
-	}
-	msgs := make([]txbox.Message, len(batch.Rows))
-	for i, row := range batch.Rows {
-		msgs[i] = txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload}
-		if len(row.Headers) > 2 { // not "{}"
-			if err := json.Unmarshal(row.Headers, &msgs[i].Headers); err != nil {
-				// Only plain SQL can store such headers; deliver without them.
-				r.log.Warn("txbox relay: headers are not a JSON object of strings; sending none", "seq", row.Seq, "id", row.ID, "err", err)
-				msgs[i].Headers = nil
+	return batch, nil
+}
+
+// prepared is a claimed batch turned into messages: msgs[i] is the message
+// of rows[rowOf[i]]; invalid holds the rows that break the contract.
+type prepared struct {
+	msgs    []txbox.Message
+	rowOf   []int
+	invalid []outboxsql.Rejection
+}
+
+// prepare decodes the claimed rows and checks each against the message
+// contract and the publisher's own limits (txbox.MessageChecker). A row
+// that fails is not published: settle parks it dead at once, so that it
+// costs no broker call and delays no other row.
+func (r *Relay) prepare(rows []outboxsql.Claimed) prepared {
+	out := prepared{msgs: make([]txbox.Message, 0, len(rows)), rowOf: make([]int, 0, len(rows))}
+	checker, _ := r.pub.(txbox.MessageChecker)
+	for i, row := range rows {
+		m := txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload}
+		err := row.Invalid
+		if err == nil && len(row.Headers) > 2 { // not "{}"
+			if jerr := json.Unmarshal(row.Headers, &m.Headers); jerr != nil {
+				err = fmt.Errorf("headers are not a JSON object of strings: %w", jerr)
 			}
 		}
+		if err == nil && m.ID == "" {
+			err = errors.New("message_id is empty")
+		}
+		if err == nil {
+			err = m.Validate(0)
+		}
+		if err == nil && checker != nil {
+			err = checker.CheckMessage(m)
+		}
+		if err != nil {
+			out.invalid = append(out.invalid, outboxsql.Rejection{Seq: row.Seq, Err: truncate("invalid row: "+err.Error(), 2000), Invalid: true})
+			continue
+		}
+		out.msgs = append(out.msgs, m)
+		out.rowOf = append(out.rowOf, i)
 	}
+	return out
+}
 
-	// Acks in flight are awaited even when ctx ends (Stop), up to
-	// PublishTimeout, so that what the broker stored gets marked.
-	pubCtx, cancelPub := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
-	errs := r.pub.Publish(pubCtx, msgs)
-	cancelPub()
-
-	published := make([]int64, 0, len(msgs))
-	var rejected []outboxsql.Rejection
+// settle records the broker's answers: acknowledged rows are marked,
+// rejected ones cost an attempt (dead after MaxAttempts), invalid ones are
+// dead at once; the rest (outage, timeout) go back untouched.
+func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared, errs []error) error {
+	published := make([]int64, 0, len(out.msgs))
+	rejected := out.invalid
 	var transient error
 	nTransient := 0
-	for i, row := range batch.Rows {
+	for i := range out.msgs {
+		row := batch.Rows[out.rowOf[i]]
 		var err error
 		if errs != nil {
 			err = errs[i]
@@ -452,17 +503,21 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 			}
 		}
 	}
-	if err := batch.Finish(finishCtx, published, rejected, r.cfg.MaxAttempts); err != nil {
-		r.failedRounds.Add(1)
-		return len(msgs), fmt.Errorf("finish batch: %w", err)
+	if err := batch.Finish(ctx, published, rejected, r.cfg.MaxAttempts); err != nil {
+		return fmt.Errorf("finish batch: %w", err)
 	}
 	r.published.Add(int64(len(published)))
-	r.rejected.Add(int64(len(rejected)))
+	r.invalid.Add(int64(len(out.invalid)))
+	r.rejected.Add(int64(len(rejected) - len(out.invalid)))
 	for _, rj := range rejected {
-		if rj.Dead {
+		switch {
+		case rj.Invalid:
+			r.dead.Add(1)
+			r.log.Error("txbox relay: message is dead: the row breaks the outbox contract", "seq", rj.Seq, "err", rj.Err)
+		case rj.Dead:
 			r.dead.Add(1)
 			r.log.Error("txbox relay: message is dead after too many rejections", "seq", rj.Seq, "err", rj.Err)
-		} else {
+		default:
 			r.log.Warn("txbox relay: broker rejected message", "seq", rj.Seq, "err", rj.Err, "retry_in", rj.RetryAfter)
 		}
 	}
@@ -470,10 +525,9 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		r.from.Store(0) // their retries come due below the scan's start
 	}
 	if transient != nil {
-		r.failedRounds.Add(1)
-		return len(msgs), fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(msgs), transient)
+		return fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(out.msgs), transient)
 	}
-	return len(msgs), nil
+	return nil
 }
 
 // claimFrom returns where the next claim's scan starts. While the relay
@@ -548,7 +602,8 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 type Stats struct {
 	Published    int64 // messages acknowledged by the broker and marked
 	Rejected     int64 // broker rejections (each costs an attempt)
-	Dead         int64 // messages this relay parked as dead
+	Dead         int64 // messages this relay parked as dead (Invalid included)
+	Invalid      int64 // rows that broke the outbox contract, parked dead at once
 	Rounds       int64
 	FailedRounds int64
 	// ListenFailures counts the times the LISTEN/NOTIFY connection was lost
@@ -565,7 +620,7 @@ type Stats struct {
 // (Pending, DeadRows and OldestPendingAge are zero).
 func (r *Relay) Counters() Stats {
 	return Stats{
-		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(),
+		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(), Invalid: r.invalid.Load(),
 		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), ListenFailures: r.listenFails.Load(),
 	}
 }

@@ -10,6 +10,7 @@ package outboxsql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -47,6 +48,8 @@ type dialect interface {
 	withIDs(q string, seqs []int64) (string, []any)
 	// newTime returns a scan destination for a timestamp column.
 	newTime() timeCol
+	// newInt returns a scan destination for an integer column.
+	newInt() intCol
 }
 
 // queries are the statements of every dialect, rendered for one table.
@@ -135,10 +138,63 @@ func expandList(d dialect, q string, n int) string {
 	return b.String()
 }
 
-// timeCol is a reusable scan destination for one timestamp column.
+// timeCol is a reusable scan destination for one timestamp column. err
+// reports a value that is not a time (SQLite's columns take any type):
+// the row, not the whole claim, is then invalid.
 type timeCol interface {
 	dest() any
 	time() time.Time
+	err() error
+}
+
+// intCol is a reusable scan destination for one integer column; err as
+// timeCol's.
+type intCol interface {
+	dest() any
+	int() int
+	err() error
+}
+
+// nativeInt scans a column the database guarantees to be an integer.
+type nativeInt struct{ n int }
+
+func (i *nativeInt) dest() any  { return &i.n }
+func (i *nativeInt) int() int   { return i.n }
+func (i *nativeInt) err() error { return nil }
+
+// dynamicInt scans an SQLite integer column, whatever a plain-SQL writer
+// stored in it.
+type dynamicInt struct {
+	n   int64
+	bad error
+}
+
+func (i *dynamicInt) dest() any  { return i }
+func (i *dynamicInt) int() int   { return int(i.n) }
+func (i *dynamicInt) err() error { return i.bad }
+
+func (i *dynamicInt) Scan(v any) error {
+	i.n, i.bad = 0, nil
+	switch x := v.(type) {
+	case int64:
+		i.n = x
+	case nil:
+		i.bad = errors.New("is NULL")
+	default:
+		i.bad = fmt.Errorf("holds %s, not an integer", describe(v))
+	}
+	return nil
+}
+
+// describe names a value a plain-SQL writer stored, briefly and safely.
+func describe(v any) string {
+	switch x := v.(type) {
+	case []byte:
+		return fmt.Sprintf("%.40q", x)
+	case string:
+		return fmt.Sprintf("%.40q", x)
+	}
+	return fmt.Sprintf("%T %v", v, v)
 }
 
 // nativeTime scans a timestamp that the driver returns as a time.Time.
@@ -146,12 +202,15 @@ type nativeTime struct{ t time.Time }
 
 func (t *nativeTime) dest() any       { return &t.t }
 func (t *nativeTime) time() time.Time { return t.t }
+func (t *nativeTime) err() error      { return nil }
 
-// microsTime scans a timestamp stored as Unix microseconds.
-type microsTime struct{ us int64 }
+// microsTime scans a timestamp stored as Unix microseconds (SQLite),
+// whatever a plain-SQL writer stored instead.
+type microsTime struct{ us dynamicInt }
 
 func (t *microsTime) dest() any       { return &t.us }
-func (t *microsTime) time() time.Time { return time.UnixMicro(t.us) }
+func (t *microsTime) time() time.Time { return time.UnixMicro(t.us.n) }
+func (t *microsTime) err() error      { return t.us.bad }
 
 // anyTime scans a timestamp whether the driver returns a time.Time or text
 // (go-sql-driver/mysql without parseTime=true returns DATETIME as bytes).
@@ -159,6 +218,7 @@ type anyTime struct{ time.Time }
 
 func (t *anyTime) dest() any       { return t }
 func (t *anyTime) time() time.Time { return t.Time }
+func (t *anyTime) err() error      { return nil }
 
 func (t *anyTime) Scan(v any) error {
 	switch x := v.(type) {

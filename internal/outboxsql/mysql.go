@@ -100,3 +100,4 @@ func (m *mysql) withIDs(q string, seqs []int64) (string, []any) {
 }
 
 func (m *mysql) newTime() timeCol { return &anyTime{} }
+func (m *mysql) newInt() intCol   { return &nativeInt{} }

@@ -57,3 +57,4 @@ func (p *postgres) counts(time.Time) (string, []any) { return p.q.counts, nil }
 func (p *postgres) withIDs(q string, seqs []int64) (string, []any) { return q, []any{seqs} }
 
 func (p *postgres) newTime() timeCol { return &nativeTime{} }
+func (p *postgres) newInt() intCol   { return &nativeInt{} }

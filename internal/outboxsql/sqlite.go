@@ -61,6 +61,7 @@ func (s *sqlite) counts(now time.Time) (string, []any) {
 func (s *sqlite) withIDs(q string, seqs []int64) (string, []any) { return q, []any{idsJSON(seqs)} }
 
 func (s *sqlite) newTime() timeCol { return &microsTime{} }
+func (s *sqlite) newInt() intCol   { return &dynamicInt{} }
 
 // idsJSON is seqs as the JSON array that json_each reads.
 func idsJSON(seqs []int64) string {

@@ -22,6 +22,9 @@ type Claimed struct {
 	Headers   []byte // JSON object text
 	Attempts  int
 	CreatedAt time.Time
+	// Invalid says why the row cannot be read as a message (a column of
+	// the wrong type, written by plain SQL on SQLite), or is nil.
+	Invalid error
 }
 
 // Rejection records a broker's refusal of one claimed row.
@@ -29,7 +32,10 @@ type Rejection struct {
 	Seq        int64
 	Err        string
 	RetryAfter time.Duration // until the next attempt
-	Dead       bool          // computed by the store from MaxAttempts
+	Dead       bool          // this rejection used the last attempt (for the log)
+	// Invalid: the row breaks the contract and is dead at once, whatever
+	// its attempts.
+	Invalid bool
 }
 
 // Store runs the relay's SQL on one outbox table.
@@ -116,14 +122,19 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int) ([]Claimed, error) {
 	// One row's destinations, reused for every row: the claim is the
 	// relay's hot path, and a batch may hold thousands of rows.
 	var c Claimed
-	created := s.d.newTime()
-	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, &c.Attempts, created.dest()}
+	created, attempts := s.d.newTime(), s.d.newInt()
+	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, attempts.dest(), created.dest()}
 	for rows.Next() {
 		c = Claimed{}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		c.CreatedAt = created.time()
+		c.Attempts, c.CreatedAt = attempts.int(), created.time()
+		if err := attempts.err(); err != nil {
+			c.Invalid = fmt.Errorf("attempts %w", err)
+		} else if err := created.err(); err != nil {
+			c.Invalid = fmt.Errorf("created_at %w", err)
+		}
 		out = append(out, c)
 	}
 	return out, rows.Err()
@@ -176,7 +187,11 @@ func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rej
 		}
 	}
 	for _, r := range rejected {
-		sql, args := d.reject(r, maxAttempts, b.token, now)
+		max := maxAttempts
+		if r.Invalid {
+			max = 0 // attempts + 1 >= 0: dead now
+		}
+		sql, args := d.reject(r, max, b.token, now)
 		if _, err := tx.Exec(ctx, sql, args...); err != nil {
 			return fmt.Errorf("record rejection: %w", err)
 		}

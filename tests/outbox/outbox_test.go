@@ -54,12 +54,28 @@ func TestAddRejectsBadInputAndWritesNothing(t *testing.T) {
 		says   string
 	}{
 		{"empty topic", txbox.Message{Payload: []byte("x")}, txbox.ErrInvalidMessage, "topic is empty"},
-		{"payload over cap", txbox.Message{Topic: "t", Payload: make([]byte, 1<<20+1)}, txbox.ErrPayloadTooLarge, "over the cap of 1048576"},
+		{"payload over cap", txbox.Message{Topic: "t", Payload: make([]byte, 1<<20+1)}, txbox.ErrPayloadTooLarge, "over the cap of 1047552"},
+		{"payload of exactly 1 MiB (NATS refuses it: its limit counts its headers)", txbox.Message{Topic: "t", Payload: make([]byte, 1<<20)}, txbox.ErrPayloadTooLarge, "over the cap of 1047552"},
+		{"headers push it over the cap", txbox.Message{Topic: "t", Payload: make([]byte, 1<<20-1<<10-10), Headers: map[string]string{"h": strings.Repeat("v", 100)}}, txbox.ErrPayloadTooLarge, "payload and headers are"},
+		{"space in header name", txbox.Message{Topic: "t", Headers: map[string]string{"bad key": "1"}}, txbox.ErrInvalidMessage, `name "bad key" has ' '`},
+		{"slash in header name", txbox.Message{Topic: "t", Headers: map[string]string{"a/b": "1"}}, txbox.ErrInvalidMessage, "a header name is letters"},
+		{"colon in header name", txbox.Message{Topic: "t", Headers: map[string]string{"a:b": "1"}}, txbox.ErrInvalidMessage, "a header name is letters"},
+		{"non-ASCII header name", txbox.Message{Topic: "t", Headers: map[string]string{"größe": "1"}}, txbox.ErrInvalidMessage, "a header name is letters"},
+		{"leading space in header name", txbox.Message{Topic: "t", Headers: map[string]string{" a": "1"}}, txbox.ErrInvalidMessage, "a header name is letters"},
+		{"empty header name", txbox.Message{Topic: "t", Headers: map[string]string{"": "1"}}, txbox.ErrInvalidMessage, "empty name"},
+		{"leading space in header value (NATS trims it)", txbox.Message{Topic: "t", Headers: map[string]string{"a": " b"}}, txbox.ErrInvalidMessage, "white space"},
+		{"trailing tab in header value", txbox.Message{Topic: "t", Headers: map[string]string{"a": "b\t"}}, txbox.ErrInvalidMessage, "white space"},
+		{"invalid UTF-8 in header value", txbox.Message{Topic: "t", Headers: map[string]string{"a": "\xff"}}, txbox.ErrInvalidMessage, "not valid UTF-8"},
+		{"space in topic", txbox.Message{Topic: "orders placed"}, txbox.ErrInvalidMessage, "white space"},
+		{"topic too long", txbox.Message{Topic: strings.Repeat("t", 5000)}, txbox.ErrInvalidMessage, "over the limit of 256"},
+		{"invalid UTF-8 in key", txbox.Message{Topic: "t", Key: "k\xff"}, txbox.ErrInvalidMessage, "not valid UTF-8"},
+		{"tab in id", txbox.Message{ID: "a\tb", Topic: "t"}, txbox.ErrInvalidMessage, "control character"},
+		{"CR LF in id", txbox.Message{ID: "a\r\nb", Topic: "t"}, txbox.ErrInvalidMessage, "control character"},
 		{"header sets message id", txbox.Message{Topic: "t", Headers: map[string]string{"Nats-Msg-Id": "forged"}}, txbox.ErrReservedHeader, "reserved"},
 		{"header Message-Id", txbox.Message{Topic: "t", Headers: map[string]string{"message-id": "forged"}}, txbox.ErrReservedHeader, "reserved"},
 		{"control character in topic", txbox.Message{Topic: "a\x00b"}, txbox.ErrInvalidMessage, "control character"},
 		{"id too long", txbox.Message{ID: strings.Repeat("x", 257), Topic: "t"}, txbox.ErrInvalidMessage, "over the limit of 256"},
-		{"newline in header value", txbox.Message{Topic: "t", Headers: map[string]string{"a": "b\r\nNats-Msg-Id: x"}}, txbox.ErrInvalidMessage, "CR, LF or NUL"},
+		{"newline in header value", txbox.Message{Topic: "t", Headers: map[string]string{"a": "b\r\nNats-Msg-Id: x"}}, txbox.ErrInvalidMessage, "control character"},
 	}
 	for name, open := range dbs {
 		t.Run(name, func(t *testing.T) {
@@ -114,7 +130,7 @@ func TestAddStoresMessages(t *testing.T) {
 	testenv.Must(t, err, "migrate")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "up")
-	ob, err := txbox.New(drv, txbox.Config{Table: "events", MaxPayloadBytes: 10})
+	ob, err := txbox.New(drv, txbox.Config{Table: "events", MaxMessageBytes: 10})
 	testenv.Must(t, err, "new")
 	ctx := context.Background()
 	msgs := []txbox.Message{
