@@ -120,7 +120,8 @@ func (m *Message) Validate(maxBytes int) error {
 		}
 		for i := 0; i < len(k); i++ {
 			if !isTokenChar(k[i]) {
-				return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name %q has %q at byte %d: a header name is letters, digits and !#$%%&'*+-.^_`|~", k, k[i], i)}
+				r, _ := utf8.DecodeRuneInString(k[i:])
+				return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name %q has %q at byte %d: a header name is letters, digits and !#$%%&'*+-.^_`|~", k, r, i)}
 			}
 		}
 		if len(v) > MaxHeaderValLen {

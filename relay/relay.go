@@ -462,6 +462,10 @@ func (r *Relay) prepare(rows []outboxsql.Claimed) prepared {
 			err = checker.CheckMessage(m)
 		}
 		if err != nil {
+			var ime *txbox.InvalidMessageError
+			if errors.As(err, &ime) { // the row's seq says which; no index, no id
+				err = errors.New(ime.Field + " " + ime.Reason)
+			}
 			out.invalid = append(out.invalid, outboxsql.Rejection{Seq: row.Seq, Err: truncate("invalid row: "+err.Error(), 2000), Invalid: true})
 			continue
 		}
@@ -521,7 +525,7 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 			r.log.Warn("txbox relay: broker rejected message", "seq", rj.Seq, "err", rj.Err, "retry_in", rj.RetryAfter)
 		}
 	}
-	if len(rejected) > 0 {
+	if len(rejected) > len(out.invalid) {
 		r.from.Store(0) // their retries come due below the scan's start
 	}
 	if transient != nil {

@@ -31,6 +31,8 @@ type fixture struct {
 	add     func(t *testing.T, commit bool, msgs ...txbox.Message)
 	addNoTx func(t *testing.T, msgs ...txbox.Message)
 	exec    func(t *testing.T, sql string, args ...any) int64
+	// tryExec runs a statement and returns its error (a refused INSERT).
+	tryExec func(sql string) error
 	// count returns how many outbox rows match the SQL condition where.
 	count    func(t *testing.T, where string) int64
 	newRelay func(t *testing.T, pub txbox.Publisher, cfg relay.Config) *relay.Relay
@@ -56,7 +58,7 @@ func letters[TTx any](t *testing.T, drv driver.Driver[TTx]) *dead.Letters {
 	return l
 }
 
-func migrateUp[TTx any](t *testing.T, drv driver.Driver[TTx]) {
+func migrateUp[TTx any](t testing.TB, drv driver.Driver[TTx]) {
 	t.Helper()
 	m, err := migrate.New(drv, migrate.Config{})
 	testenv.Must(t, err, "migrate.New")
@@ -64,7 +66,7 @@ func migrateUp[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	testenv.Must(t, err, "migrate up")
 }
 
-func pgxFixture(t *testing.T, maxConns int) fixture {
+func pgxFixture(t testing.TB, maxConns int) fixture {
 	pool, _ := testenv.Postgres(t, maxConns)
 	drv := txboxpgx.New(pool)
 	migrateUp(t, drv)
@@ -93,6 +95,7 @@ func pgxFixture(t *testing.T, maxConns int) fixture {
 			}
 		},
 		addNoTx: func(t *testing.T, msgs ...txbox.Message) { testenv.Must(t, ob.AddNoTx(ctx, msgs...), "add") },
+		tryExec: func(sql string) error { _, err := pool.Exec(ctx, sql); return err },
 		exec: func(t *testing.T, sql string, args ...any) int64 {
 			tag, err := pool.Exec(ctx, sql, args...)
 			testenv.Must(t, err, "exec %s", sql)
@@ -132,6 +135,7 @@ func sqlFixture(t *testing.T, name string, db *sql.DB, d driver.Dialect) fixture
 			}
 		},
 		addNoTx: func(t *testing.T, msgs ...txbox.Message) { testenv.Must(t, ob.AddNoTx(ctx, msgs...), "add") },
+		tryExec: func(q string) error { _, err := db.ExecContext(ctx, q); return err },
 		exec: func(t *testing.T, q string, args ...any) int64 {
 			res, err := db.ExecContext(ctx, q, args...)
 			testenv.Must(t, err, "exec %s", q)
