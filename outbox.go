@@ -145,56 +145,59 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 }
 
 // Add writes msgs in tx, the caller's transaction: they are delivered if and
-// only if tx commits. Messages without an ID get a new UUIDv7, written back
-// into msgs. Up to 1000 messages go in one round trip. If any message is
-// invalid, Add returns an *InvalidMessageError and writes nothing.
-func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) error {
-	rows, err := o.rows(msgs)
+// only if tx commits. It returns the messages' ids in the order of msgs: a
+// message without an ID gets a new UUIDv7 (msgs itself is not changed). Up
+// to 1000 messages go in one round trip. If any message is invalid, Add
+// returns an *InvalidMessageError and writes nothing.
+func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]string, error) {
+	rows, ids, err := o.rows(msgs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := o.ins.Insert(ctx, o.drv.UnwrapTx(tx), rows); err != nil {
-		return fmt.Errorf("txbox: add: %w", err)
+		return nil, fmt.Errorf("txbox: add: %w", err)
 	}
-	return nil
+	return ids, nil
 }
 
 // AddNoTx writes msgs outside any transaction, as one plain INSERT per up to
-// 1000 messages. There is no atomicity with other writes: use it only for
-// events that stand alone.
-func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) error {
-	rows, err := o.rows(msgs)
+// 1000 messages, and returns their ids as Add does. There is no atomicity
+// with other writes: use it only for events that stand alone.
+func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, error) {
+	rows, ids, err := o.rows(msgs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := o.ins.Insert(ctx, o.drv.Pool(), rows); err != nil {
-		return fmt.Errorf("txbox: add: %w", err)
+		return nil, fmt.Errorf("txbox: add: %w", err)
 	}
-	return nil
+	return ids, nil
 }
 
-func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, error) {
+func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, []string, error) {
 	for i := range msgs {
 		if err := msgs[i].Validate(o.maxPayload); err != nil {
 			err.(*InvalidMessageError).Index = i
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	ids := make([]string, len(msgs))
 	rows := make([]outboxsql.Row, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		if m.ID == "" {
+		ids[i] = m.ID
+		if ids[i] == "" {
 			id, err := uuid.NewV7()
 			if err != nil {
-				return nil, fmt.Errorf("txbox: new message id: %w", err)
+				return nil, nil, fmt.Errorf("txbox: new message id: %w", err)
 			}
-			m.ID = id.String()
+			ids[i] = id.String()
 		}
 		headers := "{}"
 		if len(m.Headers) > 0 {
 			b, err := json.Marshal(m.Headers)
 			if err != nil {
-				return nil, fmt.Errorf("txbox: encode headers: %w", err)
+				return nil, nil, fmt.Errorf("txbox: encode headers: %w", err)
 			}
 			headers = string(b)
 		}
@@ -202,7 +205,7 @@ func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, error) {
 		if payload == nil {
 			payload = []byte{}
 		}
-		rows[i] = outboxsql.Row{ID: m.ID, Topic: m.Topic, Key: m.Key, Payload: payload, Headers: headers}
+		rows[i] = outboxsql.Row{ID: ids[i], Topic: m.Topic, Key: m.Key, Payload: payload, Headers: headers}
 	}
 	// On PostgreSQL each keyed row takes its key's lock (see the key_order
 	// migration). Taking them in key order keeps two transactions that add
@@ -211,5 +214,5 @@ func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, error) {
 	if len(rows) > 1 {
 		slices.SortStableFunc(rows, func(a, b outboxsql.Row) int { return strings.Compare(a.Key, b.Key) })
 	}
-	return rows, nil
+	return rows, ids, nil
 }

@@ -41,7 +41,8 @@ func TestRelay[TTx any](t *testing.T, drv driver.Driver[TTx], newPub NewFunc, f 
 			msgs = append(msgs, txbox.Message{ID: id, Topic: tp, Key: "k" + strconv.Itoa(j%3),
 				Payload: []byte(strconv.Itoa(i*per + j)), Headers: map[string]string{"n": strconv.Itoa(j)}})
 		}
-		must(t, ob.Add(ctx, tx, msgs...), "add")
+		_, err = ob.Add(ctx, tx, msgs...)
+		must(t, err, "add")
 		if i%5 == 4 {
 			must(t, dtx.Rollback(ctx), "rollback")
 			continue

@@ -34,7 +34,8 @@ func (s *suite[TTx]) testInboxHandle(t *testing.T) {
 	runs := 0
 	handler := func(ctx context.Context, tx TTx) error {
 		runs++
-		return ob.Add(ctx, tx, txbox.Message{Topic: "effect", Payload: []byte("x")})
+		_, err := ob.Add(ctx, tx, txbox.Message{Topic: "effect", Payload: []byte("x")})
+		return err
 	}
 	res, err := ib.Handle(ctx, "nats:orders", "m1", map[string]string{"subject": "orders"}, handler)
 	if err != nil || res != inbox.Fresh {
@@ -194,7 +195,8 @@ func (s *suite[TTx]) testInboxConcurrent(t *testing.T) {
 				<-start
 				res, err := ib.Handle(ctx, "src", fmt.Sprint("m", m), nil, func(ctx context.Context, tx TTx) error {
 					runs.Add(1)
-					return ob.Add(ctx, tx, txbox.Message{Topic: "effect", Payload: []byte(fmt.Sprint(m))})
+					_, err := ob.Add(ctx, tx, txbox.Message{Topic: "effect", Payload: []byte(fmt.Sprint(m))})
+					return err
 				})
 				switch {
 				case err != nil:

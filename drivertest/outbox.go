@@ -21,11 +21,16 @@ func (s *suite[TTx]) testAddClaimMark(t *testing.T) {
 		{ID: "id-2", Topic: "orders.paid", Key: "order-7", Payload: []byte("p2")},
 		{Topic: "orders.shipped", Payload: []byte{0, 1, 2, 255}},
 	}
-	add(t, drv, ob, true, msgs...)
-	if msgs[2].ID == "" {
-		t.Fatal("Add did not assign an id")
+	ids := add(t, drv, ob, true, msgs...)
+	if len(ids) != 3 || ids[0] != "id-1" || ids[1] != "id-2" || ids[2] == "" {
+		t.Fatalf("Add returned ids %q, want id-1, id-2 and a new one", ids)
 	}
-	must(t, ob.AddNoTx(ctx, txbox.Message{ID: "id-4", Topic: "t", Payload: []byte("p4")}), "AddNoTx")
+	if msgs[2].ID != "" {
+		t.Fatal("Add changed the caller's messages")
+	}
+	msgs[2].ID = ids[2]
+	_, err := ob.AddNoTx(ctx, txbox.Message{ID: "id-4", Topic: "t", Payload: []byte("p4")})
+	must(t, err, "AddNoTx")
 
 	pub := &Recorder{}
 	r := newRelay(t, drv, pub, relay.Config{})
@@ -132,7 +137,7 @@ func (s *suite[TTx]) testKeyOrder(t *testing.T) {
 				tx, dtx, err := drv.BeginTx(ctx)
 				if err == nil {
 					next[k]++
-					err = ob.Add(ctx, tx,
+					_, err = ob.Add(ctx, tx,
 						txbox.Message{Topic: "t", Payload: []byte("unkeyed")},
 						txbox.Message{Topic: "t", Key: fmt.Sprint("key", k), Payload: []byte(fmt.Sprint(next[k]))})
 					if err == nil {

@@ -39,7 +39,7 @@ func (s *suite[TTx]) testRelaysConcurrent(t *testing.T) {
 				}
 				tx, dtx, err := drv.BeginTx(ctx)
 				if err == nil {
-					if err = ob.Add(ctx, tx, msgs...); err == nil {
+					if _, err = ob.Add(ctx, tx, msgs...); err == nil {
 						err = dtx.Commit(ctx)
 					} else {
 						_ = dtx.Rollback(ctx)

@@ -102,12 +102,13 @@ func outbox[TTx any](t *testing.T, drv driver.Driver[TTx]) *txbox.Outbox[TTx] {
 
 // add writes msgs in one transaction of the caller's type, committed when
 // commit is true.
-func add[TTx any](t *testing.T, drv driver.Driver[TTx], ob *txbox.Outbox[TTx], commit bool, msgs ...txbox.Message) {
+func add[TTx any](t *testing.T, drv driver.Driver[TTx], ob *txbox.Outbox[TTx], commit bool, msgs ...txbox.Message) []string {
 	t.Helper()
 	ctx := context.Background()
 	tx, dtx, err := drv.BeginTx(ctx)
 	must(t, err, "begin")
-	if err := ob.Add(ctx, tx, msgs...); err != nil {
+	ids, err := ob.Add(ctx, tx, msgs...)
+	if err != nil {
 		_ = dtx.Rollback(ctx)
 		t.Fatalf("add: %v", err)
 	}
@@ -116,6 +117,7 @@ func add[TTx any](t *testing.T, drv driver.Driver[TTx], ob *txbox.Outbox[TTx], c
 	} else {
 		must(t, dtx.Rollback(ctx), "rollback")
 	}
+	return ids
 }
 
 func newRelay[TTx any](t *testing.T, drv driver.Driver[TTx], pub txbox.Publisher, cfg relay.Config) *relay.Relay {

@@ -12,7 +12,8 @@
 //		if _, err := tx.Exec(ctx, "INSERT INTO orders …"); err != nil {
 //			return err
 //		}
-//		return ob.Add(ctx, tx, txbox.Message{Topic: "order.accepted", Payload: body})
+//		_, err := ob.Add(ctx, tx, txbox.Message{Topic: "order.accepted", Payload: body})
+//		return err
 //	})
 //	// ACK the broker message after Handle returned Fresh or Duplicate.
 //

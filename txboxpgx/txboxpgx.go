@@ -6,7 +6,8 @@
 //	…
 //	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 //		// business writes, then:
-//		return ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Payload: body})
+//		_, err := ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Payload: body})
+//		return err
 //	})
 package txboxpgx
 

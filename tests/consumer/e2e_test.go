@@ -100,7 +100,7 @@ func endToEnd[TTx any](t *testing.T, d db[TTx], b *broker) {
 				if _, err := d.drv.UnwrapTx(tx).Exec(ctx, "INSERT INTO shipments (order_id) VALUES ("+d.ph(1)+")", id); err != nil {
 					return err
 				}
-				return obB.Add(ctx, tx, txbox.Message{ID: "ship-" + id, Topic: b.topic("shipments"), Payload: []byte("ship-" + id)})
+				return testenv.Err(obB.Add(ctx, tx, txbox.Message{ID: "ship-" + id, Topic: b.topic("shipments"), Payload: []byte("ship-" + id)}))
 			}), "register B")
 		testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "notify.shipment-created", Binding: b.binding("shipments")},
 			func(ctx context.Context, tx TTx, msg consumer.Message) error {
@@ -127,7 +127,7 @@ func endToEnd[TTx any](t *testing.T, d db[TTx], b *broker) {
 		for _, id := range ids {
 			_, err := dtx.Exec(ctx, "INSERT INTO orders (id) VALUES ("+d.ph(1)+")", id)
 			testenv.Must(t, err, "insert order")
-			testenv.Must(t, obA.Add(ctx, tx, orderMsg(id)), "add")
+			testenv.Must(t, testenv.Err(obA.Add(ctx, tx, orderMsg(id))), "add")
 		}
 		testenv.Must(t, dtx.Commit(ctx), "commit")
 	}

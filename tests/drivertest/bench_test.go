@@ -53,7 +53,7 @@ func benchDrain[TTx any](b *testing.B, drv driver.Driver[TTx]) {
 			}
 			msgs = append(msgs, txbox.Message{Topic: "t", Key: key, Payload: make([]byte, 200)})
 		}
-		testenv.Must(b, ob.AddNoTx(ctx, msgs...), "fill")
+		testenv.Must(b, testenv.Err(ob.AddNoTx(ctx, msgs...)), "fill")
 	}
 	pub := &drivertest.Recorder{}
 	r, err := relay.New(drv, pub, relay.Config{BatchSize: 500, PollInterval: time.Millisecond, DisableNotify: true})

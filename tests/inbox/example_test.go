@@ -61,7 +61,8 @@ func Example() {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, amount) VALUES ('o-42', 1999)"); err != nil {
 			return err
 		}
-		return ob.Add(ctx, tx, txbox.Message{Topic: "order.accepted", Key: "o-42", Payload: []byte(`{"order":"o-42"}`)})
+		_, err := ob.Add(ctx, tx, txbox.Message{Topic: "order.accepted", Key: "o-42", Payload: []byte(`{"order":"o-42"}`)})
+		return err
 	}
 
 	// The broker delivers the same message twice.

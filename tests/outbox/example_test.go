@@ -41,7 +41,7 @@ func ExampleOutbox_Add() {
 
 	tx, _ := db.BeginTx(ctx, nil)
 	_, _ = tx.Exec("INSERT INTO orders (id, item) VALUES (1, 'tea')")
-	err = outbox.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: "customer-7", Payload: []byte(`{"order":1}`)})
+	_, err = outbox.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: "customer-7", Payload: []byte(`{"order":1}`)})
 	if err != nil {
 		log.Fatal(err)
 	}

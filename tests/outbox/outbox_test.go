@@ -85,7 +85,7 @@ func TestAddRejectsBadInputAndWritesNothing(t *testing.T) {
 			for _, c := range cases {
 				tx, err := db.Begin()
 				testenv.Must(t, err, "begin")
-				err = ob.Add(context.Background(), tx, ok, c.msg)
+				_, err = ob.Add(context.Background(), tx, ok, c.msg)
 				testenv.Must(t, tx.Commit(), "commit")
 				if !errors.Is(err, c.target) || !strings.Contains(err.Error(), c.says) {
 					t.Errorf("%s: got %v, want %v saying %q", c.name, err, c.target, c.says)
@@ -139,13 +139,17 @@ func TestAddStoresMessages(t *testing.T) {
 	}
 	tx, err := pool.Begin(ctx)
 	testenv.Must(t, err, "begin")
-	testenv.Must(t, ob.Add(ctx, tx, msgs...), "add")
+	ids, err := ob.Add(ctx, tx, msgs...)
+	testenv.Must(t, err, "add")
 	testenv.Must(t, tx.Commit(ctx), "commit")
-	if u, err := uuid.Parse(msgs[0].ID); err != nil || u.Version() != 7 {
-		t.Fatalf("generated id %q is not a UUIDv7", msgs[0].ID)
+	if u, err := uuid.Parse(ids[0]); err != nil || u.Version() != 7 {
+		t.Fatalf("generated id %q is not a UUIDv7", ids[0])
 	}
-	if msgs[1].ID != "my-id" {
-		t.Fatalf("caller's id replaced by %q", msgs[1].ID)
+	if ids[1] != "my-id" {
+		t.Fatalf("caller's id replaced by %q", ids[1])
+	}
+	if msgs[0].ID != "" {
+		t.Fatalf("Add wrote id %q into the caller's message", msgs[0].ID)
 	}
 	rows, err := pool.Query(ctx, "SELECT message_id, topic, coalesce(ordering_key, ''), payload, headers->>'h' FROM events ORDER BY topic")
 	testenv.Must(t, err, "query")
@@ -156,11 +160,11 @@ func TestAddStoresMessages(t *testing.T) {
 		testenv.Must(t, rows.Scan(&id, &topic, &key, &payload, &h), "scan")
 		got = append(got, strings.Join([]string{id.String, topic.String, key.String, string(payload), h.String}, "|"))
 	}
-	want := []string{msgs[0].ID + "|a|k1|1|v", "my-id|b||2|"}
+	want := []string{ids[0] + "|a|k1|1|v", "my-id|b||2|"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if err := ob.AddNoTx(ctx, txbox.Message{Topic: "c", Payload: make([]byte, 11)}); !errors.Is(err, txbox.ErrPayloadTooLarge) {
+	if _, err := ob.AddNoTx(ctx, txbox.Message{Topic: "c", Payload: make([]byte, 11)}); !errors.Is(err, txbox.ErrPayloadTooLarge) {
 		t.Fatalf("configured cap not applied: %v", err)
 	}
 }

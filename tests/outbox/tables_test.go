@@ -45,7 +45,7 @@ func TestOutboxNamesItsTableOnce(t *testing.T) {
 		t.Fatalf("migrate.New(outbox) did not create %s.app_events", schema)
 	}
 	testenv.Must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return ob.Add(ctx, tx, txbox.Message{Topic: "t", Payload: []byte("x")}, txbox.Message{Topic: "t", Payload: []byte("y")})
+		return testenv.Err(ob.Add(ctx, tx, txbox.Message{Topic: "t", Payload: []byte("x")}, txbox.Message{Topic: "t", Payload: []byte("y")}))
 	}), "add")
 
 	pub := &countingPublisher{}

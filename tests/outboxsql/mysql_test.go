@@ -83,7 +83,7 @@ func TestMySQLKeyOrderSingleRow(t *testing.T) {
 	ctx := context.Background()
 	first, err := db.BeginTx(ctx, nil)
 	testenv.Must(t, err, "begin")
-	testenv.Must(t, ob.Add(ctx, first, txbox.Message{Topic: "t", Key: "k", Payload: []byte("first")}), "add first")
+	testenv.Must(t, testenv.Err(ob.Add(ctx, first, txbox.Message{Topic: "t", Key: "k", Payload: []byte("first")})), "add first")
 
 	done := make(chan error, 1)
 	conn, fin := make(chan int64, 1), make(chan struct{})
@@ -91,7 +91,7 @@ func TestMySQLKeyOrderSingleRow(t *testing.T) {
 		defer close(fin)
 		tx, id := begin(t, db)
 		conn <- id
-		err := ob.Add(ctx, tx, txbox.Message{Topic: "t", Key: "k", Payload: []byte("second")})
+		_, err := ob.Add(ctx, tx, txbox.Message{Topic: "t", Key: "k", Payload: []byte("second")})
 		if err == nil {
 			err = tx.Commit()
 		}
@@ -99,7 +99,7 @@ func TestMySQLKeyOrderSingleRow(t *testing.T) {
 	}()
 	waitFor(t, db, conn, fin)
 	// An unkeyed row commits while "second" waits for the key.
-	testenv.Must(t, ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("between")}), "add between")
+	testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("between")})), "add between")
 	testenv.Must(t, first.Commit(), "commit first")
 	testenv.Must(t, <-done, "second")
 	var between, second int64
@@ -122,7 +122,7 @@ func TestMySQLKeyOrderMultiRow(t *testing.T) {
 	ctx := context.Background()
 	holder, err := db.BeginTx(ctx, nil)
 	testenv.Must(t, err, "begin")
-	testenv.Must(t, ob.Add(ctx, holder, txbox.Message{Topic: "t", Key: "k2", Payload: []byte("c")}), "add c")
+	testenv.Must(t, testenv.Err(ob.Add(ctx, holder, txbox.Message{Topic: "t", Key: "k2", Payload: []byte("c")})), "add c")
 
 	var mu sync.Mutex
 	var commits []string
@@ -133,7 +133,7 @@ func TestMySQLKeyOrderMultiRow(t *testing.T) {
 			defer close(fin)
 			tx, id := begin(t, db)
 			conn <- id
-			err := ob.Add(ctx, tx, msgs...)
+			_, err := ob.Add(ctx, tx, msgs...)
 			if err == nil {
 				mu.Lock()
 				err = tx.Commit()

@@ -152,9 +152,9 @@ func TestRelayParksUnroutable(t *testing.T) {
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})
 	testenv.Must(t, err, "outbox")
-	testenv.Must(t, ob.AddNoTx(context.Background(),
+	testenv.Must(t, testenv.Err(ob.AddNoTx(context.Background(),
 		txbox.Message{ID: "ok", Topic: q, Payload: []byte("x")},
-		txbox.Message{ID: "nowhere", Topic: testenv.Name("nowhere"), Payload: []byte("y")}), "add")
+		txbox.Message{ID: "nowhere", Topic: testenv.Name("nowhere"), Payload: []byte("y")})), "add")
 	p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()

@@ -87,14 +87,16 @@ func pgxFixture(t testing.TB, maxConns int) fixture {
 		add: func(t *testing.T, commit bool, msgs ...txbox.Message) {
 			tx, err := pool.Begin(ctx)
 			testenv.Must(t, err, "begin")
-			testenv.Must(t, ob.Add(ctx, tx, msgs...), "add")
+			testenv.Must(t, testenv.Err(ob.Add(ctx, tx, msgs...)), "add")
 			if commit {
 				testenv.Must(t, tx.Commit(ctx), "commit")
 			} else {
 				testenv.Must(t, tx.Rollback(ctx), "rollback")
 			}
 		},
-		addNoTx: func(t *testing.T, msgs ...txbox.Message) { testenv.Must(t, ob.AddNoTx(ctx, msgs...), "add") },
+		addNoTx: func(t *testing.T, msgs ...txbox.Message) {
+			testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, msgs...)), "add")
+		},
 		tryExec: func(sql string) error { _, err := pool.Exec(ctx, sql); return err },
 		exec: func(t *testing.T, sql string, args ...any) int64 {
 			tag, err := pool.Exec(ctx, sql, args...)
@@ -127,14 +129,16 @@ func sqlFixture(t *testing.T, name string, db *sql.DB, d driver.Dialect) fixture
 		add: func(t *testing.T, commit bool, msgs ...txbox.Message) {
 			tx, err := db.BeginTx(ctx, nil)
 			testenv.Must(t, err, "begin")
-			testenv.Must(t, ob.Add(ctx, tx, msgs...), "add")
+			testenv.Must(t, testenv.Err(ob.Add(ctx, tx, msgs...)), "add")
 			if commit {
 				testenv.Must(t, tx.Commit(), "commit")
 			} else {
 				testenv.Must(t, tx.Rollback(), "rollback")
 			}
 		},
-		addNoTx: func(t *testing.T, msgs ...txbox.Message) { testenv.Must(t, ob.AddNoTx(ctx, msgs...), "add") },
+		addNoTx: func(t *testing.T, msgs ...txbox.Message) {
+			testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, msgs...)), "add")
+		},
 		tryExec: func(q string) error { _, err := db.ExecContext(ctx, q); return err },
 		exec: func(t *testing.T, q string, args ...any) int64 {
 			res, err := db.ExecContext(ctx, q, args...)

@@ -135,7 +135,7 @@ func TestSameKeyTransactionsSerialise(t *testing.T) {
 
 	first, err := f.pool.Begin(ctx)
 	testenv.Must(t, err, "begin first")
-	testenv.Must(t, f.outbox.Add(ctx, first, txbox.Message{Topic: prefix + "k", Key: "K", Payload: []byte("K1")}), "add first")
+	testenv.Must(t, testenv.Err(f.outbox.Add(ctx, first, txbox.Message{Topic: prefix + "k", Key: "K", Payload: []byte("K1")})), "add first")
 
 	second, err := f.pool.Begin(ctx)
 	testenv.Must(t, err, "begin second")
@@ -143,7 +143,7 @@ func TestSameKeyTransactionsSerialise(t *testing.T) {
 	testenv.Must(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid), "pid")
 	added := make(chan error, 1)
 	go func() {
-		added <- f.outbox.Add(ctx, second, txbox.Message{Topic: prefix + "k", Key: "K", Payload: []byte("K2")})
+		added <- testenv.Err(f.outbox.Add(ctx, second, txbox.Message{Topic: prefix + "k", Key: "K", Payload: []byte("K2")}))
 	}()
 	// The second Add waits on the key's advisory lock held by the first.
 	eventually(t, "second Add waits on the key lock", func() bool {
@@ -243,7 +243,7 @@ func TestOrderingTorture(t *testing.T) {
 					if err := tx.QueryRow(ctx, "UPDATE aggregates SET version = version + 1 WHERE id = $1 RETURNING version", agg).Scan(&v); err != nil {
 						return err
 					}
-					return f.outbox.Add(ctx, tx, txbox.Message{Topic: prefix + "agg", Key: strconv.Itoa(agg), Payload: []byte(fmt.Sprintf("%d:%d", agg, v))})
+					return testenv.Err(f.outbox.Add(ctx, tx, txbox.Message{Topic: prefix + "agg", Key: strconv.Itoa(agg), Payload: []byte(fmt.Sprintf("%d:%d", agg, v))}))
 				})
 				if err != nil {
 					t.Errorf("producer: %v", err)

@@ -54,7 +54,7 @@ func drainRate(b *testing.B, poisoned bool) float64 {
 	for i := range n {
 		msgs = append(msgs, txbox.Message{Topic: prefix + "good", Payload: []byte(fmt.Sprint(i))})
 		if len(msgs) == cap(msgs) {
-			testenv.Must(b, f.outbox.AddNoTx(context.Background(), msgs...), "add")
+			testenv.Must(b, testenv.Err(f.outbox.AddNoTx(context.Background(), msgs...)), "add")
 			msgs = msgs[:0]
 			if poisoned && i == n/2-1 {
 				for j, br := range badRows(prefix) {

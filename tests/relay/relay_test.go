@@ -217,7 +217,7 @@ func TestOutOfOrderCommitsAreNotMissed(t *testing.T) {
 	for i := 0; i < n; i++ {
 		tx, err := pgPool.Begin(ctx)
 		testenv.Must(t, err, "begin")
-		testenv.Must(t, ob.Add(ctx, tx, txbox.Message{Topic: prefix + "ooo", Payload: []byte(fmt.Sprint(i))}), "add")
+		testenv.Must(t, testenv.Err(ob.Add(ctx, tx, txbox.Message{Topic: prefix + "ooo", Payload: []byte(fmt.Sprint(i))})), "add")
 		txs[i] = func() error { return tx.Commit(ctx) }
 	}
 	for i := n - 1; i >= 0; i-- {
@@ -560,7 +560,7 @@ func TestLateCommitDuringDrainIsDelivered(t *testing.T) {
 	late, err := f.pool.Begin(ctx)
 	testenv.Must(t, err, "begin")
 	defer func() { _ = late.Rollback(ctx) }()
-	testenv.Must(t, f.outbox.Add(ctx, late, txbox.Message{ID: "late", Topic: "drain", Payload: []byte("late")}), "add")
+	testenv.Must(t, testenv.Err(f.outbox.Add(ctx, late, txbox.Message{ID: "late", Topic: "drain", Payload: []byte("late")})), "add")
 	var msgs []txbox.Message
 	for i := 0; i < 200; i++ {
 		msgs = append(msgs, txbox.Message{Topic: "drain", Payload: []byte(fmt.Sprint(i))})

@@ -53,7 +53,8 @@ func Add(ctx context.Context, cfg Config) error {
 			if err := order(ctx, tx, c); err != nil {
 				return err
 			}
-			return ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: c, Payload: payload})
+			_, err := ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: c, Payload: payload})
+			return err
 		})
 	}
 	byHand := func(ctx context.Context) error {

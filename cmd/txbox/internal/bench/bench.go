@@ -160,7 +160,7 @@ func fill(ctx context.Context, pool *pgxpool.Pool, ob *txbox.Outbox[pgx.Tx], sub
 	for i := 0; i < n; i++ {
 		batch = append(batch, txbox.Message{Topic: subject, Payload: payload})
 		if len(batch) == cap(batch) || i == n-1 {
-			if err := ob.AddNoTx(ctx, batch...); err != nil {
+			if _, err := ob.AddNoTx(ctx, batch...); err != nil {
 				return err
 			}
 			batch = batch[:0]

@@ -65,7 +65,7 @@ func Ordered(ctx context.Context, cfg Config) error {
 			}
 			batch = append(batch, m)
 			if len(batch) == cap(batch) || i == cfg.Rows-1 {
-				if err := ob.AddNoTx(ctx, batch...); err != nil {
+				if _, err := ob.AddNoTx(ctx, batch...); err != nil {
 					return err
 				}
 				batch = batch[:0]
@@ -144,7 +144,8 @@ func Latency(ctx context.Context, cfg Config) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ('c-42', 1999)"); err != nil {
 				return err
 			}
-			return ob.Add(ctx, tx, txbox.Message{Topic: subject, Payload: []byte(`{"order":1}`)})
+			_, err := ob.Add(ctx, tx, txbox.Message{Topic: subject, Payload: []byte(`{"order":1}`)})
+			return err
 		})
 	}
 	var with, without []float64
@@ -248,7 +249,8 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 					if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ('c-42', 1999)"); err != nil {
 						return err
 					}
-					return ob.Add(ctx, tx, msgs...)
+					_, err := ob.Add(ctx, tx, msgs...)
+					return err
 				})
 				if err != nil {
 					sent.Store("err", err)

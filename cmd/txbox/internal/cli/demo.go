@@ -148,8 +148,9 @@ func startShipping(ctx context.Context, nc *nats.Conn, drv *txboxsql.Driver, ob 
 				return err
 			}
 			payload, _ := json.Marshal(map[string]int64{"order_id": ev.OrderID})
-			return ob.Add(ctx, tx, txbox.Message{Topic: "shipment.created", Key: ev.Customer, Payload: payload,
+			_, err := ob.Add(ctx, tx, txbox.Message{Topic: "shipment.created", Key: ev.Customer, Payload: payload,
 				Headers: map[string]string{"Content-Type": "application/json"}})
+			return err
 		})
 	if err != nil {
 		return nil, err
@@ -213,7 +214,7 @@ func placeOrder(ctx context.Context, db *sql.DB, ob *txbox.Outbox[*sql.Tx], n in
 	if err != nil {
 		return err
 	}
-	if err := ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: ev.Customer, Payload: payload,
+	if _, err := ob.Add(ctx, tx, txbox.Message{Topic: "order.placed", Key: ev.Customer, Payload: payload,
 		Headers: map[string]string{"Content-Type": "application/json"}}); err != nil {
 		return err
 	}
