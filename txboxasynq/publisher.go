@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +23,6 @@ const (
 	DefaultTaskRetention = 24 * time.Hour
 	DefaultQueue         = "default"
 	DefaultConcurrency   = 64
-	// EnvTaskRetention is read by ConfigFromEnv.
-	EnvTaskRetention = "OUTBOX_TASK_RETENTION"
 )
 
 // PublisherConfig configures a Publisher.
@@ -34,7 +31,7 @@ type PublisherConfig struct {
 	Queue string
 	// Retention is asynq's retention of completed tasks: the window in
 	// which a re-enqueued message id is a duplicate. Default: 24h.
-	// Env OUTBOX_TASK_RETENTION (see ConfigFromEnv).
+	// (txbox relay reads OUTBOX_TASK_RETENTION.)
 	Retention time.Duration
 	// Concurrency bounds the enqueues one Publish call has in flight
 	// (asynq enqueues one task per round trip). Default: 64.
@@ -43,22 +40,6 @@ type PublisherConfig struct {
 	// the publisher's Queue, TaskID and Retention come after them and win.
 	// Default: none (asynq's defaults: 25 retries, 30m timeout).
 	Options []asynq.Option
-}
-
-// ConfigFromEnv overlays OUTBOX_TASK_RETENTION (a Go duration, e.g.
-// "24h") on base; a value that does not parse or is not positive is an
-// error naming the variable.
-func ConfigFromEnv(base PublisherConfig) (PublisherConfig, error) {
-	v := os.Getenv(EnvTaskRetention)
-	if v == "" {
-		return base, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return base, fmt.Errorf("%w: %s=%q: want a positive duration such as 24h", txbox.ErrInvalidConfig, EnvTaskRetention, v)
-	}
-	base.Retention = d
-	return base, nil
 }
 
 // Publisher enqueues messages as asynq tasks; see the package doc.

@@ -2,7 +2,6 @@ package txboxasynq_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -83,18 +82,6 @@ func TestDuplicateAfterProcessing(t *testing.T) {
 	// The task is now completed and retained.
 	if errs := p.Publish(ctx, []txbox.Message{m, m}); errs != nil {
 		t.Fatalf("re-publish of a retained task: %v, want success", errs)
-	}
-}
-
-func TestConfigFromEnv(t *testing.T) {
-	t.Setenv(txboxasynq.EnvTaskRetention, "90m")
-	c, err := txboxasynq.ConfigFromEnv(txboxasynq.PublisherConfig{})
-	if err != nil || c.Retention != 90*time.Minute {
-		t.Fatalf("got %v, %v", c.Retention, err)
-	}
-	t.Setenv(txboxasynq.EnvTaskRetention, "soon")
-	if _, err := txboxasynq.ConfigFromEnv(txboxasynq.PublisherConfig{}); !errors.Is(err, txbox.ErrInvalidConfig) {
-		t.Fatalf("bad value: %v", err)
 	}
 }
 

@@ -356,7 +356,8 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		return nil, fmt.Errorf("connect to Redis at %s: %w", b.desc, redactErr(err, f.url))
 	}
 	if asynqTarget {
-		cfg, err := txboxasynq.ConfigFromEnv(txboxasynq.PublisherConfig{Queue: q.Get("queue")})
+		retention, err := taskRetentionFromEnv()
+		cfg := txboxasynq.PublisherConfig{Queue: q.Get("queue"), Retention: retention}
 		if err == nil {
 			b.pub, err = txboxasynq.NewPublisher(rdb, cfg)
 		}
