@@ -483,11 +483,23 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 	rejected := out.invalid
 	var transient error
 	nTransient := 0
+	// A failure followed by an acknowledgement of a later message of the
+	// batch was not an outage: the broker was there and took the next
+	// message. It is about the message, whatever the publisher called it.
+	lastAck := -1
+	for i := range out.msgs {
+		if errs == nil || errs[i] == nil {
+			lastAck = i
+		}
+	}
 	for i := range out.msgs {
 		row := batch.Rows[out.rowOf[i]]
 		var err error
 		if errs != nil {
 			err = errs[i]
+		}
+		if err != nil && i < lastAck && !txbox.IsRejected(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			err = txbox.Reject(fmt.Errorf("%w (the broker acknowledged later messages of the batch)", err))
 		}
 		switch {
 		case err == nil:

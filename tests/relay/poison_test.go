@@ -166,3 +166,57 @@ func (p *countingNATS) Publish(ctx context.Context, msgs []txbox.Message) []erro
 	}
 	return p.Publisher.Publish(ctx, msgs)
 }
+
+// oneFails acknowledges every message but the one with id bad, whose
+// failure it reports as a plain error (not txbox.Reject), as an adapter that
+// does not classify would.
+type oneFails struct {
+	bad   string
+	calls int
+}
+
+func (p *oneFails) Publish(_ context.Context, msgs []txbox.Message) []error {
+	p.calls++
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if m.ID == p.bad {
+			errs[i] = fmt.Errorf("broker says: this message is malformed")
+		}
+	}
+	return errs
+}
+
+// A failure that the broker followed with the acknowledgement of a later
+// message of the batch is about that message, whatever the adapter called
+// it: it costs attempts and goes dead, and the others are delivered. (A
+// failure with no later ack cannot be told from an outage: it costs
+// nothing.)
+func TestFailureBeforeALaterAckIsTheMessages(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 4)
+	var msgs []txbox.Message
+	for i := range 10 {
+		msgs = append(msgs, txbox.Message{ID: fmt.Sprint("m", i), Topic: "t", Payload: []byte("x")})
+	}
+	f.add(t, true, msgs...)
+	pub := &oneFails{bad: "m3"}
+	r := f.newRelay(t, pub, relay.Config{MaxAttempts: 2, RetryDelay: time.Millisecond, BatchSize: 10})
+	ctx := context.Background()
+	// New messages keep coming, so m3 always has a later message beside it.
+	for i := range 50 {
+		if _, err := r.Round(ctx); err != nil {
+			t.Fatalf("round: %v (a message-specific failure failed the round)", err)
+		}
+		if f.count(t, "dead_at IS NOT NULL") == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+		f.add(t, true, txbox.Message{ID: fmt.Sprint("later", i), Topic: "t", Payload: []byte("x")})
+	}
+	if f.count(t, "message_id = 'm3' AND dead_at IS NOT NULL AND attempts = 2") != 1 {
+		t.Fatal("m3 is not dead after 2 attempts")
+	}
+	if n := f.count(t, "published_at IS NULL AND message_id LIKE 'm%'"); n != 1 {
+		t.Fatalf("%d of m0..m9 unpublished, want only m3", n)
+	}
+}
