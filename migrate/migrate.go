@@ -182,16 +182,29 @@ func Script(ms []Migration) string {
 	return b.String()
 }
 
+// ensureTracking creates the schema and the tracking table if missing, in
+// one transaction under the dialect's setup lock, so that concurrent Ups on
+// a fresh database do not race to create them.
 func (m *Migrator) ensureTracking(ctx context.Context) error {
+	tx, err := m.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if q := m.sql.SetupLock(); q != "" {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("txbox: lock for setup: %w", err)
+		}
+	}
 	if q := m.sql.CreateSchema(); m.schema != "" && q != "" {
-		if _, err := m.pool.Exec(ctx, q); err != nil {
+		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("txbox: create schema %s: %w", m.schema, err)
 		}
 	}
-	if _, err := m.pool.Exec(ctx, m.sql.CreateTracking()); err != nil {
+	if _, err := tx.Exec(ctx, m.sql.CreateTracking()); err != nil {
 		return fmt.Errorf("txbox: create %s: %w", trackingTable, err)
 	}
-	return nil
+	return tx.Commit(ctx)
 }
 
 func (m *Migrator) applied(ctx context.Context, ex driver.Executor) (map[string]time.Time, error) {
@@ -276,7 +289,9 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 // Up applies every pending migration, each in its own transaction with its
 // tracking row (on MySQL, whose DDL commits implicitly, the row follows the
 // DDL). It returns the migrations it applied. Concurrent Ups are safe on
-// PostgreSQL (they serialise on a lock of the tracking table).
+// PostgreSQL, on a fresh schema too: they create the schema and the
+// tracking table under an advisory lock, then serialise on a lock of the
+// tracking table.
 func (m *Migrator) Up(ctx context.Context) ([]Migration, error) {
 	if err := m.ensureTracking(ctx); err != nil {
 		return nil, err
