@@ -11,6 +11,11 @@
 -- whose next_attempt_at is not an integer (text sorts after every number,
 -- so the row is never due), so this migration parks those itself.
 --
+-- As on the other databases, the message's rules (message_id, topic,
+-- ordering_key, headers) bind rows still to deliver, published_at and
+-- dead_at NULL: that is every row a writer adds, and a published or dead
+-- row is history.
+--
 -- Besides the message contract (txbox.Message.Validate), the triggers
 -- enforce the column types, which SQLite's dynamic typing does not: the
 -- times and attempts are integers, message_id, topic, ordering_key and
@@ -18,23 +23,23 @@
 -- (length of the value cast to a blob). Control characters are U+0001 to
 -- U+001F and U+007F, as in Validate; topics also refuse the white space
 -- Validate refuses (space, U+00A0, U+2028, U+2029).
-{{define "rules"}}{{$u := eq . "update"}}
+{{define "rules"}}{{$u := eq . "update"}}{{$p := "NEW.published_at IS NULL AND NEW.dead_at IS NULL AND "}}
     SELECT RAISE(ABORT, 'txbox: message_id must be text of 1 to 256 bytes')
-    WHERE {{if $u}}NEW.message_id IS NOT OLD.message_id AND {{end}}(typeof(NEW.message_id) <> 'text' OR length(CAST(NEW.message_id AS BLOB)) NOT BETWEEN 1 AND 256);
+    WHERE {{$p}}{{if $u}}NEW.message_id IS NOT OLD.message_id AND {{end}}(typeof(NEW.message_id) <> 'text' OR length(CAST(NEW.message_id AS BLOB)) NOT BETWEEN 1 AND 256);
     SELECT RAISE(ABORT, 'txbox: message_id must not contain control characters')
-    WHERE {{if $u}}NEW.message_id IS NOT OLD.message_id AND {{end}}NEW.message_id GLOB '*[' || char(1) || '-' || char(31, 127) || ']*';
+    WHERE {{$p}}{{if $u}}NEW.message_id IS NOT OLD.message_id AND {{end}}NEW.message_id GLOB '*[' || char(1) || '-' || char(31, 127) || ']*';
     SELECT RAISE(ABORT, 'txbox: topic must be text of 1 to 256 bytes')
-    WHERE {{if $u}}NEW.topic IS NOT OLD.topic AND {{end}}(typeof(NEW.topic) <> 'text' OR length(CAST(NEW.topic AS BLOB)) NOT BETWEEN 1 AND 256);
+    WHERE {{$p}}{{if $u}}NEW.topic IS NOT OLD.topic AND {{end}}(typeof(NEW.topic) <> 'text' OR length(CAST(NEW.topic AS BLOB)) NOT BETWEEN 1 AND 256);
     SELECT RAISE(ABORT, 'txbox: topic must not contain white space or control characters')
-    WHERE {{if $u}}NEW.topic IS NOT OLD.topic AND {{end}}NEW.topic GLOB '*[' || char(1) || '-' || char(32, 127, 160, 8232, 8233) || ']*';
+    WHERE {{$p}}{{if $u}}NEW.topic IS NOT OLD.topic AND {{end}}NEW.topic GLOB '*[' || char(1) || '-' || char(32, 127, 160, 8232, 8233) || ']*';
     SELECT RAISE(ABORT, 'txbox: ordering_key must be NULL or text of at most 256 bytes')
-    WHERE {{if $u}}NEW.ordering_key IS NOT OLD.ordering_key AND {{end}}NEW.ordering_key IS NOT NULL AND (typeof(NEW.ordering_key) <> 'text' OR length(CAST(NEW.ordering_key AS BLOB)) > 256);
+    WHERE {{$p}}{{if $u}}NEW.ordering_key IS NOT OLD.ordering_key AND {{end}}NEW.ordering_key IS NOT NULL AND (typeof(NEW.ordering_key) <> 'text' OR length(CAST(NEW.ordering_key AS BLOB)) > 256);
     SELECT RAISE(ABORT, 'txbox: ordering_key must not contain control characters')
-    WHERE {{if $u}}NEW.ordering_key IS NOT OLD.ordering_key AND {{end}}NEW.ordering_key GLOB '*[' || char(1) || '-' || char(31, 127) || ']*';
+    WHERE {{$p}}{{if $u}}NEW.ordering_key IS NOT OLD.ordering_key AND {{end}}NEW.ordering_key GLOB '*[' || char(1) || '-' || char(31, 127) || ']*';
     SELECT RAISE(ABORT, 'txbox: payload must be a blob or text')
     WHERE {{if $u}}NEW.payload IS NOT OLD.payload AND {{end}}typeof(NEW.payload) NOT IN ('blob', 'text');
     SELECT RAISE(ABORT, 'txbox: headers must be a JSON object in text')
-    WHERE {{if $u}}NEW.headers IS NOT OLD.headers AND {{end}}NOT CASE WHEN typeof(NEW.headers) = 'text' AND json_valid(NEW.headers) THEN json_type(NEW.headers) = 'object' ELSE 0 END;
+    WHERE {{$p}}{{if $u}}NEW.headers IS NOT OLD.headers AND {{end}}NOT CASE WHEN typeof(NEW.headers) = 'text' AND json_valid(NEW.headers) THEN json_type(NEW.headers) = 'object' ELSE 0 END;
     SELECT RAISE(ABORT, 'txbox: created_at must be an integer (unix microseconds)')
     WHERE {{if $u}}NEW.created_at IS NOT OLD.created_at AND {{end}}typeof(NEW.created_at) <> 'integer';
     SELECT RAISE(ABORT, 'txbox: attempts must be an integer')
