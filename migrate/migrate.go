@@ -169,9 +169,33 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 }
 
 // SQL returns every migration as one script, with comments naming each, for
-// teams that apply migrations with their own tool. It does not include the
+// teams that apply migrations with their own tool. With a Schema it begins
+// with CREATE SCHEMA IF NOT EXISTS, as Up does. It does not include the
 // tracking table: that tool keeps its own records.
-func (m *Migrator) SQL() string { return Script(m.migrations) }
+func (m *Migrator) SQL() string { return schemaScript(m.sql, m.schema) + Script(m.migrations) }
+
+// PlanSQL returns the script Migrator.SQL would for cfg, without a
+// database: what `txbox migrate sql` prints.
+func PlanSQL(d driver.Dialect, cfg Config) (string, error) {
+	ms, err := Plan(d, cfg)
+	if err != nil {
+		return "", err
+	}
+	sql, err := migratesql.New(d, cfg.Schema, trackingTable)
+	if err != nil {
+		return "", err
+	}
+	return schemaScript(sql, cfg.Schema) + Script(ms), nil
+}
+
+// schemaScript is the statement creating schema, for the head of a script,
+// or "" without one.
+func schemaScript(sql migratesql.Dialect, schema string) string {
+	if schema == "" || sql.CreateSchema() == "" {
+		return ""
+	}
+	return fmt.Sprintf("-- txbox schema %s (created before any migration)\n%s;\n\n", schema, sql.CreateSchema())
+}
 
 // Script joins migrations into one SQL script.
 func Script(ms []Migration) string {
