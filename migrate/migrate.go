@@ -169,9 +169,33 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 }
 
 // SQL returns every migration as one script, with comments naming each, for
-// teams that apply migrations with their own tool. It does not include the
+// teams that apply migrations with their own tool. With a Schema it begins
+// with CREATE SCHEMA IF NOT EXISTS, as Up does. It does not include the
 // tracking table: that tool keeps its own records.
-func (m *Migrator) SQL() string { return Script(m.migrations) }
+func (m *Migrator) SQL() string { return schemaScript(m.sql, m.schema) + Script(m.migrations) }
+
+// PlanSQL returns the script Migrator.SQL would for cfg, without a
+// database: what `txbox migrate sql` prints.
+func PlanSQL(d driver.Dialect, cfg Config) (string, error) {
+	ms, err := Plan(d, cfg)
+	if err != nil {
+		return "", err
+	}
+	sql, err := migratesql.New(d, cfg.Schema, trackingTable)
+	if err != nil {
+		return "", err
+	}
+	return schemaScript(sql, cfg.Schema) + Script(ms), nil
+}
+
+// schemaScript is the statement creating schema, for the head of a script,
+// or "" without one.
+func schemaScript(sql migratesql.Dialect, schema string) string {
+	if schema == "" || sql.CreateSchema() == "" {
+		return ""
+	}
+	return fmt.Sprintf("-- txbox schema %s (created before any migration)\n%s;\n\n", schema, sql.CreateSchema())
+}
 
 // Script joins migrations into one SQL script.
 func Script(ms []Migration) string {
@@ -182,16 +206,29 @@ func Script(ms []Migration) string {
 	return b.String()
 }
 
+// ensureTracking creates the schema and the tracking table if missing, in
+// one transaction under the dialect's setup lock, so that concurrent Ups on
+// a fresh database do not race to create them.
 func (m *Migrator) ensureTracking(ctx context.Context) error {
+	tx, err := m.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if q := m.sql.SetupLock(); q != "" {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("txbox: lock for setup: %w", err)
+		}
+	}
 	if q := m.sql.CreateSchema(); m.schema != "" && q != "" {
-		if _, err := m.pool.Exec(ctx, q); err != nil {
+		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("txbox: create schema %s: %w", m.schema, err)
 		}
 	}
-	if _, err := m.pool.Exec(ctx, m.sql.CreateTracking()); err != nil {
+	if _, err := tx.Exec(ctx, m.sql.CreateTracking()); err != nil {
 		return fmt.Errorf("txbox: create %s: %w", trackingTable, err)
 	}
-	return nil
+	return tx.Commit(ctx)
 }
 
 func (m *Migrator) applied(ctx context.Context, ex driver.Executor) (map[string]time.Time, error) {
@@ -276,7 +313,9 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 // Up applies every pending migration, each in its own transaction with its
 // tracking row (on MySQL, whose DDL commits implicitly, the row follows the
 // DDL). It returns the migrations it applied. Concurrent Ups are safe on
-// PostgreSQL (they serialise on a lock of the tracking table).
+// PostgreSQL, on a fresh schema too: they create the schema and the
+// tracking table under an advisory lock, then serialise on a lock of the
+// tracking table.
 func (m *Migrator) Up(ctx context.Context) ([]Migration, error) {
 	if err := m.ensureTracking(ctx); err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -31,6 +33,22 @@ func (l *listener) disarm(ctx context.Context) {
 	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil && ctx.Err() == nil {
 		l.r.log.Warn("txbox relay: cannot disarm the wake-up doorbell", "err", err)
 	}
+}
+
+// maxChannel is PostgreSQL's longest channel name (NAMEDATALEN - 1).
+const maxChannel = 63
+
+// notifyChannel is the channel the notify trigger of schema.table sends on
+// (migrate/sql/postgres/outbox/005_notify_channel.sql):
+// "txbox_<schema>.<table>", or, when that is over 63 bytes, "txbox_" and
+// the MD5 of that name in hex.
+func notifyChannel(schema, table string) string {
+	ch := "txbox_" + schema + "." + table
+	if len(ch) > maxChannel {
+		sum := md5.Sum([]byte(ch))
+		ch = "txbox_" + hex.EncodeToString(sum[:])
+	}
+	return ch
 }
 
 // resolveSchema returns schema, or the connection's current schema.

@@ -346,7 +346,7 @@ func (r *Relay) startListener(ctx context.Context, wg *sync.WaitGroup) error {
 		return err
 	}
 	table := r.tableName()
-	r.listen.channel = "txbox_" + schema + "." + table
+	r.listen.channel = notifyChannel(schema, table)
 	r.listen.probe = r.listen.channel
 	r.listen.wake = sqlname.Qualified(driver.Postgres, schema, sqlname.Derived(table, "wake"))
 	wg.Add(1)

@@ -15,6 +15,10 @@ import (
 
 // Dialect is one dialect's tracking SQL on one tracking table.
 type Dialect interface {
+	// SetupLock returns the statement that serialises, inside a
+	// transaction, the creation of the schema and the tracking table, or
+	// "" when the dialect needs none.
+	SetupLock() string
 	// CreateSchema returns the statement creating the schema, or "" when
 	// the dialect has no schemas.
 	CreateSchema() string
@@ -38,7 +42,7 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 	switch d {
 	case driver.Postgres:
 		p := &postgres{}
-		return p, p.load(d, postgresSQL, schema, table, map[string]*string{"create_schema": &p.createSchema, "lock": &p.lock})
+		return p, p.load(d, postgresSQL, schema, table, map[string]*string{"setup_lock": &p.setupLock, "create_schema": &p.createSchema, "lock": &p.lock})
 	case driver.SQLite:
 		s := &sqlite{}
 		return s, s.load(d, sqliteSQL, schema, table, nil)
@@ -52,7 +56,7 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 // queries are the tracking statements, rendered for one table, and the
 // methods whose arguments are the same in every dialect.
 type queries struct {
-	createSchema, createTracking, applied, record string
+	setupLock, createSchema, createTracking, applied, record string
 }
 
 func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
@@ -60,6 +64,7 @@ func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[s
 	return sqltext.Load("migrate/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
 }
 
+func (q *queries) SetupLock() string      { return q.setupLock }
 func (q *queries) CreateSchema() string   { return q.createSchema }
 func (q *queries) CreateTracking() string { return q.createTracking }
 func (q *queries) Applied() string        { return q.applied }

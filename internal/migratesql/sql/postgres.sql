@@ -1,6 +1,13 @@
 -- Statements of package migrate on PostgreSQL. {{table}} is the quoted,
 -- schema-qualified tracking table, txbox_migrations.
 
+-- Concurrent Ups on a fresh database would race to create the schema and
+-- the tracking table (IF NOT EXISTS does not stop two sessions inserting the
+-- same catalog row: one fails on pg_namespace_nspname_index). They take
+-- this transaction-scoped lock first, one key for the whole database.
+-- name: setup_lock
+SELECT pg_advisory_xact_lock(hashtextextended('txbox_migrate', 0))
+
 -- name: create_schema
 CREATE SCHEMA IF NOT EXISTS {{schema}}
 

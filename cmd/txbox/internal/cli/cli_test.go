@@ -94,6 +94,9 @@ func checkStatus(t *testing.T, out string, applied bool) {
 func TestMigrateSQLite(t *testing.T) {
 	t.Parallel()
 	db := "sqlite://" + filepath.Join(t.TempDir(), "app.db")
+	if out := mustRun(t, "migrate", "up", "--db", db, "--no-outbox"); !strings.Contains(out, "up to date") {
+		t.Fatalf("migrate up --no-outbox: %s", out)
+	}
 	checkStatus(t, mustRun(t, "migrate", "status", "--db", db), false)
 	if out := mustRun(t, "migrate", "up", "--db", db); !strings.Contains(out, "applied outbox:txbox_outbox 001") {
 		t.Fatalf("migrate up: %s", out)

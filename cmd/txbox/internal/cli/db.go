@@ -3,7 +3,10 @@ package cli
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -132,17 +135,25 @@ type database struct {
 	db     *sql.DB
 }
 
-// openDB opens and pings the database named by raw.
+// openDB opens and pings the database named by raw, creating a missing
+// SQLite file as migrate up does.
 func openDB(ctx context.Context, raw string) (*database, error) {
 	t, err := parseDB(raw)
 	if err != nil {
 		return nil, err
 	}
-	return openTarget(ctx, t)
+	return openTarget(ctx, t, createFile)
 }
 
-// openTarget opens and pings the database t.
-func openTarget(ctx context.Context, t dbTarget) (*database, error) {
+// Whether openTarget may create a missing SQLite file.
+const (
+	mustExist  = false // every command but migrate up: a mistyped path is an error, not a new empty file
+	createFile = true  // migrate up, and relay (which refuses an unmigrated file at start-up)
+)
+
+// openTarget opens and pings the database t. Unless create is set, a
+// SQLite file that does not exist is an error and is not created.
+func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	switch t.dialect {
@@ -167,7 +178,16 @@ func openTarget(ctx context.Context, t dbTarget) (*database, error) {
 		}
 		return &database{target: t, sql: txboxsql.New(db, driver.MySQL), db: db}, nil
 	default:
-		db, err := sql.Open("sqlite", SQLiteDSN(t.path))
+		dsn := SQLiteDSN(t.path)
+		if !create {
+			if _, err := os.Stat(t.path); errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("open %s: the file does not exist (check the path; txbox migrate up creates it)", t)
+			}
+			// Should the file vanish after the check, SQLite still does
+			// not create it.
+			dsn += "&mode=rw"
+		}
+		db, err := sql.Open("sqlite", dsn)
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
 		}

@@ -49,19 +49,29 @@ func (f *tableFlags) target() (dbTarget, error) {
 	return parseDBFrom(sourceOf(f.fs, "db", EnvDB), f.db)
 }
 
-// open opens and pings --db.
+// open opens and pings --db, which must exist: only migrate up creates a
+// SQLite file.
 func (f *tableFlags) open(ctx context.Context) (*database, error) {
 	t, err := f.target()
 	if err != nil {
 		return nil, err
 	}
-	return openTarget(ctx, t)
+	return openTarget(ctx, t, mustExist)
 }
 
 // openMigrator opens --db and a Migrator for the configured tables; the
-// caller closes the database.
-func (f *tableFlags) openMigrator(ctx context.Context) (*database, *migrate.Migrator, error) {
-	db, err := f.open(ctx)
+// caller closes the database. create says whether a missing SQLite file
+// is created (migrate up) or an error (migrate status).
+func (f *tableFlags) openMigrator(ctx context.Context, create bool) (*database, *migrate.Migrator, error) {
+	t, err := f.target()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Bad table names first: they are wrong whatever the database holds.
+	if _, err := migrate.Plan(t.dialect, f.migrateConfig()); err != nil {
+		return nil, nil, err
+	}
+	db, err := openTarget(ctx, t, create)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,7 +121,7 @@ no-op; concurrent runs on PostgreSQL are safe.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			db, m, err := f.openMigrator(ctx)
+			db, m, err := f.openMigrator(ctx, createFile)
 			if err != nil {
 				return err
 			}
@@ -142,7 +152,7 @@ yet). It changes nothing in the database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			db, m, err := f.openMigrator(ctx)
+			db, m, err := f.openMigrator(ctx, mustExist)
 			if err != nil {
 				return err
 			}
@@ -172,8 +182,9 @@ func newMigrateSQLCmd(f *tableFlags) *cobra.Command {
 		Short: "Print the migrations' SQL, for goose, atlas or another tool",
 		Long: `Print every migration as one SQL script, with a comment naming each, for teams
 that apply migrations with their own tool. It connects to no database: the
-dialect comes from --dialect, or from the scheme of --db. The script does not
-include txbox's own tracking table (your tool keeps its own records).`,
+dialect comes from --dialect, or from the scheme of --db. With --schema it
+begins with CREATE SCHEMA IF NOT EXISTS. The script does not include txbox's
+own tracking table (your tool keeps its own records).`,
 		Example: `  txbox migrate sql --dialect postgres --schema txbox > 001_txbox.sql
   txbox migrate sql --db sqlite://app.db`,
 		Args: cobra.NoArgs,
@@ -195,11 +206,11 @@ include txbox's own tracking table (your tool keeps its own records).`,
 			default:
 				return fmt.Errorf("--dialect %q: want postgres, sqlite or mysql", dialect)
 			}
-			ms, err := migrate.Plan(d, f.migrateConfig())
+			script, err := migrate.PlanSQL(d, f.migrateConfig())
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), migrate.Script(ms))
+			_, err = fmt.Fprint(cmd.OutOrStdout(), script)
 			return err
 		},
 	}

@@ -161,7 +161,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 
-	db, err := openTarget(ctx, target)
+	db, err := openTarget(ctx, target, createFile)
 	if err != nil {
 		return err
 	}

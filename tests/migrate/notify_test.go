@@ -1,0 +1,68 @@
+package migrate_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/drivertest"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+// A schema and table whose 'txbox_<schema>.<table>' channel is over
+// PostgreSQL's 63 bytes still get their wake-up: the trigger and the relay
+// derive the same short channel. Without it the armed doorbell made
+// pg_notify fail the INSERT ("channel name too long") and the relay log
+// "notifications lost" forever. The poll interval is a minute: only a
+// notification delivers the row in time.
+func TestLongNamesNotify(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := testenv.Postgres(t, 8)
+	schema := testenv.Name("txnotify_with_a_rather_long_schema") // 47 bytes
+	table := "outbox_table_with_a_long_name_too"                  // 33 bytes
+	if n := len("txbox_" + schema + "." + table); n <= 63 {
+		t.Fatalf("channel name of %d bytes: the test needs more than 63", n)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	drv := txboxpgx.New(pool)
+	m, err := migrate.New(drv, migrate.Config{Schema: schema, OutboxTable: table})
+	testenv.Must(t, err, "migrate.New")
+	_, err = m.Up(ctx)
+	testenv.Must(t, err, "up")
+
+	var logs testenv.Buffer
+	pub := &drivertest.Recorder{}
+	r, err := relay.New(drv, pub, relay.Config{Schema: schema, Table: table, PollInterval: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	testenv.Must(t, err, "relay")
+	testenv.Must(t, r.Start(ctx), "start")
+	defer func() { testenv.Must(t, r.Stop(ctx), "stop") }()
+	ob, err := txbox.New(drv, txbox.Config{Schema: schema, Table: table})
+	testenv.Must(t, err, "outbox")
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "listening for notifications"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay is not listening:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		time.Sleep(200 * time.Millisecond) // the relay goes idle and arms the doorbell
+		testenv.Must(t, ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("x")}), "add %d", i)
+		for deadline := time.Now().Add(10 * time.Second); len(pub.Published()) <= i; {
+			if time.Now().After(deadline) {
+				t.Fatalf("message %d not delivered within 10s of a one-minute poll interval:\n%s", i, logs.String())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if strings.Contains(logs.String(), "notifications lost") {
+		t.Fatalf("the relay lost its notifications:\n%s", logs.String())
+	}
+}
