@@ -150,10 +150,10 @@ func TestContractRefusesBadInserts(t *testing.T) {
 			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO txbox_outbox (topic, payload) VALUES (?, ?)", "orders.placed", []byte("p")), "plain insert")
 			ob, err := txbox.New(txboxsql.New(x.db, x.d), txbox.Config{})
 			testenv.Must(t, err, "outbox")
-			testenv.Must(t, ob.AddNoTx(ctx,
+			testenv.Must(t, testenv.Err(ob.AddNoTx(ctx,
 				txbox.Message{Topic: "orders.placed", Key: strings.Repeat("€", 85), Payload: nil},
 				txbox.Message{ID: strings.Repeat("i", 256), Topic: strings.Repeat("t", 256), Headers: map[string]string{"a": "b\tc"}, Payload: []byte("p")},
-			), "Add")
+			)), "Add")
 			var n int
 			testenv.Must(t, x.db.QueryRowContext(ctx, "SELECT count(*) FROM txbox_outbox").Scan(&n), "count")
 			if n != 3 {

@@ -54,7 +54,7 @@ func TestLongNamesNotify(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		time.Sleep(200 * time.Millisecond) // the relay goes idle and arms the doorbell
-		testenv.Must(t, ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("x")}), "add %d", i)
+		testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("x")})), "add %d", i)
 		for deadline := time.Now().Add(10 * time.Second); len(pub.Published()) <= i; {
 			if time.Now().After(deadline) {
 				t.Fatalf("message %d not delivered within 10s of a one-minute poll interval:\n%s", i, logs.String())
