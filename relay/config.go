@@ -24,7 +24,7 @@ const (
 	DefaultClaimLease = DefaultPublishTimeout + ClaimLeaseMargin
 	// ClaimLeaseMargin is what a ClaimLease left zero adds to
 	// PublishTimeout: the time a round spends outside the publish (claim,
-	// prepare, marks, a wait for SQLite's write lock).
+	// prepare, marks).
 	ClaimLeaseMargin   = 5 * time.Second
 	DefaultConcurrency = 1
 )
