@@ -11,7 +11,8 @@ import (
 // DropClientSide, which closes the clients' side of every connection (and
 // refuses new ones) while keeping the server's side open and silent: the
 // server sees a healthy idle session, as it does when the client's host
-// vanished or a middlebox dropped the client. It is closed when the test
+// vanished or a middlebox dropped the client. (Proxy's Cut closes both
+// sides, which the server notices at once.) It is closed when the test
 // ends.
 type HalfCloseProxy struct {
 	ln     net.Listener
