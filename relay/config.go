@@ -19,8 +19,14 @@ const (
 	DefaultPublishTimeout   = 10 * time.Second
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultRetryDelay       = time.Second
-	DefaultClaimLease       = time.Minute
-	DefaultConcurrency      = 1
+	// DefaultClaimLease is the claim lease with the default
+	// PublishTimeout: PublishTimeout + ClaimLeaseMargin.
+	DefaultClaimLease = DefaultPublishTimeout + ClaimLeaseMargin
+	// ClaimLeaseMargin is what a ClaimLease left zero adds to
+	// PublishTimeout: the time a round spends outside the publish (claim,
+	// prepare, marks).
+	ClaimLeaseMargin   = 5 * time.Second
+	DefaultConcurrency = 1
 )
 
 // Config configures a Relay. Zero fields take their defaults; negative
@@ -71,8 +77,17 @@ type Config struct {
 	// RetryDelay is the wait before a rejected message is tried again; it
 	// doubles with each attempt, up to 5 minutes. Default: 1s.
 	RetryDelay time.Duration
-	// ClaimLease is how long a SQLite claim holds; it must exceed
-	// PublishTimeout. Default: 1m.
+	// ClaimLease bounds how long a claim holds its rows when the relay
+	// that took them is gone: on SQLite it is the lease, after which
+	// another relay claims the rows of a relay that was killed; on
+	// PostgreSQL it is the claim transaction's
+	// idle_in_transaction_session_timeout, after which the server ends the
+	// transaction of a relay whose connection vanished without the server
+	// noticing. MySQL has no equivalent and ignores it (see
+	// docs/guarantees.md). It must exceed PublishTimeout: a claim that
+	// expires while its relay still publishes lets another relay publish
+	// the same rows, a duplicate (never a loss). Default: PublishTimeout +
+	// ClaimLeaseMargin (15s). Env OUTBOX_CLAIM_LEASE.
 	ClaimLease time.Duration
 
 	// DisableNotify turns off the LISTEN/NOTIFY wake-up on PostgreSQL
@@ -105,7 +120,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.PublishTimeout, DefaultPublishTimeout)
 	def(&out.BackoffMax, DefaultBackoffMax)
 	def(&out.RetryDelay, DefaultRetryDelay)
-	def(&out.ClaimLease, DefaultClaimLease)
+	def(&out.ClaimLease, out.PublishTimeout+ClaimLeaseMargin)
 	def(&out.NotifyProbeTimeout, 2*time.Second)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize

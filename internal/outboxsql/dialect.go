@@ -30,8 +30,11 @@ type dialect interface {
 	// beginClaim opens the transaction that holds a claim's row locks
 	// until Finish or Release ends it, or returns nil (and no error) when
 	// the dialect leases rows instead (SQLite): a short UPDATE stamps them
-	// with a token, and the marks check it.
-	beginClaim(ctx context.Context, pool driver.Pool) (driver.Tx, error)
+	// with a token, and the marks check it. lease bounds how long the
+	// server lets the transaction sit idle where the dialect can say so
+	// (PostgreSQL), so that a relay whose connection vanished does not
+	// hold the rows' locks until TCP notices.
+	beginClaim(ctx context.Context, pool driver.Pool, lease time.Duration) (driver.Tx, error)
 	// claim returns the claim query.
 	claim(limit int, from int64, token string, until, now time.Time) (string, []any)
 	// markPublished and deletePublished return Finish's mark of the
@@ -63,6 +66,8 @@ type queries struct {
 	// of marks without ordering keys (PostgreSQL); lockKeys takes the
 	// key-order locks of a multi-row insert (MySQL). Empty elsewhere.
 	release, lazyCommit, lockKeys string
+	// claimTimeout bounds the claim transaction's idle time (PostgreSQL).
+	claimTimeout string
 }
 
 // load renders file's sections into q and extra, with the template

@@ -49,7 +49,12 @@ func (m *mysql) placeholder(int) string { return "?" }
 // SET TRANSACTION is refused inside a transaction: the empty transaction is
 // committed and a new one started on the same connection, which the later
 // Commit or Rollback ends.
-func (m *mysql) beginClaim(ctx context.Context, pool driver.Pool) (driver.Tx, error) {
+//
+// The lease is not applied: MySQL has no per-transaction idle timeout
+// (wait_timeout is per connection and would outlive the claim on a pooled
+// connection the application shares), so a relay whose connection vanished
+// holds its row locks until the server notices (see docs/guarantees.md).
+func (m *mysql) beginClaim(ctx context.Context, pool driver.Pool, _ time.Duration) (driver.Tx, error) {
 	if b, ok := pool.(driver.TxBeginner); ok {
 		return b.BeginTx(ctx, driver.TxOptions{Isolation: driver.LevelReadCommitted})
 	}

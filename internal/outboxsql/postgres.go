@@ -3,6 +3,7 @@ package outboxsql
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -20,7 +21,9 @@ var _ dialect = (*postgres)(nil)
 
 func newPostgres(table string) (*postgres, error) {
 	p := &postgres{}
-	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{"lazy_commit": &p.q.lazyCommit})
+	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{
+		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout,
+	})
 	return p, err
 }
 
@@ -28,8 +31,25 @@ func (p *postgres) queries() *queries { return &p.q }
 
 func (p *postgres) placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
-func (p *postgres) beginClaim(ctx context.Context, pool driver.Pool) (driver.Tx, error) {
-	return pool.Begin(ctx)
+// beginClaim begins the claim transaction and tells the server to end it
+// (closing the session, releasing the row locks) once it has sat idle for
+// lease: the relay is idle in it only while it waits for the broker, at
+// most PublishTimeout, which the lease exceeds. A relay whose side of the
+// connection vanished (a half-closed connection, a host gone, a proxy that
+// dropped the client) would otherwise hold the locks until the server's TCP
+// keepalives fire, about two hours by default, or never when a proxy keeps
+// the server's side open.
+func (p *postgres) beginClaim(ctx context.Context, pool driver.Pool, lease time.Duration) (driver.Tx, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil || lease <= 0 {
+		return tx, err
+	}
+	ms := strconv.FormatInt(max(lease.Milliseconds(), 1), 10)
+	if _, err := tx.Exec(ctx, p.q.claimTimeout, ms); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("claim transaction: idle timeout: %w", err)
+	}
+	return tx, nil
 }
 
 func (p *postgres) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {

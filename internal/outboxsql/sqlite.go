@@ -32,7 +32,9 @@ func (s *sqlite) placeholder(n int) string { return "?" + strconv.Itoa(n) }
 
 // beginClaim returns no transaction: SQLite has one writer at a time, so a
 // claim must not hold a write transaction while the relay publishes.
-func (s *sqlite) beginClaim(context.Context, driver.Pool) (driver.Tx, error) { return nil, nil }
+func (s *sqlite) beginClaim(context.Context, driver.Pool, time.Duration) (driver.Tx, error) {
+	return nil, nil
+}
 
 func (s *sqlite) claim(limit int, from int64, token string, until, now time.Time) (string, []any) {
 	return s.q.claim, []any{token, until.UnixMicro(), now.UnixMicro(), limit, from}

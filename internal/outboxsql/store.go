@@ -48,9 +48,11 @@ type Store struct {
 	deletePublished bool
 }
 
-// NewStore returns a Store for the quoted table; lease is how long a SQLite
-// claim holds before another relay may take the rows (PostgreSQL and MySQL
-// hold row locks instead and ignore it).
+// NewStore returns a Store for the quoted table; lease is how long a claim
+// may hold its rows: on SQLite, the lease after which another relay may
+// take them; on PostgreSQL, the idle time after which the server ends the
+// claim transaction (idle_in_transaction_session_timeout), and with it the
+// row locks of a relay whose connection vanished. MySQL ignores it.
 func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Duration) (*Store, error) {
 	dl, err := newDialect(d, table)
 	if err != nil {
@@ -85,7 +87,7 @@ func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error
 	// The transaction must outlive ctx: database/sql rolls a transaction
 	// back when its context ends, and a relay that is stopping still
 	// marks what the broker acknowledged.
-	tx, err := s.d.beginClaim(context.WithoutCancel(ctx), s.pool)
+	tx, err := s.d.beginClaim(context.WithoutCancel(ctx), s.pool, s.lease)
 	if err != nil {
 		return nil, err
 	}

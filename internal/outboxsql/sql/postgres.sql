@@ -2,7 +2,9 @@
 -- schema-qualified outbox table. The relay claims rows with FOR UPDATE SKIP
 -- LOCKED inside a transaction that it holds while it publishes: another relay
 -- skips the locked rows, and a relay that dies releases them with its
--- connection. The marks commit in that same transaction.
+-- connection, or, if its side of the connection vanished unseen, when the
+-- server ends the idle transaction (see claim_timeout). The marks commit in
+-- that same transaction.
 
 -- name: claim
 -- A keyed row is claimable only at the head of its key: no earlier row of
@@ -19,6 +21,14 @@ WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED
+
+-- name: claim_timeout
+-- Run first in each claim transaction, with the claim lease in ms: the
+-- server ends the transaction (and the session) when the relay leaves it
+-- idle longer, so that a relay whose connection vanished holds no row lock
+-- much past PublishTimeout. Local to the transaction: the pooled
+-- connection keeps its own setting for the application's transactions.
+SELECT set_config('idle_in_transaction_session_timeout', $1, true)
 
 -- name: mark_published
 UPDATE {{table}} SET published_at = now() WHERE id = ANY($1)

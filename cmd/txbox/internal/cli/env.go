@@ -15,6 +15,7 @@ const (
 	EnvCleanupInterval = "OUTBOX_CLEANUP_INTERVAL"
 	EnvMaxAttempts     = "OUTBOX_MAX_ATTEMPTS"
 	EnvPublishTimeout  = "OUTBOX_PUBLISH_TIMEOUT"
+	EnvClaimLease      = "OUTBOX_CLAIM_LEASE"
 	EnvTable           = "OUTBOX_TABLE"
 	EnvSchema          = "OUTBOX_SCHEMA"
 	// EnvTaskRetention is asynq's retention of completed tasks (the window

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -28,6 +30,7 @@ type relayFlags struct {
 	maxAttempts     int
 	concurrency     int
 	publishTimeout  time.Duration
+	claimLease      time.Duration
 
 	noNotify      bool
 	statsInterval time.Duration
@@ -71,6 +74,7 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	fs.IntVar(&f.concurrency, "concurrency", relay.DefaultConcurrency, "claim-publish-mark loops run side by side, 1 to 64; more help an unordered backlog drain, ordering keys prefer 1")
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+EnvMaxAttempts+")")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+EnvPublishTimeout+")")
+	fs.DurationVar(&f.claimLease, "claim-lease", relay.DefaultClaimLease, "how long a claim holds its rows once its relay is gone (killed, or its connection vanished; SQLite and PostgreSQL), 1s to 2h and more than --publish-timeout; unset, it is --publish-timeout + 5s (env "+EnvClaimLease+")")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
@@ -90,6 +94,7 @@ var (
 	maxAttemptsSetting     = setting[int]{flag: "max-attempts", env: EnvMaxAttempts, min: 1, max: 1000}
 	concurrencySetting     = setting[int]{flag: "concurrency", min: 1, max: 64}
 	publishTimeoutSetting  = setting[time.Duration]{flag: "publish-timeout", env: EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
+	claimLeaseSetting      = setting[time.Duration]{flag: "claim-lease", env: EnvClaimLease, min: time.Second, max: 2 * time.Hour}
 	statsIntervalSetting   = setting[time.Duration]{flag: "stats-interval", min: 100 * time.Millisecond, zero: true}
 )
 
@@ -107,6 +112,7 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		maxAttemptsSetting.resolve(fs, f.maxAttempts, &cfg.MaxAttempts),
 		concurrencySetting.resolve(fs, f.concurrency, &cfg.Concurrency),
 		publishTimeoutSetting.resolve(fs, f.publishTimeout, &cfg.PublishTimeout),
+		claimLeaseSetting.resolve(fs, f.claimLease, &cfg.ClaimLease),
 		statsIntervalSetting.resolve(fs, f.statsInterval, &f.statsInterval),
 	} {
 		if err != nil {
@@ -120,8 +126,15 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 	}
 	cfg.Schema, cfg.Table = f.tables.schema, f.tables.table
 	cfg.DisableNotify = f.noNotify
-	if cfg.PublishTimeout >= relay.DefaultClaimLease {
-		cfg.ClaimLease = 2 * cfg.PublishTimeout // the lease must outlive a publish
+	// A lease that does not outlast a publish would let a second relay
+	// publish rows the first still publishes. Unset, it follows the
+	// publish timeout (relay.ClaimLeaseMargin more).
+	if publish := cmp.Or(cfg.PublishTimeout, relay.DefaultPublishTimeout); cfg.ClaimLease != 0 && cfg.ClaimLease <= publish {
+		src := fmt.Sprintf("--%s %v", claimLeaseSetting.flag, cfg.ClaimLease)
+		if !fs.Changed(claimLeaseSetting.flag) {
+			src = fmt.Sprintf("%s=%q", EnvClaimLease, os.Getenv(EnvClaimLease))
+		}
+		return cfg, fmt.Errorf("%w: %s: must exceed the publish timeout %v", txbox.ErrInvalidConfig, src, publish)
 	}
 	return cfg, nil
 }
@@ -202,7 +215,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	}
 	log.Info("relay started", "db", db.target.String(), "broker", br.desc, "table", cfg.Table,
 		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention, "delete_published", cfg.DeletePublished,
-		"cleanup_interval", cfg.CleanupInterval, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
+		"cleanup_interval", cfg.CleanupInterval, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout, "claim_lease", cfg.ClaimLease)
 
 	var tick <-chan time.Time
 	if f.statsInterval > 0 {
