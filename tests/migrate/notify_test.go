@@ -26,7 +26,7 @@ func TestLongNamesNotify(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := testenv.Postgres(t, 8)
 	schema := testenv.Name("txnotify_with_a_rather_long_schema") // 47 bytes
-	table := "outbox_table_with_a_long_name_too"                  // 33 bytes
+	table := "outbox_table_with_a_long_name_too"                 // 33 bytes
 	if n := len("txbox_" + schema + "." + table); n <= 63 {
 		t.Fatalf("channel name of %d bytes: the test needs more than 63", n)
 	}
