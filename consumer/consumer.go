@@ -207,7 +207,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 // HandleInbox registers fn as the Inbox handler of h.Binding: fn runs in
 // the inbox transaction tx, at most once per message id committed. fn must
 // not commit or roll back tx. Returning an error rolls everything back and
-// the message is retried; Permanent(err) dead-letters it at once.
+// the message is retried; Permanent(err) dead-letters it at once. An error
+// that is, or wraps (%w), a failure of the database (driver.IsTransientFor)
+// never counts toward MaxDeliveries.
 // Problems with h are reported by Start, all at once.
 func (c *Consumer[TTx]) HandleInbox(h HandlerConfig, fn func(ctx context.Context, tx TTx, msg Message) error) error {
 	return c.register(&handler[TTx]{HandlerConfig: h, guarantee: Inbox, txFn: fn})
