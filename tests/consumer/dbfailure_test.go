@@ -195,6 +195,18 @@ func logCount(log *testenv.Buffer, subs ...string) int {
 
 const dbFailedLog = "the database failed"
 
+// loggedConsumer returns a consumer of b with MaxDeliveries maxDeliveries, a
+// backoff of 5 to 50 ms, and a text log the test reads.
+func loggedConsumer(t *testing.T, d db[pgx.Tx], b *broker, maxDeliveries int) (*consumer.Consumer[pgx.Tx], *testenv.Buffer) {
+	t.Helper()
+	log := &testenv.Buffer{}
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, MaxDeliveries: maxDeliveries,
+		BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil))})
+	testenv.Must(t, err, "consumer.New")
+	return c, log
+}
+
 // The database connection is cut (every connection closed, new ones
 // refused for 300 ms) every 700 ms while 1,500 messages flow, with
 // MaxDeliveries 2. The handler writes a row and adds an outbox message in
@@ -221,11 +233,7 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	b := natsBroker(t, testenv.NATS(t), 5*time.Second)
 	obB, err := txbox.New(d.drv, txbox.Config{Table: "b_outbox"})
 	testenv.Must(t, err, "outbox")
-	var log testenv.Buffer
-	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, MaxDeliveries: 2,
-		BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	testenv.Must(t, err, "consumer.New")
+	c, log := loggedConsumer(t, d, b, 2)
 	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "ship", Binding: b.binding("orders")},
 		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID); err != nil {
@@ -289,12 +297,12 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	}
 	if st.Retried != st.DatabaseFailures {
 		t.Fatalf("%d retries but %d database failures: some database failures counted as the message's (log:\n%s)",
-			st.Retried, st.DatabaseFailures, grepLog(&log, "handler failed"))
+			st.Retried, st.DatabaseFailures, grepLog(log, "handler failed"))
 	}
-	if got := logCount(&log, dbFailedLog); int64(got) != st.DatabaseFailures {
+	if got := logCount(log, dbFailedLog); int64(got) != st.DatabaseFailures {
 		t.Fatalf("%d database failures logged %d times, want once each", st.DatabaseFailures, got)
 	}
-	if got := logCount(&log, "inbox.handle_failed"); got != 0 {
+	if got := logCount(log, "inbox.handle_failed"); got != 0 {
 		t.Fatalf("the inbox logged %d failures the consumer logs too", got)
 	}
 }
@@ -327,11 +335,7 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 	b := natsBroker(t, testenv.NATS(t), 5*time.Second)
 	obB, err := txbox.New(d.drv, txbox.Config{Table: "b_outbox"})
 	testenv.Must(t, err, "outbox")
-	var log testenv.Buffer
-	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, MaxDeliveries: 1,
-		BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	testenv.Must(t, err, "consumer.New")
+	c, log := loggedConsumer(t, d, b, 1)
 	var mu sync.Mutex
 	runs := map[string]int{}
 	var addErrs []string
@@ -381,10 +385,10 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 	defer mu.Unlock()
 	for _, id := range all {
 		failures := runs[id] - 1
-		if got := logCount(&log, "message_id="+id+" "); got != failures {
-			t.Errorf("%s failed %d times, logged %d times:\n%s", id, failures, got, grepLog(&log, "message_id="+id+" "))
+		if got := logCount(log, "message_id="+id+" "); got != failures {
+			t.Errorf("%s failed %d times, logged %d times:\n%s", id, failures, got, grepLog(log, "message_id="+id+" "))
 		}
-		if got := logCount(&log, "message_id="+id+" ", dbFailedLog); got != failures {
+		if got := logCount(log, "message_id="+id+" ", dbFailedLog); got != failures {
 			t.Errorf("%s: %d of %d failures logged as database failures", id, got, failures)
 		}
 	}
@@ -403,11 +407,7 @@ func TestHandlerErrorStillDeadLetters(t *testing.T) {
 	d.migrateAll(t)
 	d.exec(t, "CREATE TABLE applied (id text NOT NULL)")
 	b := natsBroker(t, testenv.NATS(t), 5*time.Second)
-	var log testenv.Buffer
-	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, MaxDeliveries: 2,
-		BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	testenv.Must(t, err, "consumer.New")
+	c, log := loggedConsumer(t, d, b, 2)
 	var poisonRuns, badRuns atomic.Int64
 	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "ship", Binding: b.binding("orders")},
 		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
@@ -454,7 +454,7 @@ func TestHandlerErrorStillDeadLetters(t *testing.T) {
 	if st := c.Stats(); st.DatabaseFailures != 2 || st.Retried != 2+1+1 {
 		t.Fatalf("stats %+v: want 2 database failures and 4 retries", st)
 	}
-	if got := logCount(&log, "message_id=poison "); got != 4 {
-		t.Fatalf("poison failed 4 times, logged %d times:\n%s", got, grepLog(&log, "message_id=poison "))
+	if got := logCount(log, "message_id=poison "); got != 4 {
+		t.Fatalf("poison failed 4 times, logged %d times:\n%s", got, grepLog(log, "message_id=poison "))
 	}
 }
