@@ -67,10 +67,15 @@ type Config struct {
 	// Concurrency is how many messages each handler processes at once; the
 	// broker's prefetch is twice that. Default: DefaultConcurrency (8).
 	Concurrency int
-	// MaxDeliveries is how many deliveries a failing message gets before
-	// it is dead-lettered. Failures of the database itself (it is down, a
-	// commit failed) retry without ever dead-lettering. Default:
-	// DefaultMaxDeliveries (10).
+	// MaxDeliveries is how many deliveries that fail for the message's own
+	// reasons (the handler returned an error or panicked) a message gets
+	// before it is dead-lettered. Failures of the database (a lost
+	// connection, a server shutting down, a deadlock, a failed commit; see
+	// driver.IsTransient), also when the handler returns them, retry
+	// without ever dead-lettering and do not count. The count is this
+	// consumer's own, kept in memory per (handler, message id): deliveries
+	// before a restart or to another replica do not count, which can only
+	// delay a dead letter. Default: DefaultMaxDeliveries (10).
 	MaxDeliveries int
 	// BackoffBase is the delay before the second delivery of a failed
 	// message; it doubles with each delivery up to BackoffMax. Defaults:
@@ -100,12 +105,16 @@ type HandlerConfig struct {
 
 // Stats counts what a Consumer did with its deliveries since New.
 type Stats struct {
-	Handled      int64 // handler ran and succeeded, message ACKed
-	Duplicates   int64 // inbox found the message already processed; ACKed without running
-	Retried      int64 // released for redelivery after a failure
-	DeadLettered int64
-	Released     int64 // released unprocessed at Stop
-	AckFailed    int64 // settlement calls that failed (the broker redelivers)
+	Handled    int64 // handler ran and succeeded, message ACKed
+	Duplicates int64 // inbox found the message already processed; ACKed without running
+	Retried    int64 // released for redelivery after a failure (DatabaseFailures included)
+	// DatabaseFailures counts the deliveries that failed because the
+	// database did (see Config.MaxDeliveries): retried, never
+	// dead-lettered, not counted toward MaxDeliveries.
+	DatabaseFailures int64
+	DeadLettered     int64
+	Released         int64 // released unprocessed at Stop
+	AckFailed        int64 // settlement calls that failed (the broker redelivers)
 }
 
 type handler[TTx any] struct {
@@ -133,7 +142,9 @@ type Consumer[TTx any] struct {
 	stopped     chan struct{}
 	stopOnce    sync.Once
 
-	handled, duplicates, retried, dead, released, ackFailed atomic.Int64
+	failures *failures // message-caused failures, per (handler, message id)
+
+	handled, duplicates, retried, dbFailed, dead, released, ackFailed atomic.Int64
 }
 
 // New returns a Consumer whose Inbox handlers run in transactions of drv.
@@ -165,12 +176,24 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Consumer[TTx]{drv: drv, cfg: cfg, log: cfg.Logger, stopped: closedChan()}
+	c := &Consumer[TTx]{drv: drv, cfg: cfg, log: cfg.Logger, stopped: closedChan(),
+		failures: newFailures(2*cfg.BackoffMax + time.Minute)}
 	if drv != nil {
 		icfg := cfg.Inbox
 		icfg.Schema, icfg.Table = cfg.Schema, cfg.InboxTable
 		if icfg.Logger == nil {
 			icfg.Logger = cfg.Logger
+		}
+		if icfg.Hook == nil {
+			// The consumer logs every failed delivery itself, with what it
+			// does next: the default audit log skips them, so that each
+			// is logged once.
+			audit := inbox.LogHook(icfg.Logger)
+			icfg.Hook = func(ctx context.Context, e inbox.Event) {
+				if e.Kind != inbox.EventHandleFailed {
+					audit(ctx, e)
+				}
+			}
 		}
 		ib, err := inbox.New(drv, icfg)
 		if err != nil {
@@ -184,7 +207,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 // HandleInbox registers fn as the Inbox handler of h.Binding: fn runs in
 // the inbox transaction tx, at most once per message id committed. fn must
 // not commit or roll back tx. Returning an error rolls everything back and
-// the message is retried; Permanent(err) dead-letters it at once.
+// the message is retried; Permanent(err) dead-letters it at once. An error
+// that is, or wraps (%w), a failure of the database (driver.IsTransientFor)
+// never counts toward MaxDeliveries.
 // Problems with h are reported by Start, all at once.
 func (c *Consumer[TTx]) HandleInbox(h HandlerConfig, fn func(ctx context.Context, tx TTx, msg Message) error) error {
 	return c.register(&handler[TTx]{HandlerConfig: h, guarantee: Inbox, txFn: fn})
@@ -397,7 +422,7 @@ func closedChan() chan struct{} {
 func (c *Consumer[TTx]) Stats() Stats {
 	return Stats{
 		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
-		DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
+		DatabaseFailures: c.dbFailed.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
 	}
 }
 
@@ -455,7 +480,8 @@ func (c *Consumer[TTx]) release(d txbox.Delivery) {
 	}
 }
 
-// process runs h on one delivery and settles it.
+// process runs h on one delivery and settles it. Each failure is logged
+// once, here.
 func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.Delivery) {
 	msg := d.Message()
 	msg.Binding = h.Binding
@@ -469,10 +495,15 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 			log.Warn("txbox/consumer: "+what+" failed; the broker will redeliver", "err", err)
 		}
 	}
-	var herr *inbox.HandlerError
-	var panicked *PanicError
+	deadLetter := func(what string, err error) {
+		log.Error("txbox/consumer: dead-lettering "+what, "err", err)
+		c.dead.Add(1)
+		c.failures.forget(h.Name, msg.ID)
+		settle("dead-letter", d.DeadLetter(sctx, err))
+	}
 	switch {
 	case err == nil:
+		c.failures.forget(h.Name, msg.ID)
 		if dup {
 			c.duplicates.Add(1)
 		} else {
@@ -484,27 +515,43 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 		c.released.Add(1)
 		settle("release", d.Retry(sctx, 0))
 	case IsPermanent(err), errors.Is(err, inbox.ErrInvalidInput):
-		log.Error("txbox/consumer: dead-lettering a message that cannot succeed", "err", err)
-		c.dead.Add(1)
-		settle("dead-letter", d.DeadLetter(sctx, err))
-	case h.guarantee == AtLeastOnce, errors.As(err, &herr), errors.As(err, &panicked):
-		if msg.Deliveries >= c.cfg.MaxDeliveries {
-			log.Error("txbox/consumer: dead-lettering after the last delivery", "err", err)
-			c.dead.Add(1)
-			settle("dead-letter", d.DeadLetter(sctx, err))
-			return
-		}
+		deadLetter("a message that cannot succeed", err)
+	case c.databaseFailed(h, err):
+		// The database failed, not the message: retry, never dead-letter,
+		// and do not count it toward MaxDeliveries.
 		delay := c.backoff(msg.Deliveries)
-		log.Warn("txbox/consumer: handler failed; retrying", "err", err, "delay", delay)
+		log.Warn("txbox/consumer: the database failed; retrying, not counted toward MaxDeliveries", "err", err, "delay", delay)
+		c.dbFailed.Add(1)
 		c.retried.Add(1)
 		settle("retry", d.Retry(sctx, delay))
 	default:
-		// The database failed, not the handler: retry, never dead-letter.
+		n := msg.Deliveries // without an id, the broker's count is all there is
+		if msg.ID != "" {
+			n = c.failures.add(h.Name, msg.ID, time.Now())
+		}
+		if n >= c.cfg.MaxDeliveries {
+			deadLetter(fmt.Sprintf("after %d failed deliveries", n), err)
+			return
+		}
 		delay := c.backoff(msg.Deliveries)
-		log.Warn("txbox/consumer: inbox transaction failed; retrying", "err", err, "delay", delay)
+		log.Warn("txbox/consumer: handler failed; retrying", "err", err, "failures", n, "delay", delay)
 		c.retried.Add(1)
 		settle("retry", d.Retry(sctx, delay))
 	}
+}
+
+// databaseFailed tells a failure of the database from the message's: an
+// error the driver classifies as transient (driver.IsTransientFor), wherever
+// it came from — the inbox, the commit, the handler's statements or
+// Outbox.Add, wrapped or not — and every failure of the inbox's own that is
+// not the handler's (begin, the receipt, the commit).
+func (c *Consumer[TTx]) databaseFailed(h *handler[TTx], err error) bool {
+	if driver.IsTransientFor(c.drv, err) {
+		return true
+	}
+	var herr *inbox.HandlerError
+	var panicked *PanicError
+	return h.guarantee == Inbox && !errors.As(err, &herr) && !errors.As(err, &panicked)
 }
 
 // invoke runs h's function, recovering a panic as a *PanicError.

@@ -21,6 +21,12 @@
 //	if err := c.Start(ctx); err != nil { … } // lists every problem found
 //	defer c.Stop(ctx)
 //
+// A failed delivery is retried with backoff. If it failed because the
+// database did (a lost connection, a shutdown, a deadlock, a failed commit:
+// driver.IsTransientFor, looking through the handler's wrapping), it is
+// never dead-lettered and does not count toward Config.MaxDeliveries; the
+// handler's own errors do, and dead-letter the message once they reach it.
+//
 // The broker side is the small Subscriber interface; implementations are
 // natsjs.Subscriber (JetStream) and rabbitmq.Subscriber. This package
 // imports no broker SDK. docs/consumer.md states the flow, the guarantee,

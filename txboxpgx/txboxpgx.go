@@ -13,6 +13,7 @@ package txboxpgx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -29,8 +30,9 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver[pgx.Tx] = (*Driver)(nil)
-	_ driver.Listener       = (*Driver)(nil)
+	_ driver.Driver[pgx.Tx]  = (*Driver)(nil)
+	_ driver.Listener        = (*Driver)(nil)
+	_ driver.ErrorClassifier = (*Driver)(nil)
 )
 
 // New returns a Driver over pool.
@@ -72,6 +74,24 @@ func (n notifications) Wait(ctx context.Context) (string, error) {
 }
 
 func (n notifications) Close(ctx context.Context) error { return n.conn.Close(ctx) }
+
+// IsTransient implements driver.ErrorClassifier with pgx's own types:
+// pgconn.SafeToRetry (nothing was sent), a *pgconn.PgError whose code
+// driver.TransientSQLState accepts, and a *pgconn.ConnectError that is not
+// the server refusing the connection for good (a wrong password, a missing
+// database: a *pgconn.PgError of another class). The checks driver.IsTransient
+// makes without pgx (lost connections, unexpected EOF) apply as well.
+func (d *Driver) IsTransient(err error) bool {
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return driver.TransientSQLState(pgErr.Code)
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr)
+}
 
 // UnwrapTx returns an Executor running inside tx.
 func (d *Driver) UnwrapTx(tx pgx.Tx) driver.Executor { return txExec{tx} }

@@ -7,11 +7,18 @@
 //
 //	db, _ := sql.Open("sqlite", "file:app.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
 //	drv := txboxsql.New(db, driver.SQLite)
+//
+// On MySQL, give it a classifier of the engine's errors (see
+// Options.IsTransient), so that a lost connection is a database failure
+// and not the failure of the message being handled:
+//
+//	drv := txboxsql.NewWithOptions(db, driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient})
 package txboxsql
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/txbox/txbox/driver"
@@ -22,12 +29,60 @@ import (
 type Driver struct {
 	db      *sql.DB
 	dialect driver.Dialect
+	opts    Options
 }
 
-var _ driver.Driver[*sql.Tx] = (*Driver)(nil)
+var (
+	_ driver.Driver[*sql.Tx] = (*Driver)(nil)
+	_ driver.ErrorClassifier = (*Driver)(nil)
+)
 
-// New returns a Driver over db, which speaks dialect.
+// Options are the optional settings of NewWithOptions.
+type Options struct {
+	// IsTransient recognises the errors of the program's engine that say
+	// the database failed rather than the statement (see
+	// driver.ErrorClassifier), beyond what txbox recognises by itself:
+	// driver.IsTransient's standard errors and interfaces, and on SQLite
+	// SQLITE_BUSY and SQLITE_LOCKED from an engine whose errors have a
+	// Code() int method (modernc.org/sqlite). txboxsql imports no engine,
+	// and go-sql-driver/mysql exposes its error numbers only as a field of
+	// *mysql.MySQLError, so on MySQL pass a function that checks
+	// errors.Is(err, mysql.ErrInvalidConn) and the numbers 1205 (lock wait
+	// timeout), 1213 (deadlock), 2006 and 2013 (server gone away, lost
+	// connection); docs/consumer.md has one to copy. Default: nil (nothing
+	// beyond txbox's own checks).
+	IsTransient func(err error) bool
+}
+
+// New returns a Driver over db, which speaks dialect, with the zero
+// Options.
 func New(db *sql.DB, dialect driver.Dialect) *Driver { return &Driver{db: db, dialect: dialect} }
+
+// NewWithOptions returns a Driver over db, which speaks dialect, with opts.
+func NewWithOptions(db *sql.DB, dialect driver.Dialect, opts Options) *Driver {
+	return &Driver{db: db, dialect: dialect, opts: opts}
+}
+
+// SQLite's primary result codes that say another connection holds a lock.
+const (
+	sqliteBusy   = 5
+	sqliteLocked = 6
+)
+
+// IsTransient implements driver.ErrorClassifier: on SQLite, an error with
+// a Code() int method whose primary result code is SQLITE_BUSY or
+// SQLITE_LOCKED; then Options.IsTransient, if set.
+func (d *Driver) IsTransient(err error) bool {
+	if d.dialect == driver.SQLite {
+		var coded interface{ Code() int }
+		if errors.As(err, &coded) {
+			if c := coded.Code() & 0xff; c == sqliteBusy || c == sqliteLocked {
+				return true
+			}
+		}
+	}
+	return d.opts.IsTransient != nil && d.opts.IsTransient(err)
+}
 
 // Dialect returns the dialect given to New.
 func (d *Driver) Dialect() driver.Dialect { return d.dialect }
