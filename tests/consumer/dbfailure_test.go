@@ -240,7 +240,7 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 				return err
 			}
 			time.Sleep(5 * time.Millisecond) // widen the window in which a cut hits a transaction
-			if err := obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload}); err != nil {
+			if _, err := obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload}); err != nil {
 				return fmt.Errorf("ship %s: %w", msg.ID, err)
 			}
 			return nil
@@ -348,7 +348,7 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 			switch {
 			case strings.HasPrefix(msg.ID, "kill") && run == 1:
 				_, _ = tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
-				err := obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload})
+				_, err := obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload})
 				if err == nil {
 					return consumer.Permanent(errors.New("Outbox.Add succeeded on a terminated connection"))
 				}
@@ -362,7 +362,7 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 			if _, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID); err != nil {
 				return err
 			}
-			return obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload})
+			return testenv.Err(obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload}))
 		}), "register")
 	testenv.Must(t, c.Start(ctx), "start")
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
