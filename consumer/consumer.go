@@ -56,13 +56,10 @@ func (g Guarantee) String() string {
 type Config struct {
 	// Broker opens the handlers' bindings. Required.
 	Broker txbox.Subscriber
-	// Schema and InboxTable name the inbox table of every Inbox handler
-	// (create it with package migrate, InboxTables). Default schema: ""
-	// (search_path); default table: DefaultInboxTable ("txbox_inbox").
-	Schema     string
-	InboxTable string
-	// Inbox configures the inbox beyond its table (retention, limits, audit
-	// hook); its Schema and Table fields are ignored.
+	// Inbox configures the inbox of every Inbox handler: its table
+	// (Schema and Table; create it with package migrate, InboxTables;
+	// default table: DefaultInboxTable, "txbox_inbox"), retention, limits
+	// and audit hook.
 	Inbox inbox.Config
 	// Concurrency is how many messages each handler processes at once; the
 	// broker's prefetch is twice that. Default: DefaultConcurrency (8).
@@ -158,8 +155,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	if cfg.Concurrency < 0 || cfg.MaxDeliveries < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
 		return nil, fmt.Errorf("%w: consumer: negative Concurrency, MaxDeliveries or backoff", ErrInvalidConfig)
 	}
-	if cfg.InboxTable == "" {
-		cfg.InboxTable = DefaultInboxTable
+	if cfg.Inbox.Table == "" {
+		cfg.Inbox.Table = DefaultInboxTable
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
@@ -180,7 +177,6 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 		failures: newFailures(2*cfg.BackoffMax + time.Minute)}
 	if drv != nil {
 		icfg := cfg.Inbox
-		icfg.Schema, icfg.Table = cfg.Schema, cfg.InboxTable
 		if icfg.Logger == nil {
 			icfg.Logger = cfg.Logger
 		}
@@ -320,8 +316,8 @@ func checkName(s string) string {
 // checkInbox verifies that the inbox table's migrations are all applied
 // and that the table is there.
 func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
-	table := c.cfg.InboxTable
-	m, err := migrate.New(c.drv, migrate.Config{Schema: c.cfg.Schema, NoOutbox: true, InboxTables: []string{table}})
+	table := c.cfg.Inbox.Table
+	m, err := migrate.New(c.drv, migrate.Config{Schema: c.cfg.Inbox.Schema, NoOutbox: true, InboxTables: []string{table}})
 	if err != nil {
 		return []string{fmt.Sprintf("inbox table %q: %v", table, err)}
 	}
