@@ -216,7 +216,9 @@ func TestRelayUnmigratedDatabaseExits1(t *testing.T) {
 	t.Parallel()
 	srv := testenv.EmbeddedNATS(t)
 	for name, db := range map[string]func(t *testing.T) []string{
-		"sqlite": func(t *testing.T) []string { return []string{"--db", "sqlite://" + filepath.Join(t.TempDir(), "empty.db")} },
+		"sqlite": func(t *testing.T) []string {
+			return []string{"--db", "sqlite://" + filepath.Join(t.TempDir(), "empty.db")}
+		},
 		"postgres": func(t *testing.T) []string {
 			_, schema := pgSchema(t)
 			return []string{"--db", testenv.PostgresURL(), "--schema", schema}
