@@ -23,6 +23,14 @@ var (
 	ErrRejected = errors.New("txbox: rejected by broker")
 	// ErrStartup is matched by every *StartupError.
 	ErrStartup = errors.New("txbox: startup validation failed")
+	// ErrPublisherClosed is wrapped by the errors of a publisher that can
+	// never publish again: its connection was closed for good (by its
+	// owner, by the server, after its last reconnect attempt, on an
+	// authentication error). It is not a message's fault and costs no
+	// attempt; the relay stops and returns it from Run (see relay.Relay.Err
+	// for Start), so that whoever runs it builds a new connection or exits
+	// for a supervisor to restart it.
+	ErrPublisherClosed = errors.New("txbox: publisher closed")
 )
 
 // StartupError lists every problem that a relay's or a consumer's Start

@@ -14,6 +14,9 @@ type Publisher interface {
 	// A publisher must send msg.ID as the broker's dedupe or message id
 	// where the broker has one, after the message's headers, so that no
 	// header can overwrite it.
+	//
+	// A publisher that can never publish again (its connection is closed
+	// for good) returns errors that wrap ErrPublisherClosed.
 	Publish(ctx context.Context, msgs []Message) []error
 }
 
@@ -26,4 +29,23 @@ type Publisher interface {
 // that it costs no broker call, no retries and no other message's time.
 type MessageChecker interface {
 	CheckMessage(m Message) error
+}
+
+// ConnectionChecker is an optional capability of a Publisher: Connected
+// reports, without a broker call, whether the publisher's connection to the
+// broker is up now. After a round failed while Connected was false, the relay
+// looks at Connected every few milliseconds instead of sleeping out its
+// backoff, and starts the next round as soon as it turns true, so that
+// delivery resumes as soon as the broker is back.
+type ConnectionChecker interface {
+	Connected() bool
+}
+
+// DuplicateCounter is an optional capability of a Publisher whose broker
+// says, in its ack, that it already held a message with the same id and
+// dropped this copy (NATS JetStream's PubAck.Duplicate): Duplicates returns
+// how many acks said so since the publisher was made. Such a message counts
+// as acknowledged. The relay reports the count in its Stats.
+type DuplicateCounter interface {
+	Duplicates() int64
 }

@@ -10,7 +10,11 @@
 //
 // Failures: a round that fails (database or broker down, timeouts) backs off
 // exponentially up to BackoffMax and costs no message an attempt; the first
-// good round resets the wait. A message the broker rejects (txbox.Reject) is
+// good round resets the wait. While a publisher that reports its connection
+// (txbox.ConnectionChecker) is disconnected, the relay does not sleep out the
+// backoff but starts a round as soon as the connection is back. A publisher
+// that can never publish again (txbox.ErrPublisherClosed) stops the relay:
+// Run returns the error, and so does Err after Start. A message the broker rejects (txbox.Reject) is
 // retried after RetryDelay, doubling, and after MaxAttempts rejections is
 // parked as dead with its last error, while the rest flow. If part of a batch
 // fails, the published part is still marked.
@@ -73,6 +77,7 @@ type Relay struct {
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	stopped chan struct{}
+	err     error // why the background run stopped, if not by Stop or ctx
 }
 
 // New returns a Relay reading drv's outbox table and publishing through pub.
@@ -159,13 +164,26 @@ func (r *Relay) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
 	r.stopped = make(chan struct{})
+	r.err = nil
 	go func(done chan struct{}) {
 		defer close(done)
 		if err := r.run(ctx); err != nil {
 			r.log.Error("txbox relay: stopped", "err", err)
+			r.mu.Lock()
+			r.err = err
+			r.mu.Unlock()
 		}
 	}(r.stopped)
 	return nil
+}
+
+// Err returns the error that stopped a relay run with Start by itself (an
+// error wrapping txbox.ErrPublisherClosed), once Stopped is closed; nil while
+// it runs and after a stop asked by Stop or ctx.
+func (r *Relay) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // Stop asks the relay to stop and waits until it has, or until ctx ends.
@@ -196,7 +214,9 @@ func (r *Relay) Stopped() <-chan struct{} {
 
 // Run validates the outbox table (see Validate), then relays until ctx
 // ends and returns nil; it returns the error that kept it from running
-// (a *txbox.StartupError). Use Run or Start, not both.
+// (a *txbox.StartupError), or the one that stopped it: an error wrapping
+// txbox.ErrPublisherClosed once the publisher can never publish again. Use
+// Run or Start, not both.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.Validate(ctx); err != nil {
 		return err
@@ -209,6 +229,15 @@ func (r *Relay) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	// The first loop that meets a fatal error stops them all.
+	var fatal error
+	var fatalOnce sync.Once
+	loop := func() {
+		if err := r.loop(ctx); err != nil {
+			fatalOnce.Do(func() { fatal = err })
+			cancel()
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -224,7 +253,7 @@ func (r *Relay) run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.loop(ctx)
+			loop()
 		}()
 	}
 	if r.cfg.Concurrency == 1 {
@@ -234,8 +263,10 @@ func (r *Relay) run(ctx context.Context) error {
 			r.overlapLoop(ctx)
 		}()
 	}
-	r.loop(ctx)
-	return nil
+	loop()
+	cancel()
+	wg.Wait()
+	return fatal
 }
 
 // overlapLoop runs rounds beside the main loop of a relay with Concurrency
@@ -253,10 +284,10 @@ func (r *Relay) overlapLoop(ctx context.Context) {
 		for r.backlog.Load() && ctx.Err() == nil {
 			n, err := r.Round(ctx)
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !errors.Is(err, txbox.ErrPublisherClosed) {
 					r.log.Warn("txbox relay: round failed", "err", err)
 				}
-				break // the main loop backs off, and signals again
+				break // the main loop backs off (or stops), and signals again
 			}
 			if n == 0 {
 				break
@@ -265,12 +296,14 @@ func (r *Relay) overlapLoop(ctx context.Context) {
 	}
 }
 
-// loop runs rounds until ctx ends. Concurrency loops run side by side: while
-// one waits for the broker's acks, another claims and marks, as separate
-// relays would (claims skip each other's rows, and a key's next message is
-// not claimable while its previous one is in flight).
-func (r *Relay) loop(ctx context.Context) {
+// loop runs rounds until ctx ends, or returns the error of a round that
+// says the publisher can never publish again. Concurrency loops run side by
+// side: while one waits for the broker's acks, another claims and marks, as
+// separate relays would (claims skip each other's rows, and a key's next
+// message is not claimable while its previous one is in flight).
+func (r *Relay) loop(ctx context.Context) error {
 	var backoff, idle time.Duration
+	conn, _ := r.pub.(txbox.ConnectionChecker)
 	armed := false
 	defer func() {
 		if armed {
@@ -280,14 +313,25 @@ func (r *Relay) loop(ctx context.Context) {
 	for {
 		n, err := r.Round(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		var wait time.Duration
+		var reconnected func() bool // non-nil: end the wait when it turns true
 		switch {
+		case errors.Is(err, txbox.ErrPublisherClosed):
+			r.log.Error("txbox relay: the publisher can never publish again; stopping", "err", err)
+			return err
 		case err != nil:
 			backoff = nextBackoff(backoff, r.cfg.BackoffMax)
 			wait = backoff
-			r.log.Warn("txbox relay: round failed", "err", err, "retry_in", wait)
+			if conn != nil && !conn.Connected() {
+				// The broker is away: run the next round as soon as the
+				// publisher is connected again, not when the backoff ends.
+				reconnected = conn.Connected
+				r.log.Warn("txbox relay: round failed; the broker is not connected", "err", err, "retry_in", wait, "or_on_reconnect", true)
+			} else {
+				r.log.Warn("txbox relay: round failed", "err", err, "retry_in", wait)
+			}
 		case n > 0:
 			// There may be more (a full batch, or keys whose next message
 			// became claimable): poll again at once, and on a full batch
@@ -312,7 +356,7 @@ func (r *Relay) loop(ctx context.Context) {
 		default:
 			if err := r.listen.arm(ctx); err != nil {
 				if ctx.Err() != nil {
-					return
+					return nil
 				}
 				r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
 			} else if !armed {
@@ -321,14 +365,42 @@ func (r *Relay) loop(ctx context.Context) {
 			}
 			wait = r.cfg.PollInterval
 		}
-		timer := time.NewTimer(wait)
+		if r.sleep(ctx, wait, reconnected) {
+			backoff = 0 // the broker is back: a failure now starts the backoff afresh
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// reconnectCheck is how often a relay whose broker is away looks whether
+// its publisher is connected again (a read of the connection's state).
+const reconnectCheck = 20 * time.Millisecond
+
+// sleep waits for wait, a Wake, or ctx; and, when reconnected is not nil,
+// until it returns true, which sleep reports.
+func (r *Relay) sleep(ctx context.Context, wait time.Duration, reconnected func() bool) bool {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var tick <-chan time.Time
+	if reconnected != nil {
+		t := time.NewTicker(reconnectCheck)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
 		select {
 		case <-ctx.Done():
-			timer.Stop()
-			return
+			return false
 		case <-timer.C:
+			return false
 		case <-r.wake:
-			timer.Stop()
+			return false
+		case <-tick:
+			if reconnected() {
+				return true
+			}
 		}
 	}
 }
@@ -625,6 +697,13 @@ type Stats struct {
 	// ListenFailures counts the times the LISTEN/NOTIFY connection was lost
 	// or its start-up check failed (the relay polls meanwhile).
 	ListenFailures int64
+	// Duplicates counts the acks in which the broker said it already held
+	// the message and dropped the copy (the relay's crash-after-publish
+	// copies, caught by the broker's dedupe), from publishers that report
+	// it (txbox.DuplicateCounter, e.g. natsjs); counted by the publisher,
+	// so a publisher shared by relays counts for all of them. Such
+	// messages are in Published too.
+	Duplicates int64
 
 	Pending          int64         // rows still to deliver (table-wide), parked ones included
 	DeadRows         int64         // dead rows (table-wide)
@@ -638,7 +717,15 @@ func (r *Relay) Counters() Stats {
 	return Stats{
 		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(), Invalid: r.invalid.Load(),
 		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), ListenFailures: r.listenFails.Load(),
+		Duplicates: r.duplicates(),
 	}
+}
+
+func (r *Relay) duplicates() int64 {
+	if d, ok := r.pub.(txbox.DuplicateCounter); ok {
+		return d.Duplicates()
+	}
+	return 0
 }
 
 // Stats returns the counters and reads the table's pending and dead counts.

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -46,7 +48,44 @@ type brokerFlags struct {
 	subjectPrefix  string
 
 	fs *pflag.FlagSet // to name a value's flag or variable; nil in tests
+	// events, when set, logs the NATS connection's disconnects, reconnects
+	// and close.
+	events *slog.Logger
 }
+
+// unreachableError marks a failure to reach the broker that trying again
+// may cure (connection refused, timeouts, JetStream not ready yet), as
+// against a wrong setting (a stream that does not exist, bad credentials).
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// isUnreachable reports whether err is an unreachableError: worth a retry.
+func isUnreachable(err error) bool {
+	var u *unreachableError
+	return errors.As(err, &u)
+}
+
+// natsRetryable reports whether a NATS error may go away by itself: any but
+// an authentication error, or a JetStream API answer other than 503 (a
+// stream that does not exist, a configuration the server refuses).
+func natsRetryable(err error) bool {
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return false
+	case errors.As(err, &api):
+		return api.Code == 503
+	}
+	return true
+}
+
+// NATSReconnectWait is the wait of the CLI's NATS connections between
+// reconnect attempts (nats.go's default is 2s): a relay is back within about
+// this long of its server.
+const NATSReconnectWait = 250 * time.Millisecond
 
 func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
@@ -196,6 +235,10 @@ type broker struct {
 	// openOtherBroker.
 	pub    txbox.Publisher
 	closer func()
+	log    *slog.Logger // for the NATS publisher's debug lines; nil logs none
+	// closed is closed when the NATS connection is closed for good; nil
+	// for the other brokers.
+	closed chan struct{}
 }
 
 // publisher returns the broker's publisher; on NATS, topics get prefix.
@@ -203,7 +246,7 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	if b.pub != nil {
 		return b.pub, nil
 	}
-	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix})
+	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log})
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
@@ -212,7 +255,7 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 	if f.url != "" && otherBroker(f.url[:strings.Index(f.url, "://")]) {
 		return openOtherBroker(ctx, f, out)
 	}
-	b := &broker{}
+	b := &broker{log: f.events, closed: make(chan struct{})}
 	url := f.url
 	if url == "" {
 		host, port, err := splitHostPort(f.natsListen)
@@ -238,14 +281,40 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 	} else {
 		b.desc = redact(url, url)
 	}
-	nc, err := nats.Connect(url, nats.Name("txbox"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	closed := b.closed
+	opts := []nats.Option{nats.Name("txbox"), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(NATSReconnectWait),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			close(closed)
+			if err := nc.LastError(); err != nil && f.events != nil {
+				f.events.Warn("NATS connection closed", "broker", b.desc, "err", redactErr(err, url))
+			}
+		})}
+	if log := f.events; log != nil {
+		desc := b.desc
+		opts = append(opts,
+			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+				if err == nil || nc.IsClosed() {
+					return // closed by us, or logged as closed below
+				}
+				log.Warn("NATS connection lost; reconnecting", "broker", desc, "err", redactErr(err, url))
+			}),
+			nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS connection back", "broker", desc) }))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", b.desc, redactErr(err, url))
+		err = fmt.Errorf("connect to NATS at %s: %w", b.desc, redactErr(err, url))
+		if natsRetryable(err) {
+			err = &unreachableError{err}
+		}
+		return nil, err
 	}
 	b.nc = nc
 	if err := ensureStream(ctx, nc, f, out); err != nil {
 		b.Close()
+		if natsRetryable(err) {
+			err = &unreachableError{err}
+		}
 		return nil, err
 	}
 	return b, nil
@@ -326,7 +395,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		defer cancel()
 		if err := cl.Ping(pctx); err != nil {
 			cl.Close()
-			return nil, fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))
+			return nil, &unreachableError{fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))}
 		}
 		b.closer = cl.Close
 		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: f.subjectPrefix}); err != nil {
@@ -353,7 +422,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w", b.desc, redactErr(err, f.url))
+		return nil, &unreachableError{fmt.Errorf("connect to Redis at %s: %w", b.desc, redactErr(err, f.url))}
 	}
 	if asynqTarget {
 		retention, err := taskRetentionFromEnv()

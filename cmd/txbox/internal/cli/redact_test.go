@@ -73,10 +73,17 @@ func TestURLPasswordsNeverPrinted(t *testing.T) {
 		{[]string{"bench", "drain", "--db", "postgres://u:" + secret + "@h:bad/x"}, "--db"},
 		{[]string{"relay", "--batch-size", "u:" + secret + "@x"}, "--batch-size"},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// The relay waits for an unreachable broker, logging each try,
+		// until its context ends; then it exits 0.
+		waits := tc.args[0] == "relay" && strings.HasPrefix(tc.want, "connect to ")
+		limit := time.Minute
+		if waits {
+			limit = 500 * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		out, code := mainOutput(ctx, tc.args...)
 		cancel()
-		if code == 0 {
+		if code == 0 && !waits {
 			t.Errorf("txbox %v succeeded:\n%s", tc.args, out)
 		}
 		checkRedacted(t, strings.Join(tc.args, " "), out, tc.want)

@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,9 +11,12 @@ import (
 	"strings"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -48,6 +52,13 @@ func newRelayCmd() *cobra.Command {
 publish them to NATS JetStream (subject = topic, Nats-Msg-Id = message id) and
 mark them delivered, until SIGINT or SIGTERM; then finish or release the batch
 in flight and exit 0. Any number of relays may run on one database.
+
+A database or broker that cannot be reached at start is waited for: each try
+is logged, with waits from 100ms doubling to 5s. A wrong setting (bad
+credentials, a database or stream that does not exist) and an outbox table
+that is missing or not migrated exit 1 at once. While the broker is away the
+relay retries, and resumes within about a second of its return; a NATS
+connection the server closed for good is built anew.
 
 Settings come from the flags, else from the OUTBOX_* environment variables,
 else from the defaults shown. A bad value is an error at start.
@@ -173,9 +184,13 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	if err := f.broker.check(); err != nil {
 		return err
 	}
+	f.broker.events = log
 
-	db, err := openTarget(ctx, target, createFile)
-	if err != nil {
+	// An unreachable database or broker is waited for; a wrong setting
+	// or an unmigrated table is an error at once.
+	db, err := untilReachable(ctx, log, "database "+target.String(), dbRetryable,
+		func(ctx context.Context) (*database, error) { return openTarget(ctx, target, createFile) })
+	if err != nil || db == nil {
 		return err
 	}
 	defer db.Close()
@@ -196,11 +211,106 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 			"db", db.target.String(), "pending", len(pending))
 	}
 
-	br, err := openBroker(ctx, &f.broker, out)
-	if err != nil {
-		return err
+	// A broker connection closed for good (txbox.ErrPublisherClosed) is
+	// built anew, after a pause that grows while connections keep closing
+	// soon after they were made.
+	var pause time.Duration
+	for {
+		br, err := untilReachable(ctx, log, "broker", isUnreachable,
+			func(ctx context.Context) (*broker, error) { return openBroker(ctx, &f.broker, out) })
+		if err != nil || br == nil {
+			return err
+		}
+		began := time.Now()
+		err = relayWith(ctx, log, out, f, db, br, cfg)
+		br.Close()
+		if !errors.Is(err, txbox.ErrPublisherClosed) || ctx.Err() != nil {
+			return err
+		}
+		if time.Since(began) > time.Minute {
+			pause = 0
+		}
+		pause = backoff.Next(pause, StartRetryFirst, StartRetryMax)
+		log.Error("the broker connection is closed for good; connecting again", "err", err, "in", pause)
+		select {
+		case <-ctx.Done():
+			log.Info("stopping relay", "cause", context.Cause(ctx))
+			return nil
+		case <-time.After(pause):
+		}
 	}
-	defer br.Close()
+}
+
+// The wait of `txbox relay` between tries to reach its database or broker at
+// start: StartRetryFirst, doubling, at most StartRetryMax.
+const (
+	StartRetryFirst = 100 * time.Millisecond
+	StartRetryMax   = 5 * time.Second
+)
+
+// untilReachable calls open until it succeeds, fails with an error that
+// retryable says no retry cures, or ctx ends; it logs each failed try and
+// waits StartRetryFirst, doubling to StartRetryMax, between tries. When ctx
+// ends first (the relay was asked to stop) it returns a nil value and a nil
+// error.
+func untilReachable[T any](ctx context.Context, log *slog.Logger, what string, retryable func(error) bool,
+	open func(context.Context) (T, error)) (T, error) {
+	var wait time.Duration
+	for try := 1; ; try++ {
+		v, err := open(ctx)
+		if err == nil {
+			if try > 1 {
+				log.Info(what+" reached", "tries", try)
+			}
+			return v, nil
+		}
+		if ctx.Err() == nil && !retryable(err) {
+			return v, err
+		}
+		wait = backoff.Next(wait, StartRetryFirst, StartRetryMax)
+		if ctx.Err() == nil {
+			log.Warn(what+" unreachable; trying again", "try", try, "retry_in", wait, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("stopping relay before it started", "cause", context.Cause(ctx), "waiting_for", what, "last_err", err)
+			var zero T
+			return zero, nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// dbRetryable reports whether a failure to open or ping a database may go
+// away by itself: PostgreSQL or MySQL down, restarting or unreachable; not
+// bad credentials, a database that does not exist or a SQLite file that
+// cannot be opened.
+func dbRetryable(err error) bool {
+	var pg *pgconn.PgError
+	var my *mysqldrv.MySQLError
+	var parse *pgconn.ParseConfigError
+	switch {
+	case errors.As(err, &parse):
+		return false
+	case errors.As(err, &pg):
+		// 28: invalid authorization; 3D000: no such database.
+		return !strings.HasPrefix(pg.Code, "28") && pg.Code != "3D000"
+	case errors.As(err, &my):
+		switch my.Number {
+		case 1044, 1045, 1049: // access denied to the database, access denied, unknown database
+			return false
+		}
+		return true
+	case strings.HasPrefix(err.Error(), "open sqlite:"):
+		return false
+	}
+	return true
+}
+
+// relayWith runs a relay on db and br until ctx ends (nil) or the relay
+// stops by itself (its error, txbox.ErrPublisherClosed). An outbox table
+// that is missing or not migrated is a *txbox.StartupError.
+func relayWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, db *database, br *broker, cfg relay.Config) error {
 	pub, err := br.publisher(f.broker.subjectPrefix)
 	if err != nil {
 		return err
@@ -224,6 +334,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		tick = t.C
 	}
 	var last int64
+	var closed error
 	printStats := func(sctx context.Context) {
 		st, err := r.Stats(sctx)
 		if err != nil {
@@ -241,6 +352,10 @@ loop:
 			break loop
 		case <-r.Stopped():
 			break loop
+		case <-br.closed: // never ready for the brokers other than NATS
+			// An idle relay would notice only at its next publish.
+			closed = fmt.Errorf("%w: the NATS connection is closed: %v", txbox.ErrPublisherClosed, br.nc.LastError())
+			break loop
 		case <-tick:
 			printStats(ctx)
 		}
@@ -251,6 +366,12 @@ loop:
 		return fmt.Errorf("relay did not stop in time: %w", err)
 	}
 	printStats(stopCtx)
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if closed != nil {
+		return closed
+	}
 	log.Info("relay stopped")
 	return nil
 }
@@ -275,5 +396,8 @@ func statsLine(st relay.Stats, delta int64) string {
 		fmt.Fprintf(&b, " (oldest %s)", st.OldestPendingAge.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, ", dead rows %d, rounds %d (failed %d)", st.DeadRows, st.Rounds, st.FailedRounds)
+	if st.Duplicates > 0 {
+		fmt.Fprintf(&b, ", broker duplicates %d", st.Duplicates)
+	}
 	return b.String()
 }
