@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // --claim-lease and OUTBOX_CLAIM_LEASE are bounded (1s to 2h) and must
@@ -36,7 +37,22 @@ func TestClaimLeaseSetting(t *testing.T) {
 			if tc.env != "" {
 				t.Setenv("OUTBOX_CLAIM_LEASE", tc.env)
 			}
-			_, _, err := run(context.Background(), append(append([]string{}, relay...), tc.args...)...)
+			ctx := context.Background()
+			accepted := tc.want == "connect to NATS"
+			if accepted {
+				// An accepted setting gets the relay as far as the broker,
+				// which it then waits for: stop it after its first try.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+				defer cancel()
+			}
+			_, stderr, err := run(ctx, append(append([]string{}, relay...), tc.args...)...)
+			if accepted {
+				if !strings.Contains(stderr, tc.want) {
+					t.Errorf("OUTBOX_CLAIM_LEASE=%q %q: err = %v, stderr %q, want a try to %s", tc.env, tc.args, err, stderr, tc.want)
+				}
+				return
+			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("OUTBOX_CLAIM_LEASE=%q %q: err = %v, want %q", tc.env, tc.args, err, tc.want)
 			}
