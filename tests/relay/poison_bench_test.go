@@ -15,7 +15,8 @@ import (
 
 // BenchmarkDrainWithBadRows drains 10,000 good rows with a relay into a
 // publisher that acknowledges everything, with and without one bad row of
-// each kind (14) in their middle, interleaved, and reports both rates and
+// each kind in their middle (those the table's constraints let through:
+// the header kinds, on PostgreSQL), interleaved, and reports both rates and
 // their ratio (1 means the bad rows cost the good ones nothing).
 //
 //	CI=true go test -run '^$' -bench DrainWithBadRows -benchtime 1x ./tests/relay
@@ -59,9 +60,9 @@ func drainRate(b *testing.B, poisoned bool) float64 {
 			if poisoned && i == n/2-1 {
 				for j, br := range badRows(prefix) {
 					if br.dialect == "" {
-						if err := insertRow(f, prefix, i*100+j, br.cols); err != nil {
-							b.Fatalf("insert %s: %v", br.name, err)
-						}
+						// The table refuses some kinds at INSERT (the
+						// contract's constraints): those cost nothing here.
+						_ = insertRow(f, prefix, i*100+j, br.cols)
 					}
 				}
 			}
