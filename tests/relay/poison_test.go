@@ -66,11 +66,29 @@ func insertRow(f fixture, prefix string, n int, cols map[string]string) error {
 	return f.tryExec("INSERT INTO txbox_outbox (" + strings.Join(names, ", ") + ") VALUES (" + strings.Join(lits, ", ") + ")")
 }
 
+// dropContract removes the constraints (triggers on SQLite) of the
+// contract migration; tests/migrate checks that they refuse these rows.
+func dropContract(t testing.TB, f fixture) {
+	t.Helper()
+	stmts := []string{`DROP TRIGGER "txbox_outbox_contract_insert"`, `DROP TRIGGER "txbox_outbox_contract_update"`}
+	if f.dialect != driver.SQLite {
+		stmts = nil
+		for _, r := range []string{"message_id_length", "message_id_control", "topic_length", "topic_chars", "ordering_key_length", "ordering_key_control", "headers_object"} {
+			stmts = append(stmts, "ALTER TABLE txbox_outbox DROP CONSTRAINT txbox_outbox_"+r)
+		}
+	}
+	for _, q := range stmts {
+		if err := f.tryExec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 // One bad row of each kind beside 1,000 good ones: every good one is
 // delivered, every bad one is dead at once (no broker call, no retries)
 // with an error that says what is wrong, listed by the dead-letter tools,
-// and a bad keyed row parks only its own key. A database that refuses a
-// bad row at INSERT (a constraint of the contract) passes for that kind.
+// and a bad keyed row parks only its own key. (A kind the column's type
+// refuses at INSERT, as MySQL's VARCHAR(256) does, passes.)
 func TestOneBadRowNeverStopsDelivery(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, f fixture) {
@@ -79,6 +97,9 @@ func TestOneBadRowNeverStopsDelivery(t *testing.T) {
 		s := stream(t, nc, prefix, jetstream.StreamConfig{})
 		ctx := context.Background()
 
+		// The relay's own checks, with the table's out of the way: a table
+		// migrated by an older txbox, or constraints a team dropped.
+		dropContract(t, f)
 		var good []txbox.Message
 		for i := range 1000 {
 			good = append(good, txbox.Message{Topic: prefix + "good", Payload: []byte(fmt.Sprint(i))})
@@ -91,6 +112,7 @@ func TestOneBadRowNeverStopsDelivery(t *testing.T) {
 			}
 			id := fmt.Sprintf("%sbad-%d", prefix, i)
 			if err := insertRow(f, prefix, i, b.cols); err != nil {
+				// MySQL's VARCHAR(256) columns refuse longer values.
 				t.Logf("%s: refused at INSERT: %v", b.name, err)
 				continue
 			}
@@ -103,6 +125,9 @@ func TestOneBadRowNeverStopsDelivery(t *testing.T) {
 		testenv.Must(t, insertRow(f, prefix, 99, map[string]string{"ordering_key": "'K'", "headers": `'{"bad key":"1"}'`}), "insert keyed bad row")
 		f.add(t, true, txbox.Message{ID: prefix + "after-K", Topic: prefix + "good", Key: "K", Payload: []byte("parked")})
 		f.add(t, true, good[500:]...)
+		if len(stored) < 10 {
+			t.Fatalf("only %d kinds of bad row could be stored", len(stored))
+		}
 		nBad := int64(len(stored) + 1)
 
 		pub := &countingNATS{Publisher: publisher(t, nc)}
