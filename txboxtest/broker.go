@@ -44,6 +44,12 @@ type BrokerConfig struct {
 	// (it costs the relay an attempt); a plain error is a transient
 	// failure.
 	PublishError func(m txbox.Message) error
+	// DeadLetterError, when set, is called before a message is
+	// dead-lettered; a non-nil error is returned by Delivery.DeadLetter,
+	// which then leaves the message to come again instead of settling it
+	// (a dead-letter queue that is full or gone). It runs with the Broker
+	// locked and must not call it.
+	DeadLetterError func(dl DeadLetter) error
 	// InactivityTimeout bounds the Broker's waits (WaitPublished,
 	// WaitIdle) and Deliver's: they fail when the broker saw no publish,
 	// delivery or settlement for that long. Default:
@@ -502,6 +508,13 @@ func (d *delivery) settle(st Settlement) error {
 	it, q := d.it, d.s.q
 	it.out = nil
 	st.Binding, st.Message, st.Deliveries, st.item = q.name, clone(it.msg), d.rec.Deliveries, it.n
+	if st.Outcome == DeadLettered && b.cfg.DeadLetterError != nil {
+		dl := DeadLetter{Message: st.Message, Binding: q.name, Deliveries: st.Deliveries, Cause: st.Cause, At: time.Now()}
+		if err := b.cfg.DeadLetterError(dl); err != nil {
+			b.notify() // released: it comes again
+			return fmt.Errorf("txboxtest: dead letter of %s not stored: %w", it.msg.ID, err)
+		}
+	}
 	switch st.Outcome {
 	case Retried:
 		delay := st.Delay
