@@ -60,6 +60,8 @@ type dialect interface {
 type queries struct {
 	claim, markPublished, deletePublished, reject, cleanup, counts string
 	listDead, redrive, redriveAll, discard, discardAll             string
+	// listPending lists undelivered rows, for txboxtest (see ListPending).
+	listPending string
 	// insert has a {{list}} of one row's values.
 	insert string
 	// release ends a lease (SQLite); lazyCommit runs before the commit
@@ -77,7 +79,7 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
 		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead,
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
-		"insert": &q.insert,
+		"insert": &q.insert, "list_pending": &q.listPending,
 	}
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(d, schema, name)

@@ -60,6 +60,12 @@ SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(las
   (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)
 FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?1
 
+-- name: list_pending
+-- txboxtest's assertions: the undelivered rows (dead ones included) that
+-- the executor (a pool or the caller's transaction) sees, oldest first.
+SELECT id, message_id, topic, coalesce(ordering_key, ''), payload, headers, created_at
+FROM {{table}} WHERE published_at IS NULL ORDER BY id
+
 -- name: redrive
 UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL
 WHERE dead_at IS NOT NULL AND id IN (SELECT value FROM json_each(?1))
