@@ -8,7 +8,8 @@
 //
 // The Publisher sends each message persistent, with publisher confirms,
 // message_id set to the message id (after the headers, so no header can
-// change it) and mandatory routing: a message no queue is bound to comes
+// change it) and mandatory routing (unless PublisherConfig.AllowUnroutable):
+// a message no queue is bound to comes
 // back (basic.return) and is reported with txbox.Reject, so it counts
 // toward the relay's attempt budget and ends dead instead of vanishing; a
 // lost connection, a closed channel, a broker nack or a confirm that does
@@ -39,6 +40,14 @@ type PublisherConfig struct {
 	// routing key. Default: "" (the default exchange: the topic is a queue
 	// name).
 	Exchange string
+	// Prefix is put before every topic to form the routing key. Default:
+	// "" (routing key = topic).
+	Prefix string
+	// AllowUnroutable publishes without the mandatory flag: a message no
+	// queue is bound to is dropped by the broker and counts as published.
+	// Default: false (mandatory: an unroutable message comes back and is
+	// reported with txbox.Reject, so it ends dead instead of vanishing).
+	AllowUnroutable bool
 }
 
 // Publisher publishes to RabbitMQ with publisher confirms, on a channel of
@@ -98,6 +107,9 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
+// RoutingKey returns the routing key a topic is published with.
+func (p *Publisher) RoutingKey(topic string) string { return p.cfg.Prefix + topic }
+
 // Publishing builds the AMQP message for m: persistent, the user's headers
 // (minus reserved names), then message_id = m.ID.
 func Publishing(m txbox.Message) amqp.Publishing {
@@ -137,7 +149,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 	returns := p.returns
 	confs := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i, m := range msgs {
-		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, m.Topic, true, false, Publishing(m))
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, p.RoutingKey(m.Topic), !p.cfg.AllowUnroutable, false, Publishing(m))
 		if err != nil {
 			fail(i, fmt.Errorf("rabbitmq: publish: %w", err))
 			continue
@@ -192,7 +204,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 				break drain
 			}
 		}
-		if r, ok := returned[route{msgs[i].ID, msgs[i].Topic}]; ok {
+		if r, ok := returned[route{msgs[i].ID, p.RoutingKey(msgs[i].Topic)}]; ok {
 			fail(i, txbox.Reject(fmt.Errorf("rabbitmq: unroutable: %d %s (exchange %q, routing key %q)", r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)))
 			continue
 		}

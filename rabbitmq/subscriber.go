@@ -27,6 +27,17 @@ type QueueConfig struct {
 	// default exchange routes by queue name).
 	Exchange    string
 	RoutingKeys []string
+	// Adopt uses a queue that already exists with arguments of its own
+	// (declared by another tool, without txbox's x-dead-letter-exchange)
+	// as it is, instead of failing with PRECONDITION_FAILED: DeclareQueue
+	// declares the retry queue, the dead-letter exchange and queue and the
+	// bindings around it and leaves its arguments alone. The Subscriber
+	// works the same on an adopted queue (it publishes retries and dead
+	// letters itself); only messages rejected by other means (a
+	// queue-length limit, a policy, another client's basic.reject) do not
+	// reach <name>.dlq. A queue that does not exist yet is declared with
+	// txbox's arguments either way. Default: false.
+	Adopt bool
 }
 
 // DeclareQueue declares (idempotently) a durable queue for a consumer
@@ -34,8 +45,12 @@ type QueueConfig struct {
 // waits there for its backoff, as a per-message TTL, then dead-letters back
 // to <name>) and the dead-letter exchange <name>.dlx (direct) routing to
 // <name>.dlq. The queue itself dead-letters to <name>.dlx, so that a
-// message rejected by other means lands there too. It works on a channel
+// message rejected by other means lands there too. It works on channels
 // of its own on conn, closed when it returns.
+//
+// The queue is declared first, so that a queue that exists with other
+// arguments fails the call before anything else is created; its error
+// wraps ErrQueueArguments and says to set QueueConfig.Adopt.
 func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 	if cfg.Name == "" {
 		return fmt.Errorf("%w: rabbitmq: queue name is required", txbox.ErrInvalidConfig)
@@ -43,12 +58,15 @@ func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 	if conn == nil {
 		return fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}
+	q := cfg.Name
+	if err := declareMain(conn, q, cfg.Adopt); err != nil {
+		return err
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
-	q := cfg.Name
 	steps := []func() error{
 		func() error { return ch.ExchangeDeclare(deadExchange(q), "direct", true, false, false, false, nil) },
 		func() error {
@@ -56,10 +74,6 @@ func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 			return err
 		},
 		func() error { return ch.QueueBind(deadQueue(q), q, deadExchange(q), false, nil) },
-		func() error {
-			_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": deadExchange(q)})
-			return err
-		},
 		func() error {
 			_, err := ch.QueueDeclare(retryQueue(q), true, false, false, false, amqp.Table{
 				"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q})
@@ -79,6 +93,42 @@ func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 		if err := s(); err != nil {
 			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
 		}
+	}
+	return nil
+}
+
+// ErrQueueArguments is wrapped by DeclareQueue's error when the queue
+// exists with arguments other than txbox's (PRECONDITION_FAILED) and
+// QueueConfig.Adopt is not set.
+var ErrQueueArguments = errors.New("rabbitmq: the queue exists with other arguments")
+
+// declareMain declares queue q with txbox's arguments on a channel of its
+// own (a refused declaration closes its channel). With adopt, a queue that
+// exists with other arguments is taken as it is.
+func declareMain(conn *Conn, q string, adopt bool) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": deadExchange(q)})
+	var ae *amqp.Error
+	if err == nil || !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		if err != nil {
+			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
+		}
+		return nil
+	}
+	if !adopt {
+		return fmt.Errorf("%w: declare %s: %v (set QueueConfig.Adopt to use it as it is)", ErrQueueArguments, q, err)
+	}
+	pch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer pch.Close()
+	if _, err := pch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("rabbitmq: adopt %s: %w", q, err)
 	}
 	return nil
 }
@@ -127,6 +177,7 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 	}
 	_ = ch.Close()
 	var missing []string
+	queueMissing := false
 	check := func(what string, f func(ch *amqp.Channel) error) {
 		ch, err := s.conn.Channel() // a failed passive declare closes its channel
 		if err != nil {
@@ -138,6 +189,7 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 			var ae *amqp.Error
 			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 				missing = append(missing, what+" does not exist")
+				queueMissing = queueMissing || what == "queue "+binding
 			} else {
 				missing = append(missing, fmt.Sprintf("%s: %v", what, err))
 			}
@@ -152,10 +204,16 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 	check("dead-letter exchange "+deadExchange(binding), func(ch *amqp.Channel) error {
 		return ch.ExchangeDeclarePassive(deadExchange(binding), "direct", true, false, false, false, nil)
 	})
-	if len(missing) > 0 {
-		return fmt.Errorf("%v (declare it with rabbitmq.DeclareQueue)", joinComma(missing))
+	if len(missing) == 0 {
+		return nil
 	}
-	return nil
+	advice := "declare it with rabbitmq.DeclareQueue"
+	if !queueMissing {
+		// The queue exists, maybe declared by another tool with arguments
+		// of its own: DeclareQueue without Adopt would fail on it.
+		advice = fmt.Sprintf("declare them with rabbitmq.DeclareQueue and QueueConfig{Name: %q, Adopt: true}, which leaves the existing queue's arguments as they are", binding)
+	}
+	return fmt.Errorf("%v (%s)", joinComma(missing), advice)
 }
 
 func joinComma(s []string) string {

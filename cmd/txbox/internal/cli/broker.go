@@ -46,6 +46,7 @@ type brokerFlags struct {
 	stream         string
 	streamSubjects string
 	subjectPrefix  string
+	amqp           amqpFlags
 
 	fs *pflag.FlagSet // to name a value's flag or variable; nil in tests
 	// events, when set, logs the NATS connection's disconnects, reconnects
@@ -101,7 +102,8 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.streamSubjects, "stream-subjects", envOr(EnvStreamSubjects, ""),
 		`comma-separated subjects the stream captures, e.g. "orders.>,billing.>"; required with the embedded server unless --stream names a stream it already has (env `+EnvStreamSubjects+")")
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", envOr(EnvSubjectPrefix, ""),
-		"prefix put before every topic to form the NATS subject (env "+EnvSubjectPrefix+")")
+		"prefix put before every topic to form the NATS subject, the RabbitMQ routing key, the Redis stream or the Kafka topic (env "+EnvSubjectPrefix+")")
+	f.amqp.register(fs)
 }
 
 // check validates the flags without touching anything.
@@ -117,6 +119,13 @@ func (f *brokerFlags) check() error {
 				return fmt.Errorf("--%s is for the embedded NATS server, not --broker %s", name, redact(f.url, f.url))
 			}
 		}
+	}
+	kind := scheme
+	if f.url == "" {
+		kind = ""
+	}
+	if err := f.amqp.check(f.fs, kind); err != nil {
+		return err
 	}
 	if scheme != "nats" && scheme != "tls" {
 		for _, v := range []struct{ flag, env, val string }{
@@ -178,7 +187,7 @@ func checkBrokerURL(name, raw string) (string, error) {
 	case !ok:
 		return "", fmt.Errorf("%s %q: want a URL such as nats://127.0.0.1:4222", name, redact(raw, raw))
 	case scheme != "nats" && scheme != "tls" && !otherBroker(scheme):
-		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
+		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, amqp://user:pass@host:5672/vhost, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
 	case scheme == "kafka":
 		hostList, _, _ := strings.Cut(rest, "/")
 		hostList, _, _ = strings.Cut(hostList, "?")
@@ -363,22 +372,26 @@ func (b *broker) Close() {
 }
 
 // otherBroker reports whether scheme names a broker other than NATS:
-// redis:// (Redis Streams), asynq+redis:// (asynq tasks) and kafka://, with
-// rediss:// and asynq+rediss:// for TLS.
+// amqp:// (RabbitMQ), redis:// (Redis Streams), asynq+redis:// (asynq tasks)
+// and kafka://, with amqps://, rediss:// and asynq+rediss:// for TLS.
 func otherBroker(scheme string) bool {
 	switch scheme {
-	case "redis", "rediss", "asynq+redis", "asynq+rediss", "kafka":
+	case "amqp", "amqps", "redis", "rediss", "asynq+redis", "asynq+rediss", "kafka":
 		return true
 	}
 	return false
 }
 
-// openOtherBroker connects to Redis or Kafka and builds the publisher.
-// --subject-prefix is put before topics to name streams and Kafka topics.
+// openOtherBroker connects to RabbitMQ, Redis or Kafka and builds the
+// publisher. --subject-prefix is put before topics to name routing keys,
+// streams and Kafka topics.
 // Query parameters: redis:// takes maxlen=N (XADD MAXLEN ~ N); asynq+redis://
 // takes queue=NAME (default "default") and reads OUTBOX_TASK_RETENTION.
 func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
 	scheme, rest, _ := strings.Cut(f.url, "://")
+	if scheme == "amqp" || scheme == "amqps" {
+		return openRabbitMQ(f, out)
+	}
 	b := &broker{desc: redact(f.url, f.url)}
 	if scheme == "kafka" {
 		hostList, _, _ := strings.Cut(rest, "/")
