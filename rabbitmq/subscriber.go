@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // Names derived from a queue by DeclareQueue.
@@ -366,42 +367,67 @@ type delivery struct {
 	queue string
 }
 
-func (d *delivery) deliveries() int {
-	n := 0
-	if v, ok := d.d.Headers[txbox.HeaderDeliveries]; ok {
-		switch x := v.(type) {
-		case int32:
-			n = int(x)
-		case int64:
-			n = int(x)
-		case int:
-			n = x
-		case string:
-			n, _ = strconv.Atoi(x)
+// fromRetry reports whether the delivery is a copy txbox's Retry put in
+// <queue>.retry, come back by its TTL: its x-death (set by the broker)
+// names that queue, expired. Only then are its Txbox-Deliveries and
+// Txbox-Topic txbox's own; on any other delivery they are a producer's
+// and steer nothing.
+func (d *delivery) fromRetry() bool {
+	deaths, _ := d.d.Headers["x-death"].([]any)
+	for _, x := range deaths {
+		if t, ok := x.(amqp.Table); ok && t["queue"] == retryQueue(d.queue) && t["reason"] == "expired" {
+			return true
 		}
 	}
-	n++
+	return false
+}
+
+func (d *delivery) deliveries() int {
+	n := 0
+	if d.fromRetry() {
+		if s, ok := wire.String(d.d.Headers[txbox.HeaderDeliveries]); ok {
+			n, _ = strconv.Atoi(s)
+		}
+	}
+	n = max(n, 0) + 1
 	if d.d.Redelivered {
 		n++ // delivered before, unacked (a consumer died or released it)
 	}
 	return n
 }
 
+// Message returns the message (docs/wire-format.md): id = message_id, topic
+// = routing key (or, on a copy back from the retry queue, the Txbox-Topic
+// it was first published with), key and created-at from Txbox-Key and
+// Txbox-Created-At (else the timestamp property), content_type as the
+// Content-Type header, and the other headers as text (see wire.String:
+// tables, arrays and invalid UTF-8 are dropped). Txbox-Key,
+// Txbox-Created-At, Txbox-Topic and Txbox-Deliveries are taken out of the
+// headers.
 func (d *delivery) Message() txbox.Received {
 	h := map[string]string{}
 	for k, v := range d.d.Headers {
-		if s, ok := v.(string); ok {
+		if s, ok := wire.String(v); ok {
 			h[k] = s
 		}
 	}
 	topic := d.d.RoutingKey
-	if t, ok := h[txbox.HeaderTopic]; ok {
+	if t, ok := h[txbox.HeaderTopic]; ok && d.fromRetry() {
 		topic = t
 	}
-	delete(h, txbox.HeaderTopic)
-	delete(h, txbox.HeaderDeliveries)
+	created := wire.ParseTime(h[txbox.HeaderCreatedAt])
+	if created.IsZero() && !d.d.Timestamp.IsZero() {
+		created = d.d.Timestamp
+	}
+	key := h[txbox.HeaderKey]
+	for _, k := range []string{txbox.HeaderTopic, txbox.HeaderDeliveries, txbox.HeaderKey, txbox.HeaderCreatedAt} {
+		delete(h, k)
+	}
+	if d.d.ContentType != "" {
+		h[txbox.HeaderContentType] = d.d.ContentType
+	}
 	return txbox.Received{
-		Message:    txbox.Message{ID: d.d.MessageId, Topic: topic, Payload: d.d.Body, Headers: h},
+		Message:    txbox.Message{ID: d.d.MessageId, Topic: topic, Key: key, Payload: d.d.Body, Headers: h, CreatedAt: created},
 		Deliveries: d.deliveries(),
 		Binding:    d.queue,
 	}
@@ -417,9 +443,7 @@ func (d *delivery) copyOf(extra amqp.Table) amqp.Publishing {
 			h[k] = v
 		}
 	}
-	if _, ok := h[txbox.HeaderTopic]; !ok {
-		h[txbox.HeaderTopic] = d.d.RoutingKey
-	}
+	h[txbox.HeaderTopic] = d.Message().Topic // not a producer's Txbox-Topic
 	for k, v := range extra {
 		h[k] = v
 	}

@@ -47,6 +47,7 @@ type brokerFlags struct {
 	streamSubjects string
 	subjectPrefix  string
 	amqp           amqpFlags
+	ceSource       string // --cloudevents-source
 
 	fs *pflag.FlagSet // to name a value's flag or variable; nil in tests
 	// events, when set, logs the NATS connection's disconnects, reconnects
@@ -104,6 +105,7 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", envOr(EnvSubjectPrefix, ""),
 		"prefix put before every topic to form the NATS subject, the RabbitMQ routing key, the Redis stream or the Kafka topic (env "+EnvSubjectPrefix+")")
 	f.amqp.register(fs)
+	registerCloudEvents(fs, &f.ceSource)
 }
 
 // check validates the flags without touching anything.
@@ -125,6 +127,9 @@ func (f *brokerFlags) check() error {
 		kind = ""
 	}
 	if err := f.amqp.check(f.fs, kind); err != nil {
+		return err
+	}
+	if err := checkCloudEvents(f.fs, kind, f.ceSource); err != nil {
 		return err
 	}
 	if scheme != "nats" && scheme != "tls" {
@@ -245,6 +250,8 @@ type broker struct {
 	pub    txbox.Publisher
 	closer func()
 	log    *slog.Logger // for the NATS publisher's debug lines; nil logs none
+	// ceSource is the NATS publisher's CloudEventsSource.
+	ceSource string
 	// closed is closed when the NATS connection is closed for good; nil
 	// for the other brokers.
 	closed chan struct{}
@@ -255,7 +262,7 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	if b.pub != nil {
 		return b.pub, nil
 	}
-	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log})
+	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log, CloudEventsSource: b.ceSource})
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
@@ -264,7 +271,7 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 	if f.url != "" && otherBroker(f.url[:strings.Index(f.url, "://")]) {
 		return openOtherBroker(ctx, f, out)
 	}
-	b := &broker{log: f.events, closed: make(chan struct{})}
+	b := &broker{log: f.events, closed: make(chan struct{}), ceSource: f.ceSource}
 	url := f.url
 	if url == "" {
 		host, port, err := splitHostPort(f.natsListen)
@@ -411,7 +418,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 			return nil, &unreachableError{fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))}
 		}
 		b.closer = cl.Close
-		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: f.subjectPrefix}); err != nil {
+		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: f.subjectPrefix, CloudEventsSource: f.ceSource}); err != nil {
 			b.Close()
 			return nil, err
 		}

@@ -83,7 +83,7 @@ func openRabbitMQ(f *brokerFlags, out io.Writer) (*broker, error) {
 	}
 	_ = ch.Close()
 	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{
-		Exchange: f.amqp.exchange, Prefix: f.subjectPrefix, AllowUnroutable: f.amqp.allowUnroutable})
+		Exchange: f.amqp.exchange, Prefix: f.subjectPrefix, AllowUnroutable: f.amqp.allowUnroutable, CloudEventsSource: f.ceSource})
 	if err != nil {
 		b.Close()
 		return nil, err
