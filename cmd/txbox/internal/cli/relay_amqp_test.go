@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -48,7 +49,8 @@ func amqpQueue(t *testing.T, exchange, key string) (string, func() []amqp.Delive
 // `txbox relay --broker amqp://…` delivers rows written with plain SQL to a
 // RabbitMQ queue: through the default exchange (routing key = topic = the
 // queue's name), and through --exchange with --subject-prefix before the
-// topic. Each message is persistent, with message_id = the row's id.
+// topic. Each message is persistent, with message_id = the row's id and
+// Txbox-Created-At = the row's created_at.
 func TestRelayRabbitMQ(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ(t)
@@ -68,6 +70,12 @@ func TestRelayRabbitMQ(t *testing.T) {
 				t.Errorf("delivery: body %q mode %d exchange %q key %q", d.Body, d.DeliveryMode, d.Exchange, d.RoutingKey)
 			}
 			ids[d.MessageId] = true
+			// The relay carries the row's created_at (docs/wire-format.md).
+			created, _ := d.Headers[txbox.HeaderCreatedAt].(string)
+			at, err := time.Parse(time.RFC3339Nano, created)
+			if err != nil || time.Since(at) > time.Minute || len(created) != len("2006-01-02T15:04:05.000000000Z") {
+				t.Errorf("%s %q: want the row's created_at, RFC 3339 UTC with nine digits (%v)", txbox.HeaderCreatedAt, created, err)
+			}
 		}
 		if len(ids) != 3 || ids[""] {
 			t.Errorf("message ids %v: want 3 distinct", ids)
