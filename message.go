@@ -23,17 +23,24 @@ type Message struct {
 	// Payload is the message body, opaque to txbox.
 	Payload []byte
 	// Headers travel as broker headers. Names that could change a message's
-	// identity (see ErrReservedHeader) are refused.
+	// identity (see ErrReservedHeader) are refused. A Content-Type header
+	// (any case) is the payload's media type: RabbitMQ carries it as the
+	// content_type property, the other brokers as the header.
 	Headers map[string]string
+	// CreatedAt is when the message was written to the outbox (the row's
+	// created_at, the database's clock): the relay sets it from the row and
+	// the publishers carry it (HeaderCreatedAt, docs/wire-format.md);
+	// consumers read it back where it was carried (zero otherwise). Add
+	// ignores it: the database sets created_at.
+	CreatedAt time.Time
 }
 
 // Record is a message as stored in the outbox, as the relay reads it.
 type Record struct {
 	Message
-	// Seq is the row's id in the outbox table.
+	// Seq is the row's id in the outbox table. (The row's created_at is
+	// Message.CreatedAt.)
 	Seq int64
-	// CreatedAt is when the row was inserted (the transaction's time).
-	CreatedAt time.Time
 	// Attempts counts earlier deliveries the broker rejected.
 	Attempts int
 }

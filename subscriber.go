@@ -69,4 +69,18 @@ const (
 	HeaderError      = "Txbox-Error"      // why the message was dead-lettered
 	HeaderBinding    = "Txbox-Binding"    // the binding it was dead-lettered from
 	HeaderTopic      = "Txbox-Topic"      // the topic it was first published to
+	// HeaderKey is the ordering key (Message.Key) on brokers without a key
+	// field of their own (NATS, RabbitMQ, asynq); absent for an unordered
+	// message.
+	HeaderKey = "Txbox-Key"
+	// HeaderCreatedAt is the row's created_at (Message.CreatedAt), RFC 3339
+	// in UTC with nine fractional digits (2006-01-02T15:04:05.000000000Z,
+	// so that the text sorts as the time), on every broker but Redis
+	// Streams (its field created_at).
+	HeaderCreatedAt = "Txbox-Created-At"
 )
+
+// HeaderContentType is the header whose value is the payload's media type
+// (any case on the way in). RabbitMQ carries it as the content_type
+// property; CloudEvents' datacontenttype is it.
+const HeaderContentType = "Content-Type"

@@ -8,9 +8,10 @@
 // Prefix+Topic with record key = message key (so messages of one key land
 // on one partition and keep their order there; the idempotent producer
 // keeps order across its in-flight requests), value = payload, the
-// message's headers as record headers, and the message id as the last
-// header, Txbox-Message-Id (reserved headers are dropped, so none can override
-// it).
+// message's headers as record headers, Txbox-Created-At (the row's
+// created_at), the CloudEvents attributes when PublisherConfig.CloudEventsSource
+// is set, and the message id as the last header, Txbox-Message-Id (reserved
+// headers are dropped, so none can override it); docs/wire-format.md.
 //
 // Dedupe: the idempotent producer removes the duplicates that its own
 // retries would create within one producer session. Kafka has no dedupe by

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // PublisherConfig configures a Publisher.
@@ -17,6 +19,12 @@ type PublisherConfig struct {
 	// Prefix is put before every message topic to name the Kafka topic.
 	// Default: "" (Kafka topic = message topic).
 	Prefix string
+	// CloudEventsSource, when set, adds the CloudEvents binary-mode
+	// attributes as headers (Kafka protocol binding): ce_specversion 1.0,
+	// ce_id = message id, ce_source = CloudEventsSource, ce_type = topic,
+	// ce_time = created-at; a Content-Type header (datacontenttype) is
+	// written as content-type, the binding's name. Default: "" (none).
+	CloudEventsSource string
 }
 
 // Publisher produces messages to Kafka; see the package doc.
@@ -43,16 +51,30 @@ func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 	return &Publisher{cl: cl, cfg: cfg}, nil
 }
 
-// Record returns the Kafka record for m; see the package doc.
+// Record returns the Kafka record for m; see the package doc and
+// docs/wire-format.md: the user headers, Txbox-Created-At, the CloudEvents
+// attributes if configured, and Txbox-Message-Id last.
 func (p *Publisher) Record(m txbox.Message) *kgo.Record {
 	r := &kgo.Record{Topic: p.cfg.Prefix + m.Topic, Value: m.Payload}
 	if m.Key != "" {
 		r.Key = []byte(m.Key)
 	}
-	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+1)
+	ce := p.cfg.CloudEventsSource != ""
+	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+7)
 	for k, v := range m.Headers {
 		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
+			if ce && strings.EqualFold(k, txbox.HeaderContentType) {
+				k = "content-type"
+			}
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+	}
+	if !m.CreatedAt.IsZero() {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: txbox.HeaderCreatedAt, Value: []byte(wire.Time(m.CreatedAt))})
+	}
+	if ce {
+		for _, a := range wire.CloudEvents(m.ID, m.Topic, p.cfg.CloudEventsSource, m.CreatedAt) {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "ce_" + a.Name, Value: []byte(a.Value)})
 		}
 	}
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: txbox.HeaderMessageID, Value: []byte(m.ID)})

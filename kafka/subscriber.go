@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // DefaultDeadLetterSuffix is SubscriberConfig.DeadLetterSuffix's default.
@@ -262,32 +263,58 @@ type delivery struct {
 	r   *kgo.Record
 }
 
-func deliveries(r *kgo.Record) int {
+// header returns the first value of header key in r.
+func header(r *kgo.Record, key string) (string, bool) {
 	for _, h := range r.Headers {
-		if h.Key == txbox.HeaderDeliveries {
-			if n, err := strconv.Atoi(string(h.Value)); err == nil && n > 0 {
-				return n
-			}
+		if h.Key == key {
+			return string(h.Value), true
 		}
+	}
+	return "", false
+}
+
+// deliveries is the record's delivery count: its Txbox-Deliveries when it
+// is a retry copy this binding made (Txbox-Binding names it), else 1. A
+// producer's Txbox-Deliveries steers nothing.
+func deliveries(r *kgo.Record, binding string) int {
+	if b, _ := header(r, txbox.HeaderBinding); b != binding {
+		return 1
+	}
+	v, _ := header(r, txbox.HeaderDeliveries)
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return n
 	}
 	return 1
 }
 
+// Message returns the message (docs/wire-format.md): id = the
+// Txbox-Message-Id header, key = record key, created-at from
+// Txbox-Created-At, the other headers as text, the first of repeated ones;
+// Txbox-Message-Id, Txbox-Created-At, Txbox-Deliveries and Txbox-Binding
+// are taken out of the headers.
 func (d *delivery) Message() txbox.Received {
 	m := txbox.Message{Topic: d.r.Topic, Key: string(d.r.Key), Payload: d.r.Value}
 	for _, h := range d.r.Headers {
 		switch h.Key {
 		case txbox.HeaderMessageID:
-			m.ID = string(h.Value)
-		case txbox.HeaderDeliveries:
+			if m.ID == "" {
+				m.ID = string(h.Value)
+			}
+		case txbox.HeaderCreatedAt:
+			if m.CreatedAt.IsZero() {
+				m.CreatedAt = wire.ParseTime(string(h.Value))
+			}
+		case txbox.HeaderDeliveries, txbox.HeaderBinding:
 		default:
 			if m.Headers == nil {
 				m.Headers = map[string]string{}
 			}
-			m.Headers[h.Key] = string(h.Value)
+			if _, dup := m.Headers[h.Key]; !dup {
+				m.Headers[h.Key] = string(h.Value)
+			}
 		}
 	}
-	return txbox.Received{Message: m, Deliveries: deliveries(d.r), Binding: d.sub.binding}
+	return txbox.Received{Message: m, Deliveries: deliveries(d.r, d.sub.binding), Binding: d.sub.binding}
 }
 
 func (d *delivery) Ack(context.Context) error {
@@ -300,11 +327,12 @@ func (d *delivery) Ack(context.Context) error {
 func (d *delivery) copyTo(ctx context.Context, topic string, n int, extra ...kgo.RecordHeader) error {
 	c := &kgo.Record{Topic: topic, Key: d.r.Key, Value: d.r.Value}
 	for _, h := range d.r.Headers {
-		if h.Key != txbox.HeaderDeliveries && h.Key != txbox.HeaderError {
+		if h.Key != txbox.HeaderDeliveries && h.Key != txbox.HeaderError && h.Key != txbox.HeaderBinding {
 			c.Headers = append(c.Headers, h)
 		}
 	}
-	c.Headers = append(c.Headers, kgo.RecordHeader{Key: txbox.HeaderDeliveries, Value: []byte(strconv.Itoa(n))})
+	c.Headers = append(c.Headers, kgo.RecordHeader{Key: txbox.HeaderDeliveries, Value: []byte(strconv.Itoa(n))},
+		kgo.RecordHeader{Key: txbox.HeaderBinding, Value: []byte(d.sub.binding)})
 	c.Headers = append(c.Headers, extra...)
 	if err := d.sub.cl.ProduceSync(ctx, c).FirstErr(); err != nil {
 		return fmt.Errorf("kafka: produce to %s: %w", topic, err)
@@ -321,7 +349,7 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return d.copyTo(ctx, d.r.Topic, deliveries(d.r)+1)
+	return d.copyTo(ctx, d.r.Topic, deliveries(d.r, d.sub.binding)+1)
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
@@ -329,5 +357,5 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return d.copyTo(ctx, d.sub.s.DeadLetterTopic(d.r.Topic), deliveries(d.r), kgo.RecordHeader{Key: txbox.HeaderError, Value: []byte(msg)})
+	return d.copyTo(ctx, d.sub.s.DeadLetterTopic(d.r.Topic), deliveries(d.r, d.sub.binding), kgo.RecordHeader{Key: txbox.HeaderError, Value: []byte(msg)})
 }

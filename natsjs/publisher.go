@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // PublisherConfig configures a Publisher.
@@ -57,6 +58,12 @@ type PublisherConfig struct {
 	// Logger receives a debug line for each message JetStream acknowledged
 	// as a duplicate of one it already held. Default: no logs.
 	Logger *slog.Logger
+	// CloudEventsSource, when set, adds the CloudEvents binary-mode
+	// attributes as headers (NATS protocol binding): ce-specversion 1.0,
+	// ce-id = message id, ce-source = CloudEventsSource (a URI-reference),
+	// ce-type = topic, ce-time = created-at; the Content-Type header is
+	// datacontenttype. Default: "" (none).
+	CloudEventsSource string
 }
 
 // DefaultMaxControlLine is the NATS server's default max_control_line.
@@ -71,6 +78,7 @@ type Publisher struct {
 	maxLine  int
 	replyLen int // the length of the reply subjects of async publishes
 	log      *slog.Logger
+	ceSource string
 	dups     atomic.Int64
 }
 
@@ -110,7 +118,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
 		inbox = nc.Opts.InboxPrefix + "."
 	}
 	return &Publisher{nc: nc, js: js, prefix: cfg.Prefix, maxLine: cfg.MaxControlLine,
-		replyLen: len(inbox) + 6 + 1 + 6, log: cfg.Logger}, nil
+		replyLen: len(inbox) + 6 + 1 + 6, log: cfg.Logger, ceSource: cfg.CloudEventsSource}, nil
 }
 
 // Connected reports whether the connection is up; see
@@ -227,13 +235,26 @@ func (p *Publisher) unusable() error {
 	}
 }
 
-// Msg builds the NATS message for m: user headers first, then Nats-Msg-Id,
-// so no header can change the message's identity.
+// Msg builds the NATS message for m (docs/wire-format.md): user headers
+// first, then Txbox-Key, Txbox-Created-At, the CloudEvents attributes if
+// configured, and Nats-Msg-Id last, so no header can change the message's
+// identity.
 func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
-	msg := &nats.Msg{Subject: p.prefix + m.Topic, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+1)}
+	msg := &nats.Msg{Subject: p.prefix + m.Topic, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+3)}
 	for k, v := range m.Headers {
 		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
 			msg.Header.Set(k, v)
+		}
+	}
+	if m.Key != "" {
+		msg.Header[txbox.HeaderKey] = []string{m.Key}
+	}
+	if !m.CreatedAt.IsZero() {
+		msg.Header[txbox.HeaderCreatedAt] = []string{wire.Time(m.CreatedAt)}
+	}
+	if p.ceSource != "" {
+		for _, a := range wire.CloudEvents(m.ID, m.Topic, p.ceSource, m.CreatedAt) {
+			msg.Header["ce-"+a.Name] = []string{a.Value}
 		}
 	}
 	if m.ID != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // Headers of a dead-lettered copy beside txbox.HeaderError,
@@ -278,6 +279,9 @@ func (d *delivery) numDelivered() int {
 	return 1
 }
 
+// Message returns the message: id = Nats-Msg-Id, topic = subject, key and
+// created-at from Txbox-Key and Txbox-Created-At (taken out of the
+// headers), each other header's first value but the Nats-* ones.
 func (d *delivery) Message() txbox.Received {
 	h := map[string]string{}
 	for k, v := range d.m.Headers() {
@@ -285,8 +289,12 @@ func (d *delivery) Message() txbox.Received {
 			h[k] = v[0]
 		}
 	}
+	key, created := h[txbox.HeaderKey], wire.ParseTime(h[txbox.HeaderCreatedAt])
+	delete(h, txbox.HeaderKey)
+	delete(h, txbox.HeaderCreatedAt)
 	return txbox.Received{
-		Message:    txbox.Message{ID: d.m.Headers().Get(jetstream.MsgIDHeader), Topic: d.m.Subject(), Payload: d.m.Data(), Headers: h},
+		Message: txbox.Message{ID: d.m.Headers().Get(jetstream.MsgIDHeader), Topic: d.m.Subject(), Key: key,
+			Payload: d.m.Data(), Headers: h, CreatedAt: created},
 		Deliveries: d.numDelivered(),
 		Binding:    d.sub.binding,
 	}

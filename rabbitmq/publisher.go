@@ -8,7 +8,8 @@
 //
 // The Publisher sends each message persistent, with publisher confirms,
 // message_id set to the message id (after the headers, so no header can
-// change it) and mandatory routing: a message no queue is bound to comes
+// change it) and mandatory routing (unless PublisherConfig.AllowUnroutable):
+// a message no queue is bound to comes
 // back (basic.return) and is reported with txbox.Reject, so it counts
 // toward the relay's attempt budget and ends dead instead of vanishing; a
 // lost connection, a closed channel, a broker nack or a confirm that does
@@ -31,6 +32,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // PublisherConfig configures a Publisher.
@@ -39,6 +41,21 @@ type PublisherConfig struct {
 	// routing key. Default: "" (the default exchange: the topic is a queue
 	// name).
 	Exchange string
+	// Prefix is put before every topic to form the routing key. Default:
+	// "" (routing key = topic).
+	Prefix string
+	// AllowUnroutable publishes without the mandatory flag: a message no
+	// queue is bound to is dropped by the broker and counts as published.
+	// Default: false (mandatory: an unroutable message comes back and is
+	// reported with txbox.Reject, so it ends dead instead of vanishing).
+	AllowUnroutable bool
+	// CloudEventsSource, when set, adds the CloudEvents binary-mode
+	// attributes as headers with the AMQP binding's prefix "cloudEvents:"
+	// (cloudEvents:specversion 1.0, cloudEvents:id = message id,
+	// cloudEvents:source = CloudEventsSource, cloudEvents:type = topic,
+	// cloudEvents:time = created-at); datacontenttype is the content_type
+	// property. Default: "" (none).
+	CloudEventsSource string
 }
 
 // Publisher publishes to RabbitMQ with publisher confirms, on a channel of
@@ -98,23 +115,49 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// Publishing builds the AMQP message for m: persistent, the user's headers
-// (minus reserved names), then message_id = m.ID.
-func Publishing(m txbox.Message) amqp.Publishing {
+// RoutingKey returns the routing key a topic is published with.
+func (p *Publisher) RoutingKey(topic string) string { return p.cfg.Prefix + topic }
+
+// Publishing builds the AMQP message for m (docs/wire-format.md):
+// persistent; content_type from the Content-Type header (any case; taken
+// out of the headers); timestamp = created-at (seconds; the publish time
+// for a message without one); the other user headers (minus reserved
+// names), Txbox-Key, Txbox-Created-At, the CloudEvents attributes if
+// configured; then message_id = m.ID.
+func (p *Publisher) Publishing(m txbox.Message) amqp.Publishing {
 	h := amqp.Table{}
+	ctName, ct := wire.ContentType(m.Headers)
 	for k, v := range m.Headers {
-		if !txbox.IsReservedHeader(k) {
+		if !txbox.IsReservedHeader(k) && k != ctName {
 			h[k] = v
+		}
+	}
+	if m.Key != "" {
+		h[txbox.HeaderKey] = m.Key
+	}
+	ts := time.Now()
+	if !m.CreatedAt.IsZero() {
+		h[txbox.HeaderCreatedAt] = wire.Time(m.CreatedAt)
+		ts = m.CreatedAt
+	}
+	if p.cfg.CloudEventsSource != "" {
+		for _, a := range wire.CloudEvents(m.ID, m.Topic, p.cfg.CloudEventsSource, m.CreatedAt) {
+			h[CloudEventsPrefix+a.Name] = a.Value
 		}
 	}
 	return amqp.Publishing{
 		Headers:      h,
+		ContentType:  ct,
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.ID,
-		Timestamp:    time.Now(),
+		Timestamp:    ts,
 		Body:         m.Payload,
 	}
 }
+
+// CloudEventsPrefix is put before the CloudEvents attribute names in the
+// headers (the AMQP protocol binding's application-properties prefix).
+const CloudEventsPrefix = "cloudEvents:"
 
 // Publish sends msgs and waits for their confirms; see txbox.Publisher.
 func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
@@ -137,7 +180,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 	returns := p.returns
 	confs := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i, m := range msgs {
-		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, m.Topic, true, false, Publishing(m))
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, p.RoutingKey(m.Topic), !p.cfg.AllowUnroutable, false, p.Publishing(m))
 		if err != nil {
 			fail(i, fmt.Errorf("rabbitmq: publish: %w", err))
 			continue
@@ -192,7 +235,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 				break drain
 			}
 		}
-		if r, ok := returned[route{msgs[i].ID, msgs[i].Topic}]; ok {
+		if r, ok := returned[route{msgs[i].ID, p.RoutingKey(msgs[i].Topic)}]; ok {
 			fail(i, txbox.Reject(fmt.Errorf("rabbitmq: unroutable: %d %s (exchange %q, routing key %q)", r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)))
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // Names derived from a queue by DeclareQueue.
@@ -27,6 +28,17 @@ type QueueConfig struct {
 	// default exchange routes by queue name).
 	Exchange    string
 	RoutingKeys []string
+	// Adopt uses a queue that already exists with arguments of its own
+	// (declared by another tool, without txbox's x-dead-letter-exchange)
+	// as it is, instead of failing with PRECONDITION_FAILED: DeclareQueue
+	// declares the retry queue, the dead-letter exchange and queue and the
+	// bindings around it and leaves its arguments alone. The Subscriber
+	// works the same on an adopted queue (it publishes retries and dead
+	// letters itself); only messages rejected by other means (a
+	// queue-length limit, a policy, another client's basic.reject) do not
+	// reach <name>.dlq. A queue that does not exist yet is declared with
+	// txbox's arguments either way. Default: false.
+	Adopt bool
 }
 
 // DeclareQueue declares (idempotently) a durable queue for a consumer
@@ -34,8 +46,12 @@ type QueueConfig struct {
 // waits there for its backoff, as a per-message TTL, then dead-letters back
 // to <name>) and the dead-letter exchange <name>.dlx (direct) routing to
 // <name>.dlq. The queue itself dead-letters to <name>.dlx, so that a
-// message rejected by other means lands there too. It works on a channel
+// message rejected by other means lands there too. It works on channels
 // of its own on conn, closed when it returns.
+//
+// The queue is declared first, so that a queue that exists with other
+// arguments fails the call before anything else is created; its error
+// wraps ErrQueueArguments and says to set QueueConfig.Adopt.
 func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 	if cfg.Name == "" {
 		return fmt.Errorf("%w: rabbitmq: queue name is required", txbox.ErrInvalidConfig)
@@ -43,12 +59,15 @@ func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 	if conn == nil {
 		return fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}
+	q := cfg.Name
+	if err := declareMain(conn, q, cfg.Adopt); err != nil {
+		return err
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
-	q := cfg.Name
 	steps := []func() error{
 		func() error { return ch.ExchangeDeclare(deadExchange(q), "direct", true, false, false, false, nil) },
 		func() error {
@@ -56,10 +75,6 @@ func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 			return err
 		},
 		func() error { return ch.QueueBind(deadQueue(q), q, deadExchange(q), false, nil) },
-		func() error {
-			_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": deadExchange(q)})
-			return err
-		},
 		func() error {
 			_, err := ch.QueueDeclare(retryQueue(q), true, false, false, false, amqp.Table{
 				"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q})
@@ -79,6 +94,42 @@ func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 		if err := s(); err != nil {
 			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
 		}
+	}
+	return nil
+}
+
+// ErrQueueArguments is wrapped by DeclareQueue's error when the queue
+// exists with arguments other than txbox's (PRECONDITION_FAILED) and
+// QueueConfig.Adopt is not set.
+var ErrQueueArguments = errors.New("rabbitmq: the queue exists with other arguments")
+
+// declareMain declares queue q with txbox's arguments on a channel of its
+// own (a refused declaration closes its channel). With adopt, a queue that
+// exists with other arguments is taken as it is.
+func declareMain(conn *Conn, q string, adopt bool) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": deadExchange(q)})
+	var ae *amqp.Error
+	if err == nil || !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		if err != nil {
+			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
+		}
+		return nil
+	}
+	if !adopt {
+		return fmt.Errorf("%w: declare %s: %v (set QueueConfig.Adopt to use it as it is)", ErrQueueArguments, q, err)
+	}
+	pch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer pch.Close()
+	if _, err := pch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("rabbitmq: adopt %s: %w", q, err)
 	}
 	return nil
 }
@@ -127,6 +178,7 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 	}
 	_ = ch.Close()
 	var missing []string
+	queueMissing := false
 	check := func(what string, f func(ch *amqp.Channel) error) {
 		ch, err := s.conn.Channel() // a failed passive declare closes its channel
 		if err != nil {
@@ -138,6 +190,7 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 			var ae *amqp.Error
 			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 				missing = append(missing, what+" does not exist")
+				queueMissing = queueMissing || what == "queue "+binding
 			} else {
 				missing = append(missing, fmt.Sprintf("%s: %v", what, err))
 			}
@@ -152,10 +205,16 @@ func (s *Subscriber) CheckBinding(ctx context.Context, binding string) error {
 	check("dead-letter exchange "+deadExchange(binding), func(ch *amqp.Channel) error {
 		return ch.ExchangeDeclarePassive(deadExchange(binding), "direct", true, false, false, false, nil)
 	})
-	if len(missing) > 0 {
-		return fmt.Errorf("%v (declare it with rabbitmq.DeclareQueue)", joinComma(missing))
+	if len(missing) == 0 {
+		return nil
 	}
-	return nil
+	advice := "declare it with rabbitmq.DeclareQueue"
+	if !queueMissing {
+		// The queue exists, maybe declared by another tool with arguments
+		// of its own: DeclareQueue without Adopt would fail on it.
+		advice = fmt.Sprintf("declare them with rabbitmq.DeclareQueue and QueueConfig{Name: %q, Adopt: true}, which leaves the existing queue's arguments as they are", binding)
+	}
+	return fmt.Errorf("%v (%s)", joinComma(missing), advice)
 }
 
 func joinComma(s []string) string {
@@ -308,42 +367,67 @@ type delivery struct {
 	queue string
 }
 
-func (d *delivery) deliveries() int {
-	n := 0
-	if v, ok := d.d.Headers[txbox.HeaderDeliveries]; ok {
-		switch x := v.(type) {
-		case int32:
-			n = int(x)
-		case int64:
-			n = int(x)
-		case int:
-			n = x
-		case string:
-			n, _ = strconv.Atoi(x)
+// fromRetry reports whether the delivery is a copy txbox's Retry put in
+// <queue>.retry, come back by its TTL: its x-death (set by the broker)
+// names that queue, expired. Only then are its Txbox-Deliveries and
+// Txbox-Topic txbox's own; on any other delivery they are a producer's
+// and steer nothing.
+func (d *delivery) fromRetry() bool {
+	deaths, _ := d.d.Headers["x-death"].([]any)
+	for _, x := range deaths {
+		if t, ok := x.(amqp.Table); ok && t["queue"] == retryQueue(d.queue) && t["reason"] == "expired" {
+			return true
 		}
 	}
-	n++
+	return false
+}
+
+func (d *delivery) deliveries() int {
+	n := 0
+	if d.fromRetry() {
+		if s, ok := wire.String(d.d.Headers[txbox.HeaderDeliveries]); ok {
+			n, _ = strconv.Atoi(s)
+		}
+	}
+	n = max(n, 0) + 1
 	if d.d.Redelivered {
 		n++ // delivered before, unacked (a consumer died or released it)
 	}
 	return n
 }
 
+// Message returns the message (docs/wire-format.md): id = message_id, topic
+// = routing key (or, on a copy back from the retry queue, the Txbox-Topic
+// it was first published with), key and created-at from Txbox-Key and
+// Txbox-Created-At (else the timestamp property), content_type as the
+// Content-Type header, and the other headers as text (see wire.String:
+// tables, arrays and invalid UTF-8 are dropped). Txbox-Key,
+// Txbox-Created-At, Txbox-Topic and Txbox-Deliveries are taken out of the
+// headers.
 func (d *delivery) Message() txbox.Received {
 	h := map[string]string{}
 	for k, v := range d.d.Headers {
-		if s, ok := v.(string); ok {
+		if s, ok := wire.String(v); ok {
 			h[k] = s
 		}
 	}
 	topic := d.d.RoutingKey
-	if t, ok := h[txbox.HeaderTopic]; ok {
+	if t, ok := h[txbox.HeaderTopic]; ok && d.fromRetry() {
 		topic = t
 	}
-	delete(h, txbox.HeaderTopic)
-	delete(h, txbox.HeaderDeliveries)
+	created := wire.ParseTime(h[txbox.HeaderCreatedAt])
+	if created.IsZero() && !d.d.Timestamp.IsZero() {
+		created = d.d.Timestamp
+	}
+	key := h[txbox.HeaderKey]
+	for _, k := range []string{txbox.HeaderTopic, txbox.HeaderDeliveries, txbox.HeaderKey, txbox.HeaderCreatedAt} {
+		delete(h, k)
+	}
+	if d.d.ContentType != "" {
+		h[txbox.HeaderContentType] = d.d.ContentType
+	}
 	return txbox.Received{
-		Message:    txbox.Message{ID: d.d.MessageId, Topic: topic, Payload: d.d.Body, Headers: h},
+		Message:    txbox.Message{ID: d.d.MessageId, Topic: topic, Key: key, Payload: d.d.Body, Headers: h, CreatedAt: created},
 		Deliveries: d.deliveries(),
 		Binding:    d.queue,
 	}
@@ -359,9 +443,7 @@ func (d *delivery) copyOf(extra amqp.Table) amqp.Publishing {
 			h[k] = v
 		}
 	}
-	if _, ok := h[txbox.HeaderTopic]; !ok {
-		h[txbox.HeaderTopic] = d.d.RoutingKey
-	}
+	h[txbox.HeaderTopic] = d.Message().Topic // not a producer's Txbox-Topic
 	for k, v := range extra {
 		h[k] = v
 	}

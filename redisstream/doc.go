@@ -8,6 +8,8 @@
 //	id       the message id (txbox.Message.ID)
 //	key      the ordering key ("" when none)
 //	payload  the message body
+//	created_at  the row's created_at, RFC 3339 UTC with nine fractional
+//	         digits (absent when unknown)
 //	h:NAME   one field per header NAME (the "h:" prefix keeps a header from
 //	         ever colliding with id, key or payload)
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/redisreply"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // Field names of a stream entry written by Publisher.
@@ -15,6 +16,9 @@ const (
 	FieldID      = "id"
 	FieldKey     = "key"
 	FieldPayload = "payload"
+	// FieldCreatedAt is the row's created_at (txbox.Message.CreatedAt), RFC
+	// 3339 in UTC with nine fractional digits; absent when unknown.
+	FieldCreatedAt = "created_at"
 	// HeaderFieldPrefix is put before each header name.
 	HeaderFieldPrefix = "h:"
 )
@@ -55,8 +59,11 @@ func (p *Publisher) Stream(topic string) string { return p.cfg.Prefix + topic }
 
 // Values returns the XADD field-value list for m; see the package doc.
 func Values(m txbox.Message) []any {
-	v := make([]any, 0, 6+2*len(m.Headers))
+	v := make([]any, 0, 8+2*len(m.Headers))
 	v = append(v, FieldID, m.ID, FieldKey, m.Key, FieldPayload, m.Payload)
+	if !m.CreatedAt.IsZero() {
+		v = append(v, FieldCreatedAt, wire.Time(m.CreatedAt))
+	}
 	for k, val := range m.Headers {
 		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
 			v = append(v, HeaderFieldPrefix+k, val)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // Defaults of SubscriberConfig.
@@ -243,6 +244,8 @@ func (r *reader) entry(m redis.XMessage, n int64) entry {
 			msg.Key = str
 		case k == FieldPayload:
 			msg.Payload = []byte(str)
+		case k == FieldCreatedAt:
+			msg.CreatedAt = wire.ParseTime(str)
 		case strings.HasPrefix(k, HeaderFieldPrefix):
 			if msg.Headers == nil {
 				msg.Headers = map[string]string{}

@@ -517,7 +517,7 @@ func (r *Relay) prepare(rows []outboxsql.Claimed) prepared {
 	out := prepared{msgs: make([]txbox.Message, 0, len(rows)), rowOf: make([]int, 0, len(rows))}
 	checker, _ := r.pub.(txbox.MessageChecker)
 	for i, row := range rows {
-		m := txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload}
+		m := txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload, CreatedAt: row.CreatedAt}
 		err := row.Invalid
 		if err == nil && len(row.Headers) > 2 { // not "{}"
 			if jerr := json.Unmarshal(row.Headers, &m.Headers); jerr != nil {

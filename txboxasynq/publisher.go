@@ -14,6 +14,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/redisreply"
+	"github.com/txbox/txbox/internal/wire"
 )
 
 // Defaults of PublisherConfig.
@@ -75,17 +76,24 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) (*Publisher, e
 	return &Publisher{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg}, nil
 }
 
-// Task returns the asynq task for m: type = topic, the payload, and the
-// headers less reserved ones.
+// Task returns the asynq task for m (docs/wire-format.md): type = topic,
+// the payload, and as headers the user's (less reserved ones), Txbox-Key
+// and Txbox-Created-At.
 func (p *Publisher) Task(m txbox.Message) *asynq.Task {
-	var h map[string]string
+	h := make(map[string]string, len(m.Headers)+2)
 	for k, v := range m.Headers {
 		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
-			if h == nil {
-				h = make(map[string]string, len(m.Headers))
-			}
 			h[k] = v
 		}
+	}
+	if m.Key != "" {
+		h[txbox.HeaderKey] = m.Key
+	}
+	if !m.CreatedAt.IsZero() {
+		h[txbox.HeaderCreatedAt] = wire.Time(m.CreatedAt)
+	}
+	if len(h) == 0 {
+		h = nil
 	}
 	return asynq.NewTaskWithHeaders(m.Topic, m.Payload, h, p.cfg.Options...)
 }

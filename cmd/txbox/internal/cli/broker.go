@@ -46,6 +46,8 @@ type brokerFlags struct {
 	stream         string
 	streamSubjects string
 	subjectPrefix  string
+	amqp           amqpFlags
+	ceSource       string // --cloudevents-source
 
 	fs *pflag.FlagSet // to name a value's flag or variable; nil in tests
 	// events, when set, logs the NATS connection's disconnects, reconnects
@@ -101,7 +103,9 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.streamSubjects, "stream-subjects", envOr(EnvStreamSubjects, ""),
 		`comma-separated subjects the stream captures, e.g. "orders.>,billing.>"; required with the embedded server unless --stream names a stream it already has (env `+EnvStreamSubjects+")")
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", envOr(EnvSubjectPrefix, ""),
-		"prefix put before every topic to form the NATS subject (env "+EnvSubjectPrefix+")")
+		"prefix put before every topic to form the NATS subject, the RabbitMQ routing key, the Redis stream or the Kafka topic (env "+EnvSubjectPrefix+")")
+	f.amqp.register(fs)
+	registerCloudEvents(fs, &f.ceSource)
 }
 
 // check validates the flags without touching anything.
@@ -117,6 +121,16 @@ func (f *brokerFlags) check() error {
 				return fmt.Errorf("--%s is for the embedded NATS server, not --broker %s", name, redact(f.url, f.url))
 			}
 		}
+	}
+	kind := scheme
+	if f.url == "" {
+		kind = ""
+	}
+	if err := f.amqp.check(f.fs, kind); err != nil {
+		return err
+	}
+	if err := checkCloudEvents(f.fs, kind, f.ceSource); err != nil {
+		return err
 	}
 	if scheme != "nats" && scheme != "tls" {
 		for _, v := range []struct{ flag, env, val string }{
@@ -178,7 +192,7 @@ func checkBrokerURL(name, raw string) (string, error) {
 	case !ok:
 		return "", fmt.Errorf("%s %q: want a URL such as nats://127.0.0.1:4222", name, redact(raw, raw))
 	case scheme != "nats" && scheme != "tls" && !otherBroker(scheme):
-		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
+		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, amqp://user:pass@host:5672/vhost, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
 	case scheme == "kafka":
 		hostList, _, _ := strings.Cut(rest, "/")
 		hostList, _, _ = strings.Cut(hostList, "?")
@@ -236,6 +250,8 @@ type broker struct {
 	pub    txbox.Publisher
 	closer func()
 	log    *slog.Logger // for the NATS publisher's debug lines; nil logs none
+	// ceSource is the NATS publisher's CloudEventsSource.
+	ceSource string
 	// closed is closed when the NATS connection is closed for good; nil
 	// for the other brokers.
 	closed chan struct{}
@@ -246,7 +262,7 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	if b.pub != nil {
 		return b.pub, nil
 	}
-	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log})
+	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log, CloudEventsSource: b.ceSource})
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
@@ -255,7 +271,7 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 	if f.url != "" && otherBroker(f.url[:strings.Index(f.url, "://")]) {
 		return openOtherBroker(ctx, f, out)
 	}
-	b := &broker{log: f.events, closed: make(chan struct{})}
+	b := &broker{log: f.events, closed: make(chan struct{}), ceSource: f.ceSource}
 	url := f.url
 	if url == "" {
 		host, port, err := splitHostPort(f.natsListen)
@@ -363,22 +379,26 @@ func (b *broker) Close() {
 }
 
 // otherBroker reports whether scheme names a broker other than NATS:
-// redis:// (Redis Streams), asynq+redis:// (asynq tasks) and kafka://, with
-// rediss:// and asynq+rediss:// for TLS.
+// amqp:// (RabbitMQ), redis:// (Redis Streams), asynq+redis:// (asynq tasks)
+// and kafka://, with amqps://, rediss:// and asynq+rediss:// for TLS.
 func otherBroker(scheme string) bool {
 	switch scheme {
-	case "redis", "rediss", "asynq+redis", "asynq+rediss", "kafka":
+	case "amqp", "amqps", "redis", "rediss", "asynq+redis", "asynq+rediss", "kafka":
 		return true
 	}
 	return false
 }
 
-// openOtherBroker connects to Redis or Kafka and builds the publisher.
-// --subject-prefix is put before topics to name streams and Kafka topics.
+// openOtherBroker connects to RabbitMQ, Redis or Kafka and builds the
+// publisher. --subject-prefix is put before topics to name routing keys,
+// streams and Kafka topics.
 // Query parameters: redis:// takes maxlen=N (XADD MAXLEN ~ N); asynq+redis://
 // takes queue=NAME (default "default") and reads OUTBOX_TASK_RETENTION.
 func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
 	scheme, rest, _ := strings.Cut(f.url, "://")
+	if scheme == "amqp" || scheme == "amqps" {
+		return openRabbitMQ(f, out)
+	}
 	b := &broker{desc: redact(f.url, f.url)}
 	if scheme == "kafka" {
 		hostList, _, _ := strings.Cut(rest, "/")
@@ -398,7 +418,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 			return nil, &unreachableError{fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))}
 		}
 		b.closer = cl.Close
-		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: f.subjectPrefix}); err != nil {
+		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: f.subjectPrefix, CloudEventsSource: f.ceSource}); err != nil {
 			b.Close()
 			return nil, err
 		}

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/spf13/pflag"
+
+	"github.com/txbox/txbox/rabbitmq"
+)
+
+// Environment variables of the RabbitMQ flags.
+const (
+	EnvExchange = "TXBOX_EXCHANGE"
+)
+
+// amqpFlags are the flags of --broker amqp://… and amqps://….
+type amqpFlags struct {
+	exchange        string
+	allowUnroutable bool
+}
+
+func (f *amqpFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.exchange, "exchange", envOr(EnvExchange, ""),
+		"RabbitMQ only: exchange every message is published to, with routing key --subject-prefix + topic; it must exist; empty is the default exchange, which routes to the queue named by the routing key (env "+EnvExchange+")")
+	fs.BoolVar(&f.allowUnroutable, "allow-unroutable", false,
+		"RabbitMQ only: publish without the mandatory flag, so that a message no queue is bound to is dropped by the broker and counts as published (default: mandatory, such a message comes back and is rejected, and ends dead after --max-attempts)")
+}
+
+// check refuses the RabbitMQ flags with another broker.
+func (f *amqpFlags) check(fs *pflag.FlagSet, scheme string) error {
+	if scheme == "amqp" || scheme == "amqps" {
+		return nil
+	}
+	if f.exchange != "" {
+		return fmt.Errorf("%s is for RabbitMQ (amqp://), not %s", sourceOf(fs, "exchange", EnvExchange), brokerKind(scheme))
+	}
+	if f.allowUnroutable {
+		return fmt.Errorf("--allow-unroutable is for RabbitMQ (amqp://), not %s", brokerKind(scheme))
+	}
+	return nil
+}
+
+// brokerKind names the broker of scheme in an error.
+func brokerKind(scheme string) string {
+	if scheme == "" {
+		return "the embedded NATS server"
+	}
+	return scheme + "://"
+}
+
+// openRabbitMQ connects to RabbitMQ, checks the exchange and builds the
+// publisher: persistent messages, publisher confirms (always: without them
+// a row would be marked published that the broker may never have taken),
+// mandatory routing unless --allow-unroutable.
+func openRabbitMQ(f *brokerFlags, out io.Writer) (*broker, error) {
+	b := &broker{desc: redact(f.url, f.url)}
+	conn, err := rabbitmq.NewConn(f.url, rabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox relay"}}})
+	if err != nil {
+		return nil, err
+	}
+	b.closer = func() { _ = conn.Close() }
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Close()
+		err = fmt.Errorf("connect to RabbitMQ at %s: %w", b.desc, redactErr(err, f.url))
+		if amqpRetryable(err) {
+			err = &unreachableError{err}
+		}
+		return nil, err
+	}
+	if x := f.amqp.exchange; x != "" {
+		if err := ch.ExchangeDeclarePassive(x, "topic", true, false, false, false, nil); err != nil {
+			b.Close()
+			err = fmt.Errorf("--exchange %q: %w (declare it first, e.g. rabbitmqadmin declare exchange name=%s type=topic durable=true)", x, redactErr(err, f.url), x)
+			if amqpRetryable(err) {
+				err = &unreachableError{err}
+			}
+			return nil, err
+		}
+	}
+	_ = ch.Close()
+	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{
+		Exchange: f.amqp.exchange, Prefix: f.subjectPrefix, AllowUnroutable: f.amqp.allowUnroutable, CloudEventsSource: f.ceSource})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.pub = pub
+	closer := b.closer
+	b.closer = func() { _ = pub.Close(); closer() }
+	exchange, routing := "the default exchange", "mandatory"
+	if f.amqp.exchange != "" {
+		exchange = "exchange " + cell(f.amqp.exchange)
+	}
+	if f.amqp.allowUnroutable {
+		routing = "not mandatory: unroutable messages are dropped"
+	}
+	fmt.Fprintf(out, "RabbitMQ at %s: %s, routing key %s<topic>, publisher confirms, %s\n", b.desc, exchange, cell(f.subjectPrefix), routing)
+	return b, nil
+}
+
+// amqpRetryable reports whether a RabbitMQ error may go away by itself:
+// any but a refused login or vhost, or a missing exchange.
+func amqpRetryable(err error) bool {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case amqp.AccessRefused, amqp.NotFound, amqp.NotAllowed, amqp.PreconditionFailed:
+			return false
+		}
+	}
+	return !errors.Is(err, amqp.ErrSASL) && !errors.Is(err, amqp.ErrCredentials) && !errors.Is(err, amqp.ErrVhost)
+}

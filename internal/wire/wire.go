@@ -1,0 +1,102 @@
+// Package wire holds what the broker adapters put on the wire alike: the
+// created-at text, the CloudEvents attributes, the content type's header
+// (docs/wire-format.md).
+package wire
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Layout is txbox.CreatedAtLayout (an internal package may not import the
+// root one): RFC 3339, nine fractional digits, UTC.
+const Layout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// Time formats t with Layout in UTC; "" for the zero time.
+func Time(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(Layout)
+}
+
+// ParseTime parses a created-at text (any RFC 3339 time); the zero time if
+// it is not one.
+func ParseTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// SpecVersion is the CloudEvents version of the attributes.
+const SpecVersion = "1.0"
+
+// Attr is one CloudEvents context attribute, Name without the binding's
+// prefix.
+type Attr struct{ Name, Value string }
+
+// CloudEvents returns the binary-mode attributes of a message: specversion,
+// id, source, type (the topic) and, when created is set, time.
+func CloudEvents(id, topic, source string, created time.Time) []Attr {
+	a := []Attr{{"specversion", SpecVersion}, {"id", id}, {"source", source}, {"type", topic}}
+	if !created.IsZero() {
+		a = append(a, Attr{"time", Time(created)})
+	}
+	return a
+}
+
+// ContentType returns the name and value of the Content-Type header in h,
+// whatever its case ("" if none).
+func ContentType(h map[string]string) (name, value string) {
+	for k, v := range h {
+		if strings.EqualFold(k, "Content-Type") {
+			return k, v
+		}
+	}
+	return "", ""
+}
+
+// String renders a header value a broker decoded as something other than
+// a string (AMQP tables carry typed values): integers, floats and booleans
+// as Go's strconv writes them, byte arrays that are UTF-8 as their text,
+// times in Layout; ok is false for what has no single text form (tables,
+// arrays, invalid UTF-8), which the subscribers drop.
+func String(v any) (s string, ok bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case []byte:
+		return string(x), utf8.Valid(x)
+	case bool:
+		return strconv.FormatBool(x), true
+	case int:
+		return strconv.Itoa(x), true
+	case int8:
+		return strconv.FormatInt(int64(x), 10), true
+	case int16:
+		return strconv.FormatInt(int64(x), 10), true
+	case int32:
+		return strconv.FormatInt(int64(x), 10), true
+	case int64:
+		return strconv.FormatInt(x, 10), true
+	case uint8:
+		return strconv.FormatUint(uint64(x), 10), true
+	case uint16:
+		return strconv.FormatUint(uint64(x), 10), true
+	case uint32:
+		return strconv.FormatUint(uint64(x), 10), true
+	case uint64:
+		return strconv.FormatUint(x, 10), true
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32), true
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), true
+	case time.Time:
+		return Time(x), true
+	}
+	return "", false
+}
