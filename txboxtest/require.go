@@ -134,8 +134,8 @@ func added[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex driver
 	}
 	out := make([]*txbox.Record, len(rows))
 	for i, r := range rows {
-		rec := &txbox.Record{Seq: r.Seq, CreatedAt: r.CreatedAt,
-			Message: txbox.Message{ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload}}
+		rec := &txbox.Record{Seq: r.Seq,
+			Message: txbox.Message{ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload, CreatedAt: r.CreatedAt}}
 		if r.Headers != "" && r.Headers != "{}" {
 			if err := json.Unmarshal([]byte(r.Headers), &rec.Headers); err != nil {
 				fail(tb, "outbox row %d (%s): headers %.80q are not a JSON object of strings: %v", r.Seq, r.ID, r.Headers, err)
