@@ -1,0 +1,76 @@
+module github.com/txbox/txbox/examples/orm
+
+go 1.26.0
+
+toolchain go1.26.8
+
+require github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+
+replace github.com/txbox/txbox => ../..
+
+require github.com/txbox/txbox/tests v0.0.0-00010101000000-000000000000
+
+replace github.com/txbox/txbox/tests => ../../tests
+
+replace github.com/txbox/txbox/kafka => ../../kafka
+
+require github.com/txbox/txbox/natsembed v0.0.0-00010101000000-000000000000 // indirect
+
+replace github.com/txbox/txbox/natsembed => ../../natsembed
+
+replace github.com/txbox/txbox/natsjs => ../../natsjs
+
+require github.com/txbox/txbox/rabbitmq v0.0.0-00010101000000-000000000000 // indirect
+
+replace github.com/txbox/txbox/rabbitmq => ../../rabbitmq
+
+replace github.com/txbox/txbox/redisstream => ../../redisstream
+
+replace github.com/txbox/txbox/txboxasynq => ../../txboxasynq
+
+require (
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/txbox/txbox/txboxpgx v0.0.0-00010101000000-000000000000 // indirect
+	gorm.io/driver/mysql v1.5.7
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/gorm v1.31.2
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.2 // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
+	github.com/nats-io/nats.go v1.56.0 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/rabbitmq/amqp091-go v1.17.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+	modernc.org/libc v1.80.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+	modernc.org/sqlite v1.62.0 // indirect
+)
+
+replace github.com/txbox/txbox/txboxpgx => ../../txboxpgx
