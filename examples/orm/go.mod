@@ -9,6 +9,7 @@ require github.com/txbox/txbox v0.0.0-00010101000000-000000000000
 replace github.com/txbox/txbox => ../..
 
 require (
+	github.com/jmoiron/sqlx v1.4.0
 	github.com/txbox/txbox/tests v0.0.0-00010101000000-000000000000
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/mysqldialect v1.3.0
