@@ -101,11 +101,7 @@ func ExampleClient() {
 	defer done()
 	ctx := context.Background()
 
-	b, c := ormtest.Consumer(ormtest.ExampleTB, env, checkoutHandler(env.Dialect, env.Outbox))
-	defer c.Stop(ctx)
-	msg := shop.CheckoutMessage("checkout-1", shop.Checkout{OrderID: "o-3", Customer: "c-9", Total: 300})
-	fmt.Println(txboxtest.Deliver(ctx, ormtest.ExampleTB, b, c, ormtest.Binding, msg, nil).Outcome)
-	fmt.Println(txboxtest.Deliver(ctx, ormtest.ExampleTB, b, c, ormtest.Binding, msg, nil).Outcome)
+	ormtest.ExampleDeliverTwice(env, shop.Checkout{OrderID: "o-3", Customer: "c-9", Total: 300}, checkoutHandler(env.Dialect, env.Outbox))
 
 	o, err := ent.NewClient(ent.Driver(entDriver(env))).Order.Get(ctx, "o-3")
 	if err != nil {

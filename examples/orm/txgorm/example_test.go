@@ -127,14 +127,9 @@ func Example_transaction() {
 func Example_inbox() {
 	env, done := ormtest.ExamplePostgres()
 	defer done()
-	ctx := context.Background()
 	db := open(env.DB, env.Dialect)
 
-	b, c := ormtest.Consumer(ormtest.ExampleTB, env, checkoutHandler(db, env.Outbox))
-	defer c.Stop(ctx)
-	msg := shop.CheckoutMessage("checkout-1", shop.Checkout{OrderID: "o-3", Customer: "c-9", Total: 300})
-	fmt.Println(txboxtest.Deliver(ctx, ormtest.ExampleTB, b, c, ormtest.Binding, msg, nil).Outcome)
-	fmt.Println(txboxtest.Deliver(ctx, ormtest.ExampleTB, b, c, ormtest.Binding, msg, nil).Outcome)
+	ormtest.ExampleDeliverTwice(env, shop.Checkout{OrderID: "o-3", Customer: "c-9", Total: 300}, checkoutHandler(db, env.Outbox))
 
 	var o Order
 	db.First(&o, "id = ?", "o-3")

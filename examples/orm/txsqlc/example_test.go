@@ -74,11 +74,7 @@ func Example_inbox() {
 		_, err = env.Outbox.Add(ctx, tx, shop.OrderPlaced(c.OrderID, c.Customer))
 		return err
 	}
-	b, c := ormtest.Consumer(ormtest.ExampleTB, env, handle)
-	defer c.Stop(ctx)
-	msg := shop.CheckoutMessage("checkout-1", shop.Checkout{OrderID: "o-3", Customer: "c-9", Total: 300})
-	fmt.Println(txboxtest.Deliver(ctx, ormtest.ExampleTB, b, c, ormtest.Binding, msg, nil).Outcome)
-	fmt.Println(txboxtest.Deliver(ctx, ormtest.ExampleTB, b, c, ormtest.Binding, msg, nil).Outcome)
+	ormtest.ExampleDeliverTwice(env, shop.Checkout{OrderID: "o-3", Customer: "c-9", Total: 300}, handle)
 
 	o, err := shopdb.New(env.DB).GetOrder(ctx, "o-3")
 	if err != nil {

@@ -199,3 +199,16 @@ func (exampleTB) Helper()                        {}
 func (exampleTB) Cleanup(func())                 {}
 func (exampleTB) Errorf(format string, a ...any) { log.Fatalf(format, a...) }
 func (exampleTB) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
+
+// ExampleDeliverTwice delivers one checkout.completed message of c, twice,
+// to handle run as an inbox handler on a Broker, and prints each outcome:
+// acked, then duplicate.
+func ExampleDeliverTwice(env Env, c shop.Checkout, handle func(context.Context, *sql.Tx, consumer.Message) error) {
+	ctx := context.Background()
+	b, cons := Consumer(ExampleTB, env, handle)
+	defer func() { _ = cons.Stop(ctx) }()
+	msg := shop.CheckoutMessage("checkout-1", c)
+	for range 2 {
+		fmt.Println(txboxtest.Deliver(ctx, ExampleTB, b, cons, Binding, msg, nil).Outcome)
+	}
+}
