@@ -59,9 +59,9 @@ func listPkgs(t *testing.T) []pkg {
 }
 
 // library reports whether p is a package users import (not the CLI, not
-// the tests).
+// the tests, not the examples, which may use the tests' services).
 func library(p string) bool {
-	return !strings.HasPrefix(p, mod+"/cmd/") && !strings.HasPrefix(p, mod+"/tests")
+	return !strings.HasPrefix(p, mod+"/cmd/") && !strings.HasPrefix(p, mod+"/tests") && !strings.HasPrefix(p, mod+"/examples/")
 }
 
 func txboxDeps(p pkg) []string {
