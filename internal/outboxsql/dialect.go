@@ -47,6 +47,8 @@ type dialect interface {
 	cleanup(cutoff time.Time, limit int) (string, []any)
 	// counts returns the query of Store.Counts.
 	counts(now time.Time) (string, []any)
+	// backlog returns the query of Store.Backlog.
+	backlog(now time.Time) (string, []any)
 	// withIDs returns q, a statement on the rows seqs, with its arguments.
 	withIDs(q string, seqs []int64) (string, []any)
 	// newTime returns a scan destination for a timestamp column.
@@ -60,6 +62,7 @@ type dialect interface {
 type queries struct {
 	claim, markPublished, deletePublished, reject, cleanup, counts string
 	listDead, redrive, redriveAll, discard, discardAll             string
+	backlog                                                        string
 	// insert has a {{list}} of one row's values.
 	insert string
 	// release ends a lease (SQLite); lazyCommit runs before the commit
@@ -77,7 +80,7 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
 		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead,
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
-		"insert": &q.insert,
+		"insert": &q.insert, "backlog": &q.backlog,
 	}
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(d, schema, name)
