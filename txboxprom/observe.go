@@ -191,6 +191,7 @@ func (m *Metrics) SampleInbox(ctx context.Context, ib InboxStatser) {
 		}
 		return
 	}
+	m.receipts.Reset() // a source whose receipts were all swept has none
 	for _, s := range stats {
 		m.receipts.WithLabelValues(s.Source, "processed").Set(float64(s.Processed))
 		m.receipts.WithLabelValues(s.Source, "pending").Set(float64(s.Pending))
