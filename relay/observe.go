@@ -109,23 +109,26 @@ func (f *inFlight) oldest(now time.Time) time.Duration {
 	return age
 }
 
-// sampleLoop hands the observer a sample at once and then every
-// SampleInterval until ctx ends: the relay's one backlog query.
+// sampleLoop hands the observer a sample every SampleInterval until ctx
+// ends: the relay's one backlog query. The first comes after one interval,
+// not at start, where a relay restarted on a large backlog drains hardest:
+// the query's cost (it counts every undelivered row) is then spread over
+// the interval, as it is later (see TestDrainWithMetricsOnVsOff).
 func (r *Relay) sampleLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SampleInterval)
 	defer t.Stop()
 	var last txbox.RelaySample
 	for {
-		last = r.Sample(ctx, last)
-		if ctx.Err() != nil {
-			return
-		}
-		r.obs.Sampled(last)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		last = r.Sample(ctx, last)
+		if ctx.Err() != nil {
+			return
+		}
+		r.obs.Sampled(last)
 	}
 }
 

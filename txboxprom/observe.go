@@ -73,6 +73,7 @@ func (o relayObserver) Sampled(s txbox.RelaySample) {
 	m.oldestInFlight.Set(s.OldestInFlightAge.Seconds())
 	m.listening.Set(b2f(s.Listening))
 	m.connected.Set(b2f(s.BrokerConnected))
+	m.sampled.Store(true)
 	// A publisher rebuilt after its connection closed counts from 0 again:
 	// the counter adds what each publisher counted.
 	m.dupMu.Lock()

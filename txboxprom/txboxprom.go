@@ -22,6 +22,7 @@
 package txboxprom
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -89,6 +90,10 @@ type Metrics struct {
 	inboxSampleErrors           prometheus.Counter
 
 	collectors []prometheus.Collector
+	// sampledOnes are the gauges of the relay's sample, collected only once
+	// there has been one: absent, not 0, while the figures are unknown.
+	sampledOnes []prometheus.Collector
+	sampled     atomic.Bool
 }
 
 // New returns the metrics, unregistered.
@@ -136,12 +141,14 @@ func New(cfg Config) *Metrics {
 	m.roundsFailed = counter("txbox_relay_rounds_failed_total", "Rounds that failed, by stage (claim, publish, finish).", "stage")
 	m.backlog = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "txbox_relay_backlog",
 		Help: "Outbox rows by state (pending, retrying, parked: undelivered; dead), from the relay's periodic sample.", ConstLabels: cl}, []string{"state"})
-	m.collectors = append(m.collectors, m.backlog)
+	sampledFrom := len(m.collectors)
 	m.oldestClaimable = gauge("txbox_relay_oldest_claimable_age_seconds", "Age of the oldest row a claim could take now (due, not parked); 0 when none.")
 	m.oldestInFlight = gauge("txbox_relay_oldest_in_flight_age_seconds", "How long the oldest batch this relay holds has been claimed; 0 when none.")
 	m.listening = gauge("txbox_relay_listening", "1 while the relay receives LISTEN/NOTIFY wake-ups, 0 while it polls.")
 	m.connected = gauge("txbox_relay_broker_connected", "1 while the publisher's broker connection is up (always 1 for publishers that do not report it).")
 	m.lastSample = gauge("txbox_relay_last_sample_timestamp_seconds", "Unix time of the last successful backlog sample.")
+	m.sampledOnes = append([]prometheus.Collector{m.backlog}, m.collectors[sampledFrom:]...)
+	m.collectors = slices.Clip(m.collectors[:sampledFrom])
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_relay_sample_errors_total", Help: "Backlog samples that could not read the table.", ConstLabels: cl})
 	m.collectors = append(m.collectors, m.sampleErrors)
 	m.duplicatesDesc = prometheus.NewDesc("txbox_relay_broker_duplicates_total",
@@ -170,6 +177,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors {
 		c.Describe(ch)
 	}
+	for _, c := range m.sampledOnes {
+		c.Describe(ch)
+	}
 	ch <- m.duplicatesDesc
 }
 
@@ -177,6 +187,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors {
 		c.Collect(ch)
+	}
+	if m.sampled.Load() {
+		for _, c := range m.sampledOnes {
+			c.Collect(ch)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(m.duplicatesDesc, prometheus.CounterValue, float64(m.duplicates.Load()))
 }

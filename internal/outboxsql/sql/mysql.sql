@@ -65,16 +65,17 @@ SELECT
 -- The relay's periodic sample (Relay.Sample): the undelivered rows by
 -- disjoint state (pending, retrying, parked), the dead count and the age of
 -- the oldest claimable row (due, not parked), in one statement. A row is
--- parked when a dead row shares its key.
+-- parked when a dead row shares its key. The dead rows are read once.
+WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0) AS SIGNED),
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts > 0 THEN 1 ELSE 0 END), 0) AS SIGNED),
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NOT NULL THEN 1 ELSE 0 END), 0) AS SIGNED),
-  (SELECT COUNT(*) FROM {{table}} WHERE dead_at IS NOT NULL),
+  (SELECT COUNT(*) FROM dead),
   COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN k.ordering_key IS NULL
       AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6)) THEN o.created_at END), UTC_TIMESTAMP(6)) / 1000000.0, 0)
 FROM {{table}} o
-LEFT JOIN (SELECT DISTINCT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL) k
+LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key
 WHERE o.published_at IS NULL AND o.dead_at IS NULL
 

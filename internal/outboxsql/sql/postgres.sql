@@ -70,16 +70,17 @@ SELECT
 -- The relay's periodic sample (Relay.Sample): the undelivered rows by
 -- disjoint state (pending, retrying, parked), the dead count and the age of
 -- the oldest claimable row (due, not parked), in one statement. A row is
--- parked when a dead row shares its key.
+-- parked when a dead row shares its key. The dead rows are read once.
+WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts = 0),
   count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts > 0),
   count(*) FILTER (WHERE k.ordering_key IS NOT NULL),
-  (SELECT count(*) FROM {{table}} WHERE dead_at IS NOT NULL),
+  (SELECT count(*) FROM dead),
   coalesce(extract(epoch FROM now() - min(o.created_at) FILTER (
     WHERE k.ordering_key IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())))::float8, 0)
 FROM {{table}} o
-LEFT JOIN (SELECT DISTINCT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL) k
+LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key
 WHERE o.published_at IS NULL AND o.dead_at IS NULL
 
