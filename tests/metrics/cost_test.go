@@ -90,11 +90,11 @@ func drain(t *testing.T, n int, metricsOn bool) (took, sample time.Duration) {
 // acks everything, deliver at a ratio on ÷ off of at least 0.97, comparing
 // each mode's fastest drain: on a machine shared with other work, the
 // fastest of several drains is the one nothing else slowed (the totals are
-// logged too). A measurement below 0.97 is taken again, up to three tries;
-// in the ordinary suite, where other packages' tests share the machine, the
-// last try must reach 0.90 (a query or an allocation per message would
-// fall below it), and 0.97 with TXBOX_BENCH=1 (docs/operability.md has the
-// figures). The periodic
+// logged too). A measurement below the bound is taken again, up to three
+// tries. The bound is 0.97 with TXBOX_BENCH=1 (docs/operability.md has the
+// figures); in the ordinary suite, where other packages' tests share the
+// machine, it is 0.90 (a query or an allocation per message would
+// fall below it). The periodic
 // backlog sample, which a drain shorter than the sample interval does not
 // meet, is costed apart: its slowest run on the full table, spread over
 // the default interval, must be under 3% of the time too. Not parallel: it
@@ -138,7 +138,7 @@ func TestDrainWithMetricsOnVsOff(t *testing.T) {
 			total[0].Round(time.Millisecond), total[1].Round(time.Millisecond), total[0].Seconds()/total[1].Seconds())
 		share = sampleMax.Seconds() / relay.DefaultSampleInterval.Seconds()
 		t.Logf("backlog sample on %d pending rows: at most %s, %.2f%% of the default %s interval", n, sampleMax.Round(time.Millisecond), 100*share, relay.DefaultSampleInterval)
-		if ratio >= 0.97 && share < 0.03 {
+		if ratio >= want && share < 0.03 {
 			return
 		}
 	}
