@@ -81,6 +81,10 @@ type Config struct {
 	BackoffMax  time.Duration
 	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Observer receives each delivery and its outcome (see
+	// txbox.ConsumerObserver; package txboxprom has a Prometheus one).
+	// Default: nil, and then the consumer makes no observer calls.
+	Observer txbox.ConsumerObserver
 }
 
 // HandlerConfig names a handler and says where its messages come from.
@@ -481,6 +485,13 @@ func (c *Consumer[TTx]) release(d txbox.Delivery) {
 func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.Delivery) {
 	msg := d.Message()
 	msg.Binding = h.Binding
+	var start time.Time
+	result := txbox.HandleFailed
+	if obs := c.cfg.Observer; obs != nil {
+		obs.Received(h.Name, msg.Deliveries)
+		start = time.Now()
+		defer func() { obs.Handled(h.Name, result, time.Since(start)) }()
+	}
 	dup, err := c.invoke(ctx, h, msg)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -493,6 +504,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 	}
 	deadLetter := func(what string, err error) {
 		log.Error("txbox/consumer: dead-lettering "+what, "err", err)
+		result = txbox.HandleDeadLettered
 		c.dead.Add(1)
 		c.failures.forget(h.Name, msg.ID)
 		settle("dead-letter", d.DeadLetter(sctx, err))
@@ -501,13 +513,16 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 	case err == nil:
 		c.failures.forget(h.Name, msg.ID)
 		if dup {
+			result = txbox.HandleDuplicate
 			c.duplicates.Add(1)
 		} else {
+			result = txbox.HandleFresh
 			c.handled.Add(1)
 		}
 		settle("ack", d.Ack(sctx))
 	case ctx.Err() != nil:
 		// Stop's deadline passed: the transaction rolled back.
+		result = txbox.HandleReleased
 		c.released.Add(1)
 		settle("release", d.Retry(sctx, 0))
 	case IsPermanent(err), errors.Is(err, inbox.ErrInvalidInput):

@@ -27,6 +27,9 @@ const (
 	// prepare, marks).
 	ClaimLeaseMargin   = 5 * time.Second
 	DefaultConcurrency = 1
+	// DefaultSampleInterval is how often a relay with an Observer reads its
+	// table's backlog.
+	DefaultSampleInterval = 10 * time.Second
 )
 
 // Config configures a Relay. Zero fields take their defaults; negative
@@ -100,13 +103,23 @@ type Config struct {
 
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// Observer receives the relay's rounds, messages and periodic samples
+	// (see txbox.RelayObserver; package txboxprom has a Prometheus one).
+	// Default: nil, and then the relay makes no observer calls and takes
+	// no samples.
+	Observer txbox.RelayObserver
+	// SampleInterval is how often a relay with an Observer reads its
+	// table's backlog (one query, whatever the number of scrapes) and
+	// hands the figures to Observer.Sampled. Default: 10s.
+	SampleInterval time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 ||
 		out.CleanupBatchSize < 0 || out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.BackoffMax < 0 ||
-		out.RetryDelay < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 || out.Concurrency < 0 {
+		out.RetryDelay < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 || out.Concurrency < 0 || out.SampleInterval < 0 {
 		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -122,6 +135,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.RetryDelay, DefaultRetryDelay)
 	def(&out.ClaimLease, out.PublishTimeout+ClaimLeaseMargin)
 	def(&out.NotifyProbeTimeout, 2*time.Second)
+	def(&out.SampleInterval, DefaultSampleInterval)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}

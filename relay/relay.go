@@ -74,6 +74,11 @@ type Relay struct {
 
 	check func(context.Context) []string // the outbox table's start-up check
 
+	obs      txbox.RelayObserver // nil: no observer calls (see observe.go)
+	inFlight inFlight            // claim times of the batches held, with obs
+	lastGood atomic.Int64        // when a round last succeeded, Unix ns
+	running  atomic.Bool         // run is running
+
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	stopped chan struct{}
@@ -106,7 +111,8 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	}
 	closed := make(chan struct{})
 	close(closed)
-	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed}
+	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed,
+		obs: c.Observer}
 	r.check = func(ctx context.Context) []string {
 		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table})
 		if err != nil {
@@ -227,8 +233,17 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	r.running.Store(true)
+	defer r.running.Store(false)
 	defer wg.Wait()
 	defer cancel()
+	if r.obs != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.sampleLoop(ctx)
+		}()
+	}
 	// The first loop that meets a fatal error stops them all.
 	var fatal error
 	var fatalOnce sync.Once
@@ -449,13 +464,26 @@ func nextBackoff(prev, max time.Duration) time.Duration {
 // (transiently); acknowledged messages are marked even then.
 func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 	r.rounds.Add(1)
+	stage := "claim"
+	var claimedAt time.Time
+	if r.obs != nil {
+		claimedAt = time.Now()
+	}
 	defer func() {
 		if err != nil {
 			r.failedRounds.Add(1)
 			r.from.Store(0) // rows may have been given back below the scan's start
+			if r.obs != nil {
+				r.obs.RoundFailed(stage)
+			}
+		} else {
+			r.lastGood.Store(time.Now().UnixNano())
 		}
 	}()
 	batch, err := r.claim(ctx)
+	if r.obs != nil {
+		r.obs.Claimed(batchLen(batch), time.Since(claimedAt))
+	}
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
@@ -465,16 +493,33 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 	if len(batch.Rows) == 0 {
 		return 0, batch.Release(finishCtx)
 	}
+	if r.obs != nil {
+		defer r.inFlight.add(claimedAt)()
+	}
 	out := r.prepare(batch.Rows)
 	var errs []error
 	if len(out.msgs) > 0 {
 		// Acks in flight are awaited even when ctx ends (Stop), up to
 		// PublishTimeout, so that what the broker stored gets marked.
+		var sent time.Time
+		if r.obs != nil {
+			sent = time.Now()
+		}
 		pubCtx, cancelPub := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 		errs = r.pub.Publish(pubCtx, out.msgs)
 		cancelPub()
+		if r.obs != nil {
+			r.obs.Published(len(out.msgs), countErrs(errs), time.Since(sent))
+		}
 	}
-	return len(batch.Rows), r.settle(finishCtx, batch, out, errs)
+	stage = "publish" // settle's error is about the publish, unless it says finish
+	if err := r.settle(finishCtx, batch, out, errs); err != nil {
+		if errors.Is(err, errFinish) {
+			stage = "finish"
+		}
+		return len(batch.Rows), err
+	}
+	return len(batch.Rows), nil
 }
 
 // claim takes the next batch and notes where the next claim's scan starts
@@ -592,7 +637,10 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 		}
 	}
 	if err := batch.Finish(ctx, published, rejected, r.cfg.MaxAttempts); err != nil {
-		return fmt.Errorf("finish batch: %w", err)
+		return fmt.Errorf("%w: %w", errFinish, err)
+	}
+	if r.obs != nil {
+		r.observeSettled(batch, out, errs, rejected)
 	}
 	r.published.Add(int64(len(published)))
 	r.invalid.Add(int64(len(out.invalid)))

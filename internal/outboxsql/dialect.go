@@ -47,6 +47,8 @@ type dialect interface {
 	cleanup(cutoff time.Time, limit int) (string, []any)
 	// counts returns the query of Store.Counts.
 	counts(now time.Time) (string, []any)
+	// backlog returns the query of Store.Backlog.
+	backlog(now time.Time) (string, []any)
 	// withIDs returns q, a statement on the rows seqs, with its arguments.
 	withIDs(q string, seqs []int64) (string, []any)
 	// newTime returns a scan destination for a timestamp column.
@@ -62,6 +64,7 @@ type queries struct {
 	listDead, redrive, redriveAll, discard, discardAll             string
 	// listPending lists undelivered rows, for txboxtest (see ListPending).
 	listPending string
+	backlog     string
 	// insert has a {{list}} of one row's values.
 	insert string
 	// release ends a lease (SQLite); lazyCommit runs before the commit
@@ -79,7 +82,7 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
 		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead,
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
-		"insert": &q.insert, "list_pending": &q.listPending,
+		"insert": &q.insert, "list_pending": &q.listPending, "backlog": &q.backlog,
 	}
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(d, schema, name)

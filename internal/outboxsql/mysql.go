@@ -106,3 +106,5 @@ func (m *mysql) withIDs(q string, seqs []int64) (string, []any) {
 
 func (m *mysql) newTime() timeCol { return &anyTime{} }
 func (m *mysql) newInt() intCol   { return &nativeInt{} }
+
+func (m *mysql) backlog(time.Time) (string, []any) { return m.q.backlog, nil }

@@ -78,3 +78,5 @@ func (p *postgres) withIDs(q string, seqs []int64) (string, []any) { return q, [
 
 func (p *postgres) newTime() timeCol { return &nativeTime{} }
 func (p *postgres) newInt() intCol   { return &nativeInt{} }
+
+func (p *postgres) backlog(time.Time) (string, []any) { return p.q.backlog, nil }

@@ -70,3 +70,7 @@ func idsJSON(seqs []int64) string {
 	b, _ := json.Marshal(seqs)
 	return string(b)
 }
+
+func (s *sqlite) backlog(now time.Time) (string, []any) {
+	return s.q.backlog, []any{now.UnixMicro()}
+}

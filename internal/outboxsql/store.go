@@ -319,3 +319,43 @@ func newToken() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// Backlog is the relay's periodic reading of the table (see the backlog
+// query): the undelivered rows by disjoint state, the dead rows, and the
+// age of the oldest row a claim could take now.
+type Backlog struct {
+	Pending, Retrying, Parked, Dead int64
+	OldestClaimableAge              time.Duration
+}
+
+// Backlog runs the backlog query: one statement.
+func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
+	q, args := s.d.backlog(time.Now())
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return Backlog{}, err
+	}
+	defer rows.Close()
+	var b Backlog
+	var age float64
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Backlog{}, err
+		}
+		return Backlog{}, driver.ErrNoRows
+	}
+	if err := rows.Scan(&b.Pending, &b.Retrying, &b.Parked, &b.Dead, &age); err != nil {
+		return Backlog{}, err
+	}
+	b.OldestClaimableAge = time.Duration(max(age, 0) * float64(time.Second))
+	return b, rows.Err()
+}
+
+// Ping runs a trivial query: whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, "SELECT 1")
+	if err != nil {
+		return err
+	}
+	return rows.Close()
+}

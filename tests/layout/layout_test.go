@@ -77,10 +77,11 @@ func txboxDeps(p pkg) []string {
 func TestLayering(t *testing.T) {
 	t.Parallel()
 	sdks := []string{"github.com/jackc/pgx", "github.com/nats-io/", "github.com/rabbitmq/", "github.com/redis/",
-		"github.com/hibiken/", "github.com/twmb/", "modernc.org/", "github.com/go-sql-driver/", "github.com/spf13/"}
+		"github.com/hibiken/", "github.com/twmb/", "modernc.org/", "github.com/go-sql-driver/", "github.com/spf13/",
+		"github.com/prometheus/", "go.opentelemetry.io/"}
 	core := map[string]bool{mod: true, mod + "/driver": true, mod + "/relay": true, mod + "/consumer": true,
 		mod + "/inbox": true, mod + "/migrate": true, mod + "/dead": true, mod + "/txboxsql": true,
-		mod + "/drivertest": true, mod + "/brokertest": true, mod + "/txboxtest": true}
+		mod + "/drivertest": true, mod + "/brokertest": true, mod + "/txboxtest": true, mod + "/health": true}
 	adapters := map[string]bool{mod + "/natsjs": true, mod + "/rabbitmq": true, mod + "/redisstream": true, mod + "/txboxasynq": true, mod + "/kafka": true, mod + "/txboxpgx": true}
 	seen := 0
 	for _, p := range listPkgs(t) {
@@ -175,7 +176,7 @@ var (
 	graph := run("list", "-m", "all")
 	for _, banned := range []string{"github.com/spf13/cobra", "github.com/twmb/franz-go", "github.com/hibiken/asynq",
 		"github.com/redis/go-redis", "github.com/rabbitmq/amqp091-go", "modernc.org/sqlite", "github.com/go-sql-driver/mysql",
-		"github.com/nats-io/nats-server", mod + "/tests", mod + "/cmd"} {
+		"github.com/nats-io/nats-server", "github.com/prometheus/", "go.opentelemetry.io/", mod + "/tests", mod + "/cmd"} {
 		if strings.Contains(graph, banned) {
 			t.Errorf("the module graph of a program using txbox, txboxpgx, relay, natsjs, consumer and inbox holds %s", banned)
 		}

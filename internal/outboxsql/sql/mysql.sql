@@ -61,6 +61,24 @@ SELECT
   COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) / 1000000.0
             FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
 
+-- name: backlog
+-- The relay's periodic sample (Relay.Sample): the undelivered rows by
+-- disjoint state (pending, retrying, parked), the dead count and the age of
+-- the oldest claimable row (due, not parked), in one statement. A row is
+-- parked when a dead row shares its key. The dead rows are read once.
+WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
+SELECT
+  CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0) AS SIGNED),
+  CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts > 0 THEN 1 ELSE 0 END), 0) AS SIGNED),
+  CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NOT NULL THEN 1 ELSE 0 END), 0) AS SIGNED),
+  (SELECT COUNT(*) FROM dead),
+  COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN k.ordering_key IS NULL
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6)) THEN o.created_at END), UTC_TIMESTAMP(6)) / 1000000.0, 0)
+FROM {{table}} o
+LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
+  ON k.ordering_key = o.ordering_key
+WHERE o.published_at IS NULL AND o.dead_at IS NULL
+
 -- name: list_dead
 SELECT id, message_id, topic, COALESCE(ordering_key, ''), attempts, COALESCE(last_error, ''), created_at, dead_at,
   (SELECT COUNT(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)

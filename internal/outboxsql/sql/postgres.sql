@@ -66,6 +66,24 @@ SELECT
      AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
   coalesce((SELECT extract(epoch FROM now() - min(created_at))::float8 FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
 
+-- name: backlog
+-- The relay's periodic sample (Relay.Sample): the undelivered rows by
+-- disjoint state (pending, retrying, parked), the dead count and the age of
+-- the oldest claimable row (due, not parked), in one statement. A row is
+-- parked when a dead row shares its key. The dead rows are read once.
+WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
+SELECT
+  count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts = 0),
+  count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts > 0),
+  count(*) FILTER (WHERE k.ordering_key IS NOT NULL),
+  (SELECT count(*) FROM dead),
+  coalesce(extract(epoch FROM now() - min(o.created_at) FILTER (
+    WHERE k.ordering_key IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())))::float8, 0)
+FROM {{table}} o
+LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
+  ON k.ordering_key = o.ordering_key
+WHERE o.published_at IS NULL AND o.dead_at IS NULL
+
 -- name: list_dead
 SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(last_error, ''), created_at, dead_at,
   (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)

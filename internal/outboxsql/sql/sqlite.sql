@@ -55,6 +55,25 @@ SELECT
      AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
   coalesce((SELECT (?1 - min(created_at)) / 1e6 FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
 
+-- name: backlog
+-- The relay's periodic sample (Relay.Sample): the undelivered rows by
+-- disjoint state (pending, retrying, parked), the dead count and the age of
+-- the oldest claimable row (due, not parked), in one statement. A row is
+-- parked when a dead row shares its key. The dead rows are read once.
+-- ?1 is now, in unix microseconds.
+WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
+SELECT
+  coalesce(sum(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0),
+  coalesce(sum(CASE WHEN k.ordering_key IS NULL AND o.attempts > 0 THEN 1 ELSE 0 END), 0),
+  coalesce(sum(CASE WHEN k.ordering_key IS NOT NULL THEN 1 ELSE 0 END), 0),
+  (SELECT count(*) FROM dead),
+  coalesce((?1 - min(CASE WHEN k.ordering_key IS NULL
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1) THEN o.created_at END)) / 1e6, 0)
+FROM {{table}} o
+LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
+  ON k.ordering_key = o.ordering_key
+WHERE o.published_at IS NULL AND o.dead_at IS NULL
+
 -- name: list_dead
 SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(last_error, ''), created_at, dead_at,
   (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)

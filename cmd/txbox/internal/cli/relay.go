@@ -41,6 +41,11 @@ type relayFlags struct {
 	migrate       bool
 	logLevel      string
 	logJSON       bool
+
+	// --http (relay_http.go)
+	http       string
+	httpPublic bool
+	served     *relayHTTP
 }
 
 func newRelayCmd() *cobra.Command {
@@ -91,6 +96,8 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.StringVar(&f.http, "http", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090 (loopback only unless --http-public)")
+	fs.BoolVar(&f.httpPublic, "http-public", false, "allow --http on an address other than loopback")
 	return cmd
 }
 
@@ -174,6 +181,11 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	cfg.Logger = log
+	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic); err != nil {
+		return err
+	}
+	defer f.served.close()
+	cfg.Observer = f.served.observer()
 	target, err := f.tables.target()
 	if err != nil {
 		return err
@@ -320,6 +332,8 @@ func relayWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFla
 		return err
 	}
 	cfg = r.Config()
+	f.served.set(r)
+	defer f.served.set(nil)
 	if err := r.Start(ctx); err != nil {
 		return err
 	}

@@ -1,0 +1,86 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// --http refuses an address other than loopback unless --http-public says
+// so, before it opens anything.
+func TestRelayHTTPRefusesNonLoopback(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	for _, addr := range []string{"0.0.0.0:0", ":9090", "192.0.2.1:9090", "example.com:9090"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, _, err := run(ctx, "relay", "--db", db, "--broker", "nats://127.0.0.1:1", "--http", addr)
+		cancel()
+		if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "--http-public") {
+			t.Errorf("--http %s: %v, want an invalid-config error naming --http-public", addr, err)
+		}
+	}
+}
+
+// `txbox relay --http` serves /healthz, /readyz (ready once the relay runs)
+// and /metrics with the relay's metrics.
+func TestRelayHTTPServesProbesAndMetrics(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "free port")
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut testenv.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"relay", "--db", "sqlite://" + filepath.Join(dir, "x.db"), "--migrate",
+			"--nats-dir", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0", "--http", addr}, &out, &errOut)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if code, _ := get("/readyz"); code == http.StatusOK {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("relay exited: %v\n%s", err, errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			code, body := get("/readyz")
+			t.Fatalf("/readyz never ready: %d %s\n%s", code, body, errOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz %d %q", code, body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "txbox_relay_claim_duration_seconds_count") {
+		t.Fatalf("/metrics %d without the relay's metrics:\n%s", code, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("relay: %v", err)
+	}
+}

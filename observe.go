@@ -1,0 +1,171 @@
+package txbox
+
+import "time"
+
+// RelayObserver receives what a relay does, as it does it: the seam through
+// which metrics adapters (package txboxprom, or one of your own) see the
+// relay without the core importing a metrics SDK. Set it in
+// relay.Config.Observer; a relay without one makes none of these calls.
+//
+// The relay calls it from its loops, synchronously: every method must be
+// quick, must not block and must not panic; calls may be concurrent. The
+// per-message call (Settled) passes only a string and scalars, so that an
+// implementation can count without allocating.
+//
+// Embed BaseRelayObserver in an implementation: methods added to this
+// interface later then have a no-op default and the implementation keeps
+// compiling.
+type RelayObserver interface {
+	// Claimed: a claim took d and returned n rows (n may be 0).
+	Claimed(n int, d time.Duration)
+	// Published: one Publish call of n messages took d (from the first
+	// send to the last ack or the timeout); failed of them were not
+	// acknowledged (rejected or transient).
+	Published(n, failed int, d time.Duration)
+	// Settled: one claimed message's outcome, recorded in the table.
+	// sinceCreated is the time from the row's created_at (its commit) to
+	// now, when the broker's ack has been recorded: the commit-to-ack
+	// latency for SettledPublished.
+	Settled(topic string, outcome Outcome, sinceCreated time.Duration)
+	// RoundFailed: a round failed at stage ("claim", "publish", "finish").
+	RoundFailed(stage string)
+	// Sampled: the periodic sample of the relay's table and state
+	// (relay.Config.SampleInterval).
+	Sampled(s RelaySample)
+}
+
+// Outcome is what became of one claimed outbox message in a round.
+type Outcome uint8
+
+// The outcomes of Settled.
+const (
+	// OutcomePublished: the broker acknowledged it (a broker-side duplicate
+	// included) and the row is marked.
+	OutcomePublished Outcome = iota + 1
+	// OutcomeRejected: the broker refused it; it is retried later.
+	OutcomeRejected
+	// OutcomeDead: refused for the last time, or invalid: parked as dead.
+	OutcomeDead
+	// OutcomeInvalid: the row broke the outbox contract and is dead at
+	// once (it is not also reported as OutcomeDead).
+	OutcomeInvalid
+	// OutcomeUnacked: no answer from the broker (an outage or timeout):
+	// the row goes back untouched, no attempt counted.
+	OutcomeUnacked
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomePublished:
+		return "published"
+	case OutcomeRejected:
+		return "rejected"
+	case OutcomeDead:
+		return "dead"
+	case OutcomeInvalid:
+		return "invalid"
+	case OutcomeUnacked:
+		return "unacked"
+	}
+	return "unknown"
+}
+
+// RelaySample is one periodic reading of a relay and its outbox table: the
+// table figures come from one query per relay per sample interval, never
+// one per scrape.
+type RelaySample struct {
+	// At is when the sample was taken.
+	At time.Time
+	// Err is why the table could not be read (the figures below from the
+	// table are then those of the last good sample), or nil.
+	Err error
+
+	// Backlog by state; the four are disjoint, and their sum is every row
+	// not yet delivered plus the dead ones.
+	Pending  int64 // undelivered, never rejected, not parked
+	Retrying int64 // undelivered, rejected at least once, not dead, not parked
+	Parked   int64 // undelivered, waiting behind a dead row of their key
+	Dead     int64 // dead rows
+	// OldestClaimableAge is the age (from created_at) of the oldest row a
+	// claim could take now: undelivered, due (not waiting out a retry
+	// delay) and not parked; zero when there is none.
+	OldestClaimableAge time.Duration
+
+	// OldestInFlightAge is how long the oldest batch this relay holds has
+	// been claimed (a publish stuck on the broker shows here); zero when
+	// none is in flight.
+	OldestInFlightAge time.Duration
+	// Listening: the relay receives LISTEN/NOTIFY wake-ups (else it polls).
+	Listening bool
+	// BrokerConnected is the publisher's connection state
+	// (ConnectionChecker); true when the publisher does not report one.
+	BrokerConnected bool
+	// BrokerDuplicates is the publisher's count of acks that said the
+	// broker already held the message (DuplicateCounter), since it was
+	// made; 0 when it does not count them.
+	BrokerDuplicates int64
+}
+
+// BaseRelayObserver implements RelayObserver with no-ops; embed it.
+type BaseRelayObserver struct{}
+
+func (BaseRelayObserver) Claimed(int, time.Duration)             {}
+func (BaseRelayObserver) Published(int, int, time.Duration)      {}
+func (BaseRelayObserver) Settled(string, Outcome, time.Duration) {}
+func (BaseRelayObserver) RoundFailed(string)                     {}
+func (BaseRelayObserver) Sampled(RelaySample)                    {}
+
+// ConsumerObserver receives what a consumer does with each delivery. Set it
+// in consumer.Config.Observer; a consumer without one makes none of these
+// calls. As with RelayObserver, methods must be quick and safe for
+// concurrent use; embed BaseConsumerObserver.
+type ConsumerObserver interface {
+	// Received: handler's subscription handed over one delivery, the
+	// deliveries-th of its message (1 for the first); it is in flight
+	// until Handled reports it.
+	Received(handler string, deliveries int)
+	// Handled: the delivery's outcome, d after Received: the handler, the
+	// inbox transaction and the settlement with the broker.
+	Handled(handler string, result HandleResult, d time.Duration)
+}
+
+// HandleResult is what a consumer did with one delivery.
+type HandleResult uint8
+
+// The results of Handled.
+const (
+	// HandleFresh: the handler ran and succeeded; the message is acked.
+	HandleFresh HandleResult = iota + 1
+	// HandleDuplicate: the inbox already held the message; acked without
+	// running the handler.
+	HandleDuplicate
+	// HandleFailed: the handler or the database failed; the message is
+	// released for redelivery.
+	HandleFailed
+	// HandleDeadLettered: the message was dead-lettered.
+	HandleDeadLettered
+	// HandleReleased: released unprocessed at Stop.
+	HandleReleased
+)
+
+func (r HandleResult) String() string {
+	switch r {
+	case HandleFresh:
+		return "fresh"
+	case HandleDuplicate:
+		return "duplicate"
+	case HandleFailed:
+		return "failed"
+	case HandleDeadLettered:
+		return "dead_lettered"
+	case HandleReleased:
+		return "released"
+	}
+	return "unknown"
+}
+
+// BaseConsumerObserver implements ConsumerObserver with no-ops; embed it.
+type BaseConsumerObserver struct{}
+
+func (BaseConsumerObserver) Received(string, int)                        {}
+func (BaseConsumerObserver) Handled(string, HandleResult, time.Duration) {}

@@ -1,0 +1,82 @@
+package metrics_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
+)
+
+// The backlog sample reads the same figures on every dialect: the disjoint
+// states (pending, retrying, parked, dead) and an oldest claimable age that
+// skips the rows waiting out a retry and the parked ones.
+func TestSampleEachDialect(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name        string
+		open        func(t *testing.T) *sql.DB
+		d           driver.Dialect
+		now, future string
+	}{
+		{"postgres", func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t, 4); return db }, driver.Postgres, "now()", "now() + interval '1 hour'"},
+		{"sqlite", func(t *testing.T) *sql.DB { return testenv.SQLite(t) }, driver.SQLite, "1", "9000000000000000"},
+		{"mysql", func(t *testing.T) *sql.DB { return testenv.MySQL(t) }, driver.MySQL, "UTC_TIMESTAMP(6)", "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := c.open(t)
+			drv := txboxsql.New(db, c.d)
+			m, err := migrate.New(drv, migrate.Config{})
+			testenv.Must(t, err, "migrate.New")
+			_, err = m.Up(ctx)
+			testenv.Must(t, err, "migrate up")
+			ob, err := txbox.New(drv, txbox.Config{})
+			testenv.Must(t, err, "txbox.New")
+			r, err := relay.New[*sql.Tx](drv, &ackAll{}, relay.Config{})
+			testenv.Must(t, err, "relay.New")
+			empty := r.Sample(ctx, txbox.RelaySample{})
+			if empty.Err != nil || empty.Pending+empty.Retrying+empty.Parked+empty.Dead != 0 || empty.OldestClaimableAge != 0 {
+				t.Fatalf("empty table: %+v", empty)
+			}
+
+			_, err = ob.AddNoTx(ctx,
+				txbox.Message{ID: "p1", Topic: "t", Payload: []byte("1")},
+				txbox.Message{ID: "p2", Topic: "t", Payload: []byte("2")},
+				txbox.Message{ID: "k1", Topic: "t", Key: "k", Payload: []byte("3")},
+				txbox.Message{ID: "k2", Topic: "t", Key: "k", Payload: []byte("4")},
+				txbox.Message{ID: "r1", Topic: "t", Payload: []byte("5")},
+				txbox.Message{ID: "d1", Topic: "t", Payload: []byte("6")})
+			testenv.Must(t, err, "add")
+			exec := func(q string) {
+				_, err := db.ExecContext(ctx, q)
+				testenv.Must(t, err, "exec %s", q)
+			}
+			exec("UPDATE txbox_outbox SET dead_at = " + c.now + ", attempts = 10 WHERE message_id IN ('k1', 'd1')")
+			exec("UPDATE txbox_outbox SET attempts = 1, next_attempt_at = " + c.future + " WHERE message_id = 'r1'")
+			time.Sleep(20 * time.Millisecond)
+			s := r.Sample(ctx, txbox.RelaySample{})
+			if s.Err != nil {
+				t.Fatal(s.Err)
+			}
+			if s.Pending != 2 || s.Retrying != 1 || s.Parked != 1 || s.Dead != 2 {
+				t.Fatalf("sample %+v, want pending 2, retrying 1, parked 1, dead 2", s)
+			}
+			if s.OldestClaimableAge <= 0 || s.OldestClaimableAge > time.Minute {
+				t.Fatalf("oldest claimable age %s", s.OldestClaimableAge)
+			}
+			// Only the retrying and parked rows left: nothing is claimable.
+			exec("DELETE FROM txbox_outbox WHERE message_id IN ('p1', 'p2')")
+			if s := r.Sample(ctx, txbox.RelaySample{}); s.OldestClaimableAge != 0 || s.Pending != 0 {
+				t.Fatalf("with nothing claimable: %+v", s)
+			}
+		})
+	}
+}
