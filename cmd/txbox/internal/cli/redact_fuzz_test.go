@@ -164,4 +164,3 @@ func passwordForms(pw string) []string {
 	}
 	return out
 }
-
