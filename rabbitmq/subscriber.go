@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -389,7 +390,9 @@ func (d *delivery) deliveries() int {
 			n, _ = strconv.Atoi(s)
 		}
 	}
-	n = max(n, 0) + 1
+	// A header's count is capped so that the increments below cannot
+	// overflow into a negative count, which no MaxDeliveries would reach.
+	n = min(max(n, 0), math.MaxInt32) + 1
 	if d.d.Redelivered {
 		n++ // delivered before, unacked (a consumer died or released it)
 	}

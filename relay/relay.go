@@ -562,19 +562,7 @@ func (r *Relay) prepare(rows []outboxsql.Claimed) prepared {
 	out := prepared{msgs: make([]txbox.Message, 0, len(rows)), rowOf: make([]int, 0, len(rows))}
 	checker, _ := r.pub.(txbox.MessageChecker)
 	for i, row := range rows {
-		m := txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload, CreatedAt: row.CreatedAt}
-		err := row.Invalid
-		if err == nil && len(row.Headers) > 2 { // not "{}"
-			if jerr := json.Unmarshal(row.Headers, &m.Headers); jerr != nil {
-				err = fmt.Errorf("headers are not a JSON object of strings: %w", jerr)
-			}
-		}
-		if err == nil && m.ID == "" {
-			err = errors.New("message_id is empty")
-		}
-		if err == nil {
-			err = m.Validate(0)
-		}
+		m, err := decodeRow(row)
 		if err == nil && checker != nil {
 			err = checker.CheckMessage(m)
 		}
@@ -590,6 +578,27 @@ func (r *Relay) prepare(rows []outboxsql.Claimed) prepared {
 		out.rowOf = append(out.rowOf, i)
 	}
 	return out
+}
+
+// decodeRow turns one claimed row into a message and checks it against the
+// message contract: the headers column is a JSON object of strings ("{}" or
+// shorter: none), the id is not empty, the message passes Validate. It
+// reads nothing but row.
+func decodeRow(row outboxsql.Claimed) (txbox.Message, error) {
+	m := txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload, CreatedAt: row.CreatedAt}
+	err := row.Invalid
+	if err == nil && len(row.Headers) > 2 { // not "{}"
+		if jerr := json.Unmarshal(row.Headers, &m.Headers); jerr != nil {
+			err = fmt.Errorf("headers are not a JSON object of strings: %w", jerr)
+		}
+	}
+	if err == nil && m.ID == "" {
+		err = errors.New("message_id is empty")
+	}
+	if err == nil {
+		err = m.Validate(0)
+	}
+	return m, err
 }
 
 // settle records the broker's answers: acknowledged rows are marked,
