@@ -13,7 +13,8 @@
 // from the clock; printed), TXBOX_CRASH_SCENARIOS (default
 // "postgres,sqlite"), TXBOX_CRASH_DRAIN (how long the end may take to
 // deliver the backlog, default 2m), TXBOX_CRASH_REPORT (a file the ledger
-// is appended to).
+// is appended to), TXBOX_CRASH_KEEP (keep the logs and data of a run that
+// passed; a failed run's are always kept, and the end of each log printed).
 package crash_test
 
 import (
@@ -175,8 +176,10 @@ func run(t *testing.T, bin string, st settings, name string) {
 		if e.proxy != nil {
 			e.proxy.Close()
 		}
-		if t.Failed() {
-			e.dumpLogs()
+		if t.Failed() || os.Getenv("TXBOX_CRASH_KEEP") != "" {
+			if t.Failed() {
+				e.dumpLogs()
+			}
 			t.Logf("crash %s: logs and data kept in %s; replay with TXBOX_CRASH_SEED=%d", name, dir, st.seed)
 			return
 		}
@@ -198,7 +201,7 @@ func run(t *testing.T, bin string, st settings, name string) {
 		_, err = admin.ExecContext(ctx, "CREATE SCHEMA "+schema)
 		testenv.Must(t, err, "create schema")
 		t.Cleanup(func() {
-			if !t.Failed() {
+			if !t.Failed() && os.Getenv("TXBOX_CRASH_KEEP") == "" {
 				_, _ = admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 			}
 			_ = admin.Close()
@@ -305,6 +308,8 @@ func run(t *testing.T, bin string, st settings, name string) {
 		f.lasted = end.Sub(start)
 		f.recovery, f.stalled = e.nextDelivery(lastID, end)
 		faults = append(faults, f)
+		e.note("fault %d %s from %s to %s, next effect %s later", len(faults), f.kind,
+			start.Format("15:04:05.000"), end.Format("15:04:05.000"), f.recovery.Round(time.Millisecond))
 	}
 	faulting := time.Since(begin)
 
@@ -350,6 +355,17 @@ func run(t *testing.T, bin string, st settings, name string) {
 	}
 }
 
+// note appends a line to faults.log in the work dir: what the harness did
+// when, to line up with the processes' logs.
+func (e *env) note(format string, args ...any) {
+	f, err := os.OpenFile(filepath.Join(e.dir, "faults.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, format+"\n", args...)
+}
+
 func (e *env) add(name string, argv ...string) {
 	e.procs[name] = &proc{name: name, argv: argv, log: filepath.Join(e.dir, name+".log")}
 }
@@ -386,8 +402,11 @@ func (e *env) nextDelivery(lastID int, end time.Time) (time.Duration, bool) {
 
 // dumpLogs prints the end of every process's log.
 func (e *env) dumpLogs() {
-	for _, n := range []string{"natsd", "relay", "consumer", "producer"} {
+	for _, n := range []string{"faults", "natsd", "relay", "consumer", "producer"} {
 		p := e.procs[n]
+		if n == "faults" {
+			p = &proc{log: filepath.Join(e.dir, "faults.log")}
+		}
 		if p == nil {
 			continue
 		}
