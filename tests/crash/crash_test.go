@@ -12,7 +12,7 @@
 // past the duration until that many SIGKILLs), TXBOX_CRASH_SEED (default:
 // from the clock; printed), TXBOX_CRASH_SCENARIOS (default
 // "postgres,sqlite"), TXBOX_CRASH_DRAIN (how long the end may take to
-// deliver the backlog, default 2m), TXBOX_CRASH_REPORT (a file the ledger
+// deliver the backlog, default 2m plus a quarter of the duration), TXBOX_CRASH_REPORT (a file the ledger
 // is appended to), TXBOX_CRASH_KEEP (keep the logs and data of a run that
 // passed; a failed run's are always kept, and the end of each log printed).
 package crash_test
@@ -65,6 +65,7 @@ func loadSettings(t *testing.T) settings {
 		}
 	}
 	dur("TXBOX_CRASH_DURATION", &s.duration)
+	s.drain = 2*time.Minute + s.duration/4 // a long run's consumer may end with a lag to catch up
 	dur("TXBOX_CRASH_DRAIN", &s.drain)
 	if v := os.Getenv("TXBOX_CRASH_MIN_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
