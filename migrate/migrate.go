@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/migratesql"
 	"github.com/txbox/txbox/internal/sqlname"
@@ -81,12 +82,11 @@ type Migrator struct {
 // When drv is a *txbox.Outbox, its table is the outbox table (cfg's Schema
 // and OutboxTable may be left empty).
 func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Migrator, error) {
-	if t, ok := any(drv).(interface{ OutboxTable() (string, string) }); ok && !cfg.NoOutbox {
-		schema, table := t.OutboxTable()
-		if (cfg.Schema != "" && cfg.Schema != schema) || (cfg.OutboxTable != "" && cfg.OutboxTable != table) {
-			return nil, fmt.Errorf("txbox: the outbox table is %q in schema %q, the migrate config names %q in %q", table, schema, cfg.OutboxTable, cfg.Schema)
+	if !cfg.NoOutbox {
+		var err error
+		if cfg.Schema, cfg.OutboxTable, err = txbox.TableOf(drv, cfg.Schema, cfg.OutboxTable); err != nil {
+			return nil, err
 		}
-		cfg.Schema, cfg.OutboxTable = schema, table
 	}
 	migrations, err := Plan(drv.Dialect(), cfg)
 	if err != nil {
