@@ -65,11 +65,10 @@ type Config struct {
 // Tracing traces txbox with OpenTelemetry: Propagate for the Outbox, and
 // the relay's and consumer's tracers. It is safe for concurrent use.
 type Tracing struct {
-	tracer     trace.Tracer
-	prop       propagation.TextMapPropagator
-	system     attribute.KeyValue
-	asChild    bool
-	systemName string
+	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator
+	system  attribute.KeyValue
+	asChild bool
 }
 
 // New returns a Tracing configured by cfg.
@@ -87,11 +86,10 @@ func New(cfg Config) *Tracing {
 		sys = SystemTxbox
 	}
 	return &Tracing{
-		tracer:     tp.Tracer(ScopeName),
-		prop:       prop,
-		system:     semconv.MessagingSystemKey.String(sys),
-		asChild:    cfg.ProcessAsChild,
-		systemName: sys,
+		tracer:  tp.Tracer(ScopeName),
+		prop:    prop,
+		system:  semconv.MessagingSystemKey.String(sys),
+		asChild: cfg.ProcessAsChild,
 	}
 }
 
