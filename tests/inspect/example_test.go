@@ -53,7 +53,7 @@ func Example() {
 	}
 	rows, _ := in.Pending(ctx, inspect.Filter{Topic: "order.placed"})
 	for _, r := range rows {
-		fmt.Println(r.Seq, r.Key, r.State, r.Attempts)
+		fmt.Println(r.Key, r.State, r.Attempts)
 	}
 	msg, _ := in.Show(ctx, rows[0].Seq)
 	fmt.Println(string(msg.Payload))
@@ -61,7 +61,7 @@ func Example() {
 	// pending 3, retrying 0, parked 0, dead 0
 	// order.placed 2
 	// invoice.sent 1
-	// 1 customer-7 pending 0
-	// 2 customer-8 pending 0
+	// customer-7 pending 0
+	// customer-8 pending 0
 	// {"order":1}
 }
