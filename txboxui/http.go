@@ -211,7 +211,7 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusInternalServerError, fmt.Errorf("%s failed: %w", action, err))
 			return
 		}
-		http.Redirect(w, r, "../?failed=1", http.StatusSeeOther)
+		seeOther(w, "../?failed=1")
 		return
 	}
 	h.log.Info("txboxui: "+action, "seqs", seqs, "count", n, "remote", r.RemoteAddr)
@@ -219,7 +219,15 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, actionResult{Action: action, Count: n})
 		return
 	}
-	http.Redirect(w, r, "../?done="+action+"&n="+strconv.FormatInt(n, 10), http.StatusSeeOther)
+	seeOther(w, "../?done="+action+"&n="+strconv.FormatInt(n, 10))
+}
+
+// seeOther redirects to the relative loc as is: http.Redirect would make
+// it absolute from the request's path, which under http.StripPrefix has
+// lost the prefix; the browser resolves it from the URL it posted to.
+func seeOther(w http.ResponseWriter, loc string) {
+	w.Header().Set("Location", loc)
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 // actionSeqs reads the seqs to act on: form fields seq (repeated) or

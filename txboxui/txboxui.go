@@ -12,6 +12,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -30,6 +31,9 @@ type Backlog struct {
 	Retrying int64 // undelivered, rejected at least once, not dead, not parked
 	Parked   int64 // undelivered, waiting behind a dead row of their key
 	Dead     int64
+	// ParkedKeys is how many ordering keys dead rows park; -1 when the
+	// source does not count them.
+	ParkedKeys int64
 	// OldestClaimableAge is the age of the oldest row a claim could take
 	// now (due and not parked); zero when there is none.
 	OldestClaimableAge time.Duration
@@ -44,21 +48,39 @@ type Backlog struct {
 // TopicBacklog counts the undelivered rows of one topic.
 type TopicBacklog struct {
 	Topic       string `json:"topic"`
-	Undelivered int64  `json:"undelivered"`
+	Undelivered int64  `json:"undelivered"` // dead ones included
+	Dead        int64  `json:"dead"`
 }
 
 // BacklogFunc reads the backlog (one query per call).
 type BacklogFunc func(ctx context.Context) (Backlog, error)
 
+// InspectBacklog reads the backlog through in.Backlog (package inspect:
+// counts by state, ages and top topics).
+func InspectBacklog(in *inspect.Inspector) BacklogFunc {
+	return func(ctx context.Context) (Backlog, error) {
+		b, err := in.Backlog(ctx)
+		if err != nil {
+			return Backlog{}, err
+		}
+		out := Backlog{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys,
+			OldestClaimableAge: b.OldestClaimableAge, OldestPendingAge: b.OldestPendingAge, Topics: []TopicBacklog{}}
+		for _, t := range b.Topics {
+			out.Topics = append(out.Topics, TopicBacklog{Topic: t.Topic, Undelivered: t.Undelivered, Dead: t.Dead})
+		}
+		return out, nil
+	}
+}
+
 // RelayBacklog reads the backlog of r's table through relay.Relay.Sample
-// (one query); r need not be running.
+// (one query, without top topics); r need not be running.
 func RelayBacklog(r *relay.Relay) BacklogFunc {
 	return func(ctx context.Context) (Backlog, error) {
 		s := r.Sample(ctx, txbox.RelaySample{})
 		if s.Err != nil {
 			return Backlog{}, s.Err
 		}
-		return Backlog{Pending: s.Pending, Retrying: s.Retrying, Parked: s.Parked, Dead: s.Dead, OldestClaimableAge: s.OldestClaimableAge}, nil
+		return Backlog{Pending: s.Pending, Retrying: s.Retrying, Parked: s.Parked, Dead: s.Dead, ParkedKeys: -1, OldestClaimableAge: s.OldestClaimableAge}, nil
 	}
 }
 
@@ -81,7 +103,7 @@ type Config struct {
 	// Title heads the page, e.g. the table's name. Never put a database URL
 	// here. Default: "txbox".
 	Title string
-	// Backlog reads the backlog. Default: RelayBacklog of the first relay
+	// Backlog reads the backlog, e.g. InspectBacklog. Default: RelayBacklog of the first relay
 	// of Relays that is running, else none.
 	Backlog BacklogFunc
 	// Dead lists, redrives and discards the dead messages.
@@ -244,7 +266,8 @@ type BacklogJSON struct {
 	Retrying           int64   `json:"retrying"`
 	Parked             int64   `json:"parked"`
 	Dead               int64   `json:"dead"`
-	Undelivered        int64   `json:"undelivered"`
+	ParkedKeys         int64   `json:"parked_keys"` // -1: not counted
+	Undelivered        int64   `json:"undelivered"` // pending + retrying + parked
 	OldestClaimableSec float64 `json:"oldest_claimable_seconds"`
 	OldestPendingSec   float64 `json:"oldest_pending_seconds"`
 }
@@ -345,7 +368,7 @@ func (h *Handler) read(ctx context.Context) *State {
 		if err != nil {
 			s.BacklogError = h.failed("read the backlog", err)
 		} else {
-			s.Backlog = BacklogJSON{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, Undelivered: b.Pending + b.Retrying + b.Parked,
+			s.Backlog = BacklogJSON{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Undelivered: b.Pending + b.Retrying + b.Parked,
 				OldestClaimableSec: b.OldestClaimableAge.Seconds(), OldestPendingSec: b.OldestPendingAge.Seconds()}
 			if b.Topics != nil {
 				s.Topics = b.Topics

@@ -17,7 +17,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/txboxui"
 )
 
@@ -187,23 +187,18 @@ func (d *database) uiConfig(schema, table string, inboxTables []string) (txboxui
 	return cfg, nil
 }
 
-// backlog reads the table's backlog through a relay that is never started
-// (its Sample is one query).
+// backlog reads the table's backlog through package inspect.
 func (d *database) backlog(schema, table string) (txboxui.BacklogFunc, error) {
-	r, err := d.relay(refusePublisher{}, relay.Config{Schema: schema, Table: table})
+	cfg := txbox.Config{Schema: schema, Table: table}
+	var in *inspect.Inspector
+	var err error
+	if d.pgx != nil {
+		in, err = inspect.New[pgx.Tx](d.pgx, cfg)
+	} else {
+		in, err = inspect.New[*sql.Tx](d.sql, cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return txboxui.RelayBacklog(r), nil
-}
-
-// refusePublisher is the publisher of a relay that only samples.
-type refusePublisher struct{}
-
-func (refusePublisher) Publish(_ context.Context, msgs []txbox.Message) []error {
-	errs := make([]error, len(msgs))
-	for i := range errs {
-		errs[i] = errors.New("txbox ui publishes nothing")
-	}
-	return errs
+	return txboxui.InspectBacklog(in), nil
 }
