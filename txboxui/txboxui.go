@@ -238,8 +238,9 @@ type Sample struct {
 	Published int64 `json:"published"`
 }
 
-// Undelivered is Pending + Retrying + Parked.
-func (s Sample) Undelivered() int64 { return s.Pending + s.Retrying + s.Parked }
+// Undelivered is every row not yet delivered, dead ones included (as
+// inspect.Backlog.Undelivered and txbox stats count it).
+func (s Sample) Undelivered() int64 { return s.Pending + s.Retrying + s.Parked + s.Dead }
 
 // State is what the page shows and api/state returns.
 type State struct {
@@ -267,14 +268,14 @@ type BacklogJSON struct {
 	Parked             int64   `json:"parked"`
 	Dead               int64   `json:"dead"`
 	ParkedKeys         int64   `json:"parked_keys"` // -1: not counted
-	Undelivered        int64   `json:"undelivered"` // pending + retrying + parked
+	Undelivered        int64   `json:"undelivered"` // pending + retrying + parked + dead, as txbox stats
 	OldestClaimableSec float64 `json:"oldest_claimable_seconds"`
 	OldestPendingSec   float64 `json:"oldest_pending_seconds"`
 }
 
 // Throughput is derived from the last two samples: the relays' published
-// messages per second (when relays are given) and the backlog's change per
-// second (negative while it drains).
+// messages per second (when relays are given) and the change per second of
+// the undelivered rows (negative while they drain).
 type Throughput struct {
 	PublishedPerSec *float64 `json:"published_per_second"`
 	BacklogPerSec   *float64 `json:"backlog_change_per_second"`
@@ -368,7 +369,7 @@ func (h *Handler) read(ctx context.Context) *State {
 		if err != nil {
 			s.BacklogError = h.failed("read the backlog", err)
 		} else {
-			s.Backlog = BacklogJSON{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Undelivered: b.Pending + b.Retrying + b.Parked,
+			s.Backlog = BacklogJSON{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Undelivered: b.Pending + b.Retrying + b.Parked + b.Dead,
 				OldestClaimableSec: b.OldestClaimableAge.Seconds(), OldestPendingSec: b.OldestPendingAge.Seconds()}
 			if b.Topics != nil {
 				s.Topics = b.Topics

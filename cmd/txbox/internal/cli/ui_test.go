@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -39,6 +40,23 @@ func TestUIServesDashboard(t *testing.T) {
 	dir := t.TempDir()
 	db := "sqlite://" + filepath.Join(dir, "x.db")
 	mustRun(t, "migrate", "up", "--db", db, "--inbox-table", "orders_inbox")
+	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(filepath.Join(dir, "x.db")))
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES
+		('m1', 'd', 'K', x'00', '{}', 10, 'refused', NULL, 1),
+		('m2', 't', 'K', x'00', '{}', 0, NULL, NULL, NULL),
+		('m3', 'f', NULL, x'00', '{}', 2, 'nope', 9999999999999999, NULL),
+		('m4', 'u', NULL, x'00', '{}', 0, NULL, NULL, NULL)`)
+	testenv.Must(t, err, "insert")
+	var stats struct {
+		Pending, Retrying, Parked, Dead, Undelivered int64
+		ParkedKeys                                   int64 `json:"parked_keys"`
+	}
+	testenv.Must(t, json.Unmarshal([]byte(mustRun(t, "stats", "--json", "--db", db)), &stats), "stats --json")
+	if stats.Pending != 1 || stats.Retrying != 1 || stats.Parked != 1 || stats.Dead != 1 {
+		t.Fatalf("stats --json %+v", stats)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	testenv.Must(t, err, "free port")
 	addr := ln.Addr().String()
@@ -87,10 +105,19 @@ func TestUIServesDashboard(t *testing.T) {
 		Title   string
 		Inboxes []struct{ Name string }
 		HasDead bool `json:"has_dead"`
+		Backlog struct {
+			Pending, Retrying, Parked, Dead, Undelivered int64
+			ParkedKeys                                   int64 `json:"parked_keys"`
+		}
+		Dead []struct{ ID string }
 	}
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.Title != "txbox_outbox" || !st.HasDead ||
-		len(st.Inboxes) != 1 || st.Inboxes[0].Name != "orders_inbox" {
+		len(st.Inboxes) != 1 || st.Inboxes[0].Name != "orders_inbox" || len(st.Dead) != 1 || st.Dead[0].ID != "m1" {
 		t.Errorf("api/state: %d %s", code, body)
+	}
+	// The dashboard's figures are txbox stats' figures.
+	if st.Backlog != stats {
+		t.Errorf("dashboard backlog %+v, txbox stats --json %+v", st.Backlog, stats)
 	}
 	cancel()
 	if err := <-done; err != nil {
