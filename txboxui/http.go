@@ -306,8 +306,11 @@ const sparkW, sparkH = 240.0, 40.0
 // history ("undelivered", "dead" or "oldest"), scaled to its maximum.
 func spark(hist []Sample, metric string) string {
 	vals := sparkValues(hist, metric)
-	if len(vals) == 0 {
+	switch len(vals) {
+	case 0:
 		return ""
+	case 1: // a flat line, not an invisible point
+		vals = append(vals, vals[0])
 	}
 	top := 0.0
 	for _, v := range vals {
