@@ -164,10 +164,29 @@ func (s *suite[TTx]) testInboxSweepStats(t *testing.T) {
 	for time.Since(start) < time.Millisecond {
 		time.Sleep(time.Millisecond)
 	}
+	// SweepWith: a dry run counts and deletes nothing; a source sweeps
+	// only its own receipts.
+	for _, c := range []struct {
+		o    inbox.SweepOptions
+		want int64
+	}{
+		{inbox.SweepOptions{Retention: time.Microsecond, DryRun: true}, 7},
+		{inbox.SweepOptions{Retention: time.Microsecond, DryRun: true, Source: "b"}, 2},
+		{inbox.SweepOptions{DryRun: true}, 0},
+		{inbox.SweepOptions{Retention: time.Microsecond, Source: "b"}, 2},
+		{inbox.SweepOptions{Retention: time.Microsecond, DryRun: true}, 5},
+	} {
+		if n, err := keep.SweepWith(ctx, c.o); err != nil || n != c.want {
+			t.Fatalf("SweepWith(%+v) = %d, %v; want %d", c.o, n, err, c.want)
+		}
+	}
+	if _, err := keep.SweepWith(ctx, inbox.SweepOptions{Retention: -time.Second}); !errors.Is(err, inbox.ErrInvalidConfig) {
+		t.Fatalf("SweepWith with a negative retention: %v", err)
+	}
 	short := s.newInbox(t, drv, inbox.Config{Retention: time.Microsecond, SweepBatchSize: 2})
 	n, err = short.Sweep(ctx)
-	if err != nil || n != 7 {
-		t.Fatalf("Sweep = %d, %v; want 7", n, err)
+	if err != nil || n != 5 {
+		t.Fatalf("Sweep = %d, %v; want 5", n, err)
 	}
 	if st, _ := keep.Stats(ctx); len(st) != 0 {
 		t.Fatalf("stats after sweep %v", st)

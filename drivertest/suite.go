@@ -54,6 +54,7 @@ func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[
 		{"OutboxAddClaimMark", s.testAddClaimMark},
 		{"OutboxRollbackNotDelivered", s.testRollback},
 		{"OutboxRejectDeadRedriveDiscard", s.testDead},
+		{"OutboxInspect", s.testInspect},
 		{"OutboxCleanup", s.testCleanup},
 		{"OutboxKeyOrder", s.testKeyOrder},
 		{"RelaysConcurrent", s.testRelaysConcurrent},

@@ -31,7 +31,7 @@ const (
 type Event struct {
 	Kind      EventKind
 	Table     string        // the inbox table (unquoted, without schema)
-	Source    string        // empty for EventSwept
+	Source    string        // EventSwept: the source swept, empty for every source
 	MessageID string        // empty for EventSwept
 	Err       error         // EventHandleFailed and a failed EventSwept
 	Duration  time.Duration // EventHandled, EventHandleFailed: the transaction's time; EventSwept: the sweep's

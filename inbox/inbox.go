@@ -325,9 +325,44 @@ func (ib *Inbox[TTx]) Stats(ctx context.Context) ([]SourceStats, error) {
 // ago. It deletes in batches of SweepBatchSize rows, each its own statement,
 // so it never holds many locks for long, and returns how many rows it
 // deleted (also when it stops early on an error or a cancelled ctx). Run it
-// periodically, from one process or several.
+// periodically, from one process or several. It is SweepWith with no
+// options.
 func (ib *Inbox[TTx]) Sweep(ctx context.Context) (int64, error) {
+	return ib.SweepWith(ctx, SweepOptions{})
+}
+
+// SweepOptions narrow a sweep; the zero value is Sweep's.
+type SweepOptions struct {
+	// Source, when set, sweeps the receipts of this source only.
+	Source string
+	// Retention replaces the Inbox's Retention for this sweep (0: the
+	// Inbox's). Negative is an error.
+	Retention time.Duration
+	// DryRun counts the receipts the sweep would delete and deletes none
+	// (nor reports an EventSwept).
+	DryRun bool
+}
+
+// SweepWith is Sweep with options: it returns how many receipts it deleted,
+// or with DryRun how many it would delete.
+func (ib *Inbox[TTx]) SweepWith(ctx context.Context, o SweepOptions) (int64, error) {
+	if o.Retention < 0 {
+		return 0, fmt.Errorf("%w: inbox: sweep: Retention %s is negative", ErrInvalidConfig, o.Retention)
+	}
+	if o.Source != "" {
+		if err := checkKey("source", o.Source, ib.maxSource); err != nil {
+			return 0, err
+		}
+	}
+	retention := orDefault(o.Retention, ib.retention)
 	start := time.Now()
+	if o.DryRun {
+		n, err := ib.sql.SweepCount(ctx, ib.drv.Pool(), o.Source, start, retention)
+		if err != nil {
+			return 0, fmt.Errorf("txbox/inbox: sweep (dry run): %w", err)
+		}
+		return n, nil
+	}
 	var total int64
 	var err error
 	for {
@@ -335,7 +370,7 @@ func (ib *Inbox[TTx]) Sweep(ctx context.Context) (int64, error) {
 			break
 		}
 		var n int64
-		n, err = ib.sql.Sweep(ctx, ib.drv.Pool(), start, ib.retention, ib.batch)
+		n, err = ib.sql.Sweep(ctx, ib.drv.Pool(), o.Source, start, retention, ib.batch)
 		total += n
 		if err != nil || n < int64(ib.batch) {
 			break
@@ -344,7 +379,7 @@ func (ib *Inbox[TTx]) Sweep(ctx context.Context) (int64, error) {
 	if err != nil {
 		err = fmt.Errorf("txbox/inbox: sweep: %w", err)
 	}
-	ib.hook(ctx, Event{Kind: EventSwept, Table: ib.table, Deleted: total, Err: err, Duration: time.Since(start)})
+	ib.hook(ctx, Event{Kind: EventSwept, Table: ib.table, Source: o.Source, Deleted: total, Err: err, Duration: time.Since(start)})
 	return total, err
 }
 

@@ -26,9 +26,12 @@ type Dialect interface {
 	// Stats returns, per source ordered by source, the source, its
 	// receipts and its processed receipts.
 	Stats(ctx context.Context, ex driver.Executor) (driver.Rows, error)
-	// Sweep deletes up to limit receipts past retention (twice retention
-	// for unprocessed ones), counted back from now.
-	Sweep(ctx context.Context, ex driver.Executor, now time.Time, retention time.Duration, limit int) (int64, error)
+	// Sweep deletes up to limit receipts of source ("": every source)
+	// past retention (twice retention for unprocessed ones), counted back
+	// from now.
+	Sweep(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration, limit int) (int64, error)
+	// SweepCount counts the receipts Sweep would delete, without a limit.
+	SweepCount(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration) (int64, error)
 	// Probe reads nothing from the table, failing if it is missing or
 	// unreadable.
 	Probe(ctx context.Context, ex driver.Executor) error
@@ -64,13 +67,13 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 // queries are the inbox's statements, rendered for one table, and the
 // methods whose arguments are the same in every dialect.
 type queries struct {
-	receive, receiveProcessed, markProcessed, exists, stats, sweep, probe string
+	receive, receiveProcessed, markProcessed, exists, stats, sweep, sweepCount, probe string
 }
 
 func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
 	dest := map[string]*string{
 		"receive": &q.receive, "receive_processed": &q.receiveProcessed, "mark_processed": &q.markProcessed,
-		"exists": &q.exists, "stats": &q.stats, "sweep": &q.sweep, "probe": &q.probe,
+		"exists": &q.exists, "stats": &q.stats, "sweep": &q.sweep, "sweep_count": &q.sweepCount, "probe": &q.probe,
 	}
 	return sqltext.Load("inbox/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
 }
@@ -129,4 +132,24 @@ func exists(rows driver.Rows) (bool, error) {
 		return false, err
 	}
 	return found, cerr
+}
+
+// count runs a query of one count.
+func count(ctx context.Context, ex driver.Executor, q string, args ...any) (int64, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n int64
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		return 0, driver.ErrNoRows
+	}
+	if err := rows.Scan(&n); err != nil {
+		return 0, err
+	}
+	return n, rows.Err()
 }

@@ -54,6 +54,10 @@ func (m *mysql) MarkProcessed(ctx context.Context, ex driver.Executor, source, i
 	return hasRow(ctx, ex, m.foundReceipt, source, id)
 }
 
-func (m *mysql) Sweep(ctx context.Context, ex driver.Executor, _ time.Time, retention time.Duration, limit int) (int64, error) {
-	return ex.Exec(ctx, m.sweep, retention.Microseconds(), 2*retention.Microseconds(), limit)
+func (m *mysql) Sweep(ctx context.Context, ex driver.Executor, source string, _ time.Time, retention time.Duration, limit int) (int64, error) {
+	return ex.Exec(ctx, m.sweep, retention.Microseconds(), 2*retention.Microseconds(), source, source, limit)
+}
+
+func (m *mysql) SweepCount(ctx context.Context, ex driver.Executor, source string, _ time.Time, retention time.Duration) (int64, error) {
+	return count(ctx, ex, m.sweepCount, retention.Microseconds(), 2*retention.Microseconds(), source, source)
 }

@@ -25,6 +25,10 @@ func (p *postgres) MarkProcessed(ctx context.Context, ex driver.Executor, source
 	return affected(ctx, ex, p.markProcessed, source, id)
 }
 
-func (p *postgres) Sweep(ctx context.Context, ex driver.Executor, now time.Time, retention time.Duration, limit int) (int64, error) {
-	return ex.Exec(ctx, p.sweep, now.Add(-retention), now.Add(-2*retention), limit)
+func (p *postgres) Sweep(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration, limit int) (int64, error) {
+	return ex.Exec(ctx, p.sweep, now.Add(-retention), now.Add(-2*retention), limit, source)
+}
+
+func (p *postgres) SweepCount(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration) (int64, error) {
+	return count(ctx, ex, p.sweepCount, now.Add(-retention), now.Add(-2*retention), source)
 }

@@ -49,10 +49,15 @@ type dialect interface {
 	counts(now time.Time) (string, []any)
 	// backlog returns the query of Store.Backlog.
 	backlog(now time.Time) (string, []any)
+	// listPending returns the list_pending query with the filter f.
+	listPending(f PendingFilter) (string, []any)
 	// withIDs returns q, a statement on the rows seqs, with its arguments.
 	withIDs(q string, seqs []int64) (string, []any)
 	// newTime returns a scan destination for a timestamp column.
 	newTime() timeCol
+	// newNullTime returns a scan destination for a timestamp column that
+	// may be NULL (the zero time).
+	newNullTime() timeCol
 	// newInt returns a scan destination for an integer column.
 	newInt() intCol
 }
@@ -64,7 +69,8 @@ type queries struct {
 	listDead, redrive, redriveAll, discard, discardAll             string
 	// listPending lists undelivered rows, for txboxtest (see ListPending).
 	listPending string
-	backlog     string
+	// backlog is the relay's sample; backlogTopics inspect's topics.
+	backlog, backlogTopics string
 	// insert has a {{list}} of one row's values.
 	insert string
 	// release ends a lease (SQLite); lazyCommit runs before the commit
@@ -83,6 +89,7 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead,
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
 		"insert": &q.insert, "list_pending": &q.listPending, "backlog": &q.backlog,
+		"backlog_topics": &q.backlogTopics,
 	}
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(d, schema, name)
@@ -223,6 +230,43 @@ type nativeTime struct{ t time.Time }
 func (t *nativeTime) dest() any       { return &t.t }
 func (t *nativeTime) time() time.Time { return t.t }
 func (t *nativeTime) err() error      { return nil }
+
+// nullNativeTime scans a timestamp that may be NULL, which the driver
+// returns as a time.Time.
+type nullNativeTime struct{ t *time.Time }
+
+func (t *nullNativeTime) dest() any  { return &t.t }
+func (t *nullNativeTime) err() error { return nil }
+func (t *nullNativeTime) time() time.Time {
+	if t.t == nil {
+		return time.Time{}
+	}
+	return *t.t
+}
+
+// nullMicrosTime is microsTime for a column that may be NULL.
+type nullMicrosTime struct {
+	microsTime
+	null bool
+}
+
+func (t *nullMicrosTime) dest() any { return t }
+
+func (t *nullMicrosTime) Scan(v any) error {
+	t.null = v == nil
+	if t.null {
+		t.us = dynamicInt{}
+		return nil
+	}
+	return t.us.Scan(v)
+}
+
+func (t *nullMicrosTime) time() time.Time {
+	if t.null {
+		return time.Time{}
+	}
+	return t.microsTime.time()
+}
 
 // microsTime scans a timestamp stored as Unix microseconds (SQLite),
 // whatever a plain-SQL writer stored instead.

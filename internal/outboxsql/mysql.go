@@ -108,3 +108,11 @@ func (m *mysql) newTime() timeCol { return &anyTime{} }
 func (m *mysql) newInt() intCol   { return &nativeInt{} }
 
 func (m *mysql) backlog(time.Time) (string, []any) { return m.q.backlog, nil }
+
+func (m *mysql) newNullTime() timeCol { return &anyTime{} }
+
+// listPending repeats the arguments the statement reads twice: MySQL's
+// placeholders are positional.
+func (m *mysql) listPending(f PendingFilter) (string, []any) {
+	return m.q.listPending, []any{f.Seq, f.Seq, f.Topic, f.Topic, f.Key, f.Key, f.MinAttempts, f.Dead, f.limit()}
+}

@@ -80,3 +80,9 @@ func (p *postgres) newTime() timeCol { return &nativeTime{} }
 func (p *postgres) newInt() intCol   { return &nativeInt{} }
 
 func (p *postgres) backlog(time.Time) (string, []any) { return p.q.backlog, nil }
+
+func (p *postgres) newNullTime() timeCol { return &nullNativeTime{} }
+
+func (p *postgres) listPending(f PendingFilter) (string, []any) {
+	return p.q.listPending, []any{f.Seq, f.Topic, f.Key, f.MinAttempts, f.Dead, f.limit()}
+}

@@ -74,3 +74,9 @@ func idsJSON(seqs []int64) string {
 func (s *sqlite) backlog(now time.Time) (string, []any) {
 	return s.q.backlog, []any{now.UnixMicro()}
 }
+
+func (s *sqlite) newNullTime() timeCol { return &nullMicrosTime{} }
+
+func (s *sqlite) listPending(f PendingFilter) (string, []any) {
+	return s.q.listPending, []any{f.Seq, f.Topic, f.Key, f.MinAttempts, f.Dead, f.limit()}
+}

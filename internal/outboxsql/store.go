@@ -326,6 +326,10 @@ func newToken() string {
 type Backlog struct {
 	Pending, Retrying, Parked, Dead int64
 	OldestClaimableAge              time.Duration
+	// ParkedKeys is how many keys dead rows park; OldestPendingAge the age
+	// of the oldest undelivered row that is not dead (parked ones too).
+	ParkedKeys       int64
+	OldestPendingAge time.Duration
 }
 
 // Backlog runs the backlog query: one statement.
@@ -337,17 +341,18 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	}
 	defer rows.Close()
 	var b Backlog
-	var age float64
+	var age, pendingAge float64
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
 			return Backlog{}, err
 		}
 		return Backlog{}, driver.ErrNoRows
 	}
-	if err := rows.Scan(&b.Pending, &b.Retrying, &b.Parked, &b.Dead, &age); err != nil {
+	if err := rows.Scan(&b.Pending, &b.Retrying, &b.Parked, &b.Dead, &age, &b.ParkedKeys, &pendingAge); err != nil {
 		return Backlog{}, err
 	}
 	b.OldestClaimableAge = time.Duration(max(age, 0) * float64(time.Second))
+	b.OldestPendingAge = time.Duration(max(pendingAge, 0) * float64(time.Second))
 	return b, rows.Err()
 }
 

@@ -53,8 +53,17 @@ ORDER BY source
 DELETE FROM {{table}}
 WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
   AND (processed_at IS NOT NULL OR received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+  AND (? = '' OR source = ?)
 ORDER BY received_at
 LIMIT ?
+
+-- Sweep's dry run (inbox.SweepOptions.DryRun): how many rows sweep would
+-- delete, with its arguments but the limit.
+-- name: sweep_count
+SELECT COUNT(*) FROM {{table}}
+WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND (processed_at IS NOT NULL OR received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+  AND (? = '' OR source = ?)
 
 -- The consumer's start-up check that the table is there and readable.
 -- name: probe

@@ -34,13 +34,22 @@ FROM {{table}}
 GROUP BY source
 ORDER BY source
 
--- $1: cutoff for processed rows, $2: cutoff for unprocessed rows (older).
+-- $1: cutoff for processed rows, $2: cutoff for unprocessed rows (older),
+-- $4: the only source swept ('': every source).
 -- name: sweep
 DELETE FROM {{table}}
 WHERE (source, message_id) IN (
   SELECT source, message_id FROM {{table}}
   WHERE received_at < $1 AND (processed_at IS NOT NULL OR received_at < $2)
+    AND ($4::text = '' OR source = $4)
   LIMIT $3)
+
+-- Sweep's dry run (inbox.SweepOptions.DryRun): how many rows sweep would
+-- delete, with its arguments but the limit.
+-- name: sweep_count
+SELECT count(*) FROM {{table}}
+WHERE received_at < $1 AND (processed_at IS NOT NULL OR received_at < $2)
+  AND ($3::text = '' OR source = $3)
 
 -- The consumer's start-up check that the table is there and readable.
 -- name: probe

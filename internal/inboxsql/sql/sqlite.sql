@@ -42,7 +42,15 @@ DELETE FROM {{table}}
 WHERE rowid IN (
   SELECT rowid FROM {{table}}
   WHERE received_at < ?1 AND (processed_at IS NOT NULL OR received_at < ?2)
+    AND (?4 = '' OR source = ?4)
   LIMIT ?3)
+
+-- Sweep's dry run (inbox.SweepOptions.DryRun): how many rows sweep would
+-- delete, with its arguments but the limit.
+-- name: sweep_count
+SELECT count(*) FROM {{table}}
+WHERE received_at < ?1 AND (processed_at IS NOT NULL OR received_at < ?2)
+  AND (?3 = '' OR source = ?3)
 
 -- The consumer's start-up check that the table is there and readable.
 -- name: probe

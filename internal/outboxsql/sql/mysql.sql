@@ -62,10 +62,12 @@ SELECT
             FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
 
 -- name: backlog
--- The relay's periodic sample (Relay.Sample): the undelivered rows by
--- disjoint state (pending, retrying, parked), the dead count and the age of
--- the oldest claimable row (due, not parked), in one statement. A row is
--- parked when a dead row shares its key. The dead rows are read once.
+-- The relay's periodic sample (Relay.Sample) and inspect.Backlog: the
+-- undelivered rows by disjoint state (pending, retrying, parked), the dead
+-- count, the age of the oldest claimable row (due, not parked), the keys
+-- that dead rows park and the age of the oldest undelivered row that is not
+-- dead, in one statement. A row is parked when a dead row shares its key.
+-- The dead rows are read once.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0) AS SIGNED),
@@ -73,11 +75,20 @@ SELECT
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NOT NULL THEN 1 ELSE 0 END), 0) AS SIGNED),
   (SELECT COUNT(*) FROM dead),
   COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN k.ordering_key IS NULL
-      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6)) THEN o.created_at END), UTC_TIMESTAMP(6)) / 1000000.0, 0)
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6)) THEN o.created_at END), UTC_TIMESTAMP(6)) / 1000000.0, 0),
+  (SELECT COUNT(DISTINCT ordering_key) FROM dead),
+  COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(o.created_at), UTC_TIMESTAMP(6)) / 1000000.0, 0)
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key
 WHERE o.published_at IS NULL AND o.dead_at IS NULL
+
+-- name: backlog_topics
+-- inspect.Backlog's topics: the undelivered rows (dead ones included) and
+-- the dead rows of the ? topics with the most undelivered rows.
+SELECT topic, COUNT(*), CAST(COALESCE(SUM(CASE WHEN dead_at IS NOT NULL THEN 1 ELSE 0 END), 0) AS SIGNED)
+FROM {{table}} WHERE published_at IS NULL
+GROUP BY topic ORDER BY COUNT(*) DESC, topic LIMIT ?
 
 -- name: list_dead
 SELECT id, message_id, topic, COALESCE(ordering_key, ''), attempts, COALESCE(last_error, ''), created_at, dead_at,
@@ -85,10 +96,23 @@ SELECT id, message_id, topic, COALESCE(ordering_key, ''), attempts, COALESCE(las
 FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?
 
 -- name: list_pending
--- txboxtest's assertions: the undelivered rows (dead ones included) that
--- the executor (a pool or the caller's transaction) sees, oldest first.
-SELECT id, message_id, topic, COALESCE(ordering_key, ''), payload, headers, created_at
-FROM {{table}} WHERE published_at IS NULL ORDER BY id
+-- The undelivered rows (dead ones included) that the executor (a pool or
+-- the caller's transaction) sees, oldest first, with their delivery state
+-- (parked: a dead row shares the key of this row, which is not dead).
+-- txboxtest's assertions read every row; inspect.Pending and inspect.Show
+-- filter them. Arguments (see mysql.listPending): a seq twice (0: any), a
+-- topic twice and a key twice ('': any), the least attempts, whether dead
+-- rows are included, the limit.
+SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.created_at,
+  o.attempts, o.next_attempt_at, COALESCE(o.last_error, ''), o.dead_at,
+  o.dead_at IS NULL AND o.ordering_key IS NOT NULL AND EXISTS (
+    SELECT 1 FROM {{table}} d WHERE d.ordering_key = o.ordering_key AND d.dead_at IS NOT NULL)
+FROM {{table}} o
+WHERE o.published_at IS NULL AND (? = 0 OR o.id = ?)
+  AND (? = '' OR o.topic = ?) AND (? = '' OR o.ordering_key = ?)
+  AND o.attempts >= ? AND (? OR o.dead_at IS NULL)
+ORDER BY o.id
+LIMIT ?
 
 -- name: redrive
 UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL

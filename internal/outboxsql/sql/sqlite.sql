@@ -56,11 +56,12 @@ SELECT
   coalesce((SELECT (?1 - min(created_at)) / 1e6 FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
 
 -- name: backlog
--- The relay's periodic sample (Relay.Sample): the undelivered rows by
--- disjoint state (pending, retrying, parked), the dead count and the age of
--- the oldest claimable row (due, not parked), in one statement. A row is
--- parked when a dead row shares its key. The dead rows are read once.
--- ?1 is now, in unix microseconds.
+-- The relay's periodic sample (Relay.Sample) and inspect.Backlog: the
+-- undelivered rows by disjoint state (pending, retrying, parked), the dead
+-- count, the age of the oldest claimable row (due, not parked), the keys
+-- that dead rows park and the age of the oldest undelivered row that is not
+-- dead, in one statement. A row is parked when a dead row shares its key.
+-- The dead rows are read once. ?1 is now, in unix microseconds.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   coalesce(sum(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0),
@@ -68,11 +69,20 @@ SELECT
   coalesce(sum(CASE WHEN k.ordering_key IS NOT NULL THEN 1 ELSE 0 END), 0),
   (SELECT count(*) FROM dead),
   coalesce((?1 - min(CASE WHEN k.ordering_key IS NULL
-      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1) THEN o.created_at END)) / 1e6, 0)
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1) THEN o.created_at END)) / 1e6, 0),
+  (SELECT count(DISTINCT ordering_key) FROM dead),
+  coalesce((?1 - min(o.created_at)) / 1e6, 0)
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key
 WHERE o.published_at IS NULL AND o.dead_at IS NULL
+
+-- name: backlog_topics
+-- inspect.Backlog's topics: the undelivered rows (dead ones included) and
+-- the dead rows of the ?1 topics with the most undelivered rows.
+SELECT topic, count(*), count(dead_at)
+FROM {{table}} WHERE published_at IS NULL
+GROUP BY topic ORDER BY count(*) DESC, topic LIMIT ?1
 
 -- name: list_dead
 SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(last_error, ''), created_at, dead_at,
@@ -80,10 +90,22 @@ SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(las
 FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?1
 
 -- name: list_pending
--- txboxtest's assertions: the undelivered rows (dead ones included) that
--- the executor (a pool or the caller's transaction) sees, oldest first.
-SELECT id, message_id, topic, coalesce(ordering_key, ''), payload, headers, created_at
-FROM {{table}} WHERE published_at IS NULL ORDER BY id
+-- The undelivered rows (dead ones included) that the executor (a pool or
+-- the caller's transaction) sees, oldest first, with their delivery state
+-- (parked: a dead row shares the key of this row, which is not dead).
+-- txboxtest's assertions read every row; inspect.Pending and inspect.Show
+-- filter them: ?1 a seq (0: any), ?2 a topic and ?3 a key ('': any), ?4
+-- the least attempts, ?5 whether dead rows are included, ?6 the limit.
+SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.headers, o.created_at,
+  o.attempts, o.next_attempt_at, coalesce(o.last_error, ''), o.dead_at,
+  o.dead_at IS NULL AND o.ordering_key IS NOT NULL AND EXISTS (
+    SELECT 1 FROM {{table}} d WHERE d.ordering_key = o.ordering_key AND d.dead_at IS NOT NULL)
+FROM {{table}} o
+WHERE o.published_at IS NULL AND (?1 = 0 OR o.id = ?1)
+  AND (?2 = '' OR o.topic = ?2) AND (?3 = '' OR o.ordering_key = ?3)
+  AND o.attempts >= ?4 AND (?5 OR o.dead_at IS NULL)
+ORDER BY o.id
+LIMIT ?6
 
 -- name: redrive
 UPDATE {{table}} SET dead_at = NULL, attempts = 0, next_attempt_at = NULL

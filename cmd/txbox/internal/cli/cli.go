@@ -62,6 +62,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func NewRoot(stdout, stderr io.Writer) *cobra.Command { return newRoot(&redactor{}, stdout, stderr) }
 
 func newRoot(r *redactor, stdout, stderr io.Writer) *cobra.Command {
+	tty := isTerminal(stdout)
 	stdout, stderr = r.writer(stdout), r.writer(stderr)
 	root := &cobra.Command{
 		Use:   "txbox",
@@ -85,7 +86,8 @@ settings also come from the OUTBOX_* environment variables. See docs/cli.md.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
 	})
-	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDemoCmd(), newBenchCmd(), newVersionCmd())
+	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
+		newDemoCmd(), newBenchCmd(), newVersionCmd())
 	return root
 }
 

@@ -25,6 +25,7 @@ longer tries it, and later messages with the same ordering key wait behind it
 (other keys keep flowing).
 
   txbox dead list              show dead messages and how many each parks
+  txbox dead show SEQ          one message in full: payload, headers, last error
   txbox dead redrive SEQ...    try them again with a fresh attempt budget
   txbox dead discard SEQ...    delete them; their keys resume with the next message
 
@@ -33,7 +34,7 @@ SEQ is the row id that list prints; --all acts on every dead message.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	f.register(cmd, true)
-	cmd.AddCommand(newDeadListCmd(&f), newDeadActionCmd(&f, "redrive"), newDeadActionCmd(&f, "discard"))
+	cmd.AddCommand(newDeadListCmd(&f), newDeadShowCmd(&f), newDeadActionCmd(&f, "redrive"), newDeadActionCmd(&f, "discard"))
 	return cmd
 }
 
@@ -61,6 +62,7 @@ var deadLimitSetting = setting[int]{flag: "limit", min: 1, max: 10000}
 
 func newDeadListCmd(f *tableFlags) *cobra.Command {
 	limit := 100
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List dead messages, oldest first",
@@ -79,6 +81,14 @@ func newDeadListCmd(f *tableFlags) *cobra.Command {
 				return fmt.Errorf("list dead messages: %w", err)
 			}
 			out := cmd.OutOrStdout()
+			if asJSON {
+				js := make([]deadJSON, len(list))
+				for i, m := range list {
+					js[i] = deadJSON{Seq: m.Seq, ID: m.ID, Topic: m.Topic, Key: m.Key, Parks: m.Parked, Attempts: m.Attempts,
+						LastError: m.LastError, CreatedAt: m.CreatedAt.UTC(), DeadAt: m.DeadAt.UTC()}
+				}
+				return writeJSON(out, js)
+			}
 			if len(list) == 0 {
 				fmt.Fprintln(out, "no dead messages")
 				return nil
@@ -93,7 +103,21 @@ func newDeadListCmd(f *tableFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", limit, "show at most this many (1 to 10000)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
+}
+
+// deadJSON is one row of dead list --json.
+type deadJSON struct {
+	Seq       int64     `json:"seq"`
+	ID        string    `json:"message_id"`
+	Topic     string    `json:"topic"`
+	Key       string    `json:"key"`
+	Parks     int64     `json:"parks"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error"`
+	CreatedAt time.Time `json:"created_at"`
+	DeadAt    time.Time `json:"dead_at"`
 }
 
 func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {

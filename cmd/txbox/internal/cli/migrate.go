@@ -142,8 +142,17 @@ no-op; concurrent runs on PostgreSQL are safe.`,
 	}
 }
 
+// statusJSON is one row of migrate status --json.
+type statusJSON struct {
+	Target    string     `json:"target"`
+	Version   int        `json:"version"`
+	Name      string     `json:"name"`
+	AppliedAt *time.Time `json:"applied_at"` // null: pending
+}
+
 func newMigrateStatusCmd(f *tableFlags) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "List every migration and when it was applied",
 		Long: `Print a table of every migration txbox has for the configured tables: its
@@ -161,6 +170,13 @@ yet). It changes nothing in the database.`,
 			if err != nil {
 				return fmt.Errorf("migrate status on %s: %w", db.target, err)
 			}
+			if asJSON {
+				js := make([]statusJSON, len(st))
+				for i, s := range st {
+					js[i] = statusJSON{Target: s.Target, Version: s.Version, Name: s.Name, AppliedAt: timeOrNil(s.AppliedAt)}
+				}
+				return writeJSON(cmd.OutOrStdout(), js)
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TARGET\tVERSION\tNAME\tAPPLIED AT")
 			for _, s := range st {
@@ -173,6 +189,8 @@ yet). It changes nothing in the database.`,
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (applied_at null: pending)")
+	return cmd
 }
 
 func newMigrateSQLCmd(f *tableFlags) *cobra.Command {

@@ -45,6 +45,8 @@ type relayFlags struct {
 	// --http (relay_http.go)
 	http       string
 	httpPublic bool
+	ui         bool
+	uiToken    string
 	served     *relayHTTP
 }
 
@@ -98,6 +100,8 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.StringVar(&f.http, "http", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090 (loopback only unless --http-public)")
 	fs.BoolVar(&f.httpPublic, "http-public", false, "allow --http on an address other than loopback")
+	fs.BoolVar(&f.ui, "ui", false, "also serve the web dashboard (as txbox ui) under /ui/ of --http")
+	fs.StringVar(&f.uiToken, "ui-token", "", "token the dashboard under /ui/ requires (basic-auth password or Authorization: Bearer); required when --http is not loopback (env "+EnvUIToken+")")
 	return cmd
 }
 
@@ -181,6 +185,14 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	cfg.Logger = log
+	if f.ui {
+		if f.http == "" {
+			return fmt.Errorf("%w: --ui needs --http", txbox.ErrInvalidConfig)
+		}
+		if err := checkUIListen("--http", f.http, uiToken(f.uiToken)); err != nil {
+			return err
+		}
+	}
 	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic); err != nil {
 		return err
 	}
@@ -206,6 +218,11 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	defer db.Close()
+	if f.ui {
+		if err := f.served.mountUI(ctx, log, db, cfg.Schema, cfg.Table, uiToken(f.uiToken)); err != nil {
+			return err
+		}
+	}
 	m, err := db.migrator(f.tables.migrateConfig())
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxprom"
+	"github.com/txbox/txbox/txboxui"
 )
 
 // relayHTTP is what `txbox relay --http` serves: the relay's metrics and
@@ -26,6 +27,7 @@ import (
 type relayHTTP struct {
 	metrics *txboxprom.Metrics
 	current atomic.Pointer[relay.Relay]
+	ui      atomic.Pointer[txboxui.Handler] // --ui, once the database is open
 	srv     *http.Server
 }
 
@@ -42,12 +44,22 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public b
 	h := &relayHTTP{metrics: txboxprom.New(txboxprom.Config{})}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	handler := health.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), health.RelayCheck("relay", h.current.Load))
+	mux := http.NewServeMux()
+	mux.Handle("/", health.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), health.RelayCheck("relay", h.current.Load)))
+	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		ui := h.ui.Load()
+		if ui == nil {
+			http.Error(w, "the dashboard is not served (txbox relay --ui), or the database is not open yet", http.StatusServiceUnavailable)
+			return
+		}
+		http.StripPrefix("/ui", ui).ServeHTTP(w, r)
+	})
+	handler := mux
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", addr, err)
 	}
-	h.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	h.srv = &http.Server{Addr: ln.Addr().String(), Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("--http server stopped", "err", err)
@@ -74,6 +86,25 @@ func checkLoopback(addr string, public bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: --http %q is not a loopback address: metrics and probes would be reachable from the network; pass --http-public to allow it", txbox.ErrInvalidConfig, addr)
+}
+
+// mountUI serves the dashboard of the relay's table under /ui/, with the
+// relay running now.
+func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database, schema, table, token string) error {
+	cfg, err := db.uiConfig(schema, table, nil)
+	if err != nil {
+		return err
+	}
+	cfg.Token, cfg.Logger = token, log
+	cfg.Relays = []txboxui.RelayRef{{Name: "relay", Current: h.current.Load}}
+	ui, err := txboxui.New(cfg)
+	if err != nil {
+		return err
+	}
+	go ui.Run(ctx)
+	h.ui.Store(ui)
+	log.Info("serving the dashboard", "url", "http://"+h.srv.Addr+"/ui/")
+	return nil
 }
 
 func (h *relayHTTP) observer() txbox.RelayObserver {

@@ -46,7 +46,7 @@ func TestRelayHTTPServesProbesAndMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- cli.Run(ctx, []string{"relay", "--db", "sqlite://" + filepath.Join(dir, "x.db"), "--migrate",
-			"--nats-dir", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0", "--http", addr}, &out, &errOut)
+			"--nats-dir", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0", "--http", addr, "--ui"}, &out, &errOut)
 	}()
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
@@ -78,6 +78,9 @@ func TestRelayHTTPServesProbesAndMetrics(t *testing.T) {
 	}
 	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "txbox_relay_claim_duration_seconds_count") {
 		t.Fatalf("/metrics %d without the relay's metrics:\n%s", code, body)
+	}
+	if code, body := get("/ui/"); code != http.StatusOK || !strings.Contains(body, `id="backlog"`) || !strings.Contains(body, `data-name="relay"`) {
+		t.Fatalf("/ui/ %d without the dashboard:\n%s", code, body)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox/inbox"
+)
+
+// inboxSweeper is what the inbox commands use of an Inbox, whatever its
+// transaction type.
+type inboxSweeper interface {
+	Stats(ctx context.Context) ([]inbox.SourceStats, error)
+	SweepWith(ctx context.Context, o inbox.SweepOptions) (int64, error)
+}
+
+// inboxFlags name the inbox table.
+type inboxFlags struct {
+	tableFlags
+	inboxTable string
+}
+
+func (f *inboxFlags) open(cmd *cobra.Command) (inboxSweeper, func(), error) {
+	if f.inboxTable == "" {
+		return nil, nil, errors.New("give the inbox table: --inbox-table NAME")
+	}
+	db, err := f.tableFlags.open(cmd.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	// The CLI reports what it swept itself: no audit log lines.
+	cfg := inbox.Config{Schema: f.schema, Table: f.inboxTable, Hook: func(context.Context, inbox.Event) {}, Logger: slog.New(slog.DiscardHandler)}
+	var ib inboxSweeper
+	if db.pgx != nil {
+		ib, err = inbox.New[pgx.Tx](db.pgx, cfg)
+	} else {
+		ib, err = inbox.New[*sql.Tx](db.sql, cfg)
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return ib, db.Close, nil
+}
+
+func newInboxCmd() *cobra.Command {
+	var f inboxFlags
+	cmd := &cobra.Command{
+		Use:   "inbox",
+		Short: "Count and sweep an inbox table's receipts",
+		Long: `  txbox inbox stats    receipts per source: total, processed, pending
+  txbox inbox sweep    delete the receipts past retention (--dry-run counts them)
+
+--inbox-table names the inbox table (as migrate up --inbox-table created it).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	f.register(cmd, true)
+	cmd.PersistentFlags().StringVar(&f.inboxTable, "inbox-table", "", "the inbox table (required)")
+	cmd.AddCommand(newInboxStatsCmd(&f), newInboxSweepCmd(&f))
+	return cmd
+}
+
+type sourceJSON struct {
+	Source    string `json:"source"`
+	Total     int64  `json:"total"`
+	Processed int64  `json:"processed"`
+	Pending   int64  `json:"pending"`
+}
+
+func newInboxStatsCmd(f *inboxFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Count the receipts of each source (scans the table)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ib, closeDB, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			st, err := ib.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				js := make([]sourceJSON, len(st))
+				for i, s := range st {
+					js[i] = sourceJSON(s)
+				}
+				return writeJSON(out, js)
+			}
+			if len(st) == 0 {
+				fmt.Fprintln(out, "no receipts")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SOURCE\tTOTAL\tPROCESSED\tPENDING")
+			for _, s := range st {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", cell(s.Source), s.Total, s.Processed, s.Pending)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+// inboxRetentionSetting bounds inbox sweep --retention.
+var inboxRetentionSetting = setting[time.Duration]{flag: "retention", min: time.Second}
+
+func newInboxSweepCmd(f *inboxFlags) *cobra.Command {
+	var o inbox.SweepOptions
+	var asJSON bool
+	o.Retention = inbox.DefaultRetention
+	cmd := &cobra.Command{
+		Use:   "sweep",
+		Short: "Delete the receipts past retention",
+		Long: `Delete the receipts of the inbox table received more than --retention ago
+(unprocessed ones: twice --retention), in batches, as inbox.Inbox.Sweep does.
+Within retention a redelivered message is a duplicate; after it a replay runs
+its handler again, so --retention must exceed the longest time a broker may
+redeliver. --dry-run counts what would be deleted and deletes nothing.`,
+		Example: `  txbox inbox sweep --inbox-table orders_inbox --retention 720h --dry-run
+  txbox inbox sweep --inbox-table orders_inbox --source billing`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := inboxRetentionSetting.validate(o.Retention); err != nil {
+				return err
+			}
+			ib, closeDB, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			n, err := ib.SweepWith(cmd.Context(), o)
+			out := cmd.OutOrStdout()
+			if asJSON && err == nil {
+				return writeJSON(out, struct {
+					DryRun bool  `json:"dry_run"`
+					Count  int64 `json:"count"`
+				}{o.DryRun, n})
+			}
+			switch {
+			case o.DryRun && err == nil:
+				fmt.Fprintf(out, "would sweep %d receipt(s)\n", n)
+			case !o.DryRun:
+				fmt.Fprintf(out, "swept %d receipt(s)\n", n)
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Source, "source", "", "sweep the receipts of this source only")
+	fl.DurationVar(&o.Retention, "retention", o.Retention, "keep processed receipts this long, unprocessed ones twice as long")
+	fl.BoolVar(&o.DryRun, "dry-run", false, "count what would be swept, delete nothing")
+	fl.BoolVar(&asJSON, "json", false, "print a JSON object")
+	return cmd
+}

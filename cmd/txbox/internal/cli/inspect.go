@@ -1,0 +1,389 @@
+package cli
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inspect"
+)
+
+func openInspector(cmd *cobra.Command, f *tableFlags) (*inspect.Inspector, func(), error) {
+	db, err := f.open(cmd.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := txbox.Config{Schema: f.schema, Table: f.table}
+	var in *inspect.Inspector
+	if db.pgx != nil {
+		in, err = inspect.New[pgx.Tx](db.pgx, cfg)
+	} else {
+		in, err = inspect.New[*sql.Tx](db.sql, cfg)
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return in, db.Close, nil
+}
+
+// Bounds of the flags of stats and pending list.
+var (
+	watchIntervalSetting = setting[time.Duration]{flag: "interval", min: 100 * time.Millisecond}
+	watchCountSetting    = setting[int]{flag: "count", min: 1, zero: true}
+	pendingLimitSetting  = setting[int]{flag: "limit", min: 1, max: 10000}
+	minAttemptsSetting   = setting[int]{flag: "min-attempts", min: 1, zero: true}
+)
+
+// age prints a duration for a table: milliseconds under a minute, seconds
+// above.
+func age(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func newStatsCmd(tty bool) *cobra.Command {
+	var f tableFlags
+	var asJSON, watch bool
+	interval, count := 2*time.Second, 0
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show the outbox backlog: counts by state, oldest ages, top topics",
+		Long: `Print the outbox table's undelivered rows by state (pending: never tried;
+retrying: rejected, tried again later; parked: behind a dead row of their key;
+dead), the keys dead rows park, the age of the oldest pending row and of the
+oldest row a relay could claim now, and the topics with the most undelivered
+rows. The counts come from one statement, the relay's backlog sample (the
+txbox_outbox_* gauges of txboxprom); package inspect gives the same in Go.
+
+With --watch it prints again every --interval until interrupted (or --count
+times): on a terminal it redraws in place, otherwise it prints one block per
+interval.`,
+		Example: `  txbox stats --db postgres://app@localhost:5432/app
+  txbox stats --json
+  txbox stats --watch --interval 5s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := watchIntervalSetting.validate(interval); err != nil {
+				return err
+			}
+			if err := watchCountSetting.validate(count); err != nil {
+				return err
+			}
+			if count > 0 && !watch {
+				return errors.New("--count needs --watch")
+			}
+			in, closeDB, err := openInspector(cmd, &f)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for n := 1; ; n++ {
+				b, err := in.Backlog(ctx)
+				if err != nil {
+					if watch && ctx.Err() != nil {
+						return nil // interrupted mid-query
+					}
+					return fmt.Errorf("stats: %w", err)
+				}
+				if watch && tty && !asJSON {
+					fmt.Fprint(out, "\x1b[H\x1b[2J")
+				}
+				if watch && !asJSON {
+					fmt.Fprintf(out, "%s  %s\n", cell(f.table), time.Now().UTC().Format(time.RFC3339))
+				}
+				if err := printBacklog(out, b, asJSON); err != nil {
+					return err
+				}
+				if !watch || n == count {
+					return nil
+				}
+				if !tty && !asJSON {
+					fmt.Fprintln(out)
+				}
+				select {
+				case <-ctx.Done():
+					return nil // SIGINT: a normal end of --watch
+				case <-tick.C:
+				}
+			}
+		},
+	}
+	f.register(cmd, false)
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print JSON (with --watch, one object per refresh)")
+	fl.BoolVar(&watch, "watch", false, "print again every --interval until interrupted")
+	fl.DurationVar(&interval, "interval", interval, "with --watch, the time between refreshes (at least 100ms)")
+	fl.IntVar(&count, "count", count, "with --watch, stop after this many refreshes (0: until interrupted)")
+	return cmd
+}
+
+// backlogJSON is stats --json.
+type backlogJSON struct {
+	Pending                   int64       `json:"pending"`
+	Retrying                  int64       `json:"retrying"`
+	Parked                    int64       `json:"parked"`
+	ParkedKeys                int64       `json:"parked_keys"`
+	Dead                      int64       `json:"dead"`
+	Undelivered               int64       `json:"undelivered"`
+	OldestPendingAgeSeconds   float64     `json:"oldest_pending_age_seconds"`
+	OldestClaimableAgeSeconds float64     `json:"oldest_claimable_age_seconds"`
+	Topics                    []topicJSON `json:"topics"`
+}
+
+type topicJSON struct {
+	Topic       string `json:"topic"`
+	Undelivered int64  `json:"undelivered"`
+	Dead        int64  `json:"dead"`
+}
+
+func printBacklog(out io.Writer, b inspect.Backlog, asJSON bool) error {
+	if asJSON {
+		j := backlogJSON{
+			Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
+			Undelivered: b.Undelivered(), OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(),
+			OldestClaimableAgeSeconds: b.OldestClaimableAge.Seconds(), Topics: []topicJSON{},
+		}
+		for _, t := range b.Topics {
+			j.Topics = append(j.Topics, topicJSON(t))
+		}
+		return writeJSON(out, j)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "pending\t%d\n", b.Pending)
+	fmt.Fprintf(tw, "retrying\t%d\n", b.Retrying)
+	fmt.Fprintf(tw, "parked\t%d\t(%d key(s) parked by dead messages)\n", b.Parked, b.ParkedKeys)
+	fmt.Fprintf(tw, "dead\t%d\n", b.Dead)
+	fmt.Fprintf(tw, "undelivered\t%d\n", b.Undelivered())
+	fmt.Fprintf(tw, "oldest pending age\t%s\n", age(b.OldestPendingAge))
+	fmt.Fprintf(tw, "oldest claimable age\t%s\n", age(b.OldestClaimableAge))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(b.Topics) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tUNDELIVERED\tDEAD")
+	for _, t := range b.Topics {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", cell(t.Topic), t.Undelivered, t.Dead)
+	}
+	return tw.Flush()
+}
+
+func newPendingCmd() *cobra.Command {
+	var f tableFlags
+	cmd := &cobra.Command{
+		Use:   "pending",
+		Short: "List undelivered outbox messages (stuck, retrying, parked)",
+		Long: `  txbox pending list    undelivered messages with their state, attempts,
+                        next attempt, age and last error, oldest first
+
+A message the broker keeps rejecting shows here with its attempts and last
+error long before it goes dead (or forever, with --max-attempts off).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	f.register(cmd, true)
+	cmd.AddCommand(newPendingListCmd(&f))
+	return cmd
+}
+
+// rowJSON is one row of pending list --json.
+type rowJSON struct {
+	Seq           int64      `json:"seq"`
+	ID            string     `json:"message_id"`
+	Topic         string     `json:"topic"`
+	Key           string     `json:"key"`
+	State         string     `json:"state"`
+	Attempts      int        `json:"attempts"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	LastError     string     `json:"last_error"`
+	CreatedAt     time.Time  `json:"created_at"`
+	DeadAt        *time.Time `json:"dead_at"`
+	AgeSeconds    float64    `json:"age_seconds"`
+	Invalid       string     `json:"invalid,omitempty"`
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func toRowJSON(r inspect.Row) rowJSON {
+	return rowJSON{Seq: r.Seq, ID: r.ID, Topic: r.Topic, Key: r.Key, State: string(r.State), Attempts: r.Attempts,
+		NextAttemptAt: timeOrNil(r.NextAttemptAt), LastError: r.LastError, CreatedAt: r.CreatedAt.UTC(),
+		DeadAt: timeOrNil(r.DeadAt), AgeSeconds: r.Age.Seconds(), Invalid: r.Invalid}
+}
+
+func newPendingListCmd(f *tableFlags) *cobra.Command {
+	var filter inspect.Filter
+	var asJSON bool
+	filter.Limit = 100
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List undelivered messages, oldest first",
+		Example: `  txbox pending list --min-attempts 3
+  txbox pending list --topic order.placed --key customer-7 --dead
+  txbox pending list --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pendingLimitSetting.validate(filter.Limit); err != nil {
+				return err
+			}
+			if err := minAttemptsSetting.validate(filter.MinAttempts); err != nil {
+				return err
+			}
+			in, closeDB, err := openInspector(cmd, f)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			rows, err := in.Pending(cmd.Context(), filter)
+			if err != nil {
+				return fmt.Errorf("list pending messages: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				js := make([]rowJSON, len(rows))
+				for i, r := range rows {
+					js[i] = toRowJSON(r)
+				}
+				return writeJSON(out, js)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(out, "no undelivered messages")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tSTATE\tTOPIC\tKEY\tATTEMPTS\tNEXT ATTEMPT\tAGE\tLAST ERROR")
+			for _, r := range rows {
+				next := "-"
+				if !r.NextAttemptAt.IsZero() {
+					next = r.NextAttemptAt.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Seq, r.State, cell(r.Topic), cell(r.Key), r.Attempts,
+					next, age(r.Age), cell(r.LastError))
+			}
+			return tw.Flush()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&filter.Topic, "topic", "", "only messages of this topic")
+	fl.StringVar(&filter.Key, "key", "", "only messages of this ordering key")
+	fl.IntVar(&filter.MinAttempts, "min-attempts", 0, "only messages the broker rejected at least this often")
+	fl.BoolVar(&filter.Dead, "dead", false, "dead messages too")
+	fl.IntVar(&filter.Limit, "limit", filter.Limit, "show at most this many (1 to 10000)")
+	fl.BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+// messageJSON is dead show --json.
+type messageJSON struct {
+	rowJSON
+	Headers    map[string]string `json:"headers"`
+	RawHeaders string            `json:"raw_headers,omitempty"`
+	Payload    []byte            `json:"payload"` // base64
+}
+
+func newDeadShowCmd(f *tableFlags) *cobra.Command {
+	var asJSON, raw bool
+	cmd := &cobra.Command{
+		Use:   "show SEQ",
+		Short: "Show one message in full: payload, headers, last error",
+		Long: `Print one undelivered message (dead or not) in full: its state, attempts,
+times, last error, headers and payload. The table keeps each message's last
+error only: that is its error history. With --raw only the payload's bytes
+are written, unescaped (for a pipe or a file); with --json one object, the
+payload base64-encoded.`,
+		Example: `  txbox dead show 42
+  txbox dead show 42 --raw > payload.bin`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			seq, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || seq <= 0 {
+				return fmt.Errorf("%q is not a SEQ (a positive row id from txbox dead list or txbox pending list)", args[0])
+			}
+			if raw && asJSON {
+				return errors.New("--raw and --json exclude each other")
+			}
+			in, closeDB, err := openInspector(cmd, f)
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			m, err := in.Show(cmd.Context(), seq)
+			if errors.Is(err, inspect.ErrNotFound) {
+				return fmt.Errorf("no undelivered message has SEQ %d (delivered, discarded or never written; see txbox dead list)", seq)
+			}
+			if err != nil {
+				return fmt.Errorf("show %d: %w", seq, err)
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case raw:
+				_, err := out.Write(m.Payload)
+				return err
+			case asJSON:
+				j := messageJSON{rowJSON: toRowJSON(m.Row), Headers: m.Headers, Payload: m.Payload}
+				if j.Headers == nil {
+					j.Headers = map[string]string{}
+				}
+				if m.Invalid != "" {
+					j.RawHeaders = m.RawHeaders
+				}
+				return writeJSON(out, j)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "seq\t%d\n", m.Seq)
+			fmt.Fprintf(tw, "message id\t%s\n", cell(m.ID))
+			fmt.Fprintf(tw, "topic\t%s\n", cell(m.Topic))
+			fmt.Fprintf(tw, "key\t%s\n", cell(m.Key))
+			fmt.Fprintf(tw, "state\t%s\n", m.State)
+			fmt.Fprintf(tw, "attempts\t%d\n", m.Attempts)
+			fmt.Fprintf(tw, "created at\t%s (%s ago)\n", m.CreatedAt.UTC().Format(time.RFC3339Nano), age(m.Age))
+			if !m.NextAttemptAt.IsZero() {
+				fmt.Fprintf(tw, "next attempt\t%s\n", m.NextAttemptAt.UTC().Format(time.RFC3339Nano))
+			}
+			if !m.DeadAt.IsZero() {
+				fmt.Fprintf(tw, "dead since\t%s\n", m.DeadAt.UTC().Format(time.RFC3339Nano))
+			}
+			fmt.Fprintf(tw, "last error\t%s\n", cell(m.LastError))
+			if m.Invalid != "" {
+				fmt.Fprintf(tw, "invalid\t%s\n", cell(m.Invalid))
+				fmt.Fprintf(tw, "raw headers\t%s\n", cell(m.RawHeaders))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "headers (%d):\n", len(m.Headers))
+			for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+				fmt.Fprintf(out, "  %s: %s\n", cell(k), cell(m.Headers[k]))
+			}
+			fmt.Fprintf(out, "payload (%d bytes):\n%s\n", len(m.Payload), text(string(m.Payload)))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object (payload base64-encoded)")
+	cmd.Flags().BoolVar(&raw, "raw", false, "write the payload's bytes only, unescaped")
+	return cmd
+}

@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dead"
+	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/inspect"
+	"github.com/txbox/txbox/txboxui"
+)
+
+// EnvUIToken is the token `txbox ui` (and `txbox relay --ui`) requires,
+// when --token is not given.
+const EnvUIToken = "TXBOX_UI_TOKEN"
+
+// DefaultUIAddr is where `txbox ui` listens by default.
+const DefaultUIAddr = "127.0.0.1:8080"
+
+type uiFlags struct {
+	tables      tableFlags
+	http        string
+	token       string
+	readOnly    bool
+	inboxTables []string
+	interval    time.Duration
+	logLevel    string
+	logJSON     bool
+
+	// ready, when set (tests), receives the address listened on.
+	ready func(addr string)
+}
+
+func newUICmd() *cobra.Command {
+	f := &uiFlags{}
+	cmd := &cobra.Command{
+		Use:   "ui",
+		Short: "Serve the web dashboard: backlog, dead messages, inboxes",
+		Long: `Serve txbox's web dashboard (package txboxui) for one outbox table: the backlog
+by state and the age of the oldest claimable row over time, the net backlog
+change per second, the dead messages with redrive and discard buttons, the keys
+they park and, with --inbox-table, the receipts of each inbox per source. Its
+assets are embedded: it works offline.
+
+It listens on loopback (` + DefaultUIAddr + `) unless --http names another
+address, which needs a token (--token or ` + EnvUIToken + `): the browser asks for
+it as the password of basic auth (any user name). Redrive and discard are POST
+forms with a CSRF token and a cross-origin check.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUI(cmd, f) },
+	}
+	f.tables.register(cmd, false)
+	fs := cmd.Flags()
+	fs.StringVar(&f.http, "http", DefaultUIAddr, "address to listen on; one that is not loopback needs --token")
+	fs.StringVar(&f.token, "token", "", "token every request must carry (basic-auth password or Authorization: Bearer); required off loopback (env "+EnvUIToken+", preferred: a flag shows in ps)")
+	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse redrive and discard")
+	fs.StringSliceVar(&f.inboxTables, "inbox-table", nil, "inbox table to show receipts of, per source (repeat or comma-separate)")
+	fs.DurationVar(&f.interval, "interval", txboxui.DefaultInterval, "how often the figures are read and sampled")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	return cmd
+}
+
+// uiToken is --token, else TXBOX_UI_TOKEN.
+func uiToken(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv(EnvUIToken)
+}
+
+// checkUIListen refuses an address that is not loopback without a token.
+func checkUIListen(flag, addr, token string) error {
+	if err := checkLoopback(addr, false); err == nil || token != "" {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%w: %s %q: %v", txbox.ErrInvalidConfig, flag, addr, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %s %q is not a loopback address: the dashboard would be reachable from the network; set a token (--token or %s)", txbox.ErrInvalidConfig, flag, addr, EnvUIToken)
+}
+
+func runUI(cmd *cobra.Command, f *uiFlags) error {
+	ctx := cmd.Context()
+	log, err := newLogger(cmd.ErrOrStderr(), f.logLevel, f.logJSON)
+	if err != nil {
+		return err
+	}
+	token := uiToken(f.token)
+	if err := checkUIListen("--http", f.http, token); err != nil {
+		return err
+	}
+	if f.interval <= 0 {
+		return fmt.Errorf("--interval %s: want a positive duration", f.interval)
+	}
+	db, err := f.tables.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	cfg, err := db.uiConfig(f.tables.schema, f.tables.table, f.inboxTables)
+	if err != nil {
+		return err
+	}
+	cfg.Token, cfg.ReadOnly, cfg.Interval, cfg.Logger = token, f.readOnly, f.interval, log
+	h, err := txboxui.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", f.http)
+	if err != nil {
+		return fmt.Errorf("--http %s: %w", f.http, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go h.Run(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	addr := ln.Addr().String()
+	log.Info("serving the txbox dashboard", "url", "http://"+addr+"/", "db", db.target.String(), "table", cfg.Title, "auth", token != "")
+	if f.ready != nil {
+		f.ready(addr)
+	}
+	select {
+	case err := <-done:
+		return fmt.Errorf("--http %s: %w", f.http, err)
+	case <-ctx.Done():
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// uiConfig builds the dashboard's sources for the outbox table and inbox
+// tables named: its dead letters, its backlog and each inbox's Stats.
+func (d *database) uiConfig(schema, table string, inboxTables []string) (txboxui.Config, error) {
+	cfg := txboxui.Config{Title: table}
+	if schema != "" {
+		cfg.Title = schema + "." + table
+	}
+	ocfg := txbox.Config{Schema: schema, Table: table}
+	var err error
+	if d.pgx != nil {
+		cfg.Dead, err = dead.New[pgx.Tx](d.pgx, ocfg)
+	} else {
+		cfg.Dead, err = dead.New[*sql.Tx](d.sql, ocfg)
+	}
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.Backlog, err = d.backlog(schema, table); err != nil {
+		return cfg, err
+	}
+	for _, name := range inboxTables {
+		icfg := inbox.Config{Schema: schema, Table: name, Logger: slog.New(slog.DiscardHandler)}
+		var stats func(context.Context) ([]inbox.SourceStats, error)
+		if d.pgx != nil {
+			ib, err := inbox.New[pgx.Tx](d.pgx, icfg)
+			if err != nil {
+				return cfg, fmt.Errorf("--inbox-table %s: %w", name, err)
+			}
+			stats = ib.Stats
+		} else {
+			ib, err := inbox.New[*sql.Tx](d.sql, icfg)
+			if err != nil {
+				return cfg, fmt.Errorf("--inbox-table %s: %w", name, err)
+			}
+			stats = ib.Stats
+		}
+		cfg.Inboxes = append(cfg.Inboxes, txboxui.InboxRef{Name: name, Stats: stats})
+	}
+	return cfg, nil
+}
+
+// backlog reads the table's backlog through package inspect.
+func (d *database) backlog(schema, table string) (txboxui.BacklogFunc, error) {
+	cfg := txbox.Config{Schema: schema, Table: table}
+	var in *inspect.Inspector
+	var err error
+	if d.pgx != nil {
+		in, err = inspect.New[pgx.Tx](d.pgx, cfg)
+	} else {
+		in, err = inspect.New[*sql.Tx](d.sql, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return txboxui.InspectBacklog(in), nil
+}

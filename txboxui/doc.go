@@ -1,0 +1,25 @@
+// Package txboxui is a web dashboard for a txbox outbox: a mountable
+// http.Handler (like riverui's NewServer) showing the backlog by state and
+// the oldest claimable age over time, throughput, the dead messages with
+// redrive and discard buttons, the keys they park, inbox receipts per
+// source and the relays' state. Its page, script and style sheet are
+// embedded (no CDN, works offline); it imports only the standard library
+// and txbox's own packages. `txbox ui` serves it from the command line.
+//
+//	h, err := txboxui.New(txboxui.Config{Dead: letters, Backlog: txboxui.RelayBacklog(r), Relays: []txboxui.RelayRef{{Name: "relay", Current: func() *relay.Relay { return r }}}})
+//	mux.Handle("/ui/", http.StripPrefix("/ui", h))
+//	go h.Run(ctx) // optional: keep sampling when nobody watches
+//
+// Every link is relative, so the handler works under any prefix stripped
+// with http.StripPrefix. The page renders on the server (html/template, so
+// every value is escaped) and a small script refreshes it; GET api/state
+// is the same figures as JSON.
+//
+// Safety: mutating actions (redrive, discard) are POST only, carry a
+// per-process CSRF token in a form field or header that must match a
+// SameSite=Strict cookie, and pass net/http's CrossOriginProtection
+// (Origin / Sec-Fetch-Site). With Config.Token set, every request must
+// carry it (as the basic-auth password, or an "Authorization: Bearer"
+// header); without one, mutating actions are refused to clients that are
+// not on loopback. The handler never shows a database URL or credential.
+package txboxui

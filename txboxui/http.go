@@ -1,0 +1,363 @@
+package txboxui
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed assets
+var assets embed.FS
+
+var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
+	"age":       age,
+	"ago":       ago,
+	"rate":      rate,
+	"spark":     spark,
+	"sparkLast": sparkLast,
+	"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+}).ParseFS(assets, "assets/page.html"))
+
+// csrfCookie is the cookie that must match the form's token.
+const (
+	csrfCookie = "txboxui_csrf"
+	csrfField  = "csrf"
+	csrfHeader = "X-Txbox-Csrf"
+)
+
+func randomToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (h *Handler) routes() {
+	h.mux = http.NewServeMux()
+	static, _ := fs.Sub(assets, "assets")
+	h.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	h.mux.HandleFunc("GET /{$}", h.servePage)
+	h.mux.HandleFunc("GET /api/state", h.serveState)
+	h.mux.HandleFunc("POST /dead/{action}", h.serveAction)
+	h.mux.HandleFunc("POST /api/dead/{action}", h.serveAction)
+}
+
+// authenticated: no Token is configured, or the request carries it.
+func (h *Handler) authenticated(r *http.Request) bool {
+	if h.cfg.Token == "" {
+		return true
+	}
+	_, pass, ok := r.BasicAuth()
+	if !ok {
+		pass, ok = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	return ok && subtle.ConstantTimeCompare([]byte(pass), []byte(h.cfg.Token)) == 1
+}
+
+// view is what the page template renders.
+type view struct {
+	*State
+	CSRF    string
+	Done    string // the result of the last action, from the redirect
+	Failed  bool
+	CanEdit bool
+}
+
+func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
+	s := h.state(r.Context(), false)
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: h.csrf, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	v := view{State: s, CSRF: h.csrf, CanEdit: !h.cfg.ReadOnly && s.HasDead && h.mayMutate(r) == nil}
+	q := r.URL.Query()
+	if a := q.Get("done"); a == "redrive" || a == "discard" {
+		n, _ := strconv.ParseInt(q.Get("n"), 10, 64)
+		verb := map[string]string{"redrive": "Redrove", "discard": "Discarded"}[a]
+		v.Done = fmt.Sprintf("%s %d dead message(s).", verb, n)
+	}
+	if q.Get("failed") != "" {
+		v.Done, v.Failed = "The action failed; see the server's log.", true
+	}
+	name := "page.html"
+	if q.Get("fragment") == "1" {
+		name = "main"
+	}
+	var buf bytes.Buffer
+	if err := page.ExecuteTemplate(&buf, name, v); err != nil {
+		h.log.Error("txboxui: render", "err", err)
+		http.Error(w, "render failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, h.state(r.Context(), false))
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// mayMutate says why r may not redrive or discard, or nil.
+func (h *Handler) mayMutate(r *http.Request) error {
+	if h.cfg.ReadOnly {
+		return errors.New("the dashboard is read-only")
+	}
+	if h.cfg.Dead == nil {
+		return errors.New("no dead-letter source is configured")
+	}
+	if h.cfg.Token == "" && !loopbackClient(r) {
+		return errors.New("actions from a client that is not on loopback need a token (txboxui.Config.Token, txbox ui --token)")
+	}
+	return nil
+}
+
+func loopbackClient(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkCSRF: the request is not cross-origin, and carries the process's
+// token in the form field or header and in the SameSite cookie; a request
+// authenticated by a Bearer header (which no browser adds on its own)
+// needs no form token.
+func (h *Handler) checkCSRF(r *http.Request) error {
+	if err := h.cop.Check(r); err != nil {
+		return err
+	}
+	if h.cfg.Token != "" && strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		return nil
+	}
+	tok := r.Header.Get(csrfHeader)
+	if tok == "" {
+		tok = r.PostFormValue(csrfField)
+	}
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || !equal(tok, h.csrf) || !equal(c.Value, h.csrf) {
+		return errors.New("missing or wrong CSRF token: reload the page")
+	}
+	return nil
+}
+
+func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+// actionResult is the JSON answer of api/dead/{action}.
+type actionResult struct {
+	Action string `json:"action"`
+	Count  int64  `json:"count"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
+	api := strings.HasPrefix(r.URL.Path, "/api/")
+	action := r.PathValue("action")
+	fail := func(code int, err error) {
+		if api {
+			writeJSON(w, code, actionResult{Action: action, Error: err.Error()})
+			return
+		}
+		http.Error(w, "txbox dashboard: "+err.Error(), code)
+	}
+	if action != "redrive" && action != "discard" {
+		fail(http.StatusNotFound, fmt.Errorf("unknown action %q", action))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := h.mayMutate(r); err != nil {
+		fail(http.StatusForbidden, err)
+		return
+	}
+	if err := h.checkCSRF(r); err != nil {
+		fail(http.StatusForbidden, err)
+		return
+	}
+	seqs, err := actionSeqs(r, api)
+	if err != nil {
+		fail(http.StatusBadRequest, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	do := h.cfg.Dead.Redrive
+	if action == "discard" {
+		do = h.cfg.Dead.Discard
+	}
+	n, err := do(ctx, seqs...)
+	h.state(r.Context(), true) // show the result at once
+	if err != nil {
+		h.log.Error("txboxui: "+action+" failed", "seqs", seqs, "err", err)
+		if api {
+			fail(http.StatusInternalServerError, fmt.Errorf("%s failed: %w", action, err))
+			return
+		}
+		seeOther(w, "../?failed=1")
+		return
+	}
+	h.log.Info("txboxui: "+action, "seqs", seqs, "count", n, "remote", r.RemoteAddr)
+	if api {
+		writeJSON(w, http.StatusOK, actionResult{Action: action, Count: n})
+		return
+	}
+	seeOther(w, "../?done="+action+"&n="+strconv.FormatInt(n, 10))
+}
+
+// seeOther redirects to the relative loc as is: http.Redirect would make
+// it absolute from the request's path, which under http.StripPrefix has
+// lost the prefix; the browser resolves it from the URL it posted to.
+func seeOther(w http.ResponseWriter, loc string) {
+	w.Header().Set("Location", loc)
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// actionSeqs reads the seqs to act on: form fields seq (repeated) or
+// all=1; for the API, a JSON body {"seqs": [...]} or {"all": true}.
+func actionSeqs(r *http.Request, api bool) ([]int64, error) {
+	var seqs []string
+	var all bool
+	if api && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		var body struct {
+			Seqs []int64 `json:"seqs"`
+			All  bool    `json:"all"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			return nil, fmt.Errorf("bad JSON body: %w", err)
+		}
+		for _, s := range body.Seqs {
+			seqs = append(seqs, strconv.FormatInt(s, 10))
+		}
+		all = body.All
+	} else {
+		if err := r.ParseForm(); err != nil {
+			return nil, err
+		}
+		seqs, all = r.PostForm["seq"], r.PostFormValue("all") == "1"
+	}
+	if all == (len(seqs) > 0) {
+		return nil, errors.New("give the seqs of dead messages, or all")
+	}
+	out := make([]int64, len(seqs))
+	for i, s := range seqs {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a seq", s)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// age formats seconds as a short duration: 0s, 4.2s, 3m05s, 2h10m, 3d4h.
+func age(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < 10*time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return age(time.Since(t).Seconds()) + " ago"
+}
+
+func rate(p *float64) string {
+	if p == nil {
+		return "–"
+	}
+	return strconv.FormatFloat(*p, 'f', 1, 64) + "/s"
+}
+
+// Sparkline size, in SVG user units.
+const sparkW, sparkH = 240.0, 40.0
+
+// spark returns the points of an SVG polyline drawing the metric of the
+// history ("undelivered", "dead" or "oldest"), scaled to its maximum.
+func spark(hist []Sample, metric string) string {
+	vals := sparkValues(hist, metric)
+	switch len(vals) {
+	case 0:
+		return ""
+	case 1: // a flat line, not an invisible point
+		vals = append(vals, vals[0])
+	}
+	top := 0.0
+	for _, v := range vals {
+		top = math.Max(top, v)
+	}
+	var b strings.Builder
+	for i, v := range vals {
+		x := sparkW
+		if len(vals) > 1 {
+			x = sparkW * float64(i) / float64(len(vals)-1)
+		}
+		y := sparkH - 1
+		if top > 0 {
+			y = 1 + (sparkH-2)*(1-v/top)
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%.1f,%.1f", x, y)
+	}
+	return b.String()
+}
+
+// sparkLast is the maximum of the metric over the history, for the
+// sparkline's label.
+func sparkLast(hist []Sample, metric string) string {
+	top := 0.0
+	for _, v := range sparkValues(hist, metric) {
+		top = math.Max(top, v)
+	}
+	if metric == "oldest" {
+		return age(top)
+	}
+	return strconv.FormatFloat(top, 'f', 0, 64)
+}
+
+func sparkValues(hist []Sample, metric string) []float64 {
+	out := make([]float64, 0, len(hist))
+	for _, s := range hist {
+		switch metric {
+		case "undelivered":
+			out = append(out, float64(s.Undelivered()))
+		case "dead":
+			out = append(out, float64(s.Dead))
+		case "oldest":
+			out = append(out, s.OldestClaimableSec)
+		}
+	}
+	return out
+}

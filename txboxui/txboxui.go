@@ -1,0 +1,489 @@
+package txboxui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dead"
+	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/inspect"
+	"github.com/txbox/txbox/relay"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval  = 5 * time.Second
+	DefaultSamples   = 120
+	DefaultDeadLimit = 100
+	DefaultTimeout   = 5 * time.Second
+)
+
+// Backlog is one reading of an outbox table: the undelivered rows by
+// disjoint state, the dead rows and the oldest ages.
+type Backlog struct {
+	Pending  int64 // undelivered, never rejected, not parked
+	Retrying int64 // undelivered, rejected at least once, not dead, not parked
+	Parked   int64 // undelivered, waiting behind a dead row of their key
+	Dead     int64
+	// ParkedKeys is how many ordering keys dead rows park; -1 when the
+	// source does not count them.
+	ParkedKeys int64
+	// OldestClaimableAge is the age of the oldest row a claim could take
+	// now (due and not parked); zero when there is none.
+	OldestClaimableAge time.Duration
+	// OldestPendingAge is the age of the oldest undelivered row, parked
+	// and retrying ones included; zero when unknown or none.
+	OldestPendingAge time.Duration
+	// Topics are the topics with the most undelivered rows, most first;
+	// nil when the source does not count them.
+	Topics []TopicBacklog
+}
+
+// TopicBacklog counts the undelivered rows of one topic.
+type TopicBacklog struct {
+	Topic       string `json:"topic"`
+	Undelivered int64  `json:"undelivered"` // dead ones included
+	Dead        int64  `json:"dead"`
+}
+
+// BacklogFunc reads the backlog (one query per call).
+type BacklogFunc func(ctx context.Context) (Backlog, error)
+
+// InspectBacklog reads the backlog through in.Backlog (package inspect:
+// counts by state, ages and top topics).
+func InspectBacklog(in *inspect.Inspector) BacklogFunc {
+	return func(ctx context.Context) (Backlog, error) {
+		b, err := in.Backlog(ctx)
+		if err != nil {
+			return Backlog{}, err
+		}
+		out := Backlog{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys,
+			OldestClaimableAge: b.OldestClaimableAge, OldestPendingAge: b.OldestPendingAge, Topics: []TopicBacklog{}}
+		for _, t := range b.Topics {
+			out.Topics = append(out.Topics, TopicBacklog{Topic: t.Topic, Undelivered: t.Undelivered, Dead: t.Dead})
+		}
+		return out, nil
+	}
+}
+
+// RelayBacklog reads the backlog of r's table through relay.Relay.Sample
+// (one query, without top topics); r need not be running.
+func RelayBacklog(r *relay.Relay) BacklogFunc {
+	return func(ctx context.Context) (Backlog, error) {
+		s := r.Sample(ctx, txbox.RelaySample{})
+		if s.Err != nil {
+			return Backlog{}, s.Err
+		}
+		return Backlog{Pending: s.Pending, Retrying: s.Retrying, Parked: s.Parked, Dead: s.Dead, ParkedKeys: -1, OldestClaimableAge: s.OldestClaimableAge}, nil
+	}
+}
+
+// RelayRef names a relay to show. Current returns the relay running now, or
+// nil when none is (shown as not running).
+type RelayRef struct {
+	Name    string
+	Current func() *relay.Relay
+}
+
+// InboxRef names an inbox table to show; Stats is its Inbox.Stats method.
+type InboxRef struct {
+	Name  string
+	Stats func(ctx context.Context) ([]inbox.SourceStats, error)
+}
+
+// Config configures the dashboard. Every source is optional: a section
+// whose source is nil is not shown.
+type Config struct {
+	// Title heads the page, e.g. the table's name. Never put a database URL
+	// here. Default: "txbox".
+	Title string
+	// Backlog reads the backlog, e.g. InspectBacklog. Default: RelayBacklog of the first relay
+	// of Relays that is running, else none.
+	Backlog BacklogFunc
+	// Dead lists, redrives and discards the dead messages.
+	Dead *dead.Letters
+	// Inboxes are the inbox tables whose receipts are counted per source.
+	Inboxes []InboxRef
+	// Relays are the relays whose state and counters are shown; their
+	// published counters give the throughput.
+	Relays []RelayRef
+	// Token, when set, is required on every request: as the password of
+	// HTTP basic auth (any user name) or as "Authorization: Bearer TOKEN".
+	// Without it, mutating actions are refused to clients that are not on
+	// loopback. Default: "" (none).
+	Token string
+	// ReadOnly hides the redrive and discard buttons and refuses them.
+	ReadOnly bool
+	// Interval is how often the figures are read (at most once per
+	// Interval, however many browsers watch) and a sample is added to the
+	// history. Default: DefaultInterval (5s).
+	Interval time.Duration
+	// Samples is how many samples the in-memory history keeps. Default:
+	// DefaultSamples (120: ten minutes at 5s).
+	Samples int
+	// DeadLimit is how many dead messages are listed. Default:
+	// DefaultDeadLimit (100).
+	DeadLimit int
+	// Timeout bounds one reading of the figures and one action. Default:
+	// DefaultTimeout (5s).
+	Timeout time.Duration
+	// Logger receives the actions taken and the errors met. Default:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler is the dashboard: an http.Handler. It is safe for concurrent use.
+type Handler struct {
+	cfg  Config
+	mux  *http.ServeMux
+	csrf string
+	cop  *http.CrossOriginProtection
+	log  *slog.Logger
+
+	refreshMu sync.Mutex // held while reading the figures
+	mu        sync.Mutex // guards the fields below
+	snap      *State
+	history   []Sample // ring, oldest first once full
+	next      int
+	full      bool
+}
+
+// New returns the dashboard for cfg. It reads nothing until the first
+// request or Run.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Interval < 0 || cfg.Samples < 0 || cfg.DeadLimit < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: txboxui: Interval, Samples, DeadLimit and Timeout must not be negative", txbox.ErrInvalidConfig)
+	}
+	for _, r := range cfg.Relays {
+		if r.Current == nil {
+			return nil, fmt.Errorf("%w: txboxui: relay %q has no Current", txbox.ErrInvalidConfig, r.Name)
+		}
+	}
+	for _, ib := range cfg.Inboxes {
+		if ib.Stats == nil {
+			return nil, fmt.Errorf("%w: txboxui: inbox %q has no Stats", txbox.ErrInvalidConfig, ib.Name)
+		}
+	}
+	def := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&cfg.Interval, DefaultInterval)
+	def(&cfg.Timeout, DefaultTimeout)
+	if cfg.Samples == 0 {
+		cfg.Samples = DefaultSamples
+	}
+	if cfg.DeadLimit == 0 {
+		cfg.DeadLimit = DefaultDeadLimit
+	}
+	if cfg.Title == "" {
+		cfg.Title = "txbox"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Handler{cfg: cfg, csrf: randomToken(), cop: http.NewCrossOriginProtection(), log: cfg.Logger, history: make([]Sample, cfg.Samples)}
+	h.routes()
+	return h, nil
+}
+
+// ServeHTTP serves the dashboard.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	w.Header().Set("Cache-Control", "no-store")
+	if !h.authenticated(r) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="txbox", charset="UTF-8"`)
+		http.Error(w, "txbox dashboard: a token is required (basic-auth password or Authorization: Bearer)", http.StatusUnauthorized)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// Run reads the figures every Interval until ctx ends, so the history
+// fills while nobody watches. Without Run, they are read on request, at
+// most once per Interval.
+func (h *Handler) Run(ctx context.Context) {
+	t := time.NewTicker(h.cfg.Interval)
+	defer t.Stop()
+	for {
+		h.state(ctx, true)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sample is one point of the history.
+type Sample struct {
+	At                 time.Time `json:"at"`
+	Pending            int64     `json:"pending"`
+	Retrying           int64     `json:"retrying"`
+	Parked             int64     `json:"parked"`
+	Dead               int64     `json:"dead"`
+	OldestClaimableSec float64   `json:"oldest_claimable_seconds"`
+	// Published is the relays' published counters summed, -1 without
+	// relays.
+	Published int64 `json:"published"`
+}
+
+// Undelivered is every row not yet delivered, dead ones included (as
+// inspect.Backlog.Undelivered and txbox stats count it).
+func (s Sample) Undelivered() int64 { return s.Pending + s.Retrying + s.Parked + s.Dead }
+
+// State is what the page shows and api/state returns.
+type State struct {
+	Title        string         `json:"title"`
+	At           time.Time      `json:"at"`
+	ReadOnly     bool           `json:"read_only"`
+	HasBacklog   bool           `json:"has_backlog"`
+	Backlog      BacklogJSON    `json:"backlog"`
+	BacklogError string         `json:"backlog_error,omitempty"`
+	Throughput   Throughput     `json:"throughput"`
+	History      []Sample       `json:"history"`
+	HasDead      bool           `json:"has_dead"`
+	Dead         []DeadJSON     `json:"dead"`
+	DeadError    string         `json:"dead_error,omitempty"`
+	ParkedKeys   []ParkedKey    `json:"parked_keys"`
+	Inboxes      []InboxJSON    `json:"inboxes"`
+	Relays       []RelayJSON    `json:"relays"`
+	Topics       []TopicBacklog `json:"topics"`
+}
+
+// BacklogJSON is Backlog with ages in seconds.
+type BacklogJSON struct {
+	Pending            int64   `json:"pending"`
+	Retrying           int64   `json:"retrying"`
+	Parked             int64   `json:"parked"`
+	Dead               int64   `json:"dead"`
+	ParkedKeys         int64   `json:"parked_keys"` // -1: not counted
+	Undelivered        int64   `json:"undelivered"` // pending + retrying + parked + dead, as txbox stats
+	OldestClaimableSec float64 `json:"oldest_claimable_seconds"`
+	OldestPendingSec   float64 `json:"oldest_pending_seconds"`
+}
+
+// Throughput is derived from the last two samples: the relays' published
+// messages per second (when relays are given) and the change per second of
+// the undelivered rows (negative while they drain).
+type Throughput struct {
+	PublishedPerSec *float64 `json:"published_per_second"`
+	BacklogPerSec   *float64 `json:"backlog_change_per_second"`
+	WindowSec       float64  `json:"window_seconds"`
+}
+
+// DeadJSON is a dead message.
+type DeadJSON struct {
+	Seq       int64     `json:"seq"`
+	ID        string    `json:"id"`
+	Topic     string    `json:"topic"`
+	Key       string    `json:"key"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error"`
+	CreatedAt time.Time `json:"created_at"`
+	DeadAt    time.Time `json:"dead_at"`
+	Parked    int64     `json:"parked"`
+}
+
+// ParkedKey is a key whose later messages wait behind a dead one.
+type ParkedKey struct {
+	Key     string `json:"key"`
+	Topic   string `json:"topic"`
+	DeadSeq int64  `json:"dead_seq"`
+	Parked  int64  `json:"parked"`
+}
+
+// InboxJSON is one inbox table's receipts per source.
+type InboxJSON struct {
+	Name    string              `json:"name"`
+	Sources []inbox.SourceStats `json:"sources"`
+	Error   string              `json:"error,omitempty"`
+}
+
+// RelayJSON is one relay's state and counters.
+type RelayJSON struct {
+	Name            string    `json:"name"`
+	Running         bool      `json:"running"`
+	Ready           bool      `json:"ready"`
+	NotReady        string    `json:"not_ready,omitempty"`
+	DatabaseOK      bool      `json:"database_ok"`
+	BrokerConnected bool      `json:"broker_connected"`
+	Listener        string    `json:"listener"`
+	LastGoodRound   time.Time `json:"last_good_round"`
+	Published       int64     `json:"published"`
+	Rejected        int64     `json:"rejected"`
+	Dead            int64     `json:"dead"`
+	Rounds          int64     `json:"rounds"`
+	FailedRounds    int64     `json:"failed_rounds"`
+}
+
+// state returns the figures, read anew when the last reading is older
+// than Interval or force is set (after an action).
+func (h *Handler) state(ctx context.Context, force bool) *State {
+	h.refreshMu.Lock()
+	defer h.refreshMu.Unlock()
+	h.mu.Lock()
+	snap := h.snap
+	h.mu.Unlock()
+	if snap != nil && !force && time.Since(snap.At) < h.cfg.Interval {
+		return snap
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	s := h.read(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.History = h.appendSample(s)
+	s.Throughput = throughput(s.History)
+	h.snap = s
+	return s
+}
+
+func (h *Handler) read(ctx context.Context) *State {
+	s := &State{Title: h.cfg.Title, At: time.Now(), ReadOnly: h.cfg.ReadOnly, Dead: []DeadJSON{}, ParkedKeys: []ParkedKey{}, Inboxes: []InboxJSON{}, Relays: []RelayJSON{}, Topics: []TopicBacklog{}}
+	for _, ref := range h.cfg.Relays {
+		s.Relays = append(s.Relays, relayState(ctx, ref))
+	}
+	backlog := h.cfg.Backlog
+	if backlog == nil {
+		for _, ref := range h.cfg.Relays {
+			if r := ref.Current(); r != nil {
+				backlog = RelayBacklog(r)
+				break
+			}
+		}
+	}
+	if backlog != nil {
+		s.HasBacklog = true
+		b, err := backlog(ctx)
+		if err != nil {
+			s.BacklogError = h.failed("read the backlog", err)
+		} else {
+			s.Backlog = BacklogJSON{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Undelivered: b.Pending + b.Retrying + b.Parked + b.Dead,
+				OldestClaimableSec: b.OldestClaimableAge.Seconds(), OldestPendingSec: b.OldestPendingAge.Seconds()}
+			if b.Topics != nil {
+				s.Topics = b.Topics
+			}
+		}
+	}
+	if h.cfg.Dead != nil {
+		s.HasDead = true
+		list, err := h.cfg.Dead.List(ctx, h.cfg.DeadLimit)
+		if err != nil {
+			s.DeadError = h.failed("list the dead messages", err)
+		}
+		for _, m := range list {
+			s.Dead = append(s.Dead, DeadJSON(m))
+			if m.Parked > 0 {
+				s.ParkedKeys = append(s.ParkedKeys, ParkedKey{Key: m.Key, Topic: m.Topic, DeadSeq: m.Seq, Parked: m.Parked})
+			}
+		}
+	}
+	for _, ref := range h.cfg.Inboxes {
+		ij := InboxJSON{Name: ref.Name, Sources: []inbox.SourceStats{}}
+		st, err := ref.Stats(ctx)
+		if err != nil {
+			ij.Error = h.failed("count the receipts of inbox "+ref.Name, err)
+		}
+		if st != nil {
+			ij.Sources = st
+		}
+		s.Inboxes = append(s.Inboxes, ij)
+	}
+	return s
+}
+
+// failed logs err and returns what the page shows: the error's text (a
+// database error names no credential; the URL is never given to the
+// handler).
+func (h *Handler) failed(what string, err error) string {
+	h.log.Warn("txboxui: could not "+what, "err", err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "could not " + what + ": timed out"
+	}
+	return "could not " + what + ": " + err.Error()
+}
+
+func relayState(ctx context.Context, ref RelayRef) RelayJSON {
+	out := RelayJSON{Name: ref.Name, Listener: "-"}
+	r := ref.Current()
+	if r == nil {
+		out.NotReady = "no relay is running"
+		return out
+	}
+	hl := r.Health(ctx)
+	c := r.Counters()
+	out.Running, out.DatabaseOK, out.BrokerConnected, out.LastGoodRound = hl.Running, hl.DatabaseErr == nil, hl.BrokerConnected, hl.LastGoodRound
+	out.Published, out.Rejected, out.Dead, out.Rounds, out.FailedRounds = c.Published, c.Rejected, c.Dead, c.Rounds, c.FailedRounds
+	switch {
+	case hl.Listening:
+		out.Listener = "notify"
+	case hl.Notify:
+		out.Listener = "polling (notify lost)"
+	default:
+		out.Listener = "polling"
+	}
+	if err := hl.Err(time.Now()); err != nil {
+		out.NotReady = err.Error()
+	} else {
+		out.Ready = true
+	}
+	return out
+}
+
+// appendSample adds s to the ring (when its backlog was read) and returns
+// the history, oldest first. h.mu is held.
+func (h *Handler) appendSample(s *State) []Sample {
+	if s.HasBacklog && s.BacklogError == "" {
+		p := Sample{At: s.At, Pending: s.Backlog.Pending, Retrying: s.Backlog.Retrying, Parked: s.Backlog.Parked, Dead: s.Backlog.Dead,
+			OldestClaimableSec: s.Backlog.OldestClaimableSec, Published: -1}
+		if len(s.Relays) > 0 {
+			p.Published = 0
+			for _, r := range s.Relays {
+				p.Published += r.Published
+			}
+		}
+		h.history[h.next] = p
+		h.next = (h.next + 1) % len(h.history)
+		h.full = h.full || h.next == 0
+	}
+	var out []Sample
+	if h.full {
+		out = append(out, h.history[h.next:]...)
+	}
+	out = append(out, h.history[:h.next]...)
+	if out == nil {
+		out = []Sample{}
+	}
+	return out
+}
+
+func throughput(hist []Sample) Throughput {
+	var t Throughput
+	if len(hist) < 2 {
+		return t
+	}
+	a, b := hist[len(hist)-2], hist[len(hist)-1]
+	dt := b.At.Sub(a.At).Seconds()
+	if dt <= 0 {
+		return t
+	}
+	t.WindowSec = dt
+	d := float64(b.Undelivered()-a.Undelivered()) / dt
+	t.BacklogPerSec = &d
+	if a.Published >= 0 && b.Published >= a.Published {
+		p := float64(b.Published-a.Published) / dt
+		t.PublishedPerSec = &p
+	}
+	return t
+}
