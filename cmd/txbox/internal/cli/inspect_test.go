@@ -57,6 +57,29 @@ func TestInspectCommands(t *testing.T) {
 			return n
 		}})
 	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		conn := testenv.MySQL(t)
+		var name string
+		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
+		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		_, err := conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES
+			('m1', ?, 'K', ?, '{"h":"v\\u001b"}', 10, ?, NULL, UTC_TIMESTAMP(6)),
+			('m2', 't', 'K', x'00', '{}', 0, NULL, NULL, NULL),
+			('m3', 'f', NULL, x'00', '{}', 2, 'nope', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, NULL),
+			('m4', 'u', NULL, x'00', '{}', 0, NULL, NULL, NULL),
+			('m5', 'u', 'J', x'00', '{}', 0, NULL, NULL, NULL)`,
+			hostileTopic, []byte("pay\x1b]0;pwned\x07load\u202e"), "bad \x1b[2J error")
+		testenv.Must(t, err, "insert")
+		in, err := inspect.New(txboxsql.New(conn, driver.MySQL), txbox.Config{})
+		testenv.Must(t, err, "inspect.New")
+		checkInspect(t, inspectDB{args: args, in: in, count: func(where string) int64 {
+			var n int64
+			testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count %s", where)
+			return n
+		}})
+	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		admin, schema := pgSchema(t)
