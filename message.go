@@ -116,38 +116,48 @@ func (m *Message) Validate(maxBytes int) error {
 	size := len(m.Payload)
 	for k, v := range m.Headers {
 		size += len(k) + len(v)
-		if k == "" {
-			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: "has an empty name"}
-		}
-		if IsReservedHeader(k) {
-			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name %q is reserved: a header may not set a message's identity", k), Err: ErrReservedHeader}
-		}
-		if len(k) > MaxHeaderLen {
-			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name of %d bytes, over the limit of %d", len(k), MaxHeaderLen)}
-		}
-		for i := 0; i < len(k); i++ {
-			if !isTokenChar(k[i]) {
-				r, _ := utf8.DecodeRuneInString(k[i:])
-				return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("name %q has %q at byte %d: a header name is letters, digits and !#$%%&'*+-.^_`|~", k, r, i)}
-			}
-		}
-		if len(v) > MaxHeaderValLen {
-			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q is longer than %d bytes", k, MaxHeaderValLen)}
-		}
-		if !utf8.ValidString(v) {
-			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q is not valid UTF-8", k)}
-		}
-		for i := 0; i < len(v); i++ {
-			if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-				return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q contains control character %#x at byte %d", k, c, i)}
-			}
-		}
-		if v != strings.Trim(v, " \t") {
-			return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("value of %q begins or ends with white space, which NATS trims", k)}
+		if err := checkHeader(k, v); err != nil {
+			err.ID = m.ID
+			return err
 		}
 	}
 	if maxBytes > 0 && size > maxBytes {
 		return &InvalidMessageError{ID: m.ID, Field: "payload", Reason: fmt.Sprintf("and headers are %d bytes, over the cap of %d", size, maxBytes), Err: ErrPayloadTooLarge}
+	}
+	return nil
+}
+
+// checkHeader applies the header rules of Validate to one header; the
+// error has no ID.
+func checkHeader(k, v string) *InvalidMessageError {
+	if k == "" {
+		return &InvalidMessageError{Field: "headers", Reason: "has an empty name"}
+	}
+	if IsReservedHeader(k) {
+		return &InvalidMessageError{Field: "headers", Reason: fmt.Sprintf("name %q is reserved: a header may not set a message's identity", k), Err: ErrReservedHeader}
+	}
+	if len(k) > MaxHeaderLen {
+		return &InvalidMessageError{Field: "headers", Reason: fmt.Sprintf("name of %d bytes, over the limit of %d", len(k), MaxHeaderLen)}
+	}
+	for i := 0; i < len(k); i++ {
+		if !isTokenChar(k[i]) {
+			r, _ := utf8.DecodeRuneInString(k[i:])
+			return &InvalidMessageError{Field: "headers", Reason: fmt.Sprintf("name %q has %q at byte %d: a header name is letters, digits and !#$%%&'*+-.^_`|~", k, r, i)}
+		}
+	}
+	if len(v) > MaxHeaderValLen {
+		return &InvalidMessageError{Field: "headers", Reason: fmt.Sprintf("value of %q is longer than %d bytes", k, MaxHeaderValLen)}
+	}
+	if !utf8.ValidString(v) {
+		return &InvalidMessageError{Field: "headers", Reason: fmt.Sprintf("value of %q is not valid UTF-8", k)}
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return &InvalidMessageError{Field: "headers", Reason: fmt.Sprintf("value of %q contains control character %#x at byte %d", k, c, i)}
+		}
+	}
+	if v != strings.Trim(v, " \t") {
+		return &InvalidMessageError{Field: "headers", Reason: fmt.Sprintf("value of %q begins or ends with white space, which NATS trims", k)}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package txbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -61,7 +62,7 @@ func FuzzMessageRows(f *testing.F) {
 			}
 		}
 		o := &Outbox[any]{maxPayload: maxBytes}
-		rows, ids, err := o.rows([]Message{m})
+		rows, ids, err := o.rows(context.Background(), []Message{m})
 		if (err == nil) != (verr == nil) {
 			t.Fatalf("Validate says %v, rows says %v", verr, err)
 		}

@@ -1,6 +1,9 @@
 package txbox
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // RelayObserver receives what a relay does, as it does it: the seam through
 // which metrics adapters (package txboxprom, or one of your own) see the
@@ -169,3 +172,28 @@ type BaseConsumerObserver struct{}
 
 func (BaseConsumerObserver) Received(string, int)                        {}
 func (BaseConsumerObserver) Handled(string, HandleResult, time.Duration) {}
+
+// RelayTracer traces a relay's publishes: the seam through which a tracing
+// adapter (package txboxotel, or one of your own) sees them without the
+// core importing a tracing SDK. Set it in relay.Config.Tracer, or let the
+// relay's Observer implement it; a relay with neither makes no tracer
+// calls.
+type RelayTracer interface {
+	// StartPublish is called before each Publish call of msgs, one batch,
+	// with the context the publish runs in; the publisher gets the context
+	// it returns. The relay calls end once the broker has answered, with
+	// Publish's result (nil: every message acknowledged; else aligned with
+	// msgs). StartPublish must not keep or change msgs.
+	StartPublish(ctx context.Context, msgs []Message) (_ context.Context, end func(errs []error))
+}
+
+// ConsumerTracer traces a consumer's deliveries. Set it in
+// consumer.Config.Tracer, or let the consumer's Observer implement it.
+type ConsumerTracer interface {
+	// StartProcess is called when handler takes a delivery of msg, before
+	// the inbox transaction; the handler runs in the context it returns.
+	// The consumer calls end once the delivery is settled with the broker,
+	// with its result and the handler's (or the database's) error, nil on
+	// success.
+	StartProcess(ctx context.Context, handler string, msg Received) (_ context.Context, end func(result HandleResult, err error))
+}

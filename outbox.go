@@ -36,6 +36,18 @@ type Config struct {
 	// ErrPayloadTooLarge. Default: DefaultMaxMessageBytes (1 MiB - 1 KiB);
 	// negative means no cap.
 	MaxMessageBytes int
+	// Propagate adds the trace context of Add's ctx to each message's
+	// headers, so that the relay and the consumers can link their spans to
+	// the transaction that wrote the message (package txboxotel provides
+	// one: W3C traceparent and tracestate through the OpenTelemetry
+	// propagator). Add calls it once per call with an empty map to fill,
+	// and copies what it set into every message's headers, except a header
+	// the message already has (compared in any case: the caller's header is
+	// never overwritten) and a header that breaks the header rules of
+	// Message.Validate or would take the message over MaxMessageBytes (it
+	// is left out: tracing never fails a write). The caller's maps are not
+	// changed. Default: nil, no headers added.
+	Propagate func(ctx context.Context, headers map[string]string)
 }
 
 // TableName validates the schema and table of cfg and returns them quoted
@@ -71,6 +83,7 @@ type Outbox[TTx any] struct {
 	ins           *outboxsql.Inserter
 	maxPayload    int
 	schema, table string
+	propagate     func(context.Context, map[string]string)
 }
 
 var _ driver.Driver[any] = (*Outbox[any])(nil)
@@ -141,7 +154,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	return &Outbox[TTx]{drv: drv, ins: outboxsql.NewInserter(drv.Dialect(), table), maxPayload: max, schema: cfg.Schema, table: name}, nil
+	return &Outbox[TTx]{drv: drv, ins: outboxsql.NewInserter(drv.Dialect(), table), maxPayload: max, schema: cfg.Schema, table: name,
+		propagate: cfg.Propagate}, nil
 }
 
 // Add writes msgs in tx, the caller's transaction: they are delivered if and
@@ -150,7 +164,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // to 1000 messages go in one round trip. If any message is invalid, Add
 // returns an *InvalidMessageError and writes nothing.
 func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]string, error) {
-	rows, ids, err := o.rows(msgs)
+	rows, ids, err := o.rows(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +178,7 @@ func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]strin
 // 1000 messages, and returns their ids as Add does. There is no atomicity
 // with other writes: use it only for events that stand alone.
 func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, error) {
-	rows, ids, err := o.rows(msgs)
+	rows, ids, err := o.rows(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -174,12 +188,16 @@ func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, e
 	return ids, nil
 }
 
-func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, []string, error) {
+func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row, []string, error) {
 	for i := range msgs {
 		if err := msgs[i].Validate(o.maxPayload); err != nil {
 			err.(*InvalidMessageError).Index = i
 			return nil, nil, err
 		}
+	}
+	var extra []header // the trace context's headers (Config.Propagate)
+	if o.propagate != nil && len(msgs) > 0 {
+		extra = o.traceHeaders(ctx)
 	}
 	ids := make([]string, len(msgs))
 	rows := make([]outboxsql.Row, len(msgs))
@@ -193,9 +211,13 @@ func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, []string, error) {
 			}
 			ids[i] = id.String()
 		}
+		hs := m.Headers
+		if len(extra) > 0 {
+			hs = withHeaders(m, extra, o.maxPayload)
+		}
 		headers := "{}"
-		if len(m.Headers) > 0 {
-			b, err := json.Marshal(m.Headers)
+		if len(hs) > 0 {
+			b, err := json.Marshal(hs)
 			if err != nil {
 				return nil, nil, fmt.Errorf("txbox: encode headers: %w", err)
 			}
@@ -215,4 +237,63 @@ func (o *Outbox[TTx]) rows(msgs []Message) ([]outboxsql.Row, []string, error) {
 		slices.SortStableFunc(rows, func(a, b outboxsql.Row) int { return strings.Compare(a.Key, b.Key) })
 	}
 	return rows, ids, nil
+}
+
+type header struct{ name, value string }
+
+// traceHeaders returns the headers Config.Propagate sets for ctx that pass
+// the header rules, by name.
+func (o *Outbox[TTx]) traceHeaders(ctx context.Context) []header {
+	h := map[string]string{}
+	o.propagate(ctx, h)
+	var out []header
+	for k, v := range h {
+		if checkHeader(k, v) == nil {
+			out = append(out, header{k, v})
+		}
+	}
+	slices.SortFunc(out, func(a, b header) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// withHeaders returns m's headers with those of extra that m does not have
+// (in any case) and that keep it within maxBytes (<= 0: no cap), taken in
+// order, in a new map; m's own map when none is added.
+func withHeaders(m *Message, extra []header, maxBytes int) map[string]string {
+	size := len(m.Payload)
+	for k, v := range m.Headers {
+		size += len(k) + len(v)
+	}
+	var out map[string]string
+	for _, h := range extra {
+		k, v := h.name, h.value
+		if hasHeader(m.Headers, k) || (maxBytes > 0 && size+len(k)+len(v) > maxBytes) {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(m.Headers)+len(extra))
+			for mk, mv := range m.Headers {
+				out[mk] = mv
+			}
+		}
+		out[k] = v
+		size += len(k) + len(v)
+	}
+	if out == nil {
+		return m.Headers
+	}
+	return out
+}
+
+// hasHeader reports whether headers has name, in any case.
+func hasHeader(headers map[string]string, name string) bool {
+	if _, ok := headers[name]; ok {
+		return true
+	}
+	for k := range headers {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }

@@ -85,6 +85,11 @@ type Config struct {
 	// txbox.ConsumerObserver; package txboxprom has a Prometheus one).
 	// Default: nil, and then the consumer makes no observer calls.
 	Observer txbox.ConsumerObserver
+	// Tracer traces each delivery (see txbox.ConsumerTracer; package
+	// txboxotel has an OpenTelemetry one): the handler runs in the context
+	// it returns. Default: nil, and then the Observer, if it implements
+	// txbox.ConsumerTracer; else no tracer calls.
+	Tracer txbox.ConsumerTracer
 }
 
 // HandlerConfig names a handler and says where its messages come from.
@@ -176,6 +181,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer, _ = cfg.Observer.(txbox.ConsumerTracer)
 	}
 	c := &Consumer[TTx]{drv: drv, cfg: cfg, log: cfg.Logger, stopped: closedChan(),
 		failures: newFailures(2*cfg.BackoffMax + time.Minute)}
@@ -491,6 +499,12 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 		obs.Received(h.Name, msg.Deliveries)
 		start = time.Now()
 		defer func() { obs.Handled(h.Name, result, time.Since(start)) }()
+	}
+	var err error
+	if tr := c.cfg.Tracer; tr != nil {
+		var end func(txbox.HandleResult, error)
+		ctx, end = tr.StartProcess(ctx, h.Name, msg)
+		defer func() { end(result, err) }()
 	}
 	dup, err := c.invoke(ctx, h, msg)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -71,7 +71,7 @@ func FuzzDeliveryMessage(f *testing.F) {
 		if got.ID != id {
 			t.Fatalf("id %q, want message_id %q (headers %v)", got.ID, id, tab)
 		}
-		if wireTopic, _ := tab[txbox.HeaderTopic].(string); got.Topic != routingKey && got.Topic != wireTopic {
+		if wireTopic, _ := wire.String(tab[txbox.HeaderTopic]); got.Topic != routingKey && got.Topic != wireTopic {
 			t.Fatalf("topic %q from routing key %q", got.Topic, routingKey)
 		}
 		if got.Deliveries < 1 {

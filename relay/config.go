@@ -109,6 +109,10 @@ type Config struct {
 	// Default: nil, and then the relay makes no observer calls and takes
 	// no samples.
 	Observer txbox.RelayObserver
+	// Tracer traces each batch's publish (see txbox.RelayTracer; package
+	// txboxotel has an OpenTelemetry one). Default: nil, and then the
+	// Observer, if it implements txbox.RelayTracer; else no tracer calls.
+	Tracer txbox.RelayTracer
 	// SampleInterval is how often a relay with an Observer reads its
 	// table's backlog (one query, whatever the number of scrapes) and
 	// hands the figures to Observer.Sampled. Default: 10s.

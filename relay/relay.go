@@ -75,6 +75,7 @@ type Relay struct {
 	check func(context.Context) []string // the outbox table's start-up check
 
 	obs      txbox.RelayObserver // nil: no observer calls (see observe.go)
+	tracer   txbox.RelayTracer   // nil: no tracer calls
 	inFlight inFlight            // claim times of the batches held, with obs
 	lastGood atomic.Int64        // when a round last succeeded, Unix ns
 	running  atomic.Bool         // run is running
@@ -112,7 +113,10 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	closed := make(chan struct{})
 	close(closed)
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed,
-		obs: c.Observer}
+		obs: c.Observer, tracer: c.Tracer}
+	if r.tracer == nil {
+		r.tracer, _ = c.Observer.(txbox.RelayTracer)
+	}
 	r.check = func(ctx context.Context) []string {
 		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table})
 		if err != nil {
@@ -506,8 +510,15 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 			sent = time.Now()
 		}
 		pubCtx, cancelPub := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+		var end func([]error)
+		if r.tracer != nil {
+			pubCtx, end = r.tracer.StartPublish(pubCtx, out.msgs)
+		}
 		errs = r.pub.Publish(pubCtx, out.msgs)
 		cancelPub()
+		if end != nil {
+			end(errs)
+		}
 		if r.obs != nil {
 			r.obs.Published(len(out.msgs), countErrs(errs), time.Since(sent))
 		}

@@ -203,15 +203,25 @@ func (i *dynamicInt) Scan(v any) error {
 	return nil
 }
 
-// describe names a value a plain-SQL writer stored, briefly and safely.
+// describe names a value a plain-SQL writer stored, briefly and safely:
+// text is cut to its first 40 bytes before it is quoted (a quoted rune
+// can take ten bytes, so cutting after quoting would not bound it).
 func describe(v any) string {
 	switch x := v.(type) {
 	case []byte:
-		return fmt.Sprintf("%.40q", x)
+		return quoteShort(string(x))
 	case string:
-		return fmt.Sprintf("%.40q", x)
+		return quoteShort(x)
 	}
 	return fmt.Sprintf("%T %v", v, v)
+}
+
+func quoteShort(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q…", s[:max])
 }
 
 // nativeTime scans a timestamp that the driver returns as a time.Time.

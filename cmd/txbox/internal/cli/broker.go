@@ -314,7 +314,16 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 				}
 				log.Warn("NATS connection lost; reconnecting", "broker", desc, "err", redactErr(err, url))
 			}),
-			nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS connection back", "broker", desc) }))
+			nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS connection back", "broker", desc) }),
+			// nats.go writes asynchronous errors (a slow consumer, a
+			// permissions violation) to stderr unless given a handler.
+			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+				args := []any{"broker", desc, "err", redactErr(err, url)}
+				if sub != nil {
+					args = append(args, "subject", sub.Subject)
+				}
+				log.Warn("NATS asynchronous error", args...)
+			}))
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -435,6 +444,9 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 	opt, err := redis.ParseURL(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
+	}
+	if f.events != nil {
+		redis.SetLogger(redisstream.Logger(f.events)) // go-redis logs to stderr by itself
 	}
 	rdb := redis.NewClient(opt)
 	b.closer = func() { _ = rdb.Close() }

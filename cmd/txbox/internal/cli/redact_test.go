@@ -138,4 +138,7 @@ func TestRelayLogsRedacted(t *testing.T) {
 	all := out.String() + errOut.String()
 	checkRedacted(t, "relay logs", all, `db="postgres://postgres:xxxxx@`)
 	checkRedacted(t, "relay logs", all, "broker=nats://u:xxxxx@")
+	if !strings.Contains(all, "schema="+schema+" table=txbox_outbox") {
+		t.Errorf("the start-up line does not name the schema and table:\n%s", all)
+	}
 }

@@ -337,7 +337,7 @@ func relayWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFla
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("relay started", "db", db.target.String(), "broker", br.desc, "table", cfg.Table,
+	log.Info("relay started", "db", db.target.String(), "broker", br.desc, "schema", cmp.Or(cfg.Schema, "(the connection's default)"), "table", cfg.Table,
 		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention, "delete_published", cfg.DeletePublished,
 		"cleanup_interval", cfg.CleanupInterval, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout, "claim_lease", cfg.ClaimLease)
 
@@ -391,13 +391,16 @@ loop:
 }
 
 // escapeAttr escapes the control characters of a log's strings and errors
-// (rows' errors and keys come from the database), as cell does.
+// (rows' errors and keys come from the database), as cell does, and writes
+// durations as Go duration text ("1.5s") in JSON logs too.
 func escapeAttr(_ []string, a slog.Attr) slog.Attr {
 	switch v := a.Value.Any().(type) {
 	case string:
 		a.Value = slog.StringValue(text(v))
 	case error:
 		a.Value = slog.StringValue(text(v.Error()))
+	case time.Duration:
+		a.Value = slog.StringValue(v.String()) // "1.5s", not 1500000000 in JSON
 	}
 	return a
 }
