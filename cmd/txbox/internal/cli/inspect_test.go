@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/tests/testenv"
@@ -266,5 +267,38 @@ func checkInspect(t *testing.T, d inspectDB) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("txbox %s: %v, want an error with %q", strings.Join(c.args, " "), err, c.want)
 		}
+	}
+}
+
+// cancelOn cancels a context once what is written holds s.
+type cancelOn struct {
+	testenv.Buffer
+	s      string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if strings.Contains(w.Buffer.String(), w.s) {
+		w.cancel()
+	}
+	return n, err
+}
+
+// stats --watch ends cleanly (no error) when its context ends, as on
+// SIGINT: here after the first block, with an hour to the next.
+func TestStatsWatchStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "watch.db")
+	mustRun(t, "migrate", "up", "--db", db)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelOn{s: "oldest claimable age", cancel: cancel}
+	var errOut testenv.Buffer
+	if err := cli.Run(ctx, []string{"stats", "--watch", "--interval", "1h", "--db", db}, out, &errOut); err != nil {
+		t.Fatalf("stats --watch cancelled: %v", err)
+	}
+	if n := strings.Count(out.String(), "undelivered"); n != 1 {
+		t.Fatalf("stats --watch printed %d blocks before its cancel:\n%s", n, out.String())
 	}
 }
