@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/tests/testenv"
@@ -52,6 +53,29 @@ func TestInspectCommands(t *testing.T) {
 		in, err := inspect.New(txboxsql.New(conn, driver.SQLite), txbox.Config{})
 		testenv.Must(t, err, "inspect.New")
 		checkInspect(t, inspectDB{args: []string{"--db", db}, in: in, count: func(where string) int64 {
+			var n int64
+			testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count %s", where)
+			return n
+		}})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		conn := testenv.MySQL(t)
+		var name string
+		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
+		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		_, err := conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES
+			('m1', ?, 'K', ?, '{"h":"v\\u001b"}', 10, ?, NULL, UTC_TIMESTAMP(6)),
+			('m2', 't', 'K', x'00', '{}', 0, NULL, NULL, NULL),
+			('m3', 'f', NULL, x'00', '{}', 2, 'nope', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, NULL),
+			('m4', 'u', NULL, x'00', '{}', 0, NULL, NULL, NULL),
+			('m5', 'u', 'J', x'00', '{}', 0, NULL, NULL, NULL)`,
+			hostileTopic, []byte("pay\x1b]0;pwned\x07load\u202e"), "bad \x1b[2J error")
+		testenv.Must(t, err, "insert")
+		in, err := inspect.New(txboxsql.New(conn, driver.MySQL), txbox.Config{})
+		testenv.Must(t, err, "inspect.New")
+		checkInspect(t, inspectDB{args: args, in: in, count: func(where string) int64 {
 			var n int64
 			testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count %s", where)
 			return n
@@ -243,5 +267,38 @@ func checkInspect(t *testing.T, d inspectDB) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("txbox %s: %v, want an error with %q", strings.Join(c.args, " "), err, c.want)
 		}
+	}
+}
+
+// cancelOn cancels a context once what is written holds s.
+type cancelOn struct {
+	testenv.Buffer
+	s      string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if strings.Contains(w.Buffer.String(), w.s) {
+		w.cancel()
+	}
+	return n, err
+}
+
+// stats --watch ends cleanly (no error) when its context ends, as on
+// SIGINT: here after the first block, with an hour to the next.
+func TestStatsWatchStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "watch.db")
+	mustRun(t, "migrate", "up", "--db", db)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelOn{s: "oldest claimable age", cancel: cancel}
+	var errOut testenv.Buffer
+	if err := cli.Run(ctx, []string{"stats", "--watch", "--interval", "1h", "--db", db}, out, &errOut); err != nil {
+		t.Fatalf("stats --watch cancelled: %v", err)
+	}
+	if n := strings.Count(out.String(), "undelivered"); n != 1 {
+		t.Fatalf("stats --watch printed %d blocks before its cancel:\n%s", n, out.String())
 	}
 }
