@@ -13,6 +13,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 	_ "modernc.org/sqlite" // the SQLite engine behind sqlite:// URLs
 
 	"github.com/txbox/txbox"
@@ -124,6 +125,35 @@ func (t dbTarget) String() string {
 func SQLiteDSN(path string) string {
 	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(path)
 	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+}
+
+// onDriver builds a tool (dead.New, inspect.New) over d's driver, whichever
+// of the two it is.
+func onDriver[T any](d *database, cfg txbox.Config,
+	withPgx func(driver.Driver[pgx.Tx], txbox.Config) (T, error),
+	withSQL func(driver.Driver[*sql.Tx], txbox.Config) (T, error)) (T, error) {
+	if d.pgx != nil {
+		return withPgx(d.pgx, cfg)
+	}
+	return withSQL(d.sql, cfg)
+}
+
+// openTool opens f's database and builds a tool over it with onDriver; the
+// returned func closes the database.
+func openTool[T any](cmd *cobra.Command, f *tableFlags,
+	withPgx func(driver.Driver[pgx.Tx], txbox.Config) (T, error),
+	withSQL func(driver.Driver[*sql.Tx], txbox.Config) (T, error)) (T, func(), error) {
+	var zero T
+	db, err := f.open(cmd.Context())
+	if err != nil {
+		return zero, nil, err
+	}
+	t, err := onDriver(db, txbox.Config{Schema: f.schema, Table: f.table}, withPgx, withSQL)
+	if err != nil {
+		db.Close()
+		return zero, nil, err
+	}
+	return t, db.Close, nil
 }
 
 // database is an open, caller-owned pool behind one of txbox's drivers.

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
 )
 
@@ -39,22 +38,7 @@ SEQ is the row id that list prints; --all acts on every dead message.`,
 }
 
 func openLetters(cmd *cobra.Command, f *tableFlags) (*dead.Letters, func(), error) {
-	db, err := f.open(cmd.Context())
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg := txbox.Config{Schema: f.schema, Table: f.table}
-	var l *dead.Letters
-	if db.pgx != nil {
-		l, err = dead.New[pgx.Tx](db.pgx, cfg)
-	} else {
-		l, err = dead.New[*sql.Tx](db.sql, cfg)
-	}
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return l, db.Close, nil
+	return openTool(cmd, f, dead.New[pgx.Tx], dead.New[*sql.Tx])
 }
 
 // deadLimitSetting bounds dead list --limit.

@@ -14,27 +14,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inspect"
 )
 
 func openInspector(cmd *cobra.Command, f *tableFlags) (*inspect.Inspector, func(), error) {
-	db, err := f.open(cmd.Context())
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg := txbox.Config{Schema: f.schema, Table: f.table}
-	var in *inspect.Inspector
-	if db.pgx != nil {
-		in, err = inspect.New[pgx.Tx](db.pgx, cfg)
-	} else {
-		in, err = inspect.New[*sql.Tx](db.sql, cfg)
-	}
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return in, db.Close, nil
+	return openTool(cmd, f, inspect.New[pgx.Tx], inspect.New[*sql.Tx])
 }
 
 // Bounds of the flags of stats and pending list.

@@ -155,12 +155,7 @@ func (d *database) uiConfig(schema, table string, inboxTables []string) (txboxui
 	}
 	ocfg := txbox.Config{Schema: schema, Table: table}
 	var err error
-	if d.pgx != nil {
-		cfg.Dead, err = dead.New[pgx.Tx](d.pgx, ocfg)
-	} else {
-		cfg.Dead, err = dead.New[*sql.Tx](d.sql, ocfg)
-	}
-	if err != nil {
+	if cfg.Dead, err = onDriver(d, ocfg, dead.New[pgx.Tx], dead.New[*sql.Tx]); err != nil {
 		return cfg, err
 	}
 	if cfg.Backlog, err = d.backlog(schema, table); err != nil {
@@ -190,13 +185,7 @@ func (d *database) uiConfig(schema, table string, inboxTables []string) (txboxui
 // backlog reads the table's backlog through package inspect.
 func (d *database) backlog(schema, table string) (txboxui.BacklogFunc, error) {
 	cfg := txbox.Config{Schema: schema, Table: table}
-	var in *inspect.Inspector
-	var err error
-	if d.pgx != nil {
-		in, err = inspect.New[pgx.Tx](d.pgx, cfg)
-	} else {
-		in, err = inspect.New[*sql.Tx](d.sql, cfg)
-	}
+	in, err := onDriver(d, cfg, inspect.New[pgx.Tx], inspect.New[*sql.Tx])
 	if err != nil {
 		return nil, err
 	}
