@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
+	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -262,4 +264,73 @@ func TestRouteValidation(t *testing.T) {
 		t.Fatalf("Validate: %v, want a StartupError", err)
 	}
 	expect(t, se.Problems, `handler "b" has the inbox guarantee but the consumer has no database`)
+}
+
+// Routes by topic on a JetStream durable that reads several subjects: a
+// topic route, a topic-and-version route that beats it, and a catch-all
+// for the rest.
+func TestRoutesByTopic(t *testing.T) {
+	t.Parallel()
+	nc := testenv.NATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := testenv.Subject()
+	stream := strconvName(testenv.Name("RT"))
+	js, _ := jetstream.New(nc)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	_, err := natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: stream, Subjects: []string{prefix + "ev.>", prefix + "dlq.>"}})
+	testenv.Must(t, err, "stream")
+	_, err = natsjs.EnsureConsumer(ctx, nc, stream, natsjs.ConsumerConfig{Durable: "all", FilterSubjects: []string{prefix + "ev.>"}})
+	testenv.Must(t, err, "consumer")
+	sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
+	testenv.Must(t, err, "subscriber")
+	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{Prefix: prefix})
+	testenv.Must(t, err, "publisher")
+	binding := natsjs.Binding(stream, "all")
+
+	c, err := consumer.New[pgx.Tx](nil, consumer.Config{Broker: sub, Logger: quiet})
+	testenv.Must(t, err, "New")
+	var mu sync.Mutex
+	got := map[string][]string{} // handler → message ids
+	record := func(name string) func(context.Context, consumer.Message) error {
+		return func(_ context.Context, m consumer.Message) error {
+			mu.Lock()
+			got[name] = append(got[name], m.ID)
+			mu.Unlock()
+			return nil
+		}
+	}
+	for _, h := range []consumer.HandlerConfig{
+		{Name: "a", Route: consumer.Route{Topic: prefix + "ev.a"}},
+		{Name: "b2", Route: consumer.Route{Topic: prefix + "ev.b", Version: "2"}},
+		{Name: "b", Route: consumer.Route{Topic: prefix + "ev.b"}},
+		{Name: "rest"},
+	} {
+		h.Binding = binding
+		testenv.Must(t, c.HandleAtLeastOnce(h, record(h.Name)), "register %s", h.Name)
+	}
+	testenv.Must(t, c.Start(ctx), "start")
+	defer func() { _ = c.Stop(context.Background()) }()
+	v := func(s string) map[string]string { return map[string]string{consumer.DefaultVersionHeader: s} }
+	if errs := pub.Publish(ctx, []txbox.Message{
+		{ID: "a1", Topic: "ev.a", Payload: []byte("x"), Headers: v("2")},
+		{ID: "b1", Topic: "ev.b", Payload: []byte("x"), Headers: v("1")},
+		{ID: "b2", Topic: "ev.b", Payload: []byte("x"), Headers: v("2")},
+		{ID: "b3", Topic: "ev.b", Payload: []byte("x")},
+		{ID: "c1", Topic: "ev.c", Payload: []byte("x"), Headers: v("2")},
+	}); errs != nil {
+		t.Fatalf("publish: %v", errs)
+	}
+	eventually(t, "all handled", func() bool { return c.Stats().Handled == 5 })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range got {
+		sort.Strings(l)
+	}
+	if fmt.Sprint(got) != "map[a:[a1] b:[b1 b3] b2:[b2] rest:[c1]]" {
+		t.Errorf("routed %v", got)
+	}
+	if s := c.Stats(); s.Unrouted != 0 {
+		t.Errorf("stats %+v: nothing is unrouted with a catch-all", s)
+	}
 }
