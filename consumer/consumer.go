@@ -117,8 +117,8 @@ type HandlerConfig struct {
 	// would run again. Change it only to deliberately reprocess.
 	Name string
 	// Binding is where messages come from, in the Subscriber's terms
-	// (natsjs: "STREAM/durable"; rabbitmq: the queue). Required; one
-	// handler per binding.
+	// (natsjs: "STREAM/durable"; rabbitmq: the queue). Required. Several
+	// handlers may share a binding, each with its own Route.
 	Binding string
 	// Concurrency overrides Config.Concurrency for this handler. Handlers
 	// routed on one binding share its workers: the binding runs the
