@@ -49,6 +49,7 @@ func TestSubscriber(t *testing.T, newSub NewSubscriberFunc, f SubscriberFeatures
 		{"DeadLetter", testDeadLetter},
 		{"DeadLetterNowhereKeepsMessage", testDeadLetterNowhere},
 		{"CheckBinding", testCheckBinding},
+		{"ExtendDeadline", testExtendDeadline},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

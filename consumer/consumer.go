@@ -90,6 +90,21 @@ type Config struct {
 	// it returns. Default: nil, and then the Observer, if it implements
 	// txbox.ConsumerTracer; else no tracer calls.
 	Tracer txbox.ConsumerTracer
+	// Unrouted is what happens to a delivery that no route of its binding
+	// claims (see Route), for bindings whose BindingConfig sets none.
+	// Default: unset, and then a binding whose routes can leave a delivery
+	// unclaimed is a startup error.
+	Unrouted Unrouted
+	// VersionHeader names the header Route.Version matches. Default:
+	// DefaultVersionHeader ("Message-Version").
+	VersionHeader string
+	// NoKeepAlive turns off the keep-alive: by default, while a delivery
+	// is unsettled (queued for a worker, its handler running), the
+	// consumer extends the broker's ack deadline a few times per deadline
+	// where the Delivery supports it (txbox.DeadlineExtender: JetStream
+	// InProgress, Redis Streams), so that a handler longer than AckWait is
+	// not redelivered under it. Default: false (keep-alive on).
+	NoKeepAlive bool
 }
 
 // HandlerConfig names a handler and says where its messages come from.
@@ -102,11 +117,22 @@ type HandlerConfig struct {
 	// would run again. Change it only to deliberately reprocess.
 	Name string
 	// Binding is where messages come from, in the Subscriber's terms
-	// (natsjs: "STREAM/durable"; rabbitmq: the queue). Required; one
-	// handler per binding.
+	// (natsjs: "STREAM/durable"; rabbitmq: the queue). Required. Several
+	// handlers may share a binding, each with its own Route.
 	Binding string
-	// Concurrency overrides Config.Concurrency for this handler.
+	// Concurrency overrides Config.Concurrency for this handler. Handlers
+	// routed on one binding share its workers: the binding runs the
+	// largest Concurrency of its handlers.
 	Concurrency int
+	// Route selects the deliveries of Binding that this handler claims
+	// (several handlers may share a binding, each with its own Route).
+	// Default: the zero Route, every delivery no other route claims.
+	Route Route
+	// MaxDeliveries, BackoffBase and BackoffMax override Config's for this
+	// handler (0: Config's).
+	MaxDeliveries int
+	BackoffBase   time.Duration
+	BackoffMax    time.Duration
 }
 
 // Stats counts what a Consumer did with its deliveries since New.
@@ -121,10 +147,14 @@ type Stats struct {
 	DeadLettered     int64
 	Released         int64 // released unprocessed at Stop
 	AckFailed        int64 // settlement calls that failed (the broker redelivers)
+	// Unrouted counts the deliveries no route claimed, dead-lettered
+	// (also in DeadLettered) or acked per the binding's Unrouted policy.
+	Unrouted int64
 }
 
 type handler[TTx any] struct {
 	HandlerConfig
+	route     Route // HandlerConfig.Route, normalised
 	guarantee Guarantee
 	txFn      func(ctx context.Context, tx TTx, msg Message) error
 	fn        func(ctx context.Context, msg Message) error
@@ -149,6 +179,7 @@ type Consumer[TTx any] struct {
 	stopOnce    sync.Once
 
 	failures *failures // message-caused failures, per (handler, message id)
+	routing  routing
 
 	handled, duplicates, retried, dbFailed, dead, released, ackFailed atomic.Int64
 }
@@ -181,6 +212,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.VersionHeader == "" {
+		cfg.VersionHeader = DefaultVersionHeader
 	}
 	if cfg.Tracer == nil {
 		cfg.Tracer, _ = cfg.Observer.(txbox.ConsumerTracer)
@@ -236,6 +270,7 @@ func (c *Consumer[TTx]) register(h *handler[TTx]) error {
 	if c.started {
 		return ErrStarted
 	}
+	h.route = h.Route.normal()
 	c.handlers = append(c.handlers, h)
 	return nil
 }
@@ -246,6 +281,7 @@ func (c *Consumer[TTx]) register(h *handler[TTx]) error {
 func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 	c.mu.Lock()
 	hs := append([]*handler[TTx](nil), c.handlers...)
+	binds := append([]BindingConfig(nil), c.routing.binds...)
 	c.mu.Unlock()
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -272,8 +308,8 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		} else {
 			bindings[h.Binding] = append(bindings[h.Binding], label)
 		}
-		if h.Concurrency < 0 {
-			add("%s has a negative Concurrency", label)
+		if h.Concurrency < 0 || h.MaxDeliveries < 0 || h.BackoffBase < 0 || h.BackoffMax < 0 {
+			add("%s has a negative Concurrency, MaxDeliveries or backoff", label)
 		}
 		switch h.guarantee {
 		case Inbox:
@@ -295,16 +331,15 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		bs = append(bs, b)
 	}
 	sort.Strings(bs)
+	problems = append(problems, c.checkRoutes(hs, binds)...)
 	for _, b := range bs {
-		if l := bindings[b]; len(l) > 1 {
-			add("binding %q is used by %s: one handler per binding (they would compete for its messages)", b, strings.Join(l, " and "))
-		}
 		if err := c.cfg.Broker.CheckBinding(ctx, b); err != nil {
 			add("binding %q (%s): %v", b, strings.Join(bindings[b], ", "), err)
 		}
 	}
 	if needInbox && c.drv != nil {
 		problems = append(problems, c.checkInbox(ctx)...)
+		problems = append(problems, c.checkHorizons(ctx, hs)...)
 	}
 	if len(problems) > 0 {
 		return &StartupError{Component: "consumer", Problems: problems}
@@ -355,17 +390,14 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	var subs []txbox.Subscription
-	for _, h := range c.handlers {
-		n := h.Concurrency
-		if n == 0 {
-			n = c.cfg.Concurrency
-		}
-		s, err := c.cfg.Broker.Subscribe(ctx, h.Binding, 2*n)
+	bs := c.bindings()
+	for _, b := range bs {
+		s, err := c.cfg.Broker.Subscribe(ctx, b.name, 2*b.concurrency)
 		if err != nil {
 			for _, s := range subs {
 				_ = s.Close(ctx)
 			}
-			return fmt.Errorf("txbox/consumer: subscribe %q for handler %q: %w", h.Binding, h.Name, err)
+			return fmt.Errorf("txbox/consumer: subscribe %q for handler(s) %s: %w", b.name, b.label(), err)
 		}
 		subs = append(subs, s)
 	}
@@ -374,13 +406,9 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 	fetchCtx, fetchCancel := context.WithCancel(context.WithoutCancel(ctx))
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.fetchCancel, c.hardCancel = fetchCancel, hardCancel
-	for i, h := range c.handlers {
-		n := h.Concurrency
-		if n == 0 {
-			n = c.cfg.Concurrency
-		}
+	for i, b := range bs {
 		c.wg.Add(1)
-		go c.run(fetchCtx, hardCtx, h, subs[i], n)
+		go c.run(fetchCtx, hardCtx, b, subs[i], b.concurrency)
 	}
 	go func(stopped chan struct{}) {
 		c.wg.Wait()
@@ -431,11 +459,12 @@ func (c *Consumer[TTx]) Stats() Stats {
 	return Stats{
 		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
 		DatabaseFailures: c.dbFailed.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
+		Unrouted: c.routing.unrouted.Load(),
 	}
 }
 
-// run is one handler's fetch loop and its n workers.
-func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], sub txbox.Subscription, n int) {
+// run is one binding's fetch loop and its n workers.
+func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], sub txbox.Subscription, n int) {
 	defer c.wg.Done()
 	work := make(chan txbox.Delivery)
 	var workers sync.WaitGroup
@@ -444,7 +473,7 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 		go func() {
 			defer workers.Done()
 			for d := range work {
-				c.process(hardCtx, h, d)
+				c.dispatch(hardCtx, b, d)
 			}
 		}()
 	}
@@ -455,7 +484,7 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 			if fetchCtx.Err() != nil {
 				break
 			}
-			c.log.Warn("txbox/consumer: receive failed; retrying", "handler", h.Name, "binding", h.Binding, "err", err, "wait", backoff)
+			c.log.Warn("txbox/consumer: receive failed; retrying", "binding", b.name, "err", err, "wait", backoff)
 			select {
 			case <-time.After(backoff):
 			case <-fetchCtx.Done():
@@ -464,6 +493,7 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 			continue
 		}
 		backoff = 10 * time.Millisecond
+		d = c.keepAlive(d)
 		select {
 		case work <- d:
 		case <-fetchCtx.Done():
@@ -475,7 +505,7 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sub.Close(closeCtx); err != nil {
-		c.log.Warn("txbox/consumer: close subscription", "handler", h.Name, "err", err)
+		c.log.Warn("txbox/consumer: close subscription", "binding", b.name, "err", err)
 	}
 }
 
@@ -544,7 +574,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 	case c.databaseFailed(h, err):
 		// The database failed, not the message: retry, never dead-letter,
 		// and do not count it toward MaxDeliveries.
-		delay := c.backoff(msg.Deliveries)
+		delay := c.backoff(h, msg.Deliveries)
 		log.Warn("txbox/consumer: the database failed; retrying, not counted toward MaxDeliveries", "err", err, "delay", delay)
 		c.dbFailed.Add(1)
 		c.retried.Add(1)
@@ -554,11 +584,11 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 		if msg.ID != "" {
 			n = c.failures.add(h.Name, msg.ID, time.Now())
 		}
-		if n >= c.cfg.MaxDeliveries {
+		if n >= orDefault(h.MaxDeliveries, c.cfg.MaxDeliveries) {
 			deadLetter(fmt.Sprintf("after %d failed deliveries", n), err)
 			return
 		}
-		delay := c.backoff(msg.Deliveries)
+		delay := c.backoff(h, msg.Deliveries)
 		log.Warn("txbox/consumer: handler failed; retrying", "err", err, "failures", n, "delay", delay)
 		c.retried.Add(1)
 		settle("retry", d.Retry(sctx, delay))
@@ -599,7 +629,15 @@ func (c *Consumer[TTx]) invoke(ctx context.Context, h *handler[TTx], msg Message
 	return res == inbox.Duplicate, err
 }
 
-// backoff is the delay after the given delivery failed.
-func (c *Consumer[TTx]) backoff(deliveries int) time.Duration {
-	return backoff.Nth(c.cfg.BackoffBase, c.cfg.BackoffMax, deliveries)
+// backoff is the delay after the given delivery of h's message failed.
+func (c *Consumer[TTx]) backoff(h *handler[TTx], deliveries int) time.Duration {
+	return backoff.Nth(orDefault(h.BackoffBase, c.cfg.BackoffBase), orDefault(h.BackoffMax, c.cfg.BackoffMax), deliveries)
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }

@@ -27,6 +27,13 @@
 // never dead-lettered and does not count toward Config.MaxDeliveries; the
 // handler's own errors do, and dead-letter the message once they reach it.
 //
+// Several handlers can share one binding, each claiming its kind of message
+// by topic, version header and content type (HandlerConfig.Route); a
+// delivery no route claims follows the binding's Unrouted policy. While a
+// delivery is unsettled its broker's ack deadline is extended where the
+// broker allows it (txbox.DeadlineExtender). HandleInboxJSON and
+// HandleAtLeastOnceJSON decode JSON payloads into a type.
+//
 // The broker side is the small Subscriber interface; implementations are
 // natsjs.Subscriber (JetStream) and rabbitmq.Subscriber. This package
 // imports no broker SDK. docs/consumer.md states the flow, the guarantee,

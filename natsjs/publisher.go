@@ -377,6 +377,10 @@ type StreamConfig struct {
 	Duplicates time.Duration
 	// Storage defaults to file storage.
 	Storage jetstream.StorageType
+	// MaxAge is how long the stream keeps a message: the horizon the
+	// consumer compares with the inbox retention at startup (see
+	// Subscriber.Horizon). Default: 0, no age limit.
+	MaxAge time.Duration
 }
 
 // EnsureStream creates the stream if it does not exist and returns it; an
@@ -394,7 +398,7 @@ func EnsureStream(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (jetstre
 		return nil, fmt.Errorf("natsjs: look up stream %s: %w", cfg.Name, err)
 	}
 	s, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: cfg.Name, Subjects: cfg.Subjects, Duplicates: cfg.Duplicates, Storage: cfg.Storage,
+		Name: cfg.Name, Subjects: cfg.Subjects, Duplicates: cfg.Duplicates, Storage: cfg.Storage, MaxAge: cfg.MaxAge,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: create stream %s: %w", cfg.Name, err)

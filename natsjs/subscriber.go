@@ -33,8 +33,12 @@ const DefaultDeadLetterPrefix = "txbox.dlq."
 type ConsumerConfig struct {
 	Durable        string   // required
 	FilterSubjects []string // default: the whole stream
-	// AckWait is how long the server waits for an ack before redelivering;
-	// it must exceed the longest handler run. Default: 30s.
+	// AckWait is how long the server waits for an ack before redelivering.
+	// The txbox consumer extends it while a message is processed
+	// (InProgress, see consumer.Config.NoKeepAlive), so it need not exceed
+	// the longest handler run; it is how long the messages a killed
+	// consumer held wait before they are redelivered. Default:
+	// DefaultAckWait (10s).
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged messages across all subscribers
 	// of the consumer. Default: 1000.
@@ -50,7 +54,7 @@ func EnsureConsumer(ctx context.Context, nc *nats.Conn, stream string, cfg Consu
 		return nil, err
 	}
 	if cfg.AckWait == 0 {
-		cfg.AckWait = 30 * time.Second
+		cfg.AckWait = DefaultAckWait
 	}
 	if cfg.MaxAckPending == 0 {
 		cfg.MaxAckPending = 1000
@@ -78,6 +82,11 @@ type SubscriberConfig struct {
 	// capture (CheckBinding verifies it). Default: DefaultDeadLetterPrefix
 	// ("txbox.dlq.").
 	DeadLetterPrefix string
+	// AckWait, when set, is the AckWait Subscribe gives each durable it
+	// opens whose AckWait differs (the durable is updated on the server):
+	// how long the messages of a killed consumer wait before they are
+	// redelivered. Default: 0, the durable's AckWait is left as it is.
+	AckWait time.Duration
 }
 
 // Binding returns the binding of the durable consumer durable on stream,
@@ -97,9 +106,10 @@ func ParseBinding(b string) (stream, durable string, err error) {
 // durable pull consumer with explicit acks on a stream (see Binding and
 // EnsureConsumer).
 type Subscriber struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	dlq string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	dlq     string
+	ackWait time.Duration
 }
 
 var _ txbox.Subscriber = (*Subscriber)(nil)
@@ -114,11 +124,14 @@ func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.DeadLetterPrefix == "" {
 		cfg.DeadLetterPrefix = DefaultDeadLetterPrefix
 	}
+	if cfg.AckWait < 0 {
+		return nil, fmt.Errorf("%w: natsjs: negative AckWait", txbox.ErrInvalidConfig)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}
-	return &Subscriber{nc: nc, js: js, dlq: cfg.DeadLetterPrefix}, nil
+	return &Subscriber{nc: nc, js: js, dlq: cfg.DeadLetterPrefix, ackWait: cfg.AckWait}, nil
 }
 
 // DeadLetterSubject is where the dead letters of binding go.
@@ -172,6 +185,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: consumer %s: %w", binding, err)
 	}
+	if c, err = s.tuneAckWait(ctx, stream, c); err != nil {
+		return nil, err
+	}
 	sub := &subscription{s: s, binding: binding, stream: stream, durable: durable, prefetch: max(prefetch, 1), cons: c}
 	if err := sub.open(); err != nil {
 		return nil, err
@@ -187,6 +203,7 @@ type subscription struct {
 	mu              sync.Mutex
 	cons            jetstream.Consumer
 	it              jetstream.MessagesContext
+	ackWait         time.Duration // the durable's, when it was opened
 	closed          bool
 }
 
@@ -197,6 +214,7 @@ func (sub *subscription) open() error {
 	}
 	sub.mu.Lock()
 	sub.it = it
+	sub.ackWait = sub.cons.CachedInfo().Config.AckWait
 	sub.mu.Unlock()
 	return nil
 }
@@ -229,7 +247,10 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 		sub.mu.Unlock()
 		return nil, fmt.Errorf("natsjs: next from %s: %w", sub.binding, err)
 	}
-	return &delivery{m: m, sub: sub}, nil
+	sub.mu.Lock()
+	ackWait := sub.ackWait
+	sub.mu.Unlock()
+	return &delivery{m: m, sub: sub, ackWait: ackWait}, nil
 }
 
 func (sub *subscription) reopen(ctx context.Context) error {
@@ -268,8 +289,9 @@ func (sub *subscription) Close(ctx context.Context) error {
 }
 
 type delivery struct {
-	m   jetstream.Msg
-	sub *subscription
+	m       jetstream.Msg
+	sub     *subscription
+	ackWait time.Duration
 }
 
 func (d *delivery) numDelivered() int {

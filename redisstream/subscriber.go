@@ -224,11 +224,15 @@ func (r *reader) claim(ctx context.Context, n int) ([]entry, error) {
 	}
 	out := make([]entry, 0, len(msgs))
 	for i, m := range msgs {
-		n := int64(1)
-		if p := cmds[i].Val(); len(p) == 1 {
-			n = p[0].RetryCount
+		p := cmds[i].Val()
+		if len(p) != 1 {
+			// Settled between XAUTOCLAIM and XPENDING (its first
+			// delivery, still running when it was claimed, acked it):
+			// handing it over again would run it a second time with a
+			// delivery count of 1.
+			continue
 		}
-		out = append(out, r.entry(m, n))
+		out = append(out, r.entry(m, p[0].RetryCount))
 	}
 	return out, nil
 }

@@ -20,6 +20,7 @@ var (
 	_ prometheus.Collector   = (*Metrics)(nil)
 	_ txbox.RelayObserver    = relayObserver{}
 	_ txbox.ConsumerObserver = consumerObserver{}
+	_ txbox.UnroutedObserver = consumerObserver{}
 )
 
 type relayObserver struct {
@@ -134,6 +135,15 @@ func (o consumerObserver) Handled(handler string, result txbox.HandleResult, d t
 		h.handled[result].Inc()
 	}
 	h.duration.Observe(d.Seconds())
+}
+
+// Unrouted counts a delivery no route claimed.
+func (o consumerObserver) Unrouted(binding string, deadLettered bool) {
+	action := "acked"
+	if deadLettered {
+		action = "dead_lettered"
+	}
+	o.m.unrouted.WithLabelValues(binding, action).Inc()
 }
 
 // InboxHook returns an inbox.Hook that counts sweeps (txbox_inbox_sweeps_total,

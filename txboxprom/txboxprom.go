@@ -82,6 +82,7 @@ type Metrics struct {
 	// consumer and inbox
 	received                    *prometheus.CounterVec
 	handled                     *prometheus.CounterVec
+	unrouted                    *prometheus.CounterVec
 	handlerDuration, deliveries *prometheus.HistogramVec
 	inFlight                    *prometheus.GaugeVec
 	handlers                    sync.Map // handler name -> *handlerSeries
@@ -156,6 +157,7 @@ func New(cfg Config) *Metrics {
 
 	m.received = counter("txbox_consumer_received_total", "Deliveries handed to a handler, by handler.", "handler")
 	m.handled = counter("txbox_consumer_handled_total", "Deliveries by handler and result (fresh, duplicate, failed, dead_lettered, released).", "handler", "result")
+	m.unrouted = counter("txbox_consumer_unrouted_total", "Deliveries no route of their binding claimed, by binding and action (dead_lettered, acked).", "binding", "action")
 	m.handlerDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "txbox_consumer_handler_duration_seconds",
 		Help: "Time from a delivery's receipt to its settlement (handler, inbox transaction, ack), by handler.", Buckets: durations, ConstLabels: cl}, []string{"handler"})
 	m.deliveries = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "txbox_consumer_deliveries",

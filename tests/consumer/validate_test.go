@@ -75,7 +75,7 @@ func TestStartupValidation(t *testing.T) {
 			expect(t, startupProblems(t, c),
 				`handler name "billing" is registered more than once`,
 				`binding "`+missing+`"`,
-				`binding "`+b.binding("shipments")+`" is used by handler "billing" and handler "audit2"`,
+				`binding "`+b.binding("shipments")+`": handlers "billing" and "audit2" all claim route {any}`,
 				`inbox table "txbox_inbox" is not migrated: pending migration(s) 1 (create_inbox)`,
 			)
 
