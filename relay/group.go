@@ -188,7 +188,8 @@ func (g *Group) start(m *member) {
 
 // Remove takes the store out of the group and waits until its round in
 // flight, if any, has finished (acknowledged messages marked, the rest
-// released), or until ctx ends. The relay can then be run on its own or
+// released), or until ctx ends. The round is not cancelled: it takes at
+// most its claim, PublishTimeout and its marks. The relay can then be run on its own or
 // added again.
 func (g *Group) Remove(ctx context.Context, name string) error {
 	g.mu.Lock()
@@ -204,9 +205,10 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 	if m.state == running {
 		done = m.done
 	}
-	if m.cancel != nil {
-		m.cancel()
-	}
+	// The round in flight is not cancelled: it finishes as it would
+	// have (claim, publish up to PublishTimeout, marks), so that its
+	// rows are marked or released in its own transaction, not by a
+	// connection cut mid-claim.
 	if done == nil {
 		g.leave(m)
 	}
@@ -224,6 +226,9 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 
 // leave ends m's membership: its relay may run elsewhere again.
 func (g *Group) leave(m *member) {
+	if m.cancel != nil {
+		m.cancel()
+	}
 	m.r.running.Store(false)
 	m.r.log = m.log
 	m.r.leaveGroup()
