@@ -19,6 +19,11 @@ type tableFlags struct {
 	schema string
 	table  string
 
+	// relay only: --db may be repeated (relay_group.go); the second and
+	// later URLs are in moreDBs.
+	multiDB bool
+	moreDBs []string
+
 	// migrate only
 	inboxTables []string
 	noOutbox    bool
@@ -32,8 +37,13 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 		fs = cmd.PersistentFlags()
 	}
 	f.fs = fs
-	fs.StringVar(&f.db, "db", envOr(EnvDB, DefaultDB),
-		"database URL: postgres://user:pass@host:5432/db, postgresql://…, sqlite://path/to/file.db or sqlite:file.db (env "+EnvDB+")")
+	dbUsage := "database URL: postgres://user:pass@host:5432/db, postgresql://…, sqlite://path/to/file.db or sqlite:file.db (env " + EnvDB + ")"
+	if f.multiDB {
+		f.db = envOr(EnvDB, DefaultDB)
+		fs.Var(&repeatedDB{f: f}, "db", dbUsage+"; repeat it to relay several databases from one process")
+	} else {
+		fs.StringVar(&f.db, "db", envOr(EnvDB, DefaultDB), dbUsage)
+	}
 	fs.StringVar(&f.schema, "schema", envOr(EnvSchema, ""),
 		"PostgreSQL schema of txbox's tables, created by migrate up if missing; empty means the connection's search_path (env "+EnvSchema+")")
 	fs.StringVar(&f.table, "table", envOr(EnvTable, migrate.DefaultOutboxTable),

@@ -38,9 +38,13 @@ type relayFlags struct {
 
 	noNotify      bool
 	statsInterval time.Duration
-	migrate       bool
-	logLevel      string
-	logJSON       bool
+
+	// several stores (relay_group.go)
+	storesFile string
+	dbBudget   int
+	migrate    bool
+	logLevel   string
+	logJSON    bool
 
 	// --http (relay_http.go)
 	http       string
@@ -82,9 +86,11 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, &f) },
 	}
+	f.tables.multiDB = true
 	f.tables.register(cmd, false)
 	f.broker.register(cmd)
 	fs := cmd.Flags()
+	registerGroupFlags(fs, &f)
 	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again, 10ms to 1h (env "+EnvPollInterval+")")
 	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, 1 to 10000 (env "+EnvBatchSize+")")
 	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them; 0 deletes each row as its delivery is recorded (env "+EnvRetention+")")
@@ -185,6 +191,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	cfg.Logger = log
+	if len(f.tables.moreDBs) > 0 || f.storesFile != "" {
+		return runRelayGroup(cmd, f, log, cfg)
+	}
 	if f.ui {
 		if f.http == "" {
 			return fmt.Errorf("%w: --ui needs --http", txbox.ErrInvalidConfig)

@@ -1,0 +1,486 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// Errors of a Group.
+var (
+	// ErrUnknownStore: no store of that name is in the group.
+	ErrUnknownStore = errors.New("txbox/relay: no such store in the group")
+	// ErrDuplicateStore: a store of that name is in the group already.
+	ErrDuplicateStore = errors.New("txbox/relay: a store of that name is in the group")
+)
+
+// A Group runs the relays of many outbox tables (stores: tenants, schemas,
+// databases) in one process, with one scheduler instead of one set of loops
+// per table. Stores are added and removed while it runs.
+//
+// Scheduling: a store with work waits in one queue, first come first
+// served; a turn runs one Round of the store, then the store goes to the
+// back of the queue if the round claimed rows (it may have more), or sleeps
+// for its relay's PollInterval if it claimed none (or until Wake), or for
+// its backoff if the round failed. So a store with a large backlog delays
+// another store's rows by at most one round of its own: the other store,
+// once queued, is ahead of the backlog's next round. A turn starts only
+// while the store's database has budget left (GroupConfig.DatabaseBudget),
+// and a database without budget does not hold up the stores of others.
+//
+// Each store's relay is built with New as usual (its Config gives its
+// batch size, poll interval, retries, observer); its Concurrency, its
+// overlapping claim and its LISTEN/NOTIFY wake-up are not used in a
+// group (an idle store polls every PollInterval; Wake rings it at once).
+// Cleanup and the Observer's samples run in the store's turns, when due.
+//
+// A store that fails (its database down, its table dropped) backs off as
+// its relay would, while the others flow. A publisher that can never
+// publish again (txbox.ErrPublisherClosed) stops the whole group: Run
+// returns its error.
+type Group struct {
+	cfg GroupConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	stores  map[string]*member
+	queue   []*member // stores waiting for a turn, first come first served
+	dbs     map[any]*database
+	running bool
+	runCtx  context.Context
+	fatal   error
+	stop    context.CancelFunc
+	rounds  sync.WaitGroup
+}
+
+// member is one store of a Group.
+type member struct {
+	name string
+	r    *Relay
+	db   *database
+	log  *slog.Logger // the relay's own logger, given back when it leaves
+
+	state   memberState
+	again   bool          // woken while its round ran: queue it again after
+	removed bool          // Remove was called
+	done    chan struct{} // closed when the running round ends
+	timer   *time.Timer   // the poll or backoff wait, while idle
+	backoff time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	cleanupAt, sampleAt time.Time
+	sample              txbox.RelaySample
+}
+
+type memberState uint8
+
+const (
+	idle memberState = iota
+	queued
+	running
+)
+
+// database is one budget: the stores that share a database.
+type database struct {
+	name   string
+	budget int
+	busy   int
+}
+
+// Store is one outbox table of a Group.
+type Store struct {
+	// Name identifies the store, once, in the group's logs, events and
+	// metrics, and in Remove and Wake. Required; unique in the group.
+	Name string
+	// Database names the budget the store's rounds count against: stores
+	// with the same Database share GroupConfig.DatabaseBudget. Default: the
+	// relay's pool, so that the stores of one pool share one budget.
+	Database string
+	// Relay relays the store's table, built by New and not started: the
+	// group runs it. A relay is in at most one group.
+	Relay *Relay
+}
+
+// NewGroup returns an empty Group.
+func NewGroup(cfg GroupConfig) (*Group, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Group{cfg: c, log: c.Logger, stores: map[string]*member{}, dbs: map[any]*database{}}, nil
+}
+
+// Add validates the store's outbox table (see Relay.Validate) and adds the
+// store; in a running group its first round is queued at once. A table
+// that is missing or not migrated is a *txbox.StartupError and the store
+// is not added.
+func (g *Group) Add(ctx context.Context, s Store) error {
+	if s.Name == "" || s.Relay == nil {
+		return fmt.Errorf("%w: a group store needs a name and a relay", txbox.ErrInvalidConfig)
+	}
+	g.mu.Lock()
+	_, dup := g.stores[s.Name]
+	g.mu.Unlock()
+	if dup {
+		return fmt.Errorf("%w: %q", ErrDuplicateStore, s.Name)
+	}
+	if err := s.Relay.Validate(ctx); err != nil {
+		return fmt.Errorf("store %q: %w", s.Name, err)
+	}
+	if err := s.Relay.joinGroup(); err != nil {
+		return fmt.Errorf("store %q: %w", s.Name, err)
+	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, dup := g.stores[s.Name]; dup {
+		s.Relay.leaveGroup()
+		return fmt.Errorf("%w: %q", ErrDuplicateStore, s.Name)
+	}
+	m := &member{name: s.Name, r: s.Relay, db: g.database(s), log: s.Relay.log}
+	s.Relay.log = s.Relay.log.With("store", s.Name)
+	g.stores[s.Name] = m
+	if g.running {
+		g.start(m)
+		g.dispatch()
+	}
+	return nil
+}
+
+// database returns the budget of s's database, made on first use.
+func (g *Group) database(s Store) *database {
+	var key any = "name:" + s.Database
+	name := s.Database
+	if s.Database == "" {
+		pool := s.Relay.store.Pool()
+		if t := reflect.TypeOf(pool); t != nil && t.Comparable() {
+			key = pool
+		} else {
+			key = "store:" + s.Name
+		}
+		name = "pool of " + s.Name
+	}
+	db, ok := g.dbs[key]
+	if !ok {
+		db = &database{name: name, budget: g.cfg.DatabaseBudget}
+		g.dbs[key] = db
+	}
+	return db
+}
+
+// start makes m part of the running group and queues its first round.
+func (g *Group) start(m *member) {
+	m.ctx, m.cancel = context.WithCancel(g.runCtx)
+	m.r.running.Store(true)
+	now := time.Now()
+	m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
+	m.sampleAt = now.Add(m.r.cfg.SampleInterval)
+	g.enqueue(m)
+}
+
+// Remove takes the store out of the group and waits until its round in
+// flight, if any, has finished (acknowledged messages marked, the rest
+// released), or until ctx ends. The round is not cancelled: it takes at
+// most its claim, PublishTimeout and its marks. The relay can then be run on its own or
+// added again.
+func (g *Group) Remove(ctx context.Context, name string) error {
+	g.mu.Lock()
+	m, ok := g.stores[name]
+	if !ok {
+		g.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownStore, name)
+	}
+	delete(g.stores, name)
+	m.removed = true
+	g.park(m)
+	var done chan struct{}
+	if m.state == running {
+		done = m.done
+	}
+	// The round in flight is not cancelled: it finishes as it would
+	// have (claim, publish up to PublishTimeout, marks), so that its
+	// rows are marked or released in its own transaction, not by a
+	// connection cut mid-claim.
+	if done == nil {
+		g.leave(m)
+	}
+	g.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// leave ends m's membership: its relay may run elsewhere again.
+func (g *Group) leave(m *member) {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.r.running.Store(false)
+	m.r.log = m.log
+	m.r.leaveGroup()
+	g.emit(EventRemoved, m, 0, nil)
+}
+
+// park takes m out of the queue and stops its wait.
+func (g *Group) park(m *member) {
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
+	}
+	if m.state == queued {
+		g.queue = slices.DeleteFunc(g.queue, func(q *member) bool { return q == m })
+		m.state = idle
+	}
+}
+
+// Wake queues the named store for a turn now instead of at the end of its
+// poll interval (or its backoff). Call it after committing messages to
+// that store, in the same process. It never blocks; an unknown name is
+// ignored.
+func (g *Group) Wake(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.stores[name]; ok && g.running {
+		g.wake(m)
+	}
+}
+
+func (g *Group) wake(m *member) {
+	switch m.state {
+	case idle:
+		g.park(m)
+		g.enqueue(m)
+		g.dispatch()
+	case running:
+		m.again = true
+	}
+}
+
+// Names returns the names of the group's stores, sorted.
+func (g *Group) Names() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	names := make([]string, 0, len(g.stores))
+	for n := range g.stores {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Relay returns the named store's relay (for its Stats, Health, Sample).
+func (g *Group) Relay(name string) (*Relay, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.stores[name]
+	if !ok {
+		return nil, false
+	}
+	return m.r, true
+}
+
+// Run schedules the stores' rounds until ctx ends, then waits for the
+// rounds in flight to finish and returns nil; or it returns the error that
+// stopped it (one wrapping txbox.ErrPublisherClosed). Stores may be added
+// before and while it runs.
+func (g *Group) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g.mu.Lock()
+	if g.running {
+		g.mu.Unlock()
+		return ErrAlreadyStarted
+	}
+	g.running, g.runCtx, g.stop, g.fatal = true, ctx, cancel, nil
+	for _, m := range g.sorted() {
+		g.start(m)
+	}
+	g.dispatch()
+	g.mu.Unlock()
+
+	<-ctx.Done()
+
+	g.mu.Lock()
+	g.running = false
+	for _, m := range g.stores {
+		g.park(m)
+		m.cancel()
+	}
+	g.mu.Unlock()
+	g.rounds.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, m := range g.stores {
+		m.r.running.Store(false)
+	}
+	return g.fatal
+}
+
+func (g *Group) sorted() []*member {
+	ms := make([]*member, 0, len(g.stores))
+	for _, m := range g.stores {
+		ms = append(ms, m)
+	}
+	slices.SortFunc(ms, func(a, b *member) int {
+		switch {
+		case a.name < b.name:
+			return -1
+		case a.name > b.name:
+			return 1
+		}
+		return 0
+	})
+	return ms
+}
+
+func (g *Group) enqueue(m *member) {
+	m.state = queued
+	g.queue = append(g.queue, m)
+	g.emit(EventQueued, m, 0, nil)
+}
+
+// dispatch starts the turns of the queued stores whose database has budget
+// left, in queue order. Called with g.mu held.
+func (g *Group) dispatch() {
+	if !g.running {
+		return
+	}
+	kept := g.queue[:0]
+	for _, m := range g.queue {
+		if m.db.busy >= m.db.budget {
+			kept = append(kept, m)
+			continue
+		}
+		m.db.busy++
+		m.state = running
+		m.again = false
+		m.done = make(chan struct{})
+		g.emit(EventStarted, m, 0, nil)
+		g.rounds.Add(1)
+		go g.turn(m)
+	}
+	clear(g.queue[len(kept):])
+	g.queue = kept
+}
+
+// turn runs one round of m (and its cleanup or sample when due), then
+// decides when m's next turn comes.
+func (g *Group) turn(m *member) {
+	defer g.rounds.Done()
+	ctx := m.ctx
+	g.chores(ctx, m)
+	n, err := m.r.Round(ctx)
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m.db.busy--
+	m.state = idle
+	g.emit(EventFinished, m, n, err)
+	defer g.dispatch()
+	if m.removed {
+		g.leave(m)
+		close(m.done)
+		return
+	}
+	close(m.done)
+	if !g.running || ctx.Err() != nil {
+		return
+	}
+	var wait time.Duration
+	switch {
+	case errors.Is(err, txbox.ErrPublisherClosed):
+		m.r.log.Error("txbox relay group: the publisher can never publish again; stopping", "err", err)
+		if g.fatal == nil {
+			g.fatal = err
+		}
+		g.stop()
+		return
+	case err != nil:
+		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
+		wait = m.backoff
+		m.r.log.Warn("txbox relay group: round failed", "err", err, "retry_in", wait)
+	case n > 0 || m.again:
+		m.backoff = 0
+		g.enqueue(m)
+		return
+	default:
+		m.backoff = 0
+		wait = m.r.cfg.PollInterval
+	}
+	m.timer = time.AfterFunc(wait, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.running && !m.removed && m.state == idle {
+			m.timer = nil
+			g.enqueue(m)
+			g.dispatch()
+		}
+	})
+}
+
+// chores runs m's cleanup and observer sample when they are due, in m's
+// turn, so that they count against its database's budget.
+func (g *Group) chores(ctx context.Context, m *member) {
+	now := time.Now()
+	if now.After(m.cleanupAt) {
+		m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
+		if n, err := m.r.Cleanup(ctx); err != nil {
+			if ctx.Err() == nil {
+				m.r.log.Warn("txbox relay: cleanup failed", "err", err, "deleted", n)
+			}
+		} else if n > 0 {
+			m.r.log.Info("txbox relay: cleanup", "deleted", n)
+		}
+	}
+	if m.r.obs != nil && now.After(m.sampleAt) {
+		m.sampleAt = now.Add(m.r.cfg.SampleInterval)
+		m.sample = m.r.Sample(ctx, m.sample)
+		if ctx.Err() == nil {
+			m.r.obs.Sampled(m.sample)
+		}
+	}
+}
+
+func (g *Group) emit(k GroupEventKind, m *member, rows int, err error) {
+	if g.cfg.OnEvent != nil {
+		g.cfg.OnEvent(GroupEvent{Kind: k, Store: m.name, Database: m.db.name, Busy: m.db.busy, Rows: rows, Err: err})
+	}
+}
+
+// joinGroup marks r as run by a group: Start then returns
+// ErrAlreadyStarted and Stopped stays open until it leaves.
+func (r *Relay) joinGroup() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.stopped:
+	default:
+		return ErrAlreadyStarted
+	}
+	r.stopped = make(chan struct{})
+	return nil
+}
+
+func (r *Relay) leaveGroup() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.stopped:
+	default:
+		close(r.stopped)
+	}
+}

@@ -1,0 +1,175 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// latencies records the commit-to-ack latency of the published messages
+// of the stores it observes.
+type latencies struct {
+	txbox.BaseRelayObserver
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) Settled(_ string, o txbox.Outcome, sinceCreated time.Duration) {
+	if o == txbox.OutcomePublished {
+		l.mu.Lock()
+		l.d = append(l.d, sinceCreated)
+		l.mu.Unlock()
+	}
+}
+
+func (l *latencies) quantile(q float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := slices.Clone(l.d)
+	slices.Sort(d)
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, int(q*float64(len(d))))]
+}
+
+// BenchmarkGroupQuietStoreLatency measures the commit-to-ack latency of
+// single messages written one at a time (each followed by a Wake, as an
+// in-process writer does) to quiet stores, side by side in one run:
+//
+//   - single: one relay on one schema, no other table;
+//   - group50: a Group of 50 schemas of one database, the messages spread
+//     over 49 of them, the 50th idle;
+//   - group50-backlog: the same, the 50th with a backlog of 100,000 rows
+//     that it drains meanwhile.
+//
+// Every configuration writes the same 490 messages at the same pace into
+// the same JetStream server, in two interleaved repetitions; the p50 and
+// p99 over both are reported, with the rows the backlog still held when
+// the last quiet message was acknowledged (it must not be 0, or the
+// backlog did not overlap the measurement).
+//
+//	CI=true go test -run '^$' -bench GroupQuietStoreLatency -benchtime 1x ./tests/relay
+func BenchmarkGroupQuietStoreLatency(b *testing.B) {
+	for range b.N {
+		res := map[string]*latencies{}
+		var left []int64
+		for rep := range 2 {
+			for _, mode := range []string{"single", "group50", "group50-backlog"} {
+				if res[mode] == nil {
+					res[mode] = &latencies{}
+				}
+				l := quietLatency(b, mode, rep, res[mode])
+				if mode == "group50-backlog" {
+					left = append(left, l)
+				}
+			}
+		}
+		for _, mode := range []string{"single", "group50", "group50-backlog"} {
+			p50, p99 := res[mode].quantile(0.50), res[mode].quantile(0.99)
+			b.ReportMetric(float64(p50.Microseconds())/1000, mode+"-p50-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1000, mode+"-p99-ms")
+			b.Logf("%-16s quiet messages %d  p50 %s  p99 %s", mode, len(res[mode].d), p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+		}
+		b.Logf("backlog rows still pending after the last quiet ack: %v", left)
+	}
+}
+
+// quietLatency runs one configuration and returns the backlog left.
+func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
+	const (
+		quiet   = 49
+		each    = 10
+		backlog = 100_000
+	)
+	pool, _ := testenv.Postgres(b, 8)
+	nc := testenv.NATS(b)
+	prefix := testenv.Subject()
+	js, err := jetstream.New(nc)
+	testenv.Must(b, err, "jetstream")
+	name := testenv.Name("TXBOX")
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ">"}, Storage: jetstream.MemoryStorage})
+	testenv.Must(b, err, "create stream")
+	b.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{})
+	testenv.Must(b, err, "publisher")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	n := 50
+	if mode == "single" {
+		n = 1
+	}
+	tn := pgTenants(b, pool, prefix, n)
+	cfg := relay.Config{PollInterval: time.Second, DisableNotify: true}
+	var wake func(i int)
+	done := make(chan error, 1)
+	if mode == "single" {
+		c := cfg
+		c.Observer = lat
+		r := tn[0].newRelay(b, pub, c)
+		wake = func(int) { r.Wake() }
+		go func() { done <- r.Run(ctx) }()
+	} else {
+		g, err := relay.NewGroup(relay.GroupConfig{})
+		testenv.Must(b, err, "NewGroup")
+		if mode == "group50-backlog" {
+			tn[49].exec(b, "INSERT INTO %s (topic, payload) SELECT '"+prefix+"backlog', convert_to('row ' || i, 'UTF8') FROM generate_series(1, "+fmt.Sprint(backlog)+") i")
+		}
+		for i, x := range tn {
+			c := cfg
+			if i < quiet {
+				c.Observer = lat
+			}
+			testenv.Must(b, g.Add(ctx, relay.Store{Name: x.name, Relay: x.newRelay(b, pub, c)}), "add")
+		}
+		wake = func(i int) { g.Wake(tn[i].name) }
+		go func() { done <- g.Run(ctx) }()
+	}
+	before := len(lat.d)
+	// Let the relays (and the backlog's drain) get going.
+	time.Sleep(500 * time.Millisecond)
+	rng := rand.New(rand.NewPCG(uint64(rep), 16))
+	for range quiet * each {
+		i := 0
+		if mode != "single" {
+			i = rng.IntN(quiet)
+		}
+		tn[i].add(b, 1)
+		wake(i)
+		time.Sleep(5 * time.Millisecond)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		lat.mu.Lock()
+		got := len(lat.d) - before
+		lat.mu.Unlock()
+		if got >= quiet*each {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %d of %d quiet messages acknowledged", mode, got, quiet*each)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var left int64
+	if mode == "group50-backlog" {
+		left = tn[49].pending(b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatalf("%s: %v", mode, err)
+	}
+	return left
+}

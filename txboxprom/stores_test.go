@@ -1,0 +1,55 @@
+package txboxprom
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/txbox/txbox"
+)
+
+// Each store counts under its own label value up to MaxStores; the rest add
+// up under "other", which takes no backlog sample.
+func TestStoresLabelsAreBounded(t *testing.T) {
+	s := NewStores(StoresConfig{MaxStores: 2, Metrics: Config{ConstLabels: prometheus.Labels{"relay": "r1"}}})
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"a", "b", "c", "d", "a"} {
+		o := s.Relay(name)
+		for range i + 1 {
+			o.Settled("orders", txbox.OutcomePublished, time.Millisecond)
+		}
+		o.Sampled(txbox.RelaySample{At: time.Now(), Pending: int64(10 * (i + 1))})
+	}
+	want := `
+# HELP txbox_relay_published_total Messages the broker acknowledged and the relay marked, by topic.
+# TYPE txbox_relay_published_total counter
+txbox_relay_published_total{relay="r1",store="a",topic="orders"} 6
+txbox_relay_published_total{relay="r1",store="a",topic="other"} 0
+txbox_relay_published_total{relay="r1",store="b",topic="orders"} 2
+txbox_relay_published_total{relay="r1",store="b",topic="other"} 0
+txbox_relay_published_total{relay="r1",store="other",topic="orders"} 7
+txbox_relay_published_total{relay="r1",store="other",topic="other"} 0
+# HELP txbox_relay_backlog Outbox rows by state (pending, retrying, parked: undelivered; dead), from the relay's periodic sample.
+# TYPE txbox_relay_backlog gauge
+txbox_relay_backlog{relay="r1",state="dead",store="a"} 0
+txbox_relay_backlog{relay="r1",state="dead",store="b"} 0
+txbox_relay_backlog{relay="r1",state="parked",store="a"} 0
+txbox_relay_backlog{relay="r1",state="parked",store="b"} 0
+txbox_relay_backlog{relay="r1",state="pending",store="a"} 50
+txbox_relay_backlog{relay="r1",state="pending",store="b"} 20
+txbox_relay_backlog{relay="r1",state="retrying",store="a"} 0
+txbox_relay_backlog{relay="r1",state="retrying",store="b"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "txbox_relay_published_total", "txbox_relay_backlog"); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.stores); got != 2 {
+		t.Fatalf("%d stores with their own series, want 2", got)
+	}
+}
