@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/textproto"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -272,7 +271,7 @@ func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
 	vals := make(values, 0, len(m.Headers)+3)
 	for k, v := range m.Headers {
 		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
-			msg.Header[textproto.CanonicalMIMEHeaderKey(k)] = vals.one(v) // as Header.Set
+			msg.Header[k] = vals.one(v) // as Header.Set: NATS header names keep their case
 		}
 	}
 	if m.Key != "" {

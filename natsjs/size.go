@@ -18,9 +18,8 @@ const createdAtLen = len(wire.Layout) - len("Z07:00") + len("Z")
 // fits reports whether m, with a subject of subjLen bytes, is surely
 // within the protocol line and payload limits, from an upper bound of its
 // header block that it computes without building the message: each header
-// counts len(name) + len(value) + 4 bytes (nats.go trims values, and
-// names that differ only in case collapse, so the block can only be
-// smaller). False means "measure it" (checkSizes), not "refuse it"; a
+// counts len(name) + len(value) + 4 bytes (nats.go trims values and a
+// reserved name is dropped, so the block can only be smaller). False means "measure it" (checkSizes), not "refuse it"; a
 // message with CloudEvents attributes or a creation time outside the years
 // 0 to 9999 is always measured.
 func (p *Publisher) fits(m txbox.Message, subjLen int) bool {
