@@ -315,9 +315,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 		stall = max(time.Until(d), time.Millisecond)
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
-	wait := jetstream.WithStallWait(stall)
+	opts := []jetstream.PublishOpt{jetstream.WithStallWait(stall)} // one slice for the batch
 	for i := range msgs {
-		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), wait)
+		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), opts...)
 		if err != nil {
 			fail(i, p.classify(err))
 			continue
