@@ -66,6 +66,9 @@ var reservedHeaders = map[string]bool{"message-id": true, "message_id": true, "m
 // IsReservedHeader reports whether a header name is reserved for txbox and
 // the brokers (Nats-*, Txbox-*, Message-Id and its spellings).
 func IsReservedHeader(name string) bool {
+	if r, ok := reservedASCII(name); ok { // no allocation: called per header and message
+		return r
+	}
 	l := strings.ToLower(name)
 	if reservedHeaders[l] {
 		return true

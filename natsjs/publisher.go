@@ -80,6 +80,8 @@ type Publisher struct {
 	log      *slog.Logger
 	ceSource string
 	dups     atomic.Int64
+	// maxPayload is the server's max payload (nc.MaxPayload).
+	maxPayload func() int64
 }
 
 var (
@@ -118,7 +120,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
 		inbox = nc.Opts.InboxPrefix + "."
 	}
 	return &Publisher{nc: nc, js: js, prefix: cfg.Prefix, maxLine: cfg.MaxControlLine,
-		replyLen: len(inbox) + 6 + 1 + 6, log: cfg.Logger, ceSource: cfg.CloudEventsSource}, nil
+		replyLen: len(inbox) + 6 + 1 + 6, log: cfg.Logger, ceSource: cfg.CloudEventsSource, maxPayload: nc.MaxPayload}, nil
 }
 
 // Connected reports whether the connection is up; see
@@ -138,10 +140,17 @@ func (p *Publisher) Duplicates() int64 { return p.dups.Load() }
 // protocol line over MaxControlLine (the server would close the connection),
 // and a message (its header block as nats.go encodes it, Nats-Msg-Id
 // included, plus its payload) over the server's max payload.
+//
+// The relay calls it for every message, so it builds nothing when an
+// upper bound of the sizes is within the limits (see fits), and measures
+// the message as nats.go encodes it only when the bound is not.
 func (p *Publisher) CheckMessage(m txbox.Message) error {
-	subj := p.prefix + m.Topic
+	// The subject is assembled on the stack: no allocation per message.
+	var buf [320]byte
+	subj := append(buf[:0], p.prefix...)
+	subj = append(subj, m.Topic...)
 	if err := checkSubject(subj); err != nil {
-		return txbox.Reject(fmt.Errorf("natsjs: subject %q: %w", clip(subj), err))
+		return txbox.Reject(fmt.Errorf("natsjs: subject %q: %w", clip(string(subj)), err))
 	}
 	for k := range m.Headers {
 		if !headerNameOK(k) {
@@ -149,6 +158,15 @@ func (p *Publisher) CheckMessage(m txbox.Message) error {
 				clip(k), headerForbidden, nats.ErrBadHeaderMsg))
 		}
 	}
+	if p.fits(m, len(subj)) {
+		return nil
+	}
+	return p.checkSizes(m, string(subj))
+}
+
+// checkSizes measures the message m as nats.go encodes it against the
+// protocol line and payload limits.
+func (p *Publisher) checkSizes(m txbox.Message, subj string) error {
 	msg := p.Msg(m)
 	hdr := msg.Size() - len(msg.Subject) - len(msg.Data)
 	size := hdr + len(msg.Data)
@@ -163,7 +181,7 @@ func (p *Publisher) CheckMessage(m txbox.Message) error {
 		return txbox.Reject(fmt.Errorf("natsjs: subject of %d bytes makes a protocol line of %d bytes, over the server's max control line of %d bytes (MaxControlLine)",
 			len(subj), line, p.maxLine))
 	}
-	if limit := p.nc.MaxPayload(); limit > 0 && int64(size) > limit {
+	if limit := p.maxPayload(); limit > 0 && int64(size) > limit {
 		return txbox.Reject(fmt.Errorf("natsjs: message of %d bytes (header block %d, payload %d) is over the server's max payload of %d bytes: %w",
 			size, hdr, len(msg.Data), limit, txbox.ErrPayloadTooLarge))
 	}
@@ -172,20 +190,28 @@ func (p *Publisher) CheckMessage(m txbox.Message) error {
 
 // checkSubject refuses what no publish may use: empty tokens, wildcard
 // tokens and the white space that splits the protocol's fields.
-func checkSubject(subj string) error {
-	if subj == "" {
+func checkSubject[S string | []byte](subj S) error {
+	if len(subj) == 0 {
 		return errors.New("empty subject")
 	}
-	if i := strings.IndexAny(subj, " \t\r\n"); i >= 0 {
-		return fmt.Errorf("white space at byte %d: %w", i, nats.ErrBadSubject)
-	}
-	for i, tok := range strings.Split(subj, ".") {
-		switch tok {
-		case "":
-			return fmt.Errorf("token %d is empty: %w", i+1, nats.ErrBadSubject)
-		case "*", ">":
-			return fmt.Errorf("token %d is the wildcard %s, which names no subject to publish to: %w", i+1, tok, nats.ErrBadSubject)
+	for i := 0; i < len(subj); i++ {
+		switch subj[i] {
+		case ' ', '\t', '\r', '\n':
+			return fmt.Errorf("white space at byte %d: %w", i, nats.ErrBadSubject)
 		}
+	}
+	for i, start := 0, 0; start <= len(subj); i++ {
+		end := start
+		for end < len(subj) && subj[end] != '.' {
+			end++
+		}
+		switch tok := subj[start:end]; {
+		case len(tok) == 0:
+			return fmt.Errorf("token %d is empty: %w", i+1, nats.ErrBadSubject)
+		case len(tok) == 1 && (tok[0] == '*' || tok[0] == '>'):
+			return fmt.Errorf("token %d is the wildcard %s, which names no subject to publish to: %w", i+1, string(tok), nats.ErrBadSubject)
+		}
+		start = end + 1
 	}
 	return nil
 }
@@ -241,16 +267,18 @@ func (p *Publisher) unusable() error {
 // identity.
 func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
 	msg := &nats.Msg{Subject: p.prefix + m.Topic, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+3)}
+	// One backing array for every header's value.
+	vals := make(values, 0, len(m.Headers)+3)
 	for k, v := range m.Headers {
 		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
-			msg.Header.Set(k, v)
+			msg.Header[k] = vals.one(v) // as Header.Set: NATS header names keep their case
 		}
 	}
 	if m.Key != "" {
-		msg.Header[txbox.HeaderKey] = []string{m.Key}
+		msg.Header[txbox.HeaderKey] = vals.one(m.Key)
 	}
 	if !m.CreatedAt.IsZero() {
-		msg.Header[txbox.HeaderCreatedAt] = []string{wire.Time(m.CreatedAt)}
+		msg.Header[txbox.HeaderCreatedAt] = vals.one(wire.Time(m.CreatedAt))
 	}
 	if p.ceSource != "" {
 		for _, a := range wire.CloudEvents(m.ID, m.Topic, p.ceSource, m.CreatedAt) {
@@ -258,7 +286,7 @@ func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
 		}
 	}
 	if m.ID != "" {
-		msg.Header[jetstream.MsgIDHeader] = []string{m.ID} // canonical already
+		msg.Header[jetstream.MsgIDHeader] = vals.one(m.ID) // canonical already
 	}
 	return msg
 }
@@ -287,9 +315,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 		stall = max(time.Until(d), time.Millisecond)
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
-	wait := jetstream.WithStallWait(stall)
+	opts := []jetstream.PublishOpt{jetstream.WithStallWait(stall)} // one slice for the batch
 	for i := range msgs {
-		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), wait)
+		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), opts...)
 		if err != nil {
 			fail(i, p.classify(err))
 			continue

@@ -29,7 +29,6 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -599,7 +598,8 @@ func decodeRow(row outboxsql.Claimed) (txbox.Message, error) {
 	m := txbox.Message{ID: row.ID, Topic: row.Topic, Key: row.Key, Payload: row.Payload, CreatedAt: row.CreatedAt}
 	err := row.Invalid
 	if err == nil && len(row.Headers) > 2 { // not "{}"
-		if jerr := json.Unmarshal(row.Headers, &m.Headers); jerr != nil {
+		var jerr error
+		if m.Headers, jerr = decodeHeaders(row.Headers); jerr != nil {
 			err = fmt.Errorf("headers are not a JSON object of strings: %w", jerr)
 		}
 	}

@@ -15,7 +15,12 @@ var postgresSQL string
 
 // postgres is the outbox's SQL on PostgreSQL: row locks held in the claim
 // transaction, ids bound as one array, timestamps as time.Time.
-type postgres struct{ q queries }
+type postgres struct {
+	q queries
+	// markLazy and deleteLazy are markPublished and deletePublished with
+	// lazy_commit folded in (see lazyMarker).
+	markLazy, deleteLazy string
+}
 
 var _ dialect = (*postgres)(nil)
 
@@ -23,6 +28,7 @@ func newPostgres(table string) (*postgres, error) {
 	p := &postgres{}
 	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{
 		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout,
+		"mark_published_lazy": &p.markLazy, "delete_published_lazy": &p.deleteLazy,
 	})
 	return p, err
 }

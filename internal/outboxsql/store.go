@@ -179,10 +179,15 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rejected []Rejection, maxAttempts int) error {
 	d, q := b.s.d, b.s.d.queries()
 	now := time.Now()
+	lazy := q.lazyCommit != "" && !b.Keyed()
 	if len(published) > 0 {
 		sql, args := d.markPublished(published, b.token, now)
 		if b.s.deletePublished {
 			sql, args = d.deletePublished(published, b.token)
+		}
+		if lm, ok := d.(lazyMarker); ok && lazy {
+			sql, args = lm.markPublishedLazy(published, b.s.deletePublished)
+			lazy = false // folded into the mark
 		}
 		if _, err := tx.Exec(ctx, sql, args...); err != nil {
 			return fmt.Errorf("mark published: %w", err)
@@ -203,7 +208,7 @@ func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rej
 			return fmt.Errorf("release claim: %w", err)
 		}
 	}
-	if q.lazyCommit != "" && !b.Keyed() {
+	if lazy {
 		if _, err := tx.Exec(ctx, q.lazyCommit); err != nil {
 			return fmt.Errorf("lazy commit: %w", err)
 		}

@@ -10,8 +10,9 @@
 -- A keyed row is claimable only at the head of its key: no earlier row of
 -- the key is undelivered (dead ones included, so a dead row parks its key,
 -- and locked ones included, so one message per key is in flight). $2 is the
--- scan's start (see Store.Claim); the key check looks below it too.
-SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.headers::text, o.attempts, o.created_at
+-- scan's start (see Store.Claim); the key check looks below it too. Empty
+-- headers come back NULL: nothing for the relay to copy or decode.
+SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, nullif(o.headers, '{}')::text, o.attempts, o.created_at
 FROM {{table}} o
 WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
@@ -28,7 +29,11 @@ FOR UPDATE OF o SKIP LOCKED
 -- idle longer, so that a relay whose connection vanished holds no row lock
 -- much past PublishTimeout. Local to the transaction: the pooled
 -- connection keeps its own setting for the application's transactions.
-SELECT set_config('idle_in_transaction_session_timeout', $1, true)
+-- The claim that follows runs a generic plan: its custom plans (which a
+-- prepared claim otherwise gets on every execution, the LIMIT being a
+-- parameter) have the same shape, an index scan of the pending rows by id,
+-- and planning it cost more than running it.
+SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: mark_published
 UPDATE {{table}} SET published_at = now() WHERE id = ANY($1)
@@ -45,6 +50,17 @@ DELETE FROM {{table}} WHERE id = ANY($1)
 -- published again: a duplicate, never a loss. Keyed batches commit durably,
 -- so that a key's redelivered message can never follow its successor.
 SET LOCAL synchronous_commit TO OFF
+
+-- name: mark_published_lazy
+-- mark_published and lazy_commit in one statement (one round trip fewer):
+-- the set_config is a one-time filter, run once before the scan.
+UPDATE {{table}} SET published_at = now()
+WHERE id = ANY($1) AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+
+-- name: delete_published_lazy
+-- delete_published and lazy_commit in one statement.
+DELETE FROM {{table}}
+WHERE id = ANY($1) AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
 
 -- name: reject
 UPDATE {{table}}

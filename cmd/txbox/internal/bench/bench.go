@@ -35,6 +35,8 @@ type Config struct {
 	Rows    int           // rows queued for each drain run. Default 200,000.
 	Reps    int           // interleaved repetitions; the median is reported. Default 3.
 	AddTime time.Duration // how long each Add measurement runs. Default 3s.
+
+	postmaster int // the PostgreSQL server's process id, when readable (see sampleCPU)
 }
 
 func (c *Config) defaults() {
@@ -86,14 +88,14 @@ func interleave(cfg Config, runs []run, before func() error, title string) (meas
 			}
 			a, okA := cpuSample{}, false
 			if r.n > 0 {
-				a, okA = sampleCPU()
+				a, okA = sampleCPU(cfg.postmaster)
 			}
 			rate, err := r.fn()
 			if err != nil {
 				return measured{}, fmt.Errorf("%s: %w", r.name, err)
 			}
 			if okA {
-				if b, ok := sampleCPU(); ok {
+				if b, ok := sampleCPU(cfg.postmaster); ok {
 					cpus[i] = append(cpus[i], perMessage(a, b, r.n))
 				}
 			}
@@ -117,15 +119,19 @@ func interleave(cfg Config, runs []run, before func() error, title string) (meas
 			for _, c := range cpuColumns {
 				fmt.Fprintf(cfg.Out, " %8s", c)
 			}
-			fmt.Fprintf(cfg.Out, " %8s\n", "machine")
+			fmt.Fprintf(cfg.Out, " %8s %8s\n", "sum", "machine")
 			header = true
 		}
 		m.cpu[i] = medianCPU(cpus[i])
 		fmt.Fprintf(cfg.Out, "  %-70s", r.name)
+		sum := 0.0
 		for _, c := range cpuColumns {
 			fmt.Fprintf(cfg.Out, " %8.1f", m.cpu[i].by[c])
+			sum += m.cpu[i].by[c]
 		}
-		fmt.Fprintf(cfg.Out, " %8.1f\n", m.cpu[i].total)
+		// sum: the processes of the measurement alone, which a machine
+		// shared with other work does not blur.
+		fmt.Fprintf(cfg.Out, " %8.1f %8.1f\n", sum, m.cpu[i].total)
 	}
 	return m, nil
 }
@@ -187,6 +193,7 @@ func resetTable(ctx context.Context, pool *pgxpool.Pool) error {
 // and the raw claim-and-mark rate of the same database.
 func Drain(ctx context.Context, cfg Config) error {
 	cfg.defaults()
+	cfg.postmaster = postmasterPID(ctx, cfg.Pool)
 	drv := txboxpgx.New(cfg.Pool)
 	m, err := migrate.New(drv, migrate.Config{})
 	if err != nil {

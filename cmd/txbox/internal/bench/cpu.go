@@ -39,7 +39,10 @@ var cpuColumns = []string{"this", "postgres", "broker"}
 const ticksPerSecond = 100
 
 // sampleCPU returns the current sample, or false where /proc cannot be read.
-func sampleCPU() (cpuSample, bool) {
+// With postmaster > 0, the postgres column holds only that server process
+// and its children: the cluster this benchmark talks to, not another one
+// on the same machine.
+func sampleCPU(postmaster int) (cpuSample, bool) {
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return cpuSample{}, false
@@ -77,6 +80,9 @@ func sampleCPU() (cpuSample, bool) {
 		fields := strings.Fields(string(b[closing+2:]))
 		if len(fields) < 13 {
 			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); group == "postgres" && postmaster > 0 && pid != postmaster && ppid != postmaster {
+			continue // another cluster's
 		}
 		u, _ := strconv.ParseFloat(fields[11], 64)
 		st, _ := strconv.ParseFloat(fields[12], 64)

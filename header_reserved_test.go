@@ -1,0 +1,28 @@
+package txbox
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzReservedASCII checks the allocation-free comparison against the
+// lower-casing one it stands in for.
+func FuzzReservedASCII(f *testing.F) {
+	for _, s := range []string{"Nats-Msg-Id", "nats-", "NATS", "Txbox-Key", "txbox", "Message-ID", "message_id", "MessageId", "messageidx", "a", "", "Content-Type"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		r, ok := reservedASCII(name)
+		if !ok {
+			return
+		}
+		l := strings.ToLower(name)
+		want := reservedHeaders[l]
+		for _, p := range reservedHeaderPrefixes {
+			want = want || strings.HasPrefix(l, p)
+		}
+		if r != want {
+			t.Fatalf("%q: reserved %v, want %v", name, r, want)
+		}
+	})
+}
