@@ -35,6 +35,8 @@ type Dialect interface {
 	// Probe reads nothing from the table, failing if it is missing or
 	// unreadable.
 	Probe(ctx context.Context, ex driver.Executor) error
+	// Savepoints of a batch: see savepoint.go.
+	Savepoints
 }
 
 // Receipt is what Receive records.
@@ -68,6 +70,7 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 // methods whose arguments are the same in every dialect.
 type queries struct {
 	receive, receiveProcessed, markProcessed, exists, stats, sweep, sweepCount, probe string
+	savepoints
 }
 
 func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
@@ -75,7 +78,7 @@ func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[s
 		"receive": &q.receive, "receive_processed": &q.receiveProcessed, "mark_processed": &q.markProcessed,
 		"exists": &q.exists, "stats": &q.stats, "sweep": &q.sweep, "sweep_count": &q.sweepCount, "probe": &q.probe,
 	}
-	return sqltext.Load("inbox/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
+	return sqltext.Load("inbox/"+string(d), file, sqltext.Names(d, schema, table), dest, q.savepoints.dests(), extra)
 }
 
 // receiveQuery returns the receipt statement r asks for.

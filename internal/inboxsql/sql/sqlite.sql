@@ -55,3 +55,16 @@ WHERE received_at < ?1 AND (processed_at IS NOT NULL OR received_at < ?2)
 -- The consumer's start-up check that the table is there and readable.
 -- name: probe
 SELECT source, message_id FROM {{table}} WHERE 1 = 0
+
+-- HandleBatch runs each message of a batch under its own savepoint in one
+-- transaction: a failed handler rolls back to it (its effects and its
+-- receipt), a successful one releases it. The name is fixed: savepoints
+-- of a batch are used one after another, never nested.
+-- name: savepoint
+SAVEPOINT txbox_inbox_item
+
+-- name: rollback_savepoint
+ROLLBACK TO SAVEPOINT txbox_inbox_item
+
+-- name: release_savepoint
+RELEASE SAVEPOINT txbox_inbox_item

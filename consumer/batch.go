@@ -1,0 +1,230 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox"
+)
+
+// Defaults of BatchConfig.
+const (
+	DefaultBatchSize = 32
+	DefaultBatchWait = 2 * time.Millisecond
+)
+
+// BatchConfig sets how an Inbox handler's deliveries share transactions.
+// Each of the handler's Concurrency workers takes a delivery, then waits up
+// to Wait for more, up to Size, and handles them in ONE transaction, each
+// message under its own savepoint (inbox.HandleBatch): a failing handler
+// rolls back only its own effects and receipt and is retried or
+// dead-lettered alone; the rest commit together, once, and are then ACKed
+// together. At-least-once handlers are never batched.
+//
+// The trade-offs: the handlers of a batch run one after another on one
+// connection, and hold their row locks until the batch commits; a failure
+// of the transaction as a whole (a lost connection, a failed commit, a
+// deadlock that rolled back the whole transaction, as InnoDB does) undoes
+// the whole batch, whose messages are then handled again at once, each in
+// a transaction of its own: a handler's database effects still commit once
+// (the inbox), its effects outside the database happen once more.
+type BatchConfig struct {
+	// Size is the most deliveries in one transaction; 1 turns batching
+	// off (one transaction per message). Default: DefaultBatchSize (32).
+	Size int
+	// Wait is the longest a worker waits, after its first delivery, to
+	// fill a batch: what batching may add to a message's latency. Default:
+	// DefaultBatchWait (2ms).
+	Wait time.Duration
+}
+
+// batching returns h's batch size and wait: its own, else the Config's,
+// else the defaults. Size 1 means unbatched; AtLeastOnce handlers are.
+func (c *Consumer[TTx]) batching(h *handler[TTx]) (int, time.Duration) {
+	if h.guarantee != Inbox {
+		return 1, 0
+	}
+	size := firstPositive(h.Batch.Size, c.cfg.Batch.Size, DefaultBatchSize)
+	wait := firstPositive(h.Batch.Wait, c.cfg.Batch.Wait, DefaultBatchWait)
+	return size, wait
+}
+
+func firstPositive[T int | time.Duration](vs ...T) T {
+	for _, v := range vs {
+		if v > 0 {
+			return v
+		}
+	}
+	return 0
+}
+
+// prefetch is how many unacknowledged deliveries h's subscription may hold:
+// twice its concurrency, or, batched, enough for every worker to fill its
+// batch.
+func (c *Consumer[TTx]) prefetch(h *handler[TTx], n int) int {
+	if size, _ := c.batching(h); size > 1 {
+		return max(2*n, n*size)
+	}
+	return 2 * n
+}
+
+// runBatches is one batching worker: it fills a batch from work and
+// handles it, until work is closed.
+func (c *Consumer[TTx]) runBatches(ctx context.Context, h *handler[TTx], work <-chan txbox.Delivery, size int, wait time.Duration) {
+	for d := range work {
+		c.processBatch(ctx, h, collect(d, work, size, wait))
+	}
+}
+
+// collect returns first and what arrives on in within wait after it, up to
+// size deliveries; less if in is closed.
+func collect[T any](first T, in <-chan T, size int, wait time.Duration) []T {
+	batch := append(make([]T, 0, size), first)
+	if size <= 1 {
+		return batch
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(batch) < size {
+		select {
+		case d, ok := <-in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, d)
+		case <-timer.C:
+			return batch
+		}
+	}
+	return batch
+}
+
+// batchJob is one delivery of a batch on its way to the batch's
+// transaction: process hands it over from the delivery's own goroutine,
+// with the context its tracer made, and waits for its outcome.
+type batchJob[TTx any] struct {
+	i    int
+	skip bool // process settled the delivery without running it
+	ctx  context.Context
+	h    *handler[TTx]
+	msg  Message
+	out  chan batchOutcome
+}
+
+type batchOutcome struct {
+	dup bool
+	err error
+}
+
+// processBatch handles ds in one transaction. Each delivery goes through
+// processWith on its own goroutine — its observer and tracer calls, its
+// settlement, concurrently with the others' (the ACKs of a batch are
+// pipelined) — whose run step hands the message to this goroutine and
+// waits for the batch to commit.
+func (c *Consumer[TTx]) processBatch(ctx context.Context, h *handler[TTx], ds []txbox.Delivery) {
+	if len(ds) == 1 {
+		c.process(ctx, h, ds[0])
+		return
+	}
+	jobs := make(chan batchJob[TTx], len(ds))
+	var settled sync.WaitGroup
+	for i, d := range ds {
+		settled.Add(1)
+		go func() {
+			defer settled.Done()
+			submitted := false
+			defer func() {
+				if !submitted {
+					jobs <- batchJob[TTx]{i: i, skip: true}
+				}
+			}()
+			c.processWith(ctx, h, d, func(ctx context.Context, msg Message) (bool, error) {
+				submitted = true
+				out := make(chan batchOutcome, 1)
+				jobs <- batchJob[TTx]{i: i, ctx: ctx, h: h, msg: msg, out: out}
+				o := <-out
+				return o.dup, o.err
+			})
+		}()
+	}
+	batch := make([]batchJob[TTx], len(ds))
+	for range ds {
+		j := <-jobs
+		batch[j.i] = j
+	}
+	c.runBatch(ctx, batch)
+	settled.Wait()
+}
+
+// runBatch runs the jobs in one inbox transaction and hands each its
+// outcome. If the transaction fails as a whole, the jobs run again, each in
+// its own transaction (c.invoke), so that one message that breaks a
+// transaction (or its commit) never fails its neighbours, and the outcome
+// of each is its own.
+func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) {
+	var items []inbox.Item[TTx]
+	var idx []int
+	for i, j := range batch {
+		switch {
+		case j.skip:
+		case j.msg.ID == "":
+			j.out <- batchOutcome{err: errNoID}
+		default:
+			items = append(items, inbox.Item[TTx]{Source: j.h.Name, ID: j.msg.ID, Metadata: metadata(j.msg),
+				Fn: func(_ context.Context, tx TTx) error { return callTx(j.ctx, j.h, tx, j.msg) }})
+			idx = append(idx, i)
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	res, err := c.ib.HandleBatch(ctx, items)
+	var berr *inbox.BatchError
+	if errors.As(err, &berr) && ctx.Err() == nil {
+		c.batchesFailed.Add(1)
+		c.log.Warn("txbox/consumer: a batch transaction failed as a whole; handling its messages one by one",
+			"handler", batch[idx[0]].h.Name, "messages", len(items), "err", err)
+		for _, i := range idx {
+			j := batch[i]
+			dup, err := c.invoke(j.ctx, j.h, j.msg)
+			j.out <- batchOutcome{dup: dup, err: err}
+		}
+		return
+	}
+	if err == nil {
+		c.batches.Add(1)
+	}
+	for k, i := range idx {
+		batch[i].out <- batchOutcome{dup: res[k].Result == inbox.Duplicate, err: res[k].Err}
+	}
+}
+
+var errNoID = Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))
+
+// metadata is the receipt's metadata of msg.
+func metadata(msg Message) map[string]any {
+	return map[string]any{"topic": msg.Topic, "binding": msg.Binding, "deliveries": msg.Deliveries}
+}
+
+// callTx runs h's function in tx, recovering a panic as a *PanicError: in a
+// batch a panic must fail its message only.
+func callTx[TTx any](ctx context.Context, h *handler[TTx], tx TTx, msg Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v}
+		}
+	}()
+	return h.txFn(ctx, tx, msg)
+}
+
+// checkBatch reports a handler's invalid batch settings.
+func checkBatch(label string, b BatchConfig) string {
+	if b.Size < 0 || b.Wait < 0 {
+		return fmt.Sprintf("%s has a negative Batch.Size or Batch.Wait", label)
+	}
+	return ""
+}
