@@ -73,12 +73,28 @@ func (c *Consumer[TTx]) prefetch(h *handler[TTx], n int) int {
 }
 
 // runBatches is one batching worker: it fills a batch from work and
-// handles it, until work is closed.
+// handles it, until work is closed. Its batches shrink by half after each
+// one that failed as a whole and grow back by doubling after each commit,
+// so that while the database keeps failing (a flapping connection) a
+// worker risks little work per transaction, as unbatched.
 func (c *Consumer[TTx]) runBatches(ctx context.Context, h *handler[TTx], work <-chan txbox.Delivery, size int, wait time.Duration) {
+	cur := size
 	for d := range work {
-		c.processBatch(ctx, h, collect(d, work, size, wait))
+		switch c.processBatch(ctx, h, collect(d, work, cur, wait)) {
+		case batchFailed:
+			cur = max(1, cur/2)
+		case batchCommitted:
+			cur = min(size, 2*cur)
+		}
 	}
 }
+
+// What processBatch did.
+const (
+	batchUnbatched = iota // one delivery, handled alone
+	batchCommitted
+	batchFailed // failed as a whole
+)
 
 // collect returns first and what arrives on in within wait after it, up to
 // size deliveries; less if in is closed.
@@ -125,10 +141,10 @@ type batchOutcome struct {
 // settlement, concurrently with the others' (the ACKs of a batch are
 // pipelined) — whose run step hands the message to this goroutine and
 // waits for the batch to commit.
-func (c *Consumer[TTx]) processBatch(ctx context.Context, h *handler[TTx], ds []txbox.Delivery) {
+func (c *Consumer[TTx]) processBatch(ctx context.Context, h *handler[TTx], ds []txbox.Delivery) int {
 	if len(ds) == 1 {
 		c.process(ctx, h, ds[0])
-		return
+		return batchUnbatched
 	}
 	jobs := make(chan batchJob[TTx], len(ds))
 	var settled sync.WaitGroup
@@ -156,8 +172,9 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, h *handler[TTx], ds []
 		j := <-jobs
 		batch[j.i] = j
 	}
-	c.runBatch(ctx, batch)
+	outcome := c.runBatch(ctx, batch)
 	settled.Wait()
+	return outcome
 }
 
 // runBatch runs the jobs in one inbox transaction and hands each its
@@ -165,7 +182,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, h *handler[TTx], ds []
 // its own transaction (c.invoke), so that one message that breaks a
 // transaction (or its commit) never fails its neighbours, and the outcome
 // of each is its own.
-func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) {
+func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int {
 	var items []inbox.Item[TTx]
 	var idx []int
 	for i, j := range batch {
@@ -180,7 +197,7 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) {
 		}
 	}
 	if len(items) == 0 {
-		return
+		return batchUnbatched
 	}
 	res, err := c.ib.HandleBatch(ctx, items)
 	var berr *inbox.BatchError
@@ -193,14 +210,16 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) {
 			dup, err := c.invoke(j.ctx, j.h, j.msg)
 			j.out <- batchOutcome{dup: dup, err: err}
 		}
-		return
-	}
-	if err == nil {
-		c.batches.Add(1)
+		return batchFailed
 	}
 	for k, i := range idx {
 		batch[i].out <- batchOutcome{dup: res[k].Result == inbox.Duplicate, err: res[k].Err}
 	}
+	if err != nil {
+		return batchFailed
+	}
+	c.batches.Add(1)
+	return batchCommitted
 }
 
 var errNoID = Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))

@@ -32,7 +32,7 @@ type ItemResult struct {
 // savepoint, the commit, a cancelled ctx): nothing of the batch committed.
 // It wraps the database's error only, never a handler's.
 type BatchError struct {
-	Op  string // "begin", "savepoint", "rollback to savepoint", "release savepoint", "commit"
+	Op  string // "begin", "savepoint", "rollback to savepoint", "commit"
 	Err error
 }
 
@@ -47,7 +47,12 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // is fresh, runs its Fn. A Fn that returns an error rolls back to the
 // savepoint — its own effects and its receipt only — and the next item
 // goes on; a duplicate's savepoint is rolled back too (it wrote nothing
-// that matters); a success releases it. Then HandleBatch commits once.
+// that matters). Then HandleBatch commits once.
+//
+// On PostgreSQL every item that writes is a subtransaction: above 64 in one
+// transaction, the server's per-session subtransaction cache overflows and
+// other sessions' snapshots get slower, so keep batches there at 64 or
+// fewer.
 //
 // It returns one ItemResult per item, in order. Items of the same message
 // (same source and id) within one batch are handled as concurrent copies
@@ -128,9 +133,6 @@ func (ib *Inbox[TTx]) HandleBatch(ctx context.Context, items []Item[TTx]) ([]Ite
 				return doom("rollback to savepoint", err)
 			}
 			continue
-		}
-		if err := ib.sql.ReleaseSavepoint(ctx, dtx); err != nil {
-			return doom("release savepoint", err)
 		}
 		fresh[i] = true
 	}

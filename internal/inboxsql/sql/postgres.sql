@@ -57,13 +57,12 @@ SELECT source, message_id FROM {{table}} WHERE 1 = 0
 
 -- HandleBatch runs each message of a batch under its own savepoint in one
 -- transaction: a failed handler rolls back to it (its effects and its
--- receipt), a successful one releases it. The name is fixed: savepoints
--- of a batch are used one after another, never nested.
+-- receipt). Every message sets the same name again, without releasing the
+-- previous one (which would cost a round trip): PostgreSQL and SQLite
+-- stack same-named savepoints and roll back to the latest, MySQL replaces
+-- the older one; COMMIT releases them all.
 -- name: savepoint
 SAVEPOINT txbox_inbox_item
 
 -- name: rollback_savepoint
 ROLLBACK TO SAVEPOINT txbox_inbox_item
-
--- name: release_savepoint
-RELEASE SAVEPOINT txbox_inbox_item
