@@ -40,6 +40,14 @@ type BatchConfig struct {
 	// fill a batch: what batching may add to a message's latency. Default:
 	// DefaultBatchWait (2ms).
 	Wait time.Duration
+	// DeferAdds makes the handlers' Outbox.Add calls on the batch's
+	// transaction cost no round trip: their rows are inserted together
+	// just before the batch commits (inbox.BatchOptions.DeferAdds). A
+	// handler then does not see its own outbox rows, and an INSERT that
+	// fails fails the whole batch (whose messages are then handled one by
+	// one, their Adds immediate). Default: false; set in either Config or
+	// HandlerConfig turns it on.
+	DeferAdds bool
 }
 
 // batching returns h's batch size and wait: its own, else the Config's,
@@ -192,14 +200,18 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 			j.out <- batchOutcome{err: errNoID}
 		default:
 			items = append(items, inbox.Item[TTx]{Source: j.h.Name, ID: j.msg.ID, Metadata: metadata(j.msg),
-				Fn: func(_ context.Context, tx TTx) error { return callTx(j.ctx, j.h, tx, j.msg) }})
+				Fn: func(ictx context.Context, tx TTx) error {
+					// The message's own context (its trace span), with the
+					// batch's deferred Adds, if any.
+					return callTx(txbox.WithAddBuffer(j.ctx, txbox.AddBufferFrom(ictx)), j.h, tx, j.msg)
+				}})
 			idx = append(idx, i)
 		}
 	}
 	if len(items) == 0 {
 		return batchUnbatched
 	}
-	res, err := c.ib.HandleBatch(ctx, items)
+	res, err := c.ib.HandleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: c.cfg.Batch.DeferAdds || batch[idx[0]].h.Batch.DeferAdds})
 	var berr *inbox.BatchError
 	if errors.As(err, &berr) && ctx.Err() == nil {
 		c.batchesFailed.Add(1)

@@ -4,13 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/testenv"
@@ -275,5 +278,129 @@ func batchDuplicates[TTx any](t *testing.T, d db[TTx], concurrency, size int) {
 	}
 	if concurrency == 1 && st.Duplicates != n*(copies-1) {
 		t.Fatalf("stats %+v: want %d duplicates", st, n*(copies-1))
+	}
+}
+
+// countingDriver is the pgx driver, counting the statements that name the
+// given table, on transactions and on the pool.
+type countingDriver struct {
+	driver.Driver[pgx.Tx]
+	table string
+	n     *atomic.Int64
+}
+
+func (c countingDriver) UnwrapTx(tx pgx.Tx) driver.Executor {
+	return countingExec{Executor: c.Driver.UnwrapTx(tx), c: c}
+}
+
+func (c countingDriver) BeginTx(ctx context.Context) (pgx.Tx, driver.Tx, error) {
+	tx, dtx, err := c.Driver.BeginTx(ctx)
+	if err != nil {
+		return tx, dtx, err
+	}
+	return tx, countingTx{Tx: dtx, c: c}, nil
+}
+
+func (c countingDriver) count(q string) {
+	if strings.Contains(q, c.table) {
+		c.n.Add(1)
+	}
+}
+
+type countingExec struct {
+	driver.Executor
+	c countingDriver
+}
+
+func (e countingExec) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	e.c.count(q)
+	return e.Executor.Exec(ctx, q, args...)
+}
+
+func (e countingExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	e.c.count(q)
+	return e.Executor.Query(ctx, q, args...)
+}
+
+type countingTx struct {
+	driver.Tx
+	c countingDriver
+}
+
+func (e countingTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	e.c.count(q)
+	return e.Tx.Exec(ctx, q, args...)
+}
+
+func (e countingTx) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	e.c.count(q)
+	return e.Tx.Query(ctx, q, args...)
+}
+
+// With Batch.DeferAdds, the Outbox.Add calls of a batch of 20 cost one
+// INSERT for the whole batch (against one per message without it), the
+// Add of a handler that failed after it is dropped with its savepoint, and
+// every other message's outbox row is there exactly once.
+func TestBatchDeferredAdds(t *testing.T) {
+	t.Parallel()
+	for _, deferAdds := range []bool{false, true} {
+		t.Run(fmt.Sprintf("defer=%v", deferAdds), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			base := pgxDB(t, 10)
+			base.migrateAll(t, "b_outbox")
+			base.exec(t, "CREATE TABLE applied (id text NOT NULL)")
+			var n atomic.Int64
+			d := db[pgx.Tx]{name: "pgx-counting", drv: countingDriver{Driver: base.drv, table: "b_outbox", n: &n}}
+			ob, err := txbox.New(d.drv, txbox.Config{Table: "b_outbox"})
+			testenv.Must(t, err, "outbox")
+			b := newBroker(t, "rabbitmq")
+			all := ids("m", 20)
+			all[5] = "fails-after-add"
+			publishAll(t, b, all)
+			c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1, Logger: quiet,
+				Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second, DeferAdds: deferAdds}})
+			testenv.Must(t, err, "New")
+			testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
+				func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+					if _, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID); err != nil {
+						return err
+					}
+					if _, err := ob.Add(ctx, tx, txbox.Message{ID: "out-" + msg.ID, Topic: "shipments", Payload: msg.Payload}); err != nil {
+						return err
+					}
+					if msg.ID == "fails-after-add" {
+						return consumer.Permanent(errors.New("fails after its Add"))
+					}
+					return nil
+				}), "register")
+			testenv.Must(t, c.Start(ctx), "start")
+			t.Cleanup(func() { _ = c.Stop(context.Background()) })
+			eventually(t, "settled", func() bool {
+				st := c.Stats()
+				return st.Handled == 19 && st.DeadLettered == 1
+			})
+			st := c.Stats()
+			t.Logf("defer %v: %d outbox statements; stats %+v", deferAdds, n.Load(), st)
+			if st.Batches != 1 {
+				t.Fatalf("stats %+v: want the 20 messages in one batch", st)
+			}
+			if got := base.count(t, "SELECT count(*) FROM b_outbox"); got != 19 {
+				t.Fatalf("%d outbox rows, want 19", got)
+			}
+			if got := base.count(t, "SELECT count(*) FROM b_outbox WHERE message_id = 'out-fails-after-add'"); got != 0 {
+				t.Fatal("the failed handler's Add was kept")
+			}
+			if got := base.count(t, "SELECT count(DISTINCT message_id) FROM b_outbox"); got != 19 {
+				t.Fatalf("%d distinct outbox ids, want 19", got)
+			}
+			want := int64(20) // one INSERT per Add
+			if deferAdds {
+				want = 1 // one for the batch
+			}
+			if n.Load() != want {
+				t.Fatalf("%d outbox statements, want %d", n.Load(), want)
+			}
+		})
 	}
 }

@@ -66,3 +66,17 @@ SAVEPOINT txbox_inbox_item
 
 -- name: rollback_savepoint
 ROLLBACK TO SAVEPOINT txbox_inbox_item
+
+-- The receipts of a batch in one statement (HandleBatch), already
+-- processed as in receive_processed: RETURNING names the fresh ones. The
+-- rows come sorted by key, so that two batches lock them in one order.
+-- name: receive_many
+INSERT INTO {{table}} (source, message_id, received_at, processed_at, metadata)
+VALUES {{list "(?, ?, now(), now(), ?)"}}
+ON CONFLICT (source, message_id) DO NOTHING
+RETURNING source, message_id
+
+-- A receipt of receive_many whose handler failed (after the rollback to
+-- its savepoint, which came after the receipt).
+-- name: forget
+DELETE FROM {{table}} WHERE source = $1 AND message_id = $2
