@@ -404,3 +404,55 @@ func TestBatchDeferredAdds(t *testing.T) {
 		})
 	}
 }
+
+// With MaxDeliveries 1, a handler in the middle of a batch of 10 terminates
+// its own connection (pg_terminate_backend) and returns Outbox.Add's error:
+// the batch fails as a whole, its messages run again one by one; nothing is
+// dead-lettered, every message and outbox row is applied once, and every
+// retry is a database failure.
+func TestBatchConnectionKilled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := pgxDB(t, 10)
+	d.migrateAll(t, "b_outbox")
+	d.exec(t, "CREATE TABLE applied (id text NOT NULL)")
+	b := newBroker(t, "rabbitmq")
+	obB, err := txbox.New(d.drv, txbox.Config{Table: "b_outbox"})
+	testenv.Must(t, err, "outbox")
+	all := ids("m", 10)
+	all[4] = "kill"
+	publishAll(t, b, all)
+	var runs runCounter
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: quiet,
+		Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second}})
+	testenv.Must(t, err, "New")
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "ship", Binding: b.binding("orders")},
+		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+			if runs.add(msg.ID) == 1 && msg.ID == "kill" {
+				_, _ = tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID); err != nil {
+				return fmt.Errorf("apply %s: %w", msg.ID, err)
+			}
+			_, err := obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload})
+			return err
+		}), "register")
+	testenv.Must(t, c.Start(ctx), "start")
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	eventually(t, "every message handled", func() bool { return c.Stats().Handled == int64(len(all)) })
+	st := c.Stats()
+	t.Logf("stats %+v", st)
+	if rows := d.count(t, "SELECT count(*) FROM applied"); rows != int64(len(all)) {
+		t.Fatalf("%d rows for %d messages", rows, len(all))
+	}
+	if rows := d.count(t, "SELECT count(DISTINCT message_id) FROM b_outbox"); rows != int64(len(all)) || d.count(t, "SELECT count(*) FROM b_outbox") != rows {
+		t.Fatalf("%d distinct outbox rows for %d messages", rows, len(all))
+	}
+	if st.DeadLettered != 0 || len(b.deadLetters(t, "orders")) != 0 {
+		t.Fatalf("dead-lettered on a lost connection: %+v", st)
+	}
+	if st.BatchesFailed < 1 || st.Retried != st.DatabaseFailures {
+		t.Fatalf("stats %+v: want a failed batch, every retry a database failure", st)
+	}
+}
