@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 )
 
@@ -185,10 +186,13 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, h *handler[TTx], ds []
 }
 
 // runBatch runs the jobs in one inbox transaction and hands each its
-// outcome. If the transaction fails as a whole, the jobs run again, each in
-// its own transaction (c.invoke), so that one message that breaks a
-// transaction (or its commit) never fails its neighbours, and the outcome
-// of each is its own.
+// outcome. If the transaction fails as a whole because the database did
+// (driver.IsTransientFor: a lost connection, a deadlock), every job gets
+// that failure: retried with backoff, not counted. If it fails for another
+// reason (a commit refused by a deferred constraint, a transaction a
+// handler left aborted), the jobs run again at once, each in its own
+// transaction (c.invoke), so that the message that broke the batch fails
+// alone and the outcome of each is its own.
 func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int {
 	var items []inbox.Item[TTx]
 	var idx []int
@@ -212,7 +216,7 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 	}
 	res, err := c.ib.HandleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: c.cfg.Batch.DeferAdds || batch[idx[0]].h.Batch.DeferAdds})
 	var berr *inbox.BatchError
-	if errors.As(err, &berr) && ctx.Err() == nil {
+	if errors.As(err, &berr) && ctx.Err() == nil && !driver.IsTransientFor(c.drv, berr.Err) {
 		c.batchesFailed.Add(1)
 		c.log.Warn("txbox/consumer: a batch transaction failed as a whole; handling its messages one by one",
 			"handler", batch[idx[0]].h.Name, "messages", len(items), "err", err)
@@ -227,6 +231,10 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 		batch[i].out <- batchOutcome{dup: res[k].Result == inbox.Duplicate, err: res[k].Err}
 	}
 	if err != nil {
+		// The database failed (a lost connection, a deadlock that took the
+		// whole transaction): every message is retried with backoff, not
+		// counted toward MaxDeliveries (processWith: not the handler's).
+		c.batchesFailed.Add(1)
 		return batchFailed
 	}
 	c.batches.Add(1)
