@@ -82,17 +82,21 @@ func (c *Consumer[TTx]) prefetch(h *handler[TTx], n int) int {
 }
 
 // runBatches is one batching worker: it fills a batch from work and
-// handles it, until work is closed. Its batches shrink by half after each
-// one that failed as a whole and grow back by doubling after each other,
-// so that while the database keeps failing (a flapping connection) a
-// worker risks little work per transaction, as unbatched.
+// handles it, until work is closed. After a batch that failed as a whole
+// its batches start again from one message, and grow back by doubling
+// after each committed batch (by one after a message handled alone), so
+// that while the database keeps failing (a flapping connection) a worker
+// risks little work per transaction, as unbatched.
 func (c *Consumer[TTx]) runBatches(ctx context.Context, h *handler[TTx], work <-chan txbox.Delivery, size int, wait time.Duration) {
 	cur := size
 	for d := range work {
-		if c.processBatch(ctx, h, collect(d, work, cur, wait)) == batchFailed {
-			cur = max(1, cur/2)
-		} else {
+		switch c.processBatch(ctx, h, collect(d, work, cur, wait)) {
+		case batchFailed:
+			cur = 1
+		case batchCommitted:
 			cur = min(size, 2*cur)
+		default: // one delivery, handled alone: its outcome is not known here
+			cur = min(size, cur+1)
 		}
 	}
 }
