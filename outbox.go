@@ -162,11 +162,17 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // only if tx commits. It returns the messages' ids in the order of msgs: a
 // message without an ID gets a new UUIDv7 (msgs itself is not changed). Up
 // to 1000 messages go in one round trip. If any message is invalid, Add
-// returns an *InvalidMessageError and writes nothing.
+// returns an *InvalidMessageError and writes nothing. Within a batch of the
+// consumer (an AddBuffer in ctx for tx), the rows are inserted with the
+// batch's others just before its commit.
 func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]string, error) {
 	rows, ids, err := o.rows(ctx, msgs)
 	if err != nil {
 		return nil, err
+	}
+	if b := AddBufferFrom(ctx); b.holds(tx) && len(rows) > 0 {
+		b.add(o.ins, rows) // see AddBuffer
+		return ids, nil
 	}
 	if err := o.ins.Insert(ctx, o.drv.UnwrapTx(tx), rows); err != nil {
 		return nil, fmt.Errorf("txbox: add: %w", err)

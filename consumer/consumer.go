@@ -105,6 +105,10 @@ type Config struct {
 	// InProgress, Redis Streams), so that a handler longer than AckWait is
 	// not redelivered under it. Default: false (keep-alive on).
 	NoKeepAlive bool
+	// Batch sets how Inbox handlers' deliveries share transactions (see
+	// BatchConfig). Default: batches of up to DefaultBatchSize (32),
+	// filled for up to DefaultBatchWait (2ms); Size 1 turns it off.
+	Batch BatchConfig
 }
 
 // HandlerConfig names a handler and says where its messages come from.
@@ -133,6 +137,8 @@ type HandlerConfig struct {
 	MaxDeliveries int
 	BackoffBase   time.Duration
 	BackoffMax    time.Duration
+	// Batch overrides Config.Batch for this handler, field by field.
+	Batch BatchConfig
 }
 
 // Stats counts what a Consumer did with its deliveries since New.
@@ -150,6 +156,10 @@ type Stats struct {
 	// Unrouted counts the deliveries no route claimed, dead-lettered
 	// (also in DeadLettered) or acked per the binding's Unrouted policy.
 	Unrouted int64
+	// Batches counts the batch transactions committed (BatchConfig);
+	// BatchesFailed those that failed as a whole, whose messages were
+	// then handled one by one.
+	Batches, BatchesFailed int64
 }
 
 type handler[TTx any] struct {
@@ -182,6 +192,7 @@ type Consumer[TTx any] struct {
 	routing  routing
 
 	handled, duplicates, retried, dbFailed, dead, released, ackFailed atomic.Int64
+	batches, batchesFailed                                            atomic.Int64
 }
 
 // New returns a Consumer whose Inbox handlers run in transactions of drv.
@@ -192,8 +203,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	if cfg.Broker == nil {
 		return nil, fmt.Errorf("%w: consumer: Broker is required", ErrInvalidConfig)
 	}
-	if cfg.Concurrency < 0 || cfg.MaxDeliveries < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
-		return nil, fmt.Errorf("%w: consumer: negative Concurrency, MaxDeliveries or backoff", ErrInvalidConfig)
+	if cfg.Concurrency < 0 || cfg.MaxDeliveries < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.Batch.Size < 0 || cfg.Batch.Wait < 0 {
+		return nil, fmt.Errorf("%w: consumer: negative Concurrency, MaxDeliveries, backoff or Batch", ErrInvalidConfig)
 	}
 	if cfg.Inbox.Table == "" {
 		cfg.Inbox.Table = DefaultInboxTable
@@ -311,6 +322,9 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		if h.Concurrency < 0 || h.MaxDeliveries < 0 || h.BackoffBase < 0 || h.BackoffMax < 0 {
 			add("%s has a negative Concurrency, MaxDeliveries or backoff", label)
 		}
+		if msg := checkBatch(label, h.Batch); msg != "" {
+			add("%s", msg)
+		}
 		switch h.guarantee {
 		case Inbox:
 			needInbox = true
@@ -392,7 +406,7 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 	var subs []txbox.Subscription
 	bs := c.bindings()
 	for _, b := range bs {
-		s, err := c.cfg.Broker.Subscribe(ctx, b.name, 2*b.concurrency)
+		s, err := c.cfg.Broker.Subscribe(ctx, b.name, c.prefetch(b))
 		if err != nil {
 			for _, s := range subs {
 				_ = s.Close(ctx)
@@ -459,7 +473,7 @@ func (c *Consumer[TTx]) Stats() Stats {
 	return Stats{
 		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
 		DatabaseFailures: c.dbFailed.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
-		Unrouted: c.routing.unrouted.Load(),
+		Unrouted: c.routing.unrouted.Load(), Batches: c.batches.Load(), BatchesFailed: c.batchesFailed.Load(),
 	}
 }
 
@@ -472,6 +486,10 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
+			if size, wait := c.bindingBatching(b); size > 1 {
+				c.runBatches(hardCtx, b, work, size, wait)
+				return
+			}
 			for d := range work {
 				c.dispatch(hardCtx, b, d)
 			}
@@ -518,9 +536,15 @@ func (c *Consumer[TTx]) release(d txbox.Delivery) {
 	}
 }
 
-// process runs h on one delivery and settles it. Each failure is logged
-// once, here.
+// process runs h on one delivery and settles it.
 func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.Delivery) {
+	c.processWith(ctx, h, d, func(ctx context.Context, msg Message) (bool, error) { return c.invoke(ctx, h, msg) })
+}
+
+// processWith runs h on one delivery through run (alone: invoke; in a
+// batch: see processBatch) and settles it. Each failure is logged once,
+// here.
+func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbox.Delivery, run func(ctx context.Context, msg Message) (dup bool, err error)) {
 	msg := d.Message()
 	msg.Binding = h.Binding
 	var start time.Time
@@ -536,7 +560,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, h *handler[TTx], d txbox.De
 		ctx, end = tr.StartProcess(ctx, h.Name, msg)
 		defer func() { end(result, err) }()
 	}
-	dup, err := c.invoke(ctx, h, msg)
+	dup, err := run(ctx, msg)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	log := c.log.With("handler", h.Name, "message_id", msg.ID, "deliveries", msg.Deliveries)

@@ -21,6 +21,12 @@
 //	if err := c.Start(ctx); err != nil { … } // lists every problem found
 //	defer c.Stop(ctx)
 //
+// By default an Inbox handler's deliveries share transactions: up to
+// BatchConfig.Size of them in one, each handler under its own savepoint, one
+// commit, then the ACKs together (see BatchConfig; Size 1 turns it off). A
+// failing handler is rolled back alone; a transaction that fails as a
+// whole is handled again one message at a time.
+//
 // A failed delivery is retried with backoff. If it failed because the
 // database did (a lost connection, a shutdown, a deadlock, a failed commit:
 // driver.IsTransientFor, looking through the handler's wrapping), it is

@@ -158,6 +158,7 @@ type reader struct {
 	// cursor is where the next XAUTOCLAIM scan starts: a one-slot
 	// channel, a mutex that a context can abandon.
 	cursor chan string
+	acks   acks // see ack.go
 }
 
 // entry is one stream entry delivered to this consumer.
@@ -261,10 +262,7 @@ func (r *reader) entry(m redis.XMessage, n int64) entry {
 }
 
 func (r *reader) ack(ctx context.Context, e entry) error {
-	if err := r.rdb.XAck(ctx, r.stream, r.group, e.id).Err(); err != nil {
-		return fmt.Errorf("redisstream: XACK %s: %w", r.stream, err)
-	}
-	return nil
+	return r.acks.ack(ctx, r, e.id)
 }
 
 // nackAfter gives an entry back to be claimed again after delay. Redis

@@ -35,6 +35,8 @@ type Dialect interface {
 	// Probe reads nothing from the table, failing if it is missing or
 	// unreadable.
 	Probe(ctx context.Context, ex driver.Executor) error
+	// Savepoints of a batch: see savepoint.go.
+	Savepoints
 }
 
 // Receipt is what Receive records.
@@ -52,11 +54,14 @@ type Receipt struct {
 func New(d driver.Dialect, schema, table string) (Dialect, error) {
 	switch d {
 	case driver.Postgres:
-		p := &postgres{}
-		return p, p.load(d, postgresSQL, schema, table, nil)
+		p := &postgres{bulk: bulk{placeholder: dollar, args: func(r Receipt) []any { return []any{r.Source, r.ID, r.Metadata} }}}
+		return p, p.load(d, postgresSQL, schema, table, p.bulk.dests())
 	case driver.SQLite:
-		s := &sqlite{}
-		return s, s.load(d, sqliteSQL, schema, table, nil)
+		s := &sqlite{bulk: bulk{placeholder: question, args: func(r Receipt) []any {
+			now := r.Now.UnixMicro()
+			return []any{r.Source, r.ID, now, now, r.Metadata}
+		}}}
+		return s, s.load(d, sqliteSQL, schema, table, s.bulk.dests())
 	case driver.MySQL:
 		m := &mysql{}
 		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"found_receipt": &m.foundReceipt})
@@ -68,6 +73,7 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 // methods whose arguments are the same in every dialect.
 type queries struct {
 	receive, receiveProcessed, markProcessed, exists, stats, sweep, sweepCount, probe string
+	savepoints
 }
 
 func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
@@ -75,7 +81,9 @@ func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[s
 		"receive": &q.receive, "receive_processed": &q.receiveProcessed, "mark_processed": &q.markProcessed,
 		"exists": &q.exists, "stats": &q.stats, "sweep": &q.sweep, "sweep_count": &q.sweepCount, "probe": &q.probe,
 	}
-	return sqltext.Load("inbox/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
+	funcs := sqltext.Names(d, schema, table)
+	funcs["list"] = listFunc
+	return sqltext.Load("inbox/"+string(d), file, funcs, dest, q.savepoints.dests(), extra)
 }
 
 // receiveQuery returns the receipt statement r asks for.

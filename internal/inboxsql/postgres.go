@@ -13,7 +13,12 @@ var postgresSQL string
 
 // postgres is the inbox's SQL on PostgreSQL: RETURNING tells a fresh
 // receipt, the server's clock stamps it, cutoffs are times.
-type postgres struct{ queries }
+type postgres struct {
+	queries
+	bulk
+}
+
+var _ BulkReceiver = (*postgres)(nil)
 
 var _ Dialect = (*postgres)(nil)
 

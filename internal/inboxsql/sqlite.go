@@ -13,7 +13,12 @@ var sqliteSQL string
 
 // sqlite is the inbox's SQL on SQLite: RETURNING tells a fresh receipt,
 // times are Unix microseconds computed here.
-type sqlite struct{ queries }
+type sqlite struct {
+	queries
+	bulk
+}
+
+var _ BulkReceiver = (*sqlite)(nil)
 
 var _ Dialect = (*sqlite)(nil)
 

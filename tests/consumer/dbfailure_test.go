@@ -339,7 +339,11 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 	var mu sync.Mutex
 	runs := map[string]int{}
 	var addErrs []string
-	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "ship", Binding: b.binding("orders")},
+	// Unbatched: the exact accounting below (each failure is its own
+	// message's) holds per message transaction; in a batch a terminated
+	// connection fails the whole batch and its neighbours run again
+	// (TestBatchConnectionKilled).
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "ship", Binding: b.binding("orders"), Batch: consumer.BatchConfig{Size: 1}},
 		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
 			mu.Lock()
 			runs[msg.ID]++

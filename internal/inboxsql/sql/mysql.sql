@@ -68,3 +68,15 @@ WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 -- The consumer's start-up check that the table is there and readable.
 -- name: probe
 SELECT source, message_id FROM {{table}} WHERE 1 = 0
+
+-- HandleBatch runs each message of a batch under its own savepoint in one
+-- transaction: a failed handler rolls back to it (its effects and its
+-- receipt). Every message sets the same name again, without releasing the
+-- previous one (which would cost a round trip): PostgreSQL and SQLite
+-- stack same-named savepoints and roll back to the latest, MySQL replaces
+-- the older one; COMMIT releases them all.
+-- name: savepoint
+SAVEPOINT txbox_inbox_item
+
+-- name: rollback_savepoint
+ROLLBACK TO SAVEPOINT txbox_inbox_item

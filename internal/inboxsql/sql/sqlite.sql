@@ -55,3 +55,28 @@ WHERE received_at < ?1 AND (processed_at IS NOT NULL OR received_at < ?2)
 -- The consumer's start-up check that the table is there and readable.
 -- name: probe
 SELECT source, message_id FROM {{table}} WHERE 1 = 0
+
+-- HandleBatch runs each message of a batch under its own savepoint in one
+-- transaction: a failed handler rolls back to it (its effects and its
+-- receipt). Every message sets the same name again, without releasing the
+-- previous one (which would cost a round trip): PostgreSQL and SQLite
+-- stack same-named savepoints and roll back to the latest, MySQL replaces
+-- the older one; COMMIT releases them all.
+-- name: savepoint
+SAVEPOINT txbox_inbox_item
+
+-- name: rollback_savepoint
+ROLLBACK TO SAVEPOINT txbox_inbox_item
+
+-- The receipts of a batch in one statement (HandleBatch), already
+-- processed as in receive_processed: RETURNING names the fresh ones.
+-- name: receive_many
+INSERT INTO {{table}} (source, message_id, received_at, processed_at, metadata)
+VALUES {{list "(?, ?, ?, ?, ?)"}}
+ON CONFLICT (source, message_id) DO NOTHING
+RETURNING source, message_id
+
+-- A receipt of receive_many whose handler failed (after the rollback to
+-- its savepoint, which came after the receipt).
+-- name: forget
+DELETE FROM {{table}} WHERE source = ?1 AND message_id = ?2

@@ -1,0 +1,318 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/inbox"
+)
+
+// Defaults of BatchConfig.
+const (
+	DefaultBatchSize = 32
+	DefaultBatchWait = 2 * time.Millisecond
+)
+
+// BatchConfig sets how an Inbox handler's deliveries share transactions.
+// Each of the handler's Concurrency workers takes a delivery, then waits up
+// to Wait for more, up to Size, and handles them in ONE transaction, each
+// message under its own savepoint (inbox.HandleBatch): a failing handler
+// rolls back only its own effects and receipt and is retried or
+// dead-lettered alone; the rest commit together, once, and are then ACKed
+// together. At-least-once handlers are never batched.
+//
+// The trade-offs: the handlers of a batch run one after another on one
+// connection, and hold their row locks until the batch commits; a failure
+// of the transaction as a whole (a lost connection, a failed commit, a
+// deadlock that rolled back the whole transaction, as InnoDB does) undoes
+// the whole batch, whose messages are then handled again at once, each in
+// a transaction of its own: a handler's database effects still commit once
+// (the inbox), its effects outside the database happen once more.
+type BatchConfig struct {
+	// Size is the most deliveries in one transaction; 1 turns batching
+	// off (one transaction per message). Default: DefaultBatchSize (32).
+	Size int
+	// Wait is the longest a worker waits, after its first delivery, to
+	// fill a batch: what batching may add to a message's latency. Default:
+	// DefaultBatchWait (2ms).
+	Wait time.Duration
+	// DeferAdds makes the handlers' Outbox.Add calls on the batch's
+	// transaction cost no round trip: their rows are inserted together
+	// just before the batch commits (inbox.BatchOptions.DeferAdds). A
+	// handler then does not see its own outbox rows, and an INSERT that
+	// fails fails the whole batch (whose messages are then handled one by
+	// one, their Adds immediate). Default: false; set in either Config or
+	// HandlerConfig turns it on.
+	DeferAdds bool
+}
+
+// batching returns h's batch size and wait: its own, else the Config's,
+// else the defaults. Size 1 means unbatched; AtLeastOnce handlers are.
+func (c *Consumer[TTx]) batching(h *handler[TTx]) (int, time.Duration) {
+	if h.guarantee != Inbox {
+		return 1, 0
+	}
+	size := firstPositive(h.Batch.Size, c.cfg.Batch.Size, DefaultBatchSize)
+	wait := firstPositive(h.Batch.Wait, c.cfg.Batch.Wait, DefaultBatchWait)
+	return size, wait
+}
+
+func firstPositive[T int | time.Duration](vs ...T) T {
+	for _, v := range vs {
+		if v > 0 {
+			return v
+		}
+	}
+	return 0
+}
+
+// bindingBatching returns the batch size and fill wait of b's workers: the
+// largest of its batched (Inbox) routes'; size 1 when none is batched.
+func (c *Consumer[TTx]) bindingBatching(b *binding[TTx]) (int, time.Duration) {
+	size, wait := 1, time.Duration(0)
+	for _, h := range b.routes {
+		if s, w := c.batching(h); s > 1 {
+			size, wait = max(size, s), max(wait, w)
+		}
+	}
+	return size, wait
+}
+
+// prefetch is how many unacknowledged deliveries b's subscription may hold:
+// twice its concurrency, or, batched, enough for every worker to fill its
+// batch.
+func (c *Consumer[TTx]) prefetch(b *binding[TTx]) int {
+	n := b.concurrency
+	if size, _ := c.bindingBatching(b); size > 1 {
+		return max(2*n, n*size)
+	}
+	return 2 * n
+}
+
+// runBatches is one batching worker: it fills a batch from work and
+// handles it, until work is closed. After a batch that failed as a whole
+// its batches start again from one message, and grow back by doubling
+// after each committed batch (by one after a message handled alone), so
+// that while the database keeps failing (a flapping connection) a worker
+// risks little work per transaction, as unbatched.
+func (c *Consumer[TTx]) runBatches(ctx context.Context, b *binding[TTx], work <-chan txbox.Delivery, size int, wait time.Duration) {
+	cur := size
+	for d := range work {
+		switch c.processBatch(ctx, b, collect(d, work, cur, wait)) {
+		case batchFailed:
+			cur = 1
+		case batchCommitted:
+			cur = min(size, 2*cur)
+		default: // one delivery, handled alone: its outcome is not known here
+			cur = min(size, cur+1)
+		}
+	}
+}
+
+// What processBatch did.
+const (
+	batchUnbatched = iota // one delivery, handled alone
+	batchCommitted
+	batchFailed // failed as a whole
+)
+
+// collect returns first and what arrives on in within wait after it, up to
+// size deliveries; less if in is closed.
+func collect[T any](first T, in <-chan T, size int, wait time.Duration) []T {
+	batch := append(make([]T, 0, size), first)
+	if size <= 1 {
+		return batch
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(batch) < size {
+		select {
+		case d, ok := <-in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, d)
+		case <-timer.C:
+			return batch
+		}
+	}
+	return batch
+}
+
+// batchJob is one delivery of a batch on its way to the batch's
+// transaction: process hands it over from the delivery's own goroutine,
+// with the context its tracer made, and waits for its outcome.
+type batchJob[TTx any] struct {
+	i    int
+	skip bool // process settled the delivery without running it
+	ctx  context.Context
+	h    *handler[TTx]
+	msg  Message
+	out  chan batchOutcome
+}
+
+type batchOutcome struct {
+	dup bool
+	err error
+}
+
+// processBatch routes ds (see dispatch) and handles the deliveries of
+// batched Inbox routes in one transaction; the others (at-least-once or
+// unbatched routes) are processed alone, side by side with the batch, and
+// the unrouted ones get b's policy. Each batched delivery goes through
+// processWith on its own goroutine — its observer and tracer calls, its
+// settlement, concurrently with the others' (the ACKs of a batch are
+// pipelined) — whose run step hands the message to this goroutine and
+// waits for the batch to commit.
+func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all []txbox.Delivery) int {
+	var ds []txbox.Delivery
+	var hs []*handler[TTx]
+	var alone sync.WaitGroup
+	defer alone.Wait()
+	for _, d := range all {
+		msg := d.Message()
+		h := c.route(b, &msg)
+		switch {
+		case h == nil:
+			c.unrouted(ctx, b, d, &msg)
+		case func() bool { s, _ := c.batching(h); return s <= 1 }():
+			alone.Add(1)
+			go func() {
+				defer alone.Done()
+				c.process(ctx, h, d)
+			}()
+		default:
+			ds, hs = append(ds, d), append(hs, h)
+		}
+	}
+	if len(ds) == 0 {
+		return batchUnbatched
+	}
+	if len(ds) == 1 {
+		c.process(ctx, hs[0], ds[0])
+		return batchUnbatched
+	}
+	jobs := make(chan batchJob[TTx], len(ds))
+	var settled sync.WaitGroup
+	for i, d := range ds {
+		h := hs[i]
+		settled.Add(1)
+		go func() {
+			defer settled.Done()
+			submitted := false
+			defer func() {
+				if !submitted {
+					jobs <- batchJob[TTx]{i: i, skip: true}
+				}
+			}()
+			c.processWith(ctx, h, d, func(ctx context.Context, msg Message) (bool, error) {
+				submitted = true
+				out := make(chan batchOutcome, 1)
+				jobs <- batchJob[TTx]{i: i, ctx: ctx, h: h, msg: msg, out: out}
+				o := <-out
+				return o.dup, o.err
+			})
+		}()
+	}
+	batch := make([]batchJob[TTx], len(ds))
+	for range ds {
+		j := <-jobs
+		batch[j.i] = j
+	}
+	outcome := c.runBatch(ctx, batch)
+	settled.Wait()
+	return outcome
+}
+
+// runBatch runs the jobs in one inbox transaction and hands each its
+// outcome. If the transaction fails as a whole because the database did
+// (driver.IsTransientFor: a lost connection, a deadlock), every job gets
+// that failure: retried with backoff, not counted. If it fails for another
+// reason (a commit refused by a deferred constraint, a transaction a
+// handler left aborted), the jobs run again at once, each in its own
+// transaction (c.invoke), so that the message that broke the batch fails
+// alone and the outcome of each is its own.
+func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int {
+	var items []inbox.Item[TTx]
+	var idx []int
+	for i, j := range batch {
+		switch {
+		case j.skip:
+		case j.msg.ID == "":
+			j.out <- batchOutcome{err: errNoID}
+		default:
+			items = append(items, inbox.Item[TTx]{Source: j.h.Name, ID: j.msg.ID, Metadata: metadata(j.msg),
+				Fn: func(ictx context.Context, tx TTx) error {
+					// The message's own context (its trace span), with the
+					// batch's deferred Adds, if any.
+					return callTx(txbox.WithAddBuffer(j.ctx, txbox.AddBufferFrom(ictx)), j.h, tx, j.msg)
+				}})
+			idx = append(idx, i)
+		}
+	}
+	if len(items) == 0 {
+		return batchUnbatched
+	}
+	// Deferred Adds when the Config asks for them, or every handler of
+	// the batch does (a handler that did not ask must see its own rows).
+	deferAdds := true
+	for _, i := range idx {
+		deferAdds = deferAdds && batch[i].h.Batch.DeferAdds
+	}
+	res, err := c.ib.HandleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: c.cfg.Batch.DeferAdds || deferAdds})
+	var berr *inbox.BatchError
+	if errors.As(err, &berr) && ctx.Err() == nil && !driver.IsTransientFor(c.drv, berr.Err) {
+		c.batchesFailed.Add(1)
+		c.log.Warn("txbox/consumer: a batch transaction failed as a whole; handling its messages one by one",
+			"handler", batch[idx[0]].h.Name, "messages", len(items), "err", err)
+		for _, i := range idx {
+			j := batch[i]
+			dup, err := c.invoke(j.ctx, j.h, j.msg)
+			j.out <- batchOutcome{dup: dup, err: err}
+		}
+		return batchFailed
+	}
+	for k, i := range idx {
+		batch[i].out <- batchOutcome{dup: res[k].Result == inbox.Duplicate, err: res[k].Err}
+	}
+	if err != nil {
+		// The database failed (a lost connection, a deadlock that took the
+		// whole transaction): every message is retried with backoff, not
+		// counted toward MaxDeliveries (processWith: not the handler's).
+		c.batchesFailed.Add(1)
+		return batchFailed
+	}
+	c.batches.Add(1)
+	return batchCommitted
+}
+
+var errNoID = Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))
+
+// metadata is the receipt's metadata of msg.
+func metadata(msg Message) map[string]any {
+	return map[string]any{"topic": msg.Topic, "binding": msg.Binding, "deliveries": msg.Deliveries}
+}
+
+// callTx runs h's function in tx, recovering a panic as a *PanicError: in a
+// batch a panic must fail its message only.
+func callTx[TTx any](ctx context.Context, h *handler[TTx], tx TTx, msg Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v}
+		}
+	}()
+	return h.txFn(ctx, tx, msg)
+}
+
+// checkBatch reports a handler's invalid batch settings.
+func checkBatch(label string, b BatchConfig) string {
+	if b.Size < 0 || b.Wait < 0 {
+		return fmt.Sprintf("%s has a negative Batch.Size or Batch.Wait", label)
+	}
+	return ""
+}

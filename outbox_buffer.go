@@ -1,0 +1,115 @@
+package txbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/outboxsql"
+)
+
+// AddBuffer defers the INSERTs of Outbox.Add in one transaction: an Add
+// whose ctx carries the buffer (WithAddBuffer) and whose tx is the
+// buffer's validates its messages, returns their ids and keeps their rows,
+// and Flush later inserts the rows of every such Add together, in one
+// statement per outbox table (up to 1000 rows per round trip). The
+// consumer's batched inbox uses one per batch transaction, flushed just
+// before its COMMIT, so that a handler's Add costs no round trip of its
+// own. An Add with another transaction writes at once, as always.
+//
+// Rows held in a buffer are not visible in the transaction until Flush.
+// An AddBuffer is safe for concurrent use.
+type AddBuffer struct {
+	tx   any
+	mu   sync.Mutex
+	adds []bufferedAdd
+}
+
+type bufferedAdd struct {
+	ins  *outboxsql.Inserter
+	rows []outboxsql.Row
+}
+
+type addBufferKey struct{}
+
+// NewAddBuffer returns an empty buffer for the Adds made with tx.
+func NewAddBuffer(tx any) *AddBuffer { return &AddBuffer{tx: tx} }
+
+// WithAddBuffer returns ctx carrying b (nil: none).
+func WithAddBuffer(ctx context.Context, b *AddBuffer) context.Context {
+	return context.WithValue(ctx, addBufferKey{}, b)
+}
+
+// AddBufferFrom returns the buffer ctx carries, or nil.
+func AddBufferFrom(ctx context.Context) *AddBuffer {
+	b, _ := ctx.Value(addBufferKey{}).(*AddBuffer)
+	return b
+}
+
+// holds reports whether b defers the Adds made with tx: tx is b's (a
+// transaction type that cannot be compared never is).
+func (b *AddBuffer) holds(tx any) (same bool) {
+	if b == nil {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return b.tx == tx
+}
+
+func (b *AddBuffer) add(ins *outboxsql.Inserter, rows []outboxsql.Row) {
+	b.mu.Lock()
+	b.adds = append(b.adds, bufferedAdd{ins: ins, rows: rows})
+	b.mu.Unlock()
+}
+
+// Len returns how many Adds b holds.
+func (b *AddBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.adds)
+}
+
+// Truncate forgets the Adds after the first n (those of a handler that
+// failed and was rolled back to its savepoint).
+func (b *AddBuffer) Truncate(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n < len(b.adds) {
+		clear(b.adds[n:])
+		b.adds = b.adds[:n]
+	}
+}
+
+// Flush inserts the rows b holds through ex, which runs in b's
+// transaction, and empties b. The rows of one outbox go in together,
+// ordered by key (stable: each key's messages in the order of the Adds),
+// as one Add of them all would.
+func (b *AddBuffer) Flush(ctx context.Context, ex driver.Executor) error {
+	b.mu.Lock()
+	adds := b.adds
+	b.adds = nil
+	b.mu.Unlock()
+	var order []*outboxsql.Inserter
+	byIns := map[*outboxsql.Inserter][]outboxsql.Row{}
+	for _, a := range adds {
+		if _, ok := byIns[a.ins]; !ok {
+			order = append(order, a.ins)
+		}
+		byIns[a.ins] = append(byIns[a.ins], a.rows...)
+	}
+	for _, ins := range order {
+		rows := byIns[ins]
+		slices.SortStableFunc(rows, func(a, b outboxsql.Row) int { return strings.Compare(a.Key, b.Key) })
+		if err := ins.Insert(ctx, ex, rows); err != nil {
+			return fmt.Errorf("txbox: add (deferred): %w", err)
+		}
+	}
+	return nil
+}

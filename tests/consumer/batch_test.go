@@ -1,0 +1,458 @@
+package consumer_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consumer"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
+)
+
+// mysqlClassified is MySQL with the program's classifier (docs/consumer.md),
+// so that a deadlock between two batches is a database failure.
+func mysqlClassified(t testing.TB) db[*sql.Tx] {
+	return db[*sql.Tx]{name: "mysql", drv: txboxsql.NewWithOptions(testenv.MySQL(t), driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient})}
+}
+
+// txidExpr is an SQL expression naming the current transaction, "" where
+// there is none to read (SQLite).
+func txidExpr(d driver.Dialect) string {
+	switch d {
+	case driver.Postgres:
+		return "txid_current()::text"
+	case driver.MySQL:
+		return "(SELECT CAST(trx_id AS CHAR) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID())"
+	}
+	return "''"
+}
+
+// runCounter counts handler runs per message id.
+type runCounter struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (r *runCounter) add(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]int{}
+	}
+	r.m[id]++
+	return r.m[id]
+}
+
+func (r *runCounter) get(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[id]
+}
+
+// A handler that returns an error and one that panics, in the middle of a
+// batch of 30 on each database: their neighbours commit in ONE transaction
+// (the same transaction id on every row, where the database has one to
+// read) and once; the two failures leave no row and are retried alone
+// until MaxDeliveries (2) dead-letters them, with their errors.
+func TestBatchFailingHandlerInTheMiddle(t *testing.T) {
+	t.Parallel()
+	for _, dbName := range e2eDatabases {
+		t.Run(dbName, func(t *testing.T) {
+			t.Parallel()
+			switch dbName {
+			case "pgx":
+				batchFailing(t, pgxDB(t, 10))
+			case "sqlite":
+				batchFailing(t, sqliteDB(t))
+			case "mysql":
+				batchFailing(t, mysqlClassified(t))
+			}
+		})
+	}
+}
+
+func batchFailing[TTx any](t *testing.T, d db[TTx]) {
+	ctx := context.Background()
+	d.migrateAll(t)
+	d.exec(t, "CREATE TABLE applied (id "+d.text()+" NOT NULL, txid "+d.text()+")")
+	b := newBroker(t, "rabbitmq")
+	all := ids("m", 30)
+	all[10], all[20] = "err-1", "panic-1"
+	publishAll(t, b, all) // before Start: the one worker takes them all in one batch
+	var runs runCounter
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 2,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: quiet,
+		Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second}})
+	testenv.Must(t, err, "New")
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
+		func(ctx context.Context, tx TTx, msg consumer.Message) error {
+			runs.add(msg.ID)
+			// The failing ones write first: the rollback to their savepoint
+			// must undo it.
+			if _, err := d.drv.UnwrapTx(tx).Exec(ctx, "INSERT INTO applied (id, txid) VALUES ("+d.ph(1)+", "+txidExpr(d.drv.Dialect())+")", msg.ID); err != nil {
+				return err
+			}
+			switch msg.ID {
+			case "err-1":
+				return errors.New("cannot apply err-1")
+			case "panic-1":
+				panic("boom in panic-1")
+			}
+			return nil
+		}), "register")
+	testenv.Must(t, c.Start(ctx), "start")
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+
+	eventually(t, "the two failures dead-lettered", func() bool { return len(b.deadLetters(t, "orders")) == 2 })
+	eventually(t, "settled", func() bool {
+		st := c.Stats()
+		return st.Handled == 28 && st.DeadLettered == 2
+	})
+	st := c.Stats()
+	t.Logf("%s: stats %+v", d.name, st)
+	if n := d.count(t, "SELECT count(*) FROM applied"); n != 28 {
+		t.Fatalf("%d rows, want 28 (the neighbours once each, nothing of the failures)", n)
+	}
+	if n := d.count(t, "SELECT count(DISTINCT id) FROM applied"); n != 28 {
+		t.Fatalf("%d distinct ids applied, want 28", n)
+	}
+	if d.drv.Dialect() != driver.SQLite {
+		if n := d.count(t, "SELECT count(DISTINCT txid) FROM applied"); n != 1 {
+			t.Fatalf("the 28 neighbours committed in %d transactions, want 1", n)
+		}
+	}
+	if st.Batches < 1 || st.BatchesFailed != 0 {
+		t.Fatalf("stats %+v: want a committed batch and no batch failure", st)
+	}
+	for _, id := range all {
+		want := 1
+		if id == "err-1" || id == "panic-1" {
+			want = 2
+		}
+		if got := runs.get(id); got != want {
+			t.Errorf("%s ran %d times, want %d", id, got, want)
+		}
+	}
+	dl := b.deadLetters(t, "orders")
+	if !strings.Contains(dl["err-1"][b.errHeader], "cannot apply err-1") || !strings.Contains(dl["panic-1"][b.errHeader], "boom in panic-1") {
+		t.Fatalf("dead letters lack their errors: %v", dl)
+	}
+}
+
+// One message breaks its batch's commit (a deferred unique constraint,
+// checked only at COMMIT, clashes with a row already there): the batch
+// fails as a whole, nothing of it commits, and its messages run again one
+// by one, each in its own transaction. The neighbours then commit once
+// each (no double effect: one row per message); the breaking one fails at
+// its own commit — a failure of the inbox's commit, retried and never
+// dead-lettered — until the clashing row is gone, then it commits once.
+func TestBatchCommitFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := pgxDB(t, 10)
+	d.migrateAll(t)
+	d.exec(t, "CREATE TABLE applied (id text NOT NULL, CONSTRAINT applied_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)")
+	d.exec(t, "INSERT INTO applied (id) VALUES ('clash')")
+	b := newBroker(t, "rabbitmq")
+	all := ids("m", 20)
+	all[7] = "clash"
+	publishAll(t, b, all)
+	var runs runCounter
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: quiet,
+		Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second}})
+	testenv.Must(t, err, "New")
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
+		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+			runs.add(msg.ID)
+			_, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID)
+			return err
+		}), "register")
+	testenv.Must(t, c.Start(ctx), "start")
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+
+	eventually(t, "the neighbours applied, the clash retried", func() bool {
+		st := c.Stats()
+		return st.Handled == 19 && st.DatabaseFailures >= 2
+	})
+	if got := d.count(t, "SELECT count(*) FROM applied WHERE id <> 'clash'"); got != 19 {
+		t.Fatalf("%d neighbour rows, want 19", got)
+	}
+	d.exec(t, "DELETE FROM applied WHERE id = 'clash'")
+	eventually(t, "the clash applied", func() bool { return c.Stats().Handled == 20 })
+	st := c.Stats()
+	t.Logf("stats %+v", st)
+	if got := d.count(t, "SELECT count(*) FROM applied"); got != 20 {
+		t.Fatalf("%d rows for 20 messages", got)
+	}
+	if st.BatchesFailed < 1 || st.DeadLettered != 0 || len(b.deadLetters(t, "orders")) != 0 {
+		t.Fatalf("stats %+v: want a failed batch and nothing dead-lettered (MaxDeliveries 1)", st)
+	}
+	for _, id := range all {
+		// Each neighbour ran in the failed batch, then alone: twice.
+		if id != "clash" && runs.get(id) != 2 {
+			t.Errorf("%s ran %d times, want 2 (the failed batch, then alone)", id, runs.get(id))
+		}
+	}
+}
+
+// Concurrent copies of one message never both run, batched: 4 adjacent
+// copies of each of 40 messages (RabbitMQ does not dedupe), one worker
+// taking them all into one batch (copies in one batch), and 4 workers
+// with batches of 8 (copies in concurrent batches, which wait on each
+// other's receipts and may deadlock: a deadlock ends as a retry). On
+// PostgreSQL and MySQL: each message applied once, every copy settled,
+// nothing dead-lettered.
+func TestBatchConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	for _, dbName := range []string{"pgx", "mysql"} {
+		for _, shape := range []struct {
+			name              string
+			concurrency, size int
+		}{{"one-batch", 1, 160}, {"two-batches", 4, 8}} {
+			t.Run(dbName+"/"+shape.name, func(t *testing.T) {
+				t.Parallel()
+				switch dbName {
+				case "pgx":
+					batchDuplicates(t, pgxDB(t, 10), shape.concurrency, shape.size)
+				case "mysql":
+					batchDuplicates(t, mysqlClassified(t), shape.concurrency, shape.size)
+				}
+			})
+		}
+	}
+}
+
+func batchDuplicates[TTx any](t *testing.T, d db[TTx], concurrency, size int) {
+	ctx := context.Background()
+	d.migrateAll(t)
+	d.exec(t, "CREATE TABLE applied (id "+d.text()+" NOT NULL)")
+	b := newBroker(t, "rabbitmq")
+	const n, copies = 40, 4
+	var all []string
+	for _, id := range ids("m", n) {
+		for range copies {
+			all = append(all, id)
+		}
+	}
+	publishAll(t, b, all)
+	var runs runCounter
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: concurrency, MaxDeliveries: 2,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: quiet,
+		Batch: consumer.BatchConfig{Size: size, Wait: 200 * time.Millisecond}})
+	testenv.Must(t, err, "New")
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
+		func(ctx context.Context, tx TTx, msg consumer.Message) error {
+			runs.add(msg.ID)
+			time.Sleep(time.Millisecond) // widen the overlap of concurrent batches
+			_, err := d.drv.UnwrapTx(tx).Exec(ctx, "INSERT INTO applied (id) VALUES ("+d.ph(1)+")", msg.ID)
+			return err
+		}), "register")
+	testenv.Must(t, c.Start(ctx), "start")
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	eventually(t, "every copy settled", func() bool {
+		st := c.Stats()
+		return st.Handled+st.Duplicates == n*copies
+	})
+	st := c.Stats()
+	t.Logf("%s concurrency %d size %d: stats %+v", d.name, concurrency, size, st)
+	if rows := d.count(t, "SELECT count(*) FROM applied"); rows != n {
+		t.Fatalf("%d rows for %d messages", rows, n)
+	}
+	if rows := d.count(t, "SELECT count(DISTINCT id) FROM applied"); rows != n {
+		t.Fatalf("%d distinct ids for %d messages", rows, n)
+	}
+	if st.Handled != n || st.DeadLettered != 0 || st.Batches == 0 {
+		t.Fatalf("stats %+v: want %d handled, none dead-lettered, batches committed", st, n)
+	}
+	if concurrency == 1 && st.Duplicates != n*(copies-1) {
+		t.Fatalf("stats %+v: want %d duplicates", st, n*(copies-1))
+	}
+}
+
+// countingDriver is the pgx driver, counting the statements that name the
+// given table, on transactions and on the pool.
+type countingDriver struct {
+	driver.Driver[pgx.Tx]
+	table string
+	n     *atomic.Int64
+}
+
+func (c countingDriver) UnwrapTx(tx pgx.Tx) driver.Executor {
+	return countingExec{Executor: c.Driver.UnwrapTx(tx), c: c}
+}
+
+func (c countingDriver) BeginTx(ctx context.Context) (pgx.Tx, driver.Tx, error) {
+	tx, dtx, err := c.Driver.BeginTx(ctx)
+	if err != nil {
+		return tx, dtx, err
+	}
+	return tx, countingTx{Tx: dtx, c: c}, nil
+}
+
+func (c countingDriver) count(q string) {
+	if strings.Contains(q, c.table) {
+		c.n.Add(1)
+	}
+}
+
+type countingExec struct {
+	driver.Executor
+	c countingDriver
+}
+
+func (e countingExec) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	e.c.count(q)
+	return e.Executor.Exec(ctx, q, args...)
+}
+
+func (e countingExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	e.c.count(q)
+	return e.Executor.Query(ctx, q, args...)
+}
+
+type countingTx struct {
+	driver.Tx
+	c countingDriver
+}
+
+func (e countingTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	e.c.count(q)
+	return e.Tx.Exec(ctx, q, args...)
+}
+
+func (e countingTx) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+	e.c.count(q)
+	return e.Tx.Query(ctx, q, args...)
+}
+
+// With Batch.DeferAdds, the Outbox.Add calls of a batch of 20 cost one
+// INSERT for the whole batch (against one per message without it), the
+// Add of a handler that failed after it is dropped with its savepoint, and
+// every other message's outbox row is there exactly once.
+func TestBatchDeferredAdds(t *testing.T) {
+	t.Parallel()
+	for _, deferAdds := range []bool{false, true} {
+		t.Run(fmt.Sprintf("defer=%v", deferAdds), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			base := pgxDB(t, 10)
+			base.migrateAll(t, "b_outbox")
+			base.exec(t, "CREATE TABLE applied (id text NOT NULL)")
+			var n atomic.Int64
+			d := db[pgx.Tx]{name: "pgx-counting", drv: countingDriver{Driver: base.drv, table: "b_outbox", n: &n}}
+			ob, err := txbox.New(d.drv, txbox.Config{Table: "b_outbox"})
+			testenv.Must(t, err, "outbox")
+			b := newBroker(t, "rabbitmq")
+			all := ids("m", 20)
+			all[5] = "fails-after-add"
+			publishAll(t, b, all)
+			c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1, Logger: quiet,
+				Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second, DeferAdds: deferAdds}})
+			testenv.Must(t, err, "New")
+			testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
+				func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+					if _, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID); err != nil {
+						return err
+					}
+					if _, err := ob.Add(ctx, tx, txbox.Message{ID: "out-" + msg.ID, Topic: "shipments", Payload: msg.Payload}); err != nil {
+						return err
+					}
+					if msg.ID == "fails-after-add" {
+						return consumer.Permanent(errors.New("fails after its Add"))
+					}
+					return nil
+				}), "register")
+			testenv.Must(t, c.Start(ctx), "start")
+			t.Cleanup(func() { _ = c.Stop(context.Background()) })
+			eventually(t, "settled", func() bool {
+				st := c.Stats()
+				return st.Handled == 19 && st.DeadLettered == 1
+			})
+			st := c.Stats()
+			t.Logf("defer %v: %d outbox statements; stats %+v", deferAdds, n.Load(), st)
+			if st.Batches != 1 {
+				t.Fatalf("stats %+v: want the 20 messages in one batch", st)
+			}
+			if got := base.count(t, "SELECT count(*) FROM b_outbox"); got != 19 {
+				t.Fatalf("%d outbox rows, want 19", got)
+			}
+			if got := base.count(t, "SELECT count(*) FROM b_outbox WHERE message_id = 'out-fails-after-add'"); got != 0 {
+				t.Fatal("the failed handler's Add was kept")
+			}
+			if got := base.count(t, "SELECT count(DISTINCT message_id) FROM b_outbox"); got != 19 {
+				t.Fatalf("%d distinct outbox ids, want 19", got)
+			}
+			want := int64(20) // one INSERT per Add
+			if deferAdds {
+				want = 1 // one for the batch
+			}
+			if n.Load() != want {
+				t.Fatalf("%d outbox statements, want %d", n.Load(), want)
+			}
+		})
+	}
+}
+
+// With MaxDeliveries 1, a handler in the middle of a batch of 10 terminates
+// its own connection (pg_terminate_backend) and returns Outbox.Add's error:
+// the batch fails as a whole, its messages run again one by one; nothing is
+// dead-lettered, every message and outbox row is applied once, and every
+// retry is a database failure.
+func TestBatchConnectionKilled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := pgxDB(t, 10)
+	d.migrateAll(t, "b_outbox")
+	d.exec(t, "CREATE TABLE applied (id text NOT NULL)")
+	b := newBroker(t, "rabbitmq")
+	obB, err := txbox.New(d.drv, txbox.Config{Table: "b_outbox"})
+	testenv.Must(t, err, "outbox")
+	all := ids("m", 10)
+	all[4] = "kill"
+	publishAll(t, b, all)
+	var runs runCounter
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: quiet,
+		Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second}})
+	testenv.Must(t, err, "New")
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "ship", Binding: b.binding("orders")},
+		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+			if runs.add(msg.ID) == 1 && msg.ID == "kill" {
+				_, _ = tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID); err != nil {
+				return fmt.Errorf("apply %s: %w", msg.ID, err)
+			}
+			_, err := obB.Add(ctx, tx, txbox.Message{ID: "ship-" + msg.ID, Topic: "shipments", Payload: msg.Payload})
+			return err
+		}), "register")
+	testenv.Must(t, c.Start(ctx), "start")
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	eventually(t, "every message handled", func() bool { return c.Stats().Handled == int64(len(all)) })
+	st := c.Stats()
+	t.Logf("stats %+v", st)
+	if rows := d.count(t, "SELECT count(*) FROM applied"); rows != int64(len(all)) {
+		t.Fatalf("%d rows for %d messages", rows, len(all))
+	}
+	if rows := d.count(t, "SELECT count(DISTINCT message_id) FROM b_outbox"); rows != int64(len(all)) || d.count(t, "SELECT count(*) FROM b_outbox") != rows {
+		t.Fatalf("%d distinct outbox rows for %d messages", rows, len(all))
+	}
+	if st.DeadLettered != 0 || len(b.deadLetters(t, "orders")) != 0 {
+		t.Fatalf("dead-lettered on a lost connection: %+v", st)
+	}
+	if st.BatchesFailed < 1 || st.Retried != st.DatabaseFailures {
+		t.Fatalf("stats %+v: want a failed batch, every retry a database failure", st)
+	}
+}
