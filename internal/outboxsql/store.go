@@ -71,6 +71,8 @@ type Batch struct {
 	s     *Store
 	tx    driver.Tx // PostgreSQL, MySQL: the transaction holding the row locks
 	token string    // SQLite: the lease token
+	// Started is when Lanes.Claim began the claim (zero otherwise).
+	Started time.Time
 }
 
 // Tx is the transaction holding the batch's row locks (PostgreSQL, MySQL),
@@ -213,6 +215,9 @@ func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rej
 
 // Release gives every claimed row back without marking any.
 func (b *Batch) Release(ctx context.Context) error {
+	if b.s == nil { // EmptyBatch
+		return nil
+	}
 	if b.tx != nil {
 		return b.tx.Rollback(ctx)
 	}
