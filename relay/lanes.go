@@ -56,11 +56,13 @@ func ownerName() string {
 
 // run beats until ctx ends: every LaneLease/20, so that relays joining or
 // leaving are met with a new share within that time; every 50ms while the
-// relay holds less than its share or has lanes still to fence.
+// relay holds less than its share or has lanes still to fence (unless the
+// last beat failed).
 func (k *laneKeeper) run(ctx context.Context) {
+	failed := false
 	for {
 		wait := k.lease / 20
-		if k.unsettled() {
+		if k.unsettled() && !failed {
 			wait = min(wait, 50*time.Millisecond)
 		}
 		select {
@@ -68,7 +70,9 @@ func (k *laneKeeper) run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if err := k.beat(ctx); err != nil && ctx.Err() == nil {
+		err := k.beat(ctx)
+		failed = err != nil
+		if err != nil && ctx.Err() == nil {
 			k.r.log.Warn("txbox relay: lane lease heartbeat failed", "err", err)
 		}
 	}

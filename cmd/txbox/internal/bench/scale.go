@@ -30,8 +30,8 @@ const scaleApp = "txbox-bench-scale"
 
 // Scale measures 1, 2 and 4 relays draining the same backlog into a no-op
 // publisher, with and without lanes, for three backlogs: unordered, 1,000
-// ordering keys, and 1,000 keys where one hot key carries a tenth of the
-// rows. Each relay has a pool of its own (as separate processes would); the
+// ordering keys, and 1,000 keys where one hot key carries 1% of the rows
+// (its messages go one at a time: each waits for the previous one's mark). Each relay has a pool of its own (as separate processes would); the
 // CPU the relays' PostgreSQL backends spent per message is read from /proc.
 func Scale(ctx context.Context, cfg Config) error {
 	cfg.defaults()
@@ -55,7 +55,7 @@ func Scale(ctx context.Context, cfg Config) error {
 		{"unordered", func(int) string { return "" }},
 		{"1000 keys", func(i int) string { return "k" + strconv.Itoa(i%1000) }},
 		{"skewed", func(i int) string {
-			if i%10 == 0 {
+			if i%100 == 0 {
 				return "hot"
 			}
 			return "k" + strconv.Itoa(i%1000)
