@@ -198,6 +198,14 @@ func maps(m map[string]int) map[string]int {
 // proxy when it is not nil.
 func laneRelay(t *testing.T, schema string, proxy interface{ Addr() string }, pub txbox.Publisher, cfg relay.Config) *relay.Relay {
 	t.Helper()
+	r, pool := laneRelayPool(t, schema, proxy, pub, cfg)
+	t.Cleanup(pool.Close)
+	return r
+}
+
+// laneRelayPool is laneRelay, and the relay's pool, which the caller closes.
+func laneRelayPool(t *testing.T, schema string, proxy interface{ Addr() string }, pub txbox.Publisher, cfg relay.Config) (*relay.Relay, *pgxpool.Pool) {
+	t.Helper()
 	pc, err := pgxpool.ParseConfig(testenv.PostgresURL())
 	testenv.Must(t, err, "parse")
 	pc.ConnConfig.RuntimeParams["search_path"] = schema
@@ -210,14 +218,16 @@ func laneRelay(t *testing.T, schema string, proxy interface{ Addr() string }, pu
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	testenv.Must(t, err, "pool")
-	t.Cleanup(pool.Close)
 	cfg.Lanes = true
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 5 * time.Millisecond
 	}
 	r, err := relay.New[pgx.Tx](txboxpgx.New(pool), pub, cfg)
-	testenv.Must(t, err, "relay.New")
-	return r
+	if err != nil {
+		pool.Close()
+		t.Fatalf("relay.New: %v", err)
+	}
+	return r, pool
 }
 
 // freezer forwards TCP connections to PostgreSQL and can freeze them: no
