@@ -200,25 +200,28 @@ func (k *laneKeeper) leave(ctx context.Context) {
 	}
 }
 
-// claim claims from the active lanes while their lease holds, or returns
-// an empty batch.
+// claim claims keyed rows from the active lanes while their lease holds,
+// and rows without a key from anywhere.
 func (k *laneKeeper) claim(ctx context.Context, limit int, from int64) (*outboxsql.Batch, error) {
 	k.mu.Lock()
-	leases := slices.Clone(k.active)
-	valid := time.Now().Before(k.validUntil)
-	k.mu.Unlock()
-	if len(leases) == 0 || !valid {
-		return outboxsql.EmptyBatch(), nil
+	var leases []outboxsql.Lease
+	if time.Now().Before(k.validUntil) {
+		leases = slices.Clone(k.active)
 	}
+	k.mu.Unlock()
 	return k.db.Claim(ctx, limit, from, leases)
 }
 
-// mayPublish reports whether a batch claimed at started may still be
+// mayPublish reports whether a batch with ordering keys may still be
 // published: the lane leases hold, and the claim transaction will outlive
 // the publish (its server-side idle timeout is ClaimLease). A relay that
 // stalled between claim and publish (a pause, a frozen connection) longer
 // than that releases the batch instead: another relay may own its lanes.
-func (k *laneKeeper) mayPublish(started time.Time) bool {
+func (k *laneKeeper) mayPublish(batch *outboxsql.Batch) bool {
+	if !batch.Keyed() {
+		return true // no lane to fence: rows without a key are anyone's
+	}
+	started := batch.Started
 	k.mu.Lock()
 	valid := k.validUntil
 	k.mu.Unlock()

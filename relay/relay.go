@@ -513,7 +513,7 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		defer r.inFlight.add(claimedAt)()
 	}
 	out := r.prepare(batch.Rows)
-	if r.lanes != nil && !r.lanes.mayPublish(batch.Started) {
+	if r.lanes != nil && !r.lanes.mayPublish(batch) {
 		return 0, errors.Join(errLeaseStale, batch.Release(finishCtx))
 	}
 	var errs []error

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"time"
@@ -34,7 +33,6 @@ type Lease struct {
 type Lanes struct {
 	s     *Store
 	owner string
-	class int32 // the advisory-lock class of the table's lanes
 	q     struct {
 		lock, claim, join, renew, acquire, fence, release, leave string
 	}
@@ -56,18 +54,16 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := fnv.New32a()
-	h.Write([]byte("txbox lanes " + table))
-	l.class = int32(h.Sum32())
 	return l, nil
 }
 
 // Owner is the name under which this relay owns lanes.
 func (l *Lanes) Owner() string { return l.owner }
 
-// Claim is Store.Claim restricted to the leases: it reads only their lanes,
-// and only those whose owner and epoch in the lanes table are still these
-// (a lease taken over yields nothing). The transaction holds a shared lock
+// Claim is Store.Claim with its keyed rows restricted to the leases: it
+// reads keyed rows only of their lanes, and only of those whose owner and
+// epoch in the lanes table are still these (a lease taken over yields
+// nothing); rows without a key come from any lane. The transaction holds a shared lock
 // on each lane until Finish or Release, which a takeover waits for (Fence).
 func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
 	s := l.s
@@ -84,7 +80,7 @@ func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease
 		lanes[i], smalls[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
 	}
 	ms := strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10)
-	if _, err := tx.Exec(ctx, l.q.lock, ms, l.class, lanes); err != nil {
+	if _, err := tx.Exec(ctx, l.q.lock, ms, lanes); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
 	}
@@ -98,10 +94,6 @@ func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease
 	}
 	return b, nil
 }
-
-// EmptyBatch is a claim of nothing: a relay that owns no lane claims it
-// without asking the database.
-func EmptyBatch() *Batch { return &Batch{} }
 
 // Join records the relay as alive for ttl and returns how many relays are
 // alive, itself included.
@@ -138,7 +130,7 @@ func (l *Lanes) Fence(ctx context.Context, lanes []int16) ([]int16, error) {
 	for i, ln := range lanes {
 		ints[i] = int32(ln)
 	}
-	rows, err := l.s.pool.Query(ctx, l.q.fence, l.class, ints)
+	rows, err := l.s.pool.Query(ctx, l.q.fence, ints)
 	if err != nil {
 		return nil, err
 	}

@@ -215,9 +215,6 @@ func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rej
 
 // Release gives every claimed row back without marking any.
 func (b *Batch) Release(ctx context.Context) error {
-	if b.s == nil { // EmptyBatch
-		return nil
-	}
 	if b.tx != nil {
 		return b.tx.Rollback(ctx)
 	}

@@ -3,7 +3,7 @@
 -- share them. Durations are in milliseconds.
 --
 -- A claim transaction first takes a shared transaction-scoped advisory
--- lock on each lane it will read (lane_lock), then claims with the lanes'
+-- lock (class: the table's OID) on each lane it will read (lane_lock), then claims with the lanes'
 -- owner and epoch checked against the table in a later statement, so with
 -- a snapshot taken after the locks (claim). A relay that takes a lane over
 -- raises its epoch, then may claim from it only once an exclusive lock on
@@ -13,22 +13,27 @@
 
 -- name: lane_lock
 -- The claim transaction's first statement: its idle timeout ($1, as
--- claim_timeout in postgres.sql) and the shared locks of the lanes $3
--- under the lock class $2.
+-- claim_timeout in postgres.sql) and the shared locks of the lanes $2. The
+-- lock class is the outbox table's OID: unique in the database (advisory
+-- locks are per database), whatever the schema.
 SELECT set_config('idle_in_transaction_session_timeout', $1, true),
-       (SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared($2::int, l) FROM unnest($3::int[]) l) x)
+       (SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared('{{table}}'::regclass::oid::int, l) FROM unnest($2::int[]) l) x)
 
 -- name: claim_lanes
--- claim of postgres.sql, restricted to the lanes $3 whose epochs are still
--- $4 and whose owner is still $5. A key's rows share a lane, so the
--- head-of-key check is unchanged.
+-- claim of postgres.sql, its keyed rows restricted to the lanes $3 whose
+-- epochs are still $4 and whose owner is still $5. A key's rows share a
+-- lane, so the head-of-key check is unchanged. Rows without a key are
+-- claimed by any relay, as without lanes: they need no order, and reading
+-- only owned lanes' rows would make each claim step over every other
+-- relay's (the pending index is ordered by id, not by lane; see
+-- docs/scaling.md).
 SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.headers::text, o.attempts, o.created_at
 FROM {{table}} o
 WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
-  AND o.lane = ANY(ARRAY(
+  AND (o.ordering_key IS NULL OR o.lane = ANY(ARRAY(
         SELECT l.lane FROM {{name "lanes"}} l
         JOIN unnest($3::smallint[], $4::bigint[]) w(lane, epoch) ON w.lane = l.lane AND w.epoch = l.epoch
-        WHERE l.owner = $5))
+        WHERE l.owner = $5)))
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
   AND (o.ordering_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM {{table}} p
@@ -67,10 +72,9 @@ WHERE l.lane IN (
 RETURNING l.lane, l.epoch
 
 -- name: lane_fence
--- The lanes of $2 that no claim transaction holds now (lock class $1): an
--- exclusive lock on each, released at once (the statement is its own
--- transaction).
-SELECT l FROM unnest($2::int[]) l WHERE pg_try_advisory_xact_lock($1::int, l)
+-- The lanes of $1 that no claim transaction holds now: an exclusive lock
+-- on each, released at once (the statement is its own transaction).
+SELECT l FROM unnest($1::int[]) l WHERE pg_try_advisory_xact_lock('{{table}}'::regclass::oid::int, l)
 
 -- name: lane_release
 -- Gives the lanes $2 of relay $1 up (rebalancing, or all of them at stop).
