@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // produce adds messages for keys k0..k<keys-1>, a few per transaction,
@@ -278,5 +281,15 @@ func TestLanesOwnerDiedMidBatch(t *testing.T) {
 	}
 	if err := a.Err(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Logf("a: %v", err)
+	}
+}
+
+// Lanes are PostgreSQL's: elsewhere New refuses them with a clear error
+// (SQLite has one writer; MySQL has no transaction-scoped advisory lock).
+func TestLanesOnlyOnPostgres(t *testing.T) {
+	t.Parallel()
+	_, err := relay.New(txboxsql.New(testenv.SQLite(t), driver.SQLite), &logPublisher{name: "a", log: &sendLog{}}, relay.Config{Lanes: true})
+	if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "PostgreSQL") {
+		t.Fatalf("relay.New with Lanes on SQLite: %v, want ErrInvalidConfig naming PostgreSQL", err)
 	}
 }
