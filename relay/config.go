@@ -93,6 +93,18 @@ type Config struct {
 	// ClaimLeaseMargin (15s). Env OUTBOX_CLAIM_LEASE.
 	ClaimLease time.Duration
 
+	// Lanes makes the relay claim only rows of the lanes it holds a lease
+	// on: several relays then split the table's 16 lanes (a hash of the
+	// ordering key) and do not scan past each other's rows. PostgreSQL
+	// only (New fails elsewhere). Every relay of a table should use the
+	// same setting: a relay without lanes claims from every lane. See
+	// docs/scaling.md. Default: false.
+	Lanes bool
+	// LaneLease is how long a lane lease lasts unless renewed (every
+	// LaneLease/20): a relay that died loses its lanes to the others
+	// after it. Default: 10s.
+	LaneLease time.Duration
+
 	// DisableNotify turns off the LISTEN/NOTIFY wake-up on PostgreSQL
 	// through txboxpgx (the only driver that has it): the relay then
 	// only polls. Default: false.
@@ -123,7 +135,7 @@ func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 ||
 		out.CleanupBatchSize < 0 || out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.BackoffMax < 0 ||
-		out.RetryDelay < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 || out.Concurrency < 0 || out.SampleInterval < 0 {
+		out.RetryDelay < 0 || out.LaneLease < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 || out.Concurrency < 0 || out.SampleInterval < 0 {
 		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -140,6 +152,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.ClaimLease, out.PublishTimeout+ClaimLeaseMargin)
 	def(&out.NotifyProbeTimeout, 2*time.Second)
 	def(&out.SampleInterval, DefaultSampleInterval)
+	def(&out.LaneLease, DefaultLaneLease)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}

@@ -67,7 +67,8 @@ type Relay struct {
 	// is when a claim last scanned from the table's start, in Unix ns.
 	from, fullScan atomic.Int64
 
-	listen       *listener // nil when the relay only polls
+	lanes        *laneKeeper // nil without Config.Lanes
+	listen       *listener   // nil when the relay only polls
 	notifyActive atomic.Bool
 	listenFails  atomic.Int64 // times the listener failed or its check did
 
@@ -126,6 +127,11 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	capable := any(drv)
 	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
 		capable = ob.Driver() // an Outbox: its driver's capabilities
+	}
+	if c.Lanes {
+		if r.lanes, err = newLaneKeeper(r, table); err != nil {
+			return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
+		}
 	}
 	if l, ok := capable.(driver.Listener); ok && !c.DisableNotify {
 		r.listen = &listener{r: r, drv: l, pool: drv.Pool()}
@@ -267,6 +273,9 @@ func (r *Relay) run(ctx context.Context) error {
 		}
 	}
 
+	if r.lanes != nil {
+		r.startLanes(ctx, &wg)
+	}
 	for i := 1; i < r.cfg.Concurrency; i++ {
 		wg.Add(1)
 		go func() {
@@ -284,6 +293,9 @@ func (r *Relay) run(ctx context.Context) error {
 	loop()
 	cancel()
 	wg.Wait()
+	if r.lanes != nil {
+		r.lanes.leave(ctx)
+	}
 	return fatal
 }
 
@@ -500,6 +512,9 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		defer r.inFlight.add(claimedAt)()
 	}
 	out := r.prepare(batch.Rows)
+	if r.lanes != nil && !r.lanes.mayPublish(batch) {
+		return 0, errors.Join(errLeaseStale, batch.Release(finishCtx))
+	}
 	var errs []error
 	if len(out.msgs) > 0 {
 		// Acks in flight are awaited even when ctx ends (Stop), up to
@@ -535,7 +550,13 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 // claim takes the next batch and notes where the next claim's scan starts
 // and whether an overlapping claim would pay (see overlapLoop).
 func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
-	batch, err := r.store.Claim(ctx, r.cfg.BatchSize, r.claimFrom())
+	var batch *outboxsql.Batch
+	var err error
+	if r.lanes != nil {
+		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize, r.claimFrom())
+	} else {
+		batch, err = r.store.Claim(ctx, r.cfg.BatchSize, r.claimFrom())
+	}
 	if err != nil {
 		return nil, err
 	}

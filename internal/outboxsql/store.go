@@ -71,6 +71,8 @@ type Batch struct {
 	s     *Store
 	tx    driver.Tx // PostgreSQL, MySQL: the transaction holding the row locks
 	token string    // SQLite: the lease token
+	// Started is when Lanes.Claim began the claim (zero otherwise).
+	Started time.Time
 }
 
 // Tx is the transaction holding the batch's row locks (PostgreSQL, MySQL),

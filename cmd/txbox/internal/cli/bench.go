@@ -29,7 +29,7 @@ func newBenchCmd() *cobra.Command {
 		cfg                                               bench.Config
 	)
 	cmd := &cobra.Command{
-		Use:   "bench drain|add|order|latency|brokers|all",
+		Use:   "bench drain|add|order|latency|brokers|scale|all",
 		Short: "Measure txbox beside hand-written baselines on your PostgreSQL and NATS",
 		Long: `Measure txbox against hand-written baselines on the same PostgreSQL and NATS
 server, side by side in one run, repeated and interleaved, and print ratios:
@@ -45,17 +45,20 @@ server, side by side in one run, repeated and interleaved, and print ratios:
   brokers  relay drain into NATS, Redis Streams, asynq, RabbitMQ and Kafka
            beside each broker's raw publish rate (needs Redis: --redis; Kafka
            only with --kafka)
-  all      all of them but brokers
+  scale    1, 2 and 4 relays, with and without lanes, into a no-op publisher:
+           unordered, 1000 keys, and 1000 keys with one hot key; the relays'
+           PostgreSQL backends' CPU per message
+  all      all of them but brokers and scale
 
 Everything runs in a new schema (txbox_bench_<time>) that is dropped at the end;
 streams are created and deleted on the NATS server. Durable numbers on a shared
 machine are noisy: read the ratios, and the paired medians.`,
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"drain", "add", "order", "latency", "brokers", "all"},
+		ValidArgs: []string{"drain", "add", "order", "latency", "brokers", "scale", "all"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			which := args[0]
 			runs := map[string]func(context.Context, bench.Config) error{
-				"drain": bench.Drain, "add": bench.Add, "order": bench.Ordered, "latency": bench.Latency,
+				"drain": bench.Drain, "add": bench.Add, "order": bench.Ordered, "latency": bench.Latency, "scale": bench.Scale,
 				"brokers": func(ctx context.Context, cfg bench.Config) error {
 					opt, err := redis.ParseURL(redisURL)
 					if err != nil {
@@ -76,7 +79,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 			} else if _, ok := runs[which]; ok {
 				order = []string{which}
 			} else {
-				return fmt.Errorf("unknown benchmark %q (want drain, add, order, latency, brokers or all)", which)
+				return fmt.Errorf("unknown benchmark %q (want drain, add, order, latency, brokers, scale or all)", which)
 			}
 			for _, err := range []error{
 				benchRowsSetting.resolve(cmd.Flags(), cfg.Rows, &cfg.Rows),

@@ -1,0 +1,233 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+// nopPublisher acknowledges every message at once: the drain then measures
+// the relay and the database alone.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, []txbox.Message) []error { return nil }
+
+// scaleApp is the application_name of the relays' connections, by which
+// their PostgreSQL backends are found for the CPU figures.
+const scaleApp = "txbox-bench-scale"
+
+// Scale measures 1, 2 and 4 relays draining the same backlog into a no-op
+// publisher, with and without lanes, for three backlogs: unordered, 1,000
+// ordering keys, and 1,000 keys where one hot key carries 1% of the rows
+// (its messages go one at a time: each waits for the previous one's mark). Each relay has a pool of its own (as separate processes would); the
+// CPU the relays' PostgreSQL backends spent per message is read from /proc.
+func Scale(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	drv := txboxpgx.New(cfg.Pool)
+	m, err := migrate.New(drv, migrate.Config{})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return err
+	}
+	ob, err := txbox.New(drv, txbox.Config{})
+	if err != nil {
+		return err
+	}
+	type shape struct {
+		name string
+		key  func(i int) string
+	}
+	shapes := []shape{
+		{"unordered", func(int) string { return "" }},
+		{"1000 keys", func(i int) string { return "k" + strconv.Itoa(i%1000) }},
+		{"skewed", func(i int) string {
+			if i%100 == 0 {
+				return "hot"
+			}
+			return "k" + strconv.Itoa(i%1000)
+		}},
+	}
+	var runs []run
+	var pgCPU [][]float64
+	for _, s := range shapes {
+		for _, lanes := range []bool{false, true} {
+			for _, n := range []int{1, 2, 4} {
+				name := fmt.Sprintf("%s, %d relays", s.name, n)
+				if lanes {
+					name += ", lanes"
+				}
+				idx := len(runs)
+				pgCPU = append(pgCPU, nil)
+				runs = append(runs, run{
+					name:  name,
+					setup: func() error { return fillShape(ctx, cfg, ob, s.key) },
+					fn: func() (float64, error) {
+						rate, us, err := scaleDrain(ctx, cfg, lanes, n)
+						pgCPU[idx] = append(pgCPU[idx], us)
+						return rate, err
+					},
+					n: cfg.Rows,
+				})
+			}
+		}
+	}
+	med, err := interleave(cfg, runs, nil, fmt.Sprintf("drain of %d queued rows into a no-op publisher, batch 100", cfg.Rows))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "\nratios (medians), and the relays' PostgreSQL backends' CPU per message (µs, median):\n")
+	fmt.Fprintf(cfg.Out, "  %-34s %9s %9s %9s %8s\n", "", "msgs/s", "vs 1", "pg µs", "pg vs 1")
+	for i, r := range runs {
+		one := i - i%3
+		pg := median(pgCPU[i])
+		fmt.Fprintf(cfg.Out, "  %-34s %9.0f %8.2fx %9.1f %7.2fx\n", r.name, med.rate[i], med.rate[i]/med.rate[one], pg, pg/median(pgCPU[one]))
+	}
+	fmt.Fprintf(cfg.Out, "\nkeyed vs unordered (same relays, same mode):\n")
+	for i := 0; i < 6; i++ {
+		fmt.Fprintf(cfg.Out, "  %-34s 1000 keys %.2fx, skewed %.2fx\n", runs[i].name, med.rate[6+i]/med.rate[i], med.rate[12+i]/med.rate[i])
+	}
+	fmt.Fprintf(cfg.Out, "\nlanes vs no lanes:\n")
+	for s := 0; s < 3; s++ {
+		for j := 0; j < 3; j++ {
+			a, b := 6*s+j, 6*s+3+j
+			fmt.Fprintf(cfg.Out, "  %-34s %.2fx (pg CPU %.2fx)\n", runs[b].name, med.rate[b]/med.rate[a], median(pgCPU[b])/median(pgCPU[a]))
+		}
+	}
+	return resetTable(ctx, cfg.Pool)
+}
+
+// fillShape empties the outbox and queues cfg.Rows rows keyed by key.
+func fillShape(ctx context.Context, cfg Config, ob *txbox.Outbox[pgx.Tx], key func(int) string) error {
+	if err := resetTable(ctx, cfg.Pool); err != nil {
+		return err
+	}
+	payload := []byte(`{"order_id":123456,"customer":"c-42","total_cents":1999}`)
+	batch := make([]txbox.Message, 0, 1000)
+	for i := 0; i < cfg.Rows; i++ {
+		batch = append(batch, txbox.Message{Topic: "bench.scale", Key: key(i), Payload: payload})
+		if len(batch) == cap(batch) || i == cfg.Rows-1 {
+			if _, err := ob.AddNoTx(ctx, batch...); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	_, err := cfg.Pool.Exec(ctx, "ANALYZE txbox_outbox")
+	return err
+}
+
+// scaleDrain runs n relays, each on a pool of its own, until they have
+// published cfg.Rows messages, and returns the rate and the CPU their
+// PostgreSQL backends spent per message (µs; 0 where /proc does not say).
+func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, float64, error) {
+	var pools []*pgxpool.Pool
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	var rs []*relay.Relay
+	for i := 0; i < n; i++ {
+		pc := cfg.Pool.Config().Copy()
+		pc.ConnConfig.RuntimeParams["application_name"] = scaleApp
+		pc.MaxConns, pc.MinConns = 4, 4
+		p, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return 0, 0, err
+		}
+		pools = append(pools, p)
+		r, err := relay.New(txboxpgx.New(p), nopPublisher{}, relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, Lanes: lanes, LaneLease: 2 * time.Second, DisableNotify: true})
+		if err != nil {
+			return 0, 0, err
+		}
+		rs = append(rs, r)
+	}
+	// Open every connection before the clock starts.
+	for _, p := range pools {
+		for p.Stat().TotalConns() < 4 {
+			if err := p.Ping(ctx); err != nil {
+				return 0, 0, err
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	before, _ := backendCPU(ctx, cfg.Pool)
+	start := time.Now()
+	for _, r := range rs {
+		if err := r.Start(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	var published int64
+	for published < int64(cfg.Rows) {
+		published = 0
+		for _, r := range rs {
+			published += r.Counters().Published
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	rate := float64(published) / time.Since(start).Seconds()
+	after, ok := backendCPU(ctx, cfg.Pool)
+	for _, r := range rs {
+		_ = r.Stop(context.WithoutCancel(ctx))
+	}
+	if !ok {
+		return rate, 0, nil
+	}
+	var secs float64
+	for pid, s := range after {
+		secs += s - before[pid]
+	}
+	return rate, secs / float64(published) * 1e6, nil
+}
+
+// backendCPU returns the CPU seconds (user + system) each PostgreSQL
+// backend of the relays' pools has used, by process id, from /proc.
+func backendCPU(ctx context.Context, pool *pgxpool.Pool) (map[int]float64, bool) {
+	rows, err := pool.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", scaleApp)
+	if err != nil {
+		return nil, false
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, false
+	}
+	out := map[int]float64{}
+	for _, pid := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(int(pid)), "stat"))
+		if err != nil {
+			return nil, false // another machine, or gone
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 > len(s) {
+			return nil, false
+		}
+		f := strings.Fields(s[i+2:])
+		if len(f) < 13 {
+			return nil, false
+		}
+		u, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		out[int(pid)] = (u + st) / ticksPerSecond
+	}
+	return out, true
+}

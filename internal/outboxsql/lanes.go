@@ -1,0 +1,181 @@
+package outboxsql
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqltext"
+)
+
+//go:embed sql/postgres_lanes.sql
+var postgresLanesSQL string
+
+// NumLanes is how many lanes the outbox table's lane column has (see
+// migration 006_lanes and docs/scaling.md).
+const NumLanes = 16
+
+// ErrLanesUnsupported is returned by NewLanes on a dialect without lanes.
+var ErrLanesUnsupported = errors.New("txbox: lanes are only supported on PostgreSQL")
+
+// Lease is one lane a relay owns, and the fencing epoch of its lease.
+type Lease struct {
+	Lane  int16
+	Epoch int64
+}
+
+// Lanes runs the lane-lease SQL of one outbox table for one relay.
+type Lanes struct {
+	s     *Store
+	owner string
+	q     struct {
+		lock, claim, join, renew, acquire, fence, release, leave string
+	}
+}
+
+// NewLanes returns the lanes of s's table, owned as owner (unique per
+// relay run).
+func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
+	if _, ok := s.d.(*postgres); !ok {
+		return nil, ErrLanesUnsupported
+	}
+	l := &Lanes{s: s, owner: owner}
+	schema, name := unqualify(table)
+	funcs := sqltext.Names(driver.Postgres, schema, name)
+	err := sqltext.Load("outbox/postgres_lanes", postgresLanesSQL, funcs, map[string]*string{
+		"lane_lock": &l.q.lock, "claim_lanes": &l.q.claim, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
+		"lane_acquire": &l.q.acquire, "lane_fence": &l.q.fence, "lane_release": &l.q.release, "lane_leave": &l.q.leave,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Owner is the name under which this relay owns lanes.
+func (l *Lanes) Owner() string { return l.owner }
+
+// Claim is Store.Claim with its keyed rows restricted to the leases: it
+// reads keyed rows only of their lanes, and only of those whose owner and
+// epoch in the lanes table are still these (a lease taken over yields
+// nothing); rows without a key come from any lane. The transaction holds a shared lock
+// on each lane until Finish or Release, which a takeover waits for (Fence).
+func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
+	s := l.s
+	start := time.Now()
+	tx, err := s.pool.Begin(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	b := &Batch{s: s, tx: tx, Started: start}
+	lanes := make([]int32, len(leases))
+	smalls := make([]int16, len(leases))
+	epochs := make([]int64, len(leases))
+	for i, ls := range leases {
+		lanes[i], smalls[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
+	}
+	ms := strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10)
+	if _, err := tx.Exec(ctx, l.q.lock, ms, lanes); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
+	}
+	rows, err := tx.Query(ctx, l.q.claim, limit, from, smalls, epochs, l.owner)
+	if err == nil {
+		b.Rows, err = s.scanClaimed(rows, limit)
+	}
+	if err != nil {
+		_ = b.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return b, nil
+}
+
+// Join records the relay as alive for ttl and returns how many relays are
+// alive, itself included.
+func (l *Lanes) Join(ctx context.Context, ttl time.Duration) (int, error) {
+	rows, err := l.s.pool.Query(ctx, l.q.join, l.owner, ttl.Milliseconds())
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+	}
+	return n, rows.Err()
+}
+
+// Renew extends every lease the relay still owns by ttl and returns them.
+func (l *Lanes) Renew(ctx context.Context, ttl time.Duration) ([]Lease, error) {
+	return l.leases(ctx, l.q.renew, l.owner, ttl.Milliseconds())
+}
+
+// Acquire takes up to n free or expired lanes for ttl, each with a new
+// epoch. They may be claimed from only once Fence returns them.
+func (l *Lanes) Acquire(ctx context.Context, ttl time.Duration, n int) ([]Lease, error) {
+	return l.leases(ctx, l.q.acquire, l.owner, ttl.Milliseconds(), n)
+}
+
+// Fence returns the lanes of lanes that no claim transaction (of any
+// relay) holds now.
+func (l *Lanes) Fence(ctx context.Context, lanes []int16) ([]int16, error) {
+	ints := make([]int32, len(lanes))
+	for i, ln := range lanes {
+		ints[i] = int32(ln)
+	}
+	rows, err := l.s.pool.Query(ctx, l.q.fence, ints)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int16
+	for rows.Next() {
+		var ln int32
+		if err := rows.Scan(&ln); err != nil {
+			return nil, err
+		}
+		out = append(out, int16(ln))
+	}
+	return out, rows.Err()
+}
+
+// Release gives the lanes up, for another relay to take at once.
+func (l *Lanes) Release(ctx context.Context, lanes []int16) error {
+	_, err := l.s.pool.Exec(ctx, l.q.release, l.owner, lanes)
+	return err
+}
+
+// Leave removes the relay from the relays sharing the lanes (and rows of
+// relays gone for an hour).
+func (l *Lanes) Leave(ctx context.Context) error {
+	_, err := l.s.pool.Exec(ctx, l.q.leave, l.owner)
+	return err
+}
+
+func (l *Lanes) leases(ctx context.Context, q string, args ...any) ([]Lease, error) {
+	rows, err := l.s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Lease
+	for rows.Next() {
+		var ls Lease
+		if err := rows.Scan(&ls.Lane, &ls.Epoch); err != nil {
+			return nil, err
+		}
+		out = append(out, ls)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return int(a.Lane) - int(b.Lane) })
+	return out, nil
+}

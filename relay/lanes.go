@@ -1,0 +1,266 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox/internal/outboxsql"
+)
+
+// DefaultLaneLease is the lane lease of a relay with Lanes.
+const DefaultLaneLease = 10 * time.Second
+
+// errLeaseStale is a round's error when its claim is too old to publish:
+// the lane lease or the claim transaction may have ended meanwhile.
+var errLeaseStale = errors.New("txbox/relay: the claim outlived its lease; released unpublished")
+
+// laneKeeper holds the lane leases of one relay with Config.Lanes: it joins
+// the relays sharing the table, renews its leases, takes or gives lanes up
+// until it holds its share (16 / live relays, rounded up), and fences the
+// lanes it takes (see docs/scaling.md).
+type laneKeeper struct {
+	r     *Relay
+	db    *outboxsql.Lanes
+	lease time.Duration
+
+	mu         sync.Mutex
+	active     []outboxsql.Lease // fenced: claims read these
+	pending    []outboxsql.Lease // taken over, not yet fenced
+	validUntil time.Time         // the leases' end, by this relay's clock
+	relays     int               // live relays at the last beat
+	short      bool              // the last beat found fewer lanes than the share
+}
+
+func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
+	db, err := outboxsql.NewLanes(r.store, table, ownerName())
+	if err != nil {
+		return nil, err
+	}
+	return &laneKeeper{r: r, db: db, lease: r.cfg.LaneLease}, nil
+}
+
+// ownerName names one relay run: host, process and a random part.
+func ownerName() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// run beats until ctx ends: every LaneLease/20, so that relays joining or
+// leaving are met with a new share within that time; every 50ms while the
+// relay holds less than its share or has lanes still to fence (unless the
+// last beat failed).
+func (k *laneKeeper) run(ctx context.Context) {
+	failed := false
+	for {
+		wait := k.lease / 20
+		if k.unsettled() && !failed {
+			wait = min(wait, 50*time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		err := k.beat(ctx)
+		failed = err != nil
+		if err != nil && ctx.Err() == nil {
+			k.r.log.Warn("txbox relay: lane lease heartbeat failed", "err", err)
+		}
+	}
+}
+
+// unsettled reports whether the last beat left the relay short of its
+// share, or with lanes taken over but not yet fenced.
+func (k *laneKeeper) unsettled() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.pending) > 0 || k.short
+}
+
+// beat is one heartbeat: join, renew, rebalance, fence.
+func (k *laneKeeper) beat(ctx context.Context) error {
+	sent := time.Now()
+	relays, err := k.db.Join(ctx, k.lease)
+	if err != nil {
+		return err
+	}
+	owned, err := k.db.Renew(ctx, k.lease)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.validUntil = sent.Add(k.lease)
+	k.relays = relays
+	k.active = keep(k.active, owned)
+	k.pending = keep(k.pending, owned)
+	for _, o := range owned { // owned but unknown: fence it first
+		if !has(k.active, o) && !has(k.pending, o) {
+			k.pending = append(k.pending, o)
+		}
+	}
+	target := (outboxsql.NumLanes + relays - 1) / relays
+	var surplus []int16
+	for len(k.active)+len(k.pending) > target {
+		// Give up pending lanes first, then the highest active ones.
+		if n := len(k.pending); n > 0 {
+			surplus = append(surplus, k.pending[n-1].Lane)
+			k.pending = k.pending[:n-1]
+		} else {
+			n := len(k.active)
+			surplus = append(surplus, k.active[n-1].Lane)
+			k.active = k.active[:n-1]
+		}
+	}
+	need := target - len(k.active) - len(k.pending)
+	k.mu.Unlock()
+	if len(surplus) > 0 {
+		// Claims no longer read these lanes; the claims in flight keep
+		// their locks, which the next owner's fence waits for.
+		if err := k.db.Release(ctx, surplus); err != nil {
+			return fmt.Errorf("release lanes: %w", err)
+		}
+	}
+	if need > 0 {
+		got, err := k.db.Acquire(ctx, k.lease, need)
+		if err != nil {
+			return fmt.Errorf("acquire lanes: %w", err)
+		}
+		k.mu.Lock()
+		k.pending = append(k.pending, got...)
+		k.short = len(got) < need
+		k.mu.Unlock()
+	} else {
+		k.mu.Lock()
+		k.short = false
+		k.mu.Unlock()
+	}
+	return k.fence(ctx)
+}
+
+// fence moves the pending lanes that no claim transaction holds any more
+// to the active ones, and wakes the relay when there are any.
+func (k *laneKeeper) fence(ctx context.Context) error {
+	k.mu.Lock()
+	lanes := make([]int16, len(k.pending))
+	for i, p := range k.pending {
+		lanes[i] = p.Lane
+	}
+	k.mu.Unlock()
+	if len(lanes) == 0 {
+		return nil
+	}
+	free, err := k.db.Fence(ctx, lanes)
+	if err != nil {
+		return fmt.Errorf("fence lanes: %w", err)
+	}
+	if len(free) == 0 {
+		return nil
+	}
+	k.mu.Lock()
+	k.pending = slices.DeleteFunc(k.pending, func(p outboxsql.Lease) bool {
+		if slices.Contains(free, p.Lane) {
+			k.active = append(k.active, p)
+			return true
+		}
+		return false
+	})
+	slices.SortFunc(k.active, func(a, b outboxsql.Lease) int { return int(a.Lane) - int(b.Lane) })
+	k.mu.Unlock()
+	k.r.Wake()
+	return nil
+}
+
+// leave gives every lane up and leaves the relays, once the loops ended.
+func (k *laneKeeper) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	k.mu.Lock()
+	var lanes []int16
+	for _, l := range append(k.active, k.pending...) {
+		lanes = append(lanes, l.Lane)
+	}
+	k.active, k.pending = nil, nil
+	k.mu.Unlock()
+	if len(lanes) > 0 {
+		if err := k.db.Release(ctx, lanes); err != nil {
+			k.r.log.Warn("txbox relay: cannot give the lanes up; they pass to other relays when their lease ends", "err", err)
+		}
+	}
+	if err := k.db.Leave(ctx); err != nil {
+		k.r.log.Warn("txbox relay: cannot leave the lanes' relays", "err", err)
+	}
+}
+
+// claim claims keyed rows from the active lanes while their lease holds,
+// and rows without a key from anywhere.
+func (k *laneKeeper) claim(ctx context.Context, limit int, from int64) (*outboxsql.Batch, error) {
+	k.mu.Lock()
+	var leases []outboxsql.Lease
+	if time.Now().Before(k.validUntil) {
+		leases = slices.Clone(k.active)
+	}
+	k.mu.Unlock()
+	return k.db.Claim(ctx, limit, from, leases)
+}
+
+// mayPublish reports whether a batch with ordering keys may still be
+// published: the lane leases hold, and the claim transaction will outlive
+// the publish (its server-side idle timeout is ClaimLease). A relay that
+// stalled between claim and publish (a pause, a frozen connection) longer
+// than that releases the batch instead: another relay may own its lanes.
+func (k *laneKeeper) mayPublish(batch *outboxsql.Batch) bool {
+	if !batch.Keyed() {
+		return true // no lane to fence: rows without a key are anyone's
+	}
+	started := batch.Started
+	k.mu.Lock()
+	valid := k.validUntil
+	k.mu.Unlock()
+	now := time.Now()
+	return now.Before(valid) && now.Sub(started)+k.r.cfg.PublishTimeout < k.r.cfg.ClaimLease
+}
+
+// Lanes returns the lanes this relay claims from now (Config.Lanes), in
+// order; nil without lanes.
+func (r *Relay) Lanes() []int {
+	if r.lanes == nil {
+		return nil
+	}
+	r.lanes.mu.Lock()
+	defer r.lanes.mu.Unlock()
+	out := make([]int, len(r.lanes.active))
+	for i, l := range r.lanes.active {
+		out[i] = int(l.Lane)
+	}
+	return out
+}
+
+func keep(ls, owned []outboxsql.Lease) []outboxsql.Lease {
+	return slices.DeleteFunc(ls, func(l outboxsql.Lease) bool { return !has(owned, l) })
+}
+
+func has(ls []outboxsql.Lease, l outboxsql.Lease) bool {
+	return slices.Contains(ls, l)
+}
+
+// startLanes takes the relay's first lanes before its loops start, then
+// keeps them in the background.
+func (r *Relay) startLanes(ctx context.Context, wg *sync.WaitGroup) {
+	if err := r.lanes.beat(ctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("txbox relay: lane lease heartbeat failed", "err", err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.lanes.run(ctx)
+	}()
+}

@@ -1,0 +1,156 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// TestOrderingTorture with lanes: three relays killed at random (their
+// connections cut, so their leases run out rather than being handed
+// over), and a fourth that joins and leaves gracefully over and over,
+// while producers commit versions of 50 aggregates. Every version reaches
+// JetStream once, in order per aggregate.
+func TestLanesOrderingTorture(t *testing.T) {
+	t.Parallel()
+	const (
+		aggregates = 50
+		producers  = 8
+		perProd    = 250
+	)
+	f := pgxFixture(t, 16)
+	ctx := context.Background()
+	_, err := f.pool.Exec(ctx, "CREATE TABLE aggregates (id int PRIMARY KEY, version int NOT NULL)")
+	testenv.Must(t, err, "create aggregates")
+	_, err = f.pool.Exec(ctx, "INSERT INTO aggregates SELECT g, 0 FROM generate_series(1, $1) g", aggregates)
+	testenv.Must(t, err, "fill aggregates")
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	schema := f.schema(t)
+	cfg := relay.Config{PollInterval: 2 * time.Millisecond, BatchSize: 20, LaneLease: time.Second,
+		PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second}
+
+	stopRelays := make(chan struct{})
+	var relaysWG sync.WaitGroup
+	var kills, joins atomic.Int64
+	for i := 0; i < 3; i++ {
+		relaysWG.Add(1)
+		go func(seed uint64) {
+			defer relaysWG.Done()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			for {
+				proxy := testenv.NewProxy(t, "127.0.0.1:5432")
+				r, pool := laneRelayPool(t, schema, proxy, publisher(t, nc), cfg)
+				rctx, cancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { _ = r.Run(rctx); close(done) }()
+				select {
+				case <-stopRelays:
+					cancel()
+					<-done
+					pool.Close()
+					return
+				case <-time.After(time.Duration(200+rng.IntN(800)) * time.Millisecond):
+				}
+				proxy.Cut() // dies: marks in flight fail, the leases run out
+				cancel()
+				<-done
+				pool.Close()
+				kills.Add(1)
+			}
+		}(uint64(i))
+	}
+	relaysWG.Add(1)
+	go func() { // joins, works a while, leaves (hands its lanes over)
+		defer relaysWG.Done()
+		for {
+			r, pool := laneRelayPool(t, schema, nil, publisher(t, nc), cfg)
+			if err := r.Start(ctx); err != nil {
+				pool.Close()
+				t.Errorf("start: %v", err)
+				return
+			}
+			joins.Add(1)
+			select {
+			case <-stopRelays:
+			case <-time.After(300 * time.Millisecond):
+			}
+			err := r.Stop(ctx)
+			pool.Close()
+			if err != nil {
+				t.Errorf("stop: %v", err)
+				return
+			}
+			select {
+			case <-stopRelays:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+
+	var prodWG sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		prodWG.Add(1)
+		go func(seed uint64) {
+			defer prodWG.Done()
+			rng := rand.New(rand.NewPCG(seed, 99))
+			for i := 0; i < perProd; i++ {
+				agg := 1 + rng.IntN(aggregates)
+				err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+					var v int
+					if err := tx.QueryRow(ctx, "UPDATE aggregates SET version = version + 1 WHERE id = $1 RETURNING version", agg).Scan(&v); err != nil {
+						return err
+					}
+					return testenv.Err(f.outbox.Add(ctx, tx, txbox.Message{Topic: prefix + "agg", Key: strconv.Itoa(agg), Payload: []byte(fmt.Sprintf("%d:%d", agg, v))}))
+				})
+				if err != nil {
+					t.Errorf("producer: %v", err)
+					return
+				}
+			}
+		}(uint64(p))
+	}
+	prodWG.Wait()
+	eventually(t, "all delivered", func() bool {
+		return f.count(t, "published_at IS NULL") == 0
+	})
+	close(stopRelays)
+	relaysWG.Wait()
+	if kills.Load() == 0 || joins.Load() < 2 {
+		t.Fatalf("%d kills, %d joins: the torture did not happen", kills.Load(), joins.Load())
+	}
+
+	next := map[string]int{}
+	payloads := streamPayloads(t, s)
+	for _, p := range payloads {
+		agg, v, _ := strings.Cut(p, ":")
+		n, _ := strconv.Atoi(v)
+		if n != next[agg]+1 {
+			t.Fatalf("aggregate %s: version %d arrived after %d", agg, n, next[agg])
+		}
+		next[agg] = n
+	}
+	total := 0
+	for _, v := range next {
+		total += v
+	}
+	if total != producers*perProd || len(payloads) != total {
+		t.Fatalf("received %d messages covering %d versions, want %d", len(payloads), total, producers*perProd)
+	}
+	t.Logf("%d messages, %d kills, %d joins, per-key order held", len(payloads), kills.Load(), joins.Load())
+}
