@@ -107,6 +107,14 @@ type HandlerConfig struct {
 	Binding string
 	// Concurrency overrides Config.Concurrency for this handler.
 	Concurrency int
+	// Ordered handles the messages of one key (Message.Key) one at a time,
+	// in arrival order, and different keys in parallel up to Concurrency;
+	// unkeyed messages run freely. A failed message is retried in process,
+	// holding back only its key (see docs/ordering.md). Default: false.
+	Ordered bool
+	// DeadKey is what an Ordered handler does with a key after one of its
+	// messages was dead-lettered. Default: ParkKey.
+	DeadKey DeadKeyPolicy
 }
 
 // Stats counts what a Consumer did with its deliveries since New.
@@ -121,6 +129,11 @@ type Stats struct {
 	DeadLettered     int64
 	Released         int64 // released unprocessed at Stop
 	AckFailed        int64 // settlement calls that failed (the broker redelivers)
+	// ParkedKeys is how many keys the Ordered handlers have parked now
+	// (see Consumer.ParkedKeys); ParkedDeadLettered counts the messages
+	// dead-lettered without running because their key was parked (also
+	// in DeadLettered).
+	ParkedKeys, ParkedDeadLettered int64
 }
 
 type handler[TTx any] struct {
@@ -149,6 +162,7 @@ type Consumer[TTx any] struct {
 	stopOnce    sync.Once
 
 	failures *failures // message-caused failures, per (handler, message id)
+	keys     keyRegistry
 
 	handled, duplicates, retried, dbFailed, dead, released, ackFailed atomic.Int64
 }
@@ -275,6 +289,9 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		if h.Concurrency < 0 {
 			add("%s has a negative Concurrency", label)
 		}
+		if msg := checkOrdered(h.HandlerConfig); msg != "" {
+			add("%s %s", label, msg)
+		}
 		switch h.guarantee {
 		case Inbox:
 			needInbox = true
@@ -360,7 +377,7 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 		if n == 0 {
 			n = c.cfg.Concurrency
 		}
-		s, err := c.cfg.Broker.Subscribe(ctx, h.Binding, 2*n)
+		s, err := c.subscribe(ctx, h, 2*n)
 		if err != nil {
 			for _, s := range subs {
 				_ = s.Close(ctx)
@@ -431,6 +448,7 @@ func (c *Consumer[TTx]) Stats() Stats {
 	return Stats{
 		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
 		DatabaseFailures: c.dbFailed.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
+		ParkedKeys: c.keys.parkedCount(), ParkedDeadLettered: c.keys.parkedDead.Load(),
 	}
 }
 
@@ -438,12 +456,20 @@ func (c *Consumer[TTx]) Stats() Stats {
 func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], sub txbox.Subscription, n int) {
 	defer c.wg.Done()
 	work := make(chan txbox.Delivery)
+	var gate *keyGate // Ordered: one delivery per key at a time (ordered.go)
+	if h.Ordered {
+		gate = c.keys.open(h.Name, 2*n)
+	}
 	var workers sync.WaitGroup
 	for range n {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
 			for d := range work {
+				if gate != nil {
+					c.runOrdered(fetchCtx, hardCtx, h, gate, d, d.Message().Key)
+					continue
+				}
 				c.process(hardCtx, h, d)
 			}
 		}()
@@ -464,6 +490,14 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 			continue
 		}
 		backoff = 10 * time.Millisecond
+		if gate != nil {
+			if run, err := gate.admit(fetchCtx, d, d.Message().Key); err != nil || !run {
+				if err != nil {
+					c.release(d)
+				}
+				continue // queued behind its key
+			}
+		}
 		select {
 		case work <- d:
 		case <-fetchCtx.Done():
@@ -472,6 +506,11 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 	}
 	close(work)
 	workers.Wait()
+	if gate != nil {
+		for _, d := range gate.drain() {
+			c.release(d)
+		}
+	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sub.Close(closeCtx); err != nil {

@@ -188,6 +188,7 @@ type subscription struct {
 	cons            jetstream.Consumer
 	it              jetstream.MessagesContext
 	closed          bool
+	holdUntil       time.Time // SubscribeOrdered: pull nothing before (ordered.go)
 }
 
 func (sub *subscription) open() error {
@@ -209,6 +210,9 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	it := sub.it
 	sub.mu.Unlock()
 	if it == nil {
+		if err := sub.hold(ctx); err != nil {
+			return nil, err
+		}
 		if err := sub.reopen(ctx); err != nil {
 			return nil, err
 		}

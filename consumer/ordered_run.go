@@ -1,0 +1,127 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// runOrdered runs d, then its key's later deliveries as they queue up, one
+// at a time, until the key is idle or the consumer stops (the run loop
+// releases what is left queued).
+func (c *Consumer[TTx]) runOrdered(fetchCtx, hardCtx context.Context, h *handler[TTx], g *keyGate, d txbox.Delivery, key string) {
+	for {
+		c.processOrdered(fetchCtx, hardCtx, h, g, d, key)
+		if key == "" || fetchCtx.Err() != nil {
+			return
+		}
+		var ok bool
+		if d, ok = g.next(key); !ok {
+			return
+		}
+	}
+}
+
+// processOrdered processes one delivery of an Ordered handler. A failure
+// that would go back to the broker is retried here instead, after the same
+// backoff, with the delivery held unacknowledged: a redelivery could be
+// overtaken by the key's later messages. A dead letter parks the key unless
+// h.DeadKey is ContinueKey; a parked key's deliveries are dead-lettered
+// with a *KeyParkedError without running.
+func (c *Consumer[TTx]) processOrdered(fetchCtx, hardCtx context.Context, h *handler[TTx], g *keyGate, d txbox.Delivery, key string) {
+	if key != "" {
+		if perr := g.parkedBy(key); perr != nil {
+			c.deadLetterParked(h, d, perr)
+			return
+		}
+	}
+	hd := &heldDelivery{Delivery: d, msg: d.Message(), hard: hardCtx}
+	for {
+		hd.retry, hd.dead = false, nil
+		c.process(hardCtx, h, hd)
+		switch {
+		case hd.dead != nil:
+			if key != "" && h.DeadKey == ParkKey {
+				g.park(key, hd.msg.ID, hd.dead)
+				c.log.Warn("txbox/consumer: key parked: its later messages are dead-lettered without running until ReleaseKey",
+					"handler", h.Name, "key", key, "message_id", hd.msg.ID)
+			}
+			return
+		case !hd.retry:
+			return // acknowledged, or released at Stop
+		}
+		if !c.waitHeld(fetchCtx, hd, hd.delay) {
+			c.release(d) // stopping: back to the broker, for the next consumer
+			return
+		}
+		hd.msg.Deliveries++
+	}
+}
+
+// waitHeld waits delay before an in-process retry, telling the broker the
+// message is in progress while it waits (when the delivery can). It
+// returns false if ctx ended first.
+func (c *Consumer[TTx]) waitHeld(ctx context.Context, hd *heldDelivery, delay time.Duration) bool {
+	ip, _ := hd.Delivery.(inProgress)
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	tick := time.NewTicker(keepAliveEvery)
+	defer tick.Stop()
+	for {
+		if ip != nil {
+			_ = ip.InProgress(ctx) // best effort: a redelivered copy is queued behind it
+		}
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// deadLetterParked dead-letters a delivery of a parked key without running
+// it.
+func (c *Consumer[TTx]) deadLetterParked(h *handler[TTx], d txbox.Delivery, perr *KeyParkedError) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.dead.Add(1)
+	c.keys.parkedDead.Add(1)
+	msg := d.Message()
+	c.log.Warn("txbox/consumer: dead-lettering a message of a parked key without running it",
+		"handler", h.Name, "key", perr.Key, "message_id", msg.ID, "parked_by", perr.By)
+	if err := d.DeadLetter(ctx, perr); err != nil {
+		c.ackFailed.Add(1)
+		c.log.Warn("txbox/consumer: dead-letter failed; the broker will redeliver", "handler", h.Name, "message_id", msg.ID, "err", err)
+	}
+}
+
+// heldDelivery is a delivery of an Ordered handler as process sees it:
+// Retry is recorded, not sent (processOrdered retries in process), unless
+// the consumer is stopping; DeadLetter is sent and recorded. Message counts
+// the in-process retries in Deliveries.
+type heldDelivery struct {
+	txbox.Delivery
+	msg   txbox.Received
+	hard  context.Context // the handlers' context: its end is Stop's deadline
+	retry bool
+	delay time.Duration
+	dead  error
+}
+
+func (hd *heldDelivery) Message() txbox.Received { return hd.msg }
+
+func (hd *heldDelivery) Retry(ctx context.Context, delay time.Duration) error {
+	if hd.hard.Err() != nil { // Stop's deadline passed: release it
+		return hd.Delivery.Retry(ctx, delay)
+	}
+	hd.retry, hd.delay = true, delay
+	return nil
+}
+
+func (hd *heldDelivery) DeadLetter(ctx context.Context, cause error) error {
+	hd.dead = cause
+	return hd.Delivery.DeadLetter(ctx, cause)
+}
