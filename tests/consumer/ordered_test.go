@@ -18,7 +18,9 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// orderedBrokers are the brokers the ordered-mode tests run on.
+// orderedBrokers are the brokers the ordered-mode tests run on: all four,
+// so each adapter's key (Txbox-Key header, Kafka record key, Redis key
+// field) is checked too.
 var orderedBrokers = []struct {
 	name string
 	make func(t *testing.T) *broker
@@ -26,6 +28,7 @@ var orderedBrokers = []struct {
 	{"nats", func(t *testing.T) *broker { return natsBroker(t, testenv.NATS(t), 30*time.Second) }},
 	{"rabbitmq", func(t *testing.T) *broker { u := testenv.RabbitMQ(t); return rabbitBroker(t, u, u) }},
 	{"kafka", func(t *testing.T) *broker { return kafkaBroker(t, 3) }},
+	{"redis", func(t *testing.T) *broker { return redisBroker(t, 30*time.Second) }},
 }
 
 // orderedRig is an Ordered inbox handler on PostgreSQL that records each
