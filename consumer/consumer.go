@@ -492,7 +492,7 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 		backoff = 10 * time.Millisecond
 		if gate != nil {
 			if run, err := gate.admit(fetchCtx, d, d.Message().Key); err != nil || !run {
-				if err != nil {
+				if run {
 					c.release(d)
 				}
 				continue // queued behind its key

@@ -188,8 +188,10 @@ type keyGate struct {
 type lane struct{ queue []txbox.Delivery }
 
 // admit reports whether d may go to a worker now; if not, it was queued
-// behind its key, and the worker running the key will take it. It returns
-// ctx's error, having queued nothing, if ctx ends while the queue is full.
+// behind its key, and the worker running the key will take it. If ctx ends
+// while the queue is full (the consumer is stopping) it queues d beyond the
+// bound, so that drain releases it after the key's earlier deliveries, and
+// returns ctx's error.
 func (g *keyGate) admit(ctx context.Context, d txbox.Delivery, key string) (bool, error) {
 	if key == "" {
 		return true, nil
@@ -204,7 +206,13 @@ func (g *keyGate) admit(ctx context.Context, d txbox.Delivery, key string) (bool
 	select {
 	case g.slots <- struct{}{}:
 	case <-ctx.Done():
-		return false, ctx.Err()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if l := g.lanes[key]; l != nil {
+			l.queue = append(l.queue, d)
+			return false, ctx.Err()
+		}
+		return true, ctx.Err() // nothing of its key queued: the caller releases it
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -234,7 +242,10 @@ func (g *keyGate) next(key string) (txbox.Delivery, bool) {
 	d := l.queue[0]
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
-	<-g.slots
+	select {
+	case <-g.slots:
+	default: // queued beyond the bound at Stop
+	}
 	return d, true
 }
 
@@ -244,11 +255,11 @@ func (g *keyGate) drain() []txbox.Delivery {
 	defer g.mu.Unlock()
 	var out []txbox.Delivery
 	for k, l := range g.lanes {
-		for range l.queue {
-			<-g.slots
-		}
 		out = append(out, l.queue...)
 		delete(g.lanes, k)
+	}
+	for len(g.slots) > 0 {
+		<-g.slots
 	}
 	return out
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/txbox/txbox"
 )
 
@@ -32,7 +34,7 @@ func (s *Subscriber) SubscribeOrdered(ctx context.Context, binding string, prefe
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: consumer %s: %w", binding, err)
 	}
-	sub := &subscription{s: s, binding: binding, stream: stream, durable: durable, prefetch: max(prefetch, 1), cons: c}
+	sub := &subscription{s: s, binding: binding, stream: stream, durable: durable, prefetch: max(prefetch, 1), cons: c, ordered: true}
 	if info := c.CachedInfo(); info.NumAckPending > 0 {
 		wait := info.Config.AckWait + info.Config.AckWait/4
 		sub.holdUntil = time.Now().Add(wait)
@@ -58,4 +60,30 @@ func (sub *subscription) hold(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// release gives m back for redelivery. An ordered subscription gives it back
+// after releaseDelay: a message naked at once goes back to the same
+// subscription's pull requests still open at the server while it closes,
+// where it would be lost until its AckWait passed and so be overtaken by
+// later messages; naked with a delay, the released messages are redelivered
+// together, in stream order, once the subscription is gone.
+func (sub *subscription) release(m jetstream.Msg) error {
+	if !sub.ordered {
+		return m.Nak()
+	}
+	return m.NakWithDelay(sub.releaseDelay())
+}
+
+// releaseDelay is half the durable's AckWait: the next ordered subscription
+// holds its pulls for AckWait × 1.25 (see SubscribeOrdered), so the released
+// messages are waiting for it by then.
+func (sub *subscription) releaseDelay() time.Duration {
+	sub.mu.Lock()
+	c := sub.cons
+	sub.mu.Unlock()
+	if d := c.CachedInfo().Config.AckWait / 2; d > 0 {
+		return d
+	}
+	return time.Second
 }

@@ -189,6 +189,7 @@ type subscription struct {
 	it              jetstream.MessagesContext
 	closed          bool
 	holdUntil       time.Time // SubscribeOrdered: pull nothing before (ordered.go)
+	ordered         bool      // SubscribeOrdered: release with releaseDelay
 }
 
 func (sub *subscription) open() error {
@@ -265,7 +266,7 @@ func (sub *subscription) Close(ctx context.Context) error {
 		if err != nil {
 			break
 		}
-		_ = m.Nak()
+		_ = sub.release(m)
 	}
 	it.Stop()
 	return nil
@@ -310,7 +311,7 @@ func (d *delivery) Ack(ctx context.Context) error { return d.m.DoubleAck(ctx) }
 // Retry naks with a delay: the server redelivers after it.
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 	if delay <= 0 {
-		return d.m.Nak()
+		return d.sub.release(d.m)
 	}
 	return d.m.NakWithDelay(delay)
 }

@@ -49,10 +49,19 @@ func newOrderedRig(t *testing.T, b *broker, hc consumer.HandlerConfig, maxDelive
 	d := pgxDB(t, 12)
 	d.migrateAll(t)
 	d.exec(t, `CREATE TABLE applied (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, version int NOT NULL, msg_id text NOT NULL)`)
-	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 8, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, MaxDeliveries: maxDeliveries})
+	r := &orderedRig{t: t, b: b, d: d}
+	r.start(hc, maxDeliveries, before)
+	return r
+}
+
+// start starts a consumer (another one, after a Stop) with the handler.
+func (r *orderedRig) start(hc consumer.HandlerConfig, maxDeliveries int, before func(ctx context.Context, key string, version int, msg consumer.Message) error) {
+	t := r.t
+	t.Helper()
+	c, err := consumer.New(r.d.drv, consumer.Config{Broker: r.b.sub, Concurrency: 8, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, MaxDeliveries: maxDeliveries})
 	testenv.Must(t, err, "consumer.New")
 	hc.Ordered = true
-	hc.Binding = b.binding("orders")
+	hc.Binding = r.b.binding("orders")
 	testenv.Must(t, c.HandleInbox(hc, func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
 		key, v, _ := strings.Cut(string(msg.Payload), "/")
 		version, err := strconv.Atoi(v)
@@ -76,7 +85,7 @@ func newOrderedRig(t *testing.T, b *broker, hc consumer.HandlerConfig, maxDelive
 		defer cancel()
 		_ = c.Stop(ctx)
 	})
-	return &orderedRig{t: t, b: b, d: d, c: c, hc: hc}
+	r.c, r.hc = c, hc
 }
 
 // publish sends the given versions of key, in that order, one Publish
@@ -298,5 +307,48 @@ func TestOrderedDeadKey(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestOrderedStopAndRestart: a consumer stopped with a key's messages
+// queued in its gate and in the broker's prefetch releases them so that the
+// next consumer runs them in order: the key's versions apply as 1…40,
+// each once.
+func TestOrderedStopAndRestart(t *testing.T) {
+	for _, br := range []struct {
+		name string
+		make func(t *testing.T) *broker
+	}{
+		{"nats", func(t *testing.T) *broker {
+			b := natsBroker(t, testenv.NATS(t), 2*time.Second)
+			b.sub = b.resubscribe(t)
+			return b
+		}},
+		{"rabbitmq", func(t *testing.T) *broker { u := testenv.RabbitMQ(t); return rabbitBroker(t, u, u) }},
+	} {
+		t.Run(br.name, func(t *testing.T) {
+			t.Parallel()
+			published := make(chan struct{})
+			slow := func(ctx context.Context, key string, version int, msg consumer.Message) error {
+				<-published // the gate and the prefetch fill up meanwhile
+				time.Sleep(5 * time.Millisecond)
+				return nil
+			}
+			r := newOrderedRig(t, br.make(t), consumer.HandlerConfig{Name: "ordered"}, 5, slow)
+			r.publish("a", seq(1, 40)...)
+			close(published)
+			eventually(t, "5 versions applied", func() bool { return len(r.versions("a")) >= 5 })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			testenv.Must(t, r.c.Stop(ctx), "Stop")
+			cancel()
+			if st := r.c.Stats(); st.Released == 0 || st.Handled == 40 {
+				t.Fatalf("stats %+v: want some released at Stop, not all handled", st)
+			}
+			if r.b.resubscribe != nil {
+				r.b.sub = r.b.resubscribe(t)
+			}
+			r.start(r.hc, 5, slow)
+			r.waitVersions("a", seq(1, 40))
+		})
 	}
 }
