@@ -465,11 +465,11 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, h *handler[TTx], 
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
+			if gate != nil {
+				c.orderedWorker(fetchCtx, hardCtx, h, gate, work)
+				return
+			}
 			for d := range work {
-				if gate != nil {
-					c.runOrdered(fetchCtx, hardCtx, h, gate, d, d.Message().Key)
-					continue
-				}
 				c.process(hardCtx, h, d)
 			}
 		}()

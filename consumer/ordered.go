@@ -126,7 +126,8 @@ func (r *keyRegistry) open(handler string, limit int) *keyGate {
 	if r.gates == nil {
 		r.gates = map[string]*keyGate{}
 	}
-	g := &keyGate{handler: handler, lanes: map[string]*lane{}, parked: map[string]*ParkedKey{}, slots: make(chan struct{}, max(limit, 1))}
+	g := &keyGate{handler: handler, lanes: map[string]*lane{}, parked: map[string]*ParkedKey{},
+		slots: make(chan struct{}, max(limit, 1)), ready: make(chan *heldDelivery)}
 	r.gates[handler] = g
 	return g
 }
@@ -182,6 +183,8 @@ type keyGate struct {
 	lanes   map[string]*lane // keys with a delivery in a worker
 	parked  map[string]*ParkedKey
 	slots   chan struct{}
+	ready   chan *heldDelivery // retries whose backoff passed, for a worker
+	waiting sync.WaitGroup     // retries waiting for their backoff
 }
 
 // lane is a busy key's queue of waiting deliveries.
@@ -249,8 +252,10 @@ func (g *keyGate) next(key string) (txbox.Delivery, bool) {
 	return d, true
 }
 
-// drain empties every queue, returning the deliveries in their keys' order.
+// drain waits until no retry is waiting (each released itself), then
+// empties every queue, returning the deliveries in their keys' order.
 func (g *keyGate) drain() []txbox.Delivery {
+	g.waiting.Wait()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []txbox.Delivery

@@ -7,55 +7,93 @@ import (
 	"github.com/txbox/txbox"
 )
 
-// runOrdered runs d, then its key's later deliveries as they queue up, one
-// at a time, until the key is idle or the consumer stops (the run loop
-// releases what is left queued).
-func (c *Consumer[TTx]) runOrdered(fetchCtx, hardCtx context.Context, h *handler[TTx], g *keyGate, d txbox.Delivery, key string) {
+// orderedWorker is one worker of an Ordered handler: it runs the
+// deliveries the fetch loop admits and the retries whose backoff has passed.
+func (c *Consumer[TTx]) orderedWorker(fetchCtx, hardCtx context.Context, h *handler[TTx], g *keyGate, work <-chan txbox.Delivery) {
 	for {
-		c.processOrdered(fetchCtx, hardCtx, h, g, d, key)
-		if key == "" || fetchCtx.Err() != nil {
-			return
-		}
-		var ok bool
-		if d, ok = g.next(key); !ok {
-			return
+		select {
+		case d, ok := <-work:
+			if !ok {
+				return
+			}
+			c.runOrdered(fetchCtx, hardCtx, h, g, newHeld(d, hardCtx))
+		case hd := <-g.ready:
+			c.runOrdered(fetchCtx, hardCtx, h, g, hd)
 		}
 	}
 }
 
-// processOrdered processes one delivery of an Ordered handler. A failure
-// that would go back to the broker is retried here instead, after the same
-// backoff, with the delivery held unacknowledged: a redelivery could be
-// overtaken by the key's later messages. A dead letter parks the key unless
-// h.DeadKey is ContinueKey; a parked key's deliveries are dead-lettered
-// with a *KeyParkedError without running.
-func (c *Consumer[TTx]) processOrdered(fetchCtx, hardCtx context.Context, h *handler[TTx], g *keyGate, d txbox.Delivery, key string) {
-	if key != "" {
-		if perr := g.parkedBy(key); perr != nil {
-			c.deadLetterParked(h, d, perr)
+func newHeld(d txbox.Delivery, hardCtx context.Context) *heldDelivery {
+	msg := d.Message()
+	return &heldDelivery{Delivery: d, msg: msg, key: msg.Key, hard: hardCtx}
+}
+
+// runOrdered runs hd, then its key's later deliveries as they queue up, one
+// at a time, until the key is idle, a delivery waits for its retry (the key
+// stays busy: the retry comes back through g.ready), or the consumer stops
+// (the run loop releases what is left queued).
+func (c *Consumer[TTx]) runOrdered(fetchCtx, hardCtx context.Context, h *handler[TTx], g *keyGate, hd *heldDelivery) {
+	for {
+		if !c.processOrdered(fetchCtx, hardCtx, h, g, hd) {
 			return
+		}
+		if hd.key == "" || fetchCtx.Err() != nil {
+			return
+		}
+		d, ok := g.next(hd.key)
+		if !ok {
+			return
+		}
+		hd = newHeld(d, hardCtx)
+	}
+}
+
+// processOrdered processes one delivery of an Ordered handler. A failure
+// that would go back to the broker is retried in process instead, after the
+// same backoff, with the delivery held unacknowledged (a redelivery could be
+// overtaken by the key's later messages): processOrdered then returns false
+// and the retry waits off the worker, in awaitRetry. A dead letter parks the
+// key unless h.DeadKey is ContinueKey; a parked key's deliveries are
+// dead-lettered with a *KeyParkedError without running.
+func (c *Consumer[TTx]) processOrdered(fetchCtx, hardCtx context.Context, h *handler[TTx], g *keyGate, hd *heldDelivery) bool {
+	if hd.key != "" {
+		if perr := g.parkedBy(hd.key); perr != nil {
+			c.deadLetterParked(h, hd.Delivery, perr)
+			return true
 		}
 	}
-	hd := &heldDelivery{Delivery: d, msg: d.Message(), hard: hardCtx}
-	for {
-		hd.retry, hd.dead = false, nil
-		c.process(hardCtx, h, hd)
-		switch {
-		case hd.dead != nil:
-			if key != "" && h.DeadKey == ParkKey {
-				g.park(key, hd.msg.ID, hd.dead)
-				c.log.Warn("txbox/consumer: key parked: its later messages are dead-lettered without running until ReleaseKey",
-					"handler", h.Name, "key", key, "message_id", hd.msg.ID)
-			}
-			return
-		case !hd.retry:
-			return // acknowledged, or released at Stop
+	hd.retry, hd.dead = false, nil
+	c.process(hardCtx, h, hd)
+	switch {
+	case hd.dead != nil:
+		if hd.key != "" && h.DeadKey == ParkKey {
+			g.park(hd.key, hd.msg.ID, hd.dead)
+			c.log.Warn("txbox/consumer: key parked: its later messages are dead-lettered without running until ReleaseKey",
+				"handler", h.Name, "key", hd.key, "message_id", hd.msg.ID)
 		}
-		if !c.waitHeld(fetchCtx, hd, hd.delay) {
-			c.release(d) // stopping: back to the broker, for the next consumer
-			return
-		}
-		hd.msg.Deliveries++
+		return true
+	case !hd.retry:
+		return true // acknowledged, or released at Stop
+	}
+	g.waiting.Add(1)
+	go c.awaitRetry(fetchCtx, g, hd)
+	return false
+}
+
+// awaitRetry waits hd's backoff, then hands it to a worker; if the consumer
+// stops first, it releases hd to the broker (before the run loop releases
+// the key's queued deliveries: drain waits for it).
+func (c *Consumer[TTx]) awaitRetry(fetchCtx context.Context, g *keyGate, hd *heldDelivery) {
+	defer g.waiting.Done()
+	if !c.waitHeld(fetchCtx, hd, hd.delay) {
+		c.release(hd.Delivery)
+		return
+	}
+	hd.msg.Deliveries++
+	select {
+	case g.ready <- hd:
+	case <-fetchCtx.Done():
+		c.release(hd.Delivery)
 	}
 }
 
@@ -105,6 +143,7 @@ func (c *Consumer[TTx]) deadLetterParked(h *handler[TTx], d txbox.Delivery, perr
 type heldDelivery struct {
 	txbox.Delivery
 	msg   txbox.Received
+	key   string
 	hard  context.Context // the handlers' context: its end is Stop's deadline
 	retry bool
 	delay time.Duration

@@ -352,3 +352,37 @@ func TestOrderedStopAndRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderedRetriesFreeTheirWorkers: with 2 workers and 3 keys whose
+// message fails until a fourth key is done, the fourth key still flows: a
+// message waiting for its retry holds its key, not a worker. (It does hold
+// one of the prefetch's 2 × Concurrency unacknowledged deliveries: the 3
+// failing messages leave one for the fourth key.)
+func TestOrderedRetriesFreeTheirWorkers(t *testing.T) {
+	for _, br := range orderedBrokers[:2] {
+		t.Run(br.name, func(t *testing.T) {
+			t.Parallel()
+			var bDone atomic.Bool
+			r := newOrderedRig(t, br.make(t), consumer.HandlerConfig{Name: "ordered", Concurrency: 2}, 1_000_000, func(ctx context.Context, key string, version int, msg consumer.Message) error {
+				if key != "b" && version == 1 && !bDone.Load() {
+					return errors.New("not yet")
+				}
+				return nil
+			})
+			for _, k := range []string{"a", "c", "e"} {
+				r.publish(k, 1)
+			}
+			r.publish("b", seq(1, 6)...)
+			r.waitVersions("b", seq(1, 6))
+			for _, k := range []string{"a", "c", "e"} {
+				if got := r.versions(k); len(got) != 0 {
+					t.Fatalf("key %s applied %v while its first message fails", k, got)
+				}
+			}
+			bDone.Store(true)
+			for _, k := range []string{"a", "c", "e"} {
+				r.waitVersions(k, []int{1})
+			}
+		})
+	}
+}
