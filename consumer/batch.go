@@ -72,9 +72,13 @@ func firstPositive[T int | time.Duration](vs ...T) T {
 }
 
 // bindingBatching returns the batch size and fill wait of b's workers: the
-// largest of its batched (Inbox) routes'; size 1 when none is batched.
+// largest of its batched (Inbox) routes'; size 1 when none is batched, and
+// for an Ordered handler (not batched).
 func (c *Consumer[TTx]) bindingBatching(b *binding[TTx]) (int, time.Duration) {
 	size, wait := 1, time.Duration(0)
+	if b.ordered() {
+		return size, wait // an Ordered handler's deliveries run one at a time
+	}
 	for _, h := range b.routes {
 		if s, w := c.batching(h); s > 1 {
 			size, wait = max(size, s), max(wait, w)

@@ -139,6 +139,14 @@ type HandlerConfig struct {
 	BackoffMax    time.Duration
 	// Batch overrides Config.Batch for this handler, field by field.
 	Batch BatchConfig
+	// Ordered handles the messages of one key (Message.Key) one at a time,
+	// in arrival order, and different keys in parallel up to Concurrency;
+	// unkeyed messages run freely. A failed message is retried in process,
+	// holding back only its key (see docs/ordering.md). Default: false.
+	Ordered bool
+	// DeadKey is what an Ordered handler does with a key after one of its
+	// messages was dead-lettered. Default: ParkKey.
+	DeadKey DeadKeyPolicy
 }
 
 // Stats counts what a Consumer did with its deliveries since New.
@@ -160,6 +168,11 @@ type Stats struct {
 	// BatchesFailed those that failed as a whole, whose messages were
 	// then handled one by one.
 	Batches, BatchesFailed int64
+	// ParkedKeys is how many keys the Ordered handlers have parked now
+	// (see Consumer.ParkedKeys); ParkedDeadLettered counts the messages
+	// dead-lettered without running because their key was parked (also
+	// in DeadLettered).
+	ParkedKeys, ParkedDeadLettered int64
 }
 
 type handler[TTx any] struct {
@@ -190,6 +203,7 @@ type Consumer[TTx any] struct {
 
 	failures *failures // message-caused failures, per (handler, message id)
 	routing  routing
+	keys     keyRegistry
 
 	handled, duplicates, retried, dbFailed, dead, released, ackFailed atomic.Int64
 	batches, batchesFailed                                            atomic.Int64
@@ -325,6 +339,9 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		if msg := checkBatch(label, h.Batch); msg != "" {
 			add("%s", msg)
 		}
+		if msg := checkOrdered(h.HandlerConfig); msg != "" {
+			add("%s %s", label, msg)
+		}
 		switch h.guarantee {
 		case Inbox:
 			needInbox = true
@@ -346,6 +363,7 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 	}
 	sort.Strings(bs)
 	problems = append(problems, c.checkRoutes(hs, binds)...)
+	problems = append(problems, checkOrderedRoutes(hs)...)
 	for _, b := range bs {
 		if err := c.cfg.Broker.CheckBinding(ctx, b); err != nil {
 			add("binding %q (%s): %v", b, strings.Join(bindings[b], ", "), err)
@@ -406,7 +424,7 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 	var subs []txbox.Subscription
 	bs := c.bindings()
 	for _, b := range bs {
-		s, err := c.cfg.Broker.Subscribe(ctx, b.name, c.prefetch(b))
+		s, err := c.subscribe(ctx, b, c.prefetch(b))
 		if err != nil {
 			for _, s := range subs {
 				_ = s.Close(ctx)
@@ -474,6 +492,7 @@ func (c *Consumer[TTx]) Stats() Stats {
 		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
 		DatabaseFailures: c.dbFailed.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
 		Unrouted: c.routing.unrouted.Load(), Batches: c.batches.Load(), BatchesFailed: c.batchesFailed.Load(),
+		ParkedKeys: c.keys.parkedCount(), ParkedDeadLettered: c.keys.parkedDead.Load(),
 	}
 }
 
@@ -481,11 +500,19 @@ func (c *Consumer[TTx]) Stats() Stats {
 func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], sub txbox.Subscription, n int) {
 	defer c.wg.Done()
 	work := make(chan txbox.Delivery)
+	var gate *keyGate // Ordered: one delivery per key at a time (ordered.go)
+	if b.ordered() {
+		gate = c.keys.open(b.single.Name, 2*n)
+	}
 	var workers sync.WaitGroup
 	for range n {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
+			if gate != nil {
+				c.orderedWorker(fetchCtx, hardCtx, b.single, gate, work)
+				return
+			}
 			if size, wait := c.bindingBatching(b); size > 1 {
 				c.runBatches(hardCtx, b, work, size, wait)
 				return
@@ -512,6 +539,14 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 		}
 		backoff = 10 * time.Millisecond
 		d = c.keepAlive(d)
+		if gate != nil {
+			if run, err := gate.admit(fetchCtx, d, d.Message().Key); err != nil || !run {
+				if run {
+					c.release(d)
+				}
+				continue // queued behind its key
+			}
+		}
 		select {
 		case work <- d:
 		case <-fetchCtx.Done():
@@ -520,6 +555,11 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 	}
 	close(work)
 	workers.Wait()
+	if gate != nil {
+		for _, d := range gate.drain() {
+			c.release(d)
+		}
+	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sub.Close(closeCtx); err != nil {

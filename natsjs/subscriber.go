@@ -205,6 +205,8 @@ type subscription struct {
 	it              jetstream.MessagesContext
 	ackWait         time.Duration // the durable's, when it was opened
 	closed          bool
+	holdUntil       time.Time // SubscribeOrdered: pull nothing before (ordered.go)
+	ordered         bool      // SubscribeOrdered: release with releaseDelay
 }
 
 func (sub *subscription) open() error {
@@ -227,6 +229,9 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	it := sub.it
 	sub.mu.Unlock()
 	if it == nil {
+		if err := sub.hold(ctx); err != nil {
+			return nil, err
+		}
 		if err := sub.reopen(ctx); err != nil {
 			return nil, err
 		}
@@ -282,7 +287,7 @@ func (sub *subscription) Close(ctx context.Context) error {
 		if err != nil {
 			break
 		}
-		_ = m.Nak()
+		_ = sub.release(m)
 	}
 	it.Stop()
 	return nil
@@ -328,7 +333,7 @@ func (d *delivery) Ack(ctx context.Context) error { return d.m.DoubleAck(ctx) }
 // Retry naks with a delay: the server redelivers after it.
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 	if delay <= 0 {
-		return d.m.Nak()
+		return d.sub.release(d.m)
 	}
 	return d.m.NakWithDelay(delay)
 }

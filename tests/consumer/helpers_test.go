@@ -59,6 +59,9 @@ type broker struct {
 	// later records of its partition again, settled or not (Kafka's one
 	// offset per partition), so a message can be dead-lettered twice.
 	rereads bool
+	// resubscribe, where set, returns a subscriber on a connection of its
+	// own, closing the one it returned before, as a restarted process has.
+	resubscribe func(t testing.TB) txbox.Subscriber
 }
 
 var flows = []string{"orders", "shipments", "events"}
@@ -88,8 +91,20 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 	testenv.Must(t, err, "publisher")
 	sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
 	testenv.Must(t, err, "subscriber")
+	var subConn *nats.Conn
 	return &broker{
 		name: "nats", pub: pub, sub: sub,
+		resubscribe: func(t testing.TB) txbox.Subscriber {
+			if subConn != nil {
+				subConn.Close()
+			}
+			subConn, err = nats.Connect(nc.ConnectedUrl(), nats.MaxReconnects(-1))
+			testenv.Must(t, err, "connect")
+			t.Cleanup(subConn.Close)
+			sub, err := natsjs.NewSubscriber(subConn, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
+			testenv.Must(t, err, "subscriber")
+			return sub
+		},
 		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries, dedupes: true,
 		topic:   func(f string) string { return "ev." + f },
 		binding: func(f string) string { return natsjs.Binding(stream, f) },

@@ -11,7 +11,8 @@
 // 40s), TXBOX_CRASH_MIN_KILLS (per scenario, default 30: the run goes on
 // past the duration until that many SIGKILLs), TXBOX_CRASH_SEED (default:
 // from the clock; printed), TXBOX_CRASH_SCENARIOS (default
-// "postgres,sqlite"), TXBOX_CRASH_DRAIN (how long the end may take to
+// "postgres,sqlite,ordered"; ordered runs for three quarters of the
+// duration and two thirds of the kills), TXBOX_CRASH_DRAIN (how long the end may take to
 // deliver the backlog, default 2m plus a quarter of the duration), TXBOX_CRASH_REPORT (a file the ledger
 // is appended to), TXBOX_CRASH_KEEP (keep the logs and data of a run that
 // passed; a failed run's are always kept, and the end of each log printed).
@@ -54,7 +55,7 @@ type settings struct {
 
 func loadSettings(t *testing.T) settings {
 	s := settings{duration: 40 * time.Second, minKills: 30, seed: uint64(time.Now().UnixNano()),
-		scenarios: []string{"postgres", "sqlite"}, drain: 2 * time.Minute, report: os.Getenv("TXBOX_CRASH_REPORT")}
+		scenarios: []string{"postgres", "sqlite", "ordered"}, drain: 2 * time.Minute, report: os.Getenv("TXBOX_CRASH_REPORT")}
 	dur := func(name string, into *time.Duration) {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -88,7 +89,9 @@ func loadSettings(t *testing.T) settings {
 }
 
 // TestCrash runs each scenario (PostgreSQL through a fault proxy, SQLite on
-// a file) side by side and fails unless the ledger holds no lost, phantom,
+// a file, and "ordered": PostgreSQL with an Ordered consumer whose handler
+// applies whatever arrives, its process killed again and again, so that
+// the ledger's order check is the consumer runtime's) side by side and fails unless the ledger holds no lost, phantom,
 // doubly applied or out-of-order message and no row stuck pending.
 func TestCrash(t *testing.T) {
 	st := loadSettings(t)
@@ -100,8 +103,13 @@ func TestCrash(t *testing.T) {
 			t.Parallel()
 			switch name {
 			case "postgres", "sqlite":
+			case "ordered":
+				st := st // this scenario's settings only
+				st.duration, st.minKills = st.duration*3/4, st.minKills*2/3
+				run(t, bin, st, name)
+				return
 			default:
-				t.Fatalf("unknown scenario %q (want postgres or sqlite)", name)
+				t.Fatalf("unknown scenario %q (want postgres, sqlite or ordered)", name)
 			}
 			run(t, bin, st, name)
 		})
@@ -191,7 +199,7 @@ func run(t *testing.T, bin string, st settings, name string) {
 	// The database: a schema of its own behind a fault proxy, or a file.
 	var procDB, relayDB, directDB string
 	var relayArgs []string
-	if name == "postgres" {
+	if name != "sqlite" {
 		e.dialect = driver.Postgres
 		schema := testenv.Name("crash")
 		admin, err := sql.Open("pgx", testenv.PostgresURL())
@@ -235,7 +243,7 @@ func run(t *testing.T, bin string, st settings, name string) {
 		procDB, relayDB, directDB = "sqlite://"+path, "sqlite://"+path, "sqlite://"+path
 	}
 	migrateArgs := append([]string{"migrate", "up", "--db", directDB, "--inbox-table", "txbox_inbox"}, relayArgs...)
-	if name == "postgres" {
+	if name != "sqlite" {
 		migrateArgs = append([]string{"migrate", "up", "--db", testenv.PostgresURL(), "--inbox-table", "txbox_inbox"}, relayArgs...)
 	}
 	if out, err := exec.Command(filepath.Join(bin, "txbox"), migrateArgs...).CombinedOutput(); err != nil {
@@ -269,7 +277,11 @@ func run(t *testing.T, bin string, st settings, name string) {
 	e.add("relay", append([]string{filepath.Join(bin, "txbox"), "relay", "--db", relayDB, "--broker", e.natsURL,
 		"--stream", "CRASH", "--subject-prefix", "crash.", "--poll-interval", "100ms", "--publish-timeout", "2s",
 		"--claim-lease", "4s", "--stats-interval", "2s", "--log-level", "warn"}, relayArgs...)...)
-	e.add("consumer", filepath.Join(bin, "consumer"), "-db", procDB, "-nats", e.natsURL, "-binding", "CRASH/apply", "-dlq", "crashdlq.")
+	consumerArgs := []string{filepath.Join(bin, "consumer"), "-db", procDB, "-nats", e.natsURL, "-binding", "CRASH/apply", "-dlq", "crashdlq."}
+	if name == "ordered" {
+		consumerArgs = append(consumerArgs, "-ordered")
+	}
+	e.add("consumer", consumerArgs...)
 	e.add("producer", filepath.Join(bin, "producer"), "-db", procDB, "-keys", "16", "-interval", "8ms")
 	for _, n := range []string{"relay", "consumer", "producer"} {
 		testenv.Must(t, e.procs[n].Start(), "start %s", n)
@@ -280,6 +292,11 @@ func run(t *testing.T, bin string, st settings, name string) {
 	kinds := []string{killRelay, killRelay, killRelay, killProducer, killProducer, killConsumer, killConsumer, killConsumer, killNATS, killNATS}
 	if e.proxy != nil {
 		kinds = append(kinds, pgCut, pgFreeze, pgDropClient)
+	}
+	if name == "ordered" {
+		// The consumer's kills: what an ordered consumer must survive
+		// without running a key's later message first.
+		kinds = []string{killConsumer, killConsumer, killConsumer, killConsumer, killRelay}
 	}
 	var faults []fault
 	kills := 0

@@ -7,7 +7,11 @@
 // applied version is applied anyway, so that the harness's ledger sees a
 // double effect or an order violation instead of this program hiding it.
 //
-//	consumer -db URL -nats nats://127.0.0.1:PORT -binding STREAM/durable -dlq PREFIX
+// With -ordered the handler is Ordered (consumer.HandlerConfig.Ordered)
+// and applies every version as it arrives, refusing none: per-key order
+// is then the consumer runtime's alone, and the ledger checks it.
+//
+//	consumer -db URL -nats nats://127.0.0.1:PORT -binding STREAM/durable -dlq PREFIX [-ordered]
 package main
 
 import (
@@ -40,6 +44,7 @@ func main() {
 	binding := flag.String("binding", "", "STREAM/durable")
 	dlq := flag.String("dlq", "", "dead-letter subject prefix")
 	concurrency := flag.Int("concurrency", 4, "messages handled at once")
+	ordered := flag.Bool("ordered", false, "an Ordered handler that applies versions as they arrive")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix(fmt.Sprintf("consumer[%d] ", os.Getpid()))
@@ -70,7 +75,7 @@ func main() {
 		log.Fatal(err)
 	}
 	pid := os.Getpid()
-	err = c.HandleInbox(consumer.HandlerConfig{Name: "crash.apply", Binding: *binding},
+	err = c.HandleInbox(consumer.HandlerConfig{Name: "crash.apply", Binding: *binding, Ordered: *ordered},
 		func(ctx context.Context, tx *sql.Tx, msg consumer.Message) error {
 			key, version, err := crashdb.ParseMsgID(string(msg.Payload))
 			if err != nil {
@@ -80,7 +85,7 @@ func main() {
 			if err := tx.QueryRowContext(ctx, crashdb.Q(dialect, "SELECT coalesce(max(version), 0) FROM crash_effects WHERE key = ?"), key).Scan(&last); err != nil {
 				return err
 			}
-			if version > last+1 {
+			if version > last+1 && !*ordered {
 				return fmt.Errorf("%w: %s after %d", errNotNext, msg.ID, last)
 			}
 			_, err = tx.ExecContext(ctx, crashdb.Q(dialect, "INSERT INTO crash_effects (key, version, msg_id, applied_us, pid) VALUES (?, ?, ?, ?, ?)"),

@@ -1,0 +1,343 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// DeadKeyPolicy is what an Ordered handler does with a key after one of its
+// messages was dead-lettered.
+type DeadKeyPolicy int
+
+// The dead-key policies.
+const (
+	// ParkKey (the default) parks the key: its later messages are not run
+	// but dead-lettered, in arrival order, with a *KeyParkedError, until
+	// ReleaseKey; every other key keeps flowing.
+	ParkKey DeadKeyPolicy = iota
+	// ContinueKey goes on with the key's next message.
+	ContinueKey
+)
+
+func (p DeadKeyPolicy) String() string {
+	switch p {
+	case ParkKey:
+		return "park"
+	case ContinueKey:
+		return "continue"
+	}
+	return fmt.Sprintf("DeadKeyPolicy(%d)", int(p))
+}
+
+var (
+	// ErrKeyParked is matched by *KeyParkedError, the cause a parked key's
+	// later messages are dead-lettered with.
+	ErrKeyParked = errors.New("txbox/consumer: key parked")
+	// ErrNotParked: ReleaseKey was asked for a key that is not parked.
+	ErrNotParked = errors.New("txbox/consumer: key not parked")
+)
+
+// KeyParkedError is the cause of the dead letter of a message whose key was
+// parked (see ParkKey) when it arrived: it was not run.
+type KeyParkedError struct {
+	Handler, Key string
+	// By is the id of the dead-lettered message that parked the key.
+	By string
+}
+
+func (e *KeyParkedError) Error() string {
+	return fmt.Sprintf("not run: key %q of handler %q is parked behind dead-lettered message %q (release it with Consumer.ReleaseKey)", e.Key, e.Handler, e.By)
+}
+
+// Is makes errors.Is match ErrKeyParked.
+func (e *KeyParkedError) Is(target error) bool { return target == ErrKeyParked }
+
+// ParkedKey is a key an Ordered handler parked.
+type ParkedKey struct {
+	Handler string
+	Key     string
+	// MessageID is the dead-lettered message that parked the key; Cause is
+	// why it was dead-lettered.
+	MessageID string
+	Cause     string
+	Since     time.Time
+	// DeadLettered counts the key's later messages dead-lettered (not run)
+	// with a *KeyParkedError since it was parked.
+	DeadLettered int
+}
+
+// OrderedSubscriber is an optional capability of a Subscriber: it opens a
+// binding for an Ordered handler so that messages left unacknowledged by an
+// earlier subscriber (a killed process) are delivered again before any
+// later message. The consumer uses it, when the broker has it, for the
+// bindings of Ordered handlers (natsjs has it; RabbitMQ queues and Kafka
+// partitions redeliver in order by themselves).
+type OrderedSubscriber interface {
+	SubscribeOrdered(ctx context.Context, binding string, prefetch int) (txbox.Subscription, error)
+}
+
+// subscribe opens b's binding, through OrderedSubscriber for an Ordered
+// handler when the broker has it.
+func (c *Consumer[TTx]) subscribe(ctx context.Context, b *binding[TTx], prefetch int) (txbox.Subscription, error) {
+	if os, ok := c.cfg.Broker.(OrderedSubscriber); ok && b.ordered() {
+		return os.SubscribeOrdered(ctx, b.name, prefetch)
+	}
+	return c.cfg.Broker.Subscribe(ctx, b.name, prefetch)
+}
+
+// ordered reports whether b is the binding of an Ordered handler (which
+// Validate requires to be its binding's only route).
+func (b *binding[TTx]) ordered() bool { return b.single != nil && b.single.Ordered }
+
+// checkOrderedRoutes reports the Ordered handlers that share their binding
+// with other routes or have a Route: an Ordered handler's key gate orders
+// its binding's whole stream, so the binding must be its alone.
+func checkOrderedRoutes[TTx any](hs []*handler[TTx]) []string {
+	per := map[string]int{}
+	for _, h := range hs {
+		per[h.Binding]++
+	}
+	var out []string
+	for _, h := range hs {
+		if !h.Ordered {
+			continue
+		}
+		if per[h.Binding] > 1 {
+			out = append(out, fmt.Sprintf("handler %q is Ordered but shares binding %q with other handlers: an Ordered handler needs its binding to itself", h.Name, h.Binding))
+		} else if !h.route.IsZero() {
+			out = append(out, fmt.Sprintf("handler %q is Ordered and has a Route: an Ordered handler takes its whole binding (no Route)", h.Name))
+		}
+	}
+	return out
+}
+
+// checkOrdered reports what is wrong with h's ordering settings, or "".
+func checkOrdered(h HandlerConfig) string {
+	if h.DeadKey != ParkKey && h.DeadKey != ContinueKey {
+		return fmt.Sprintf("has an unknown DeadKey policy %d", int(h.DeadKey))
+	}
+	if h.DeadKey != ParkKey && !h.Ordered {
+		return "sets DeadKey but is not Ordered"
+	}
+	return ""
+}
+
+// keyRegistry holds the key gates of a Consumer's Ordered handlers.
+type keyRegistry struct {
+	mu         sync.Mutex
+	gates      map[string]*keyGate // by handler name
+	parkedDead atomic.Int64
+}
+
+func (r *keyRegistry) open(handler string, limit int) *keyGate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gates == nil {
+		r.gates = map[string]*keyGate{}
+	}
+	g := &keyGate{handler: handler, lanes: map[string]*lane{}, parked: map[string]*ParkedKey{},
+		slots: make(chan struct{}, max(limit, 1)), ready: make(chan *heldDelivery)}
+	r.gates[handler] = g
+	return g
+}
+
+func (r *keyRegistry) list() []*keyGate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	gs := make([]*keyGate, 0, len(r.gates))
+	for _, g := range r.gates {
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// ParkedKeys lists the keys the Ordered handlers have parked, by handler
+// and key. Parking is kept in memory: a restarted consumer starts with none.
+func (c *Consumer[TTx]) ParkedKeys() []ParkedKey {
+	var out []ParkedKey
+	for _, g := range c.keys.list() {
+		out = append(out, g.parkedKeys()...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Handler != out[j].Handler {
+			return out[i].Handler < out[j].Handler
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// ReleaseKey unparks key of the Ordered handler named handler: the key's
+// next message to arrive runs. The messages dead-lettered while it was
+// parked stay in the dead letters (redrive them, in order, if they should
+// run). It returns an error matching ErrNotParked if the key is not parked.
+func (c *Consumer[TTx]) ReleaseKey(handler, key string) error {
+	for _, g := range c.keys.list() {
+		if g.handler == handler && g.release(key) {
+			c.log.Info("txbox/consumer: key released", "handler", handler, "key", key)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: handler %q, key %q", ErrNotParked, handler, key)
+}
+
+// keyGate sits between an Ordered handler's fetch loop and its workers: it
+// lets one delivery per key run at a time and queues the key's later ones,
+// in arrival order, until it is done. Unkeyed deliveries pass freely. The
+// queued deliveries are bounded by slots (the prefetch): a fetch loop
+// that finds them full waits.
+type keyGate struct {
+	handler string
+	mu      sync.Mutex
+	lanes   map[string]*lane // keys with a delivery in a worker
+	parked  map[string]*ParkedKey
+	slots   chan struct{}
+	ready   chan *heldDelivery // retries whose backoff passed, for a worker
+	waiting sync.WaitGroup     // retries waiting for their backoff
+}
+
+// lane is a busy key's queue of waiting deliveries.
+type lane struct{ queue []txbox.Delivery }
+
+// admit reports whether d may go to a worker now; if not, it was queued
+// behind its key, and the worker running the key will take it. If ctx ends
+// while the queue is full (the consumer is stopping) it queues d beyond the
+// bound, so that drain releases it after the key's earlier deliveries, and
+// returns ctx's error.
+func (g *keyGate) admit(ctx context.Context, d txbox.Delivery, key string) (bool, error) {
+	if key == "" {
+		return true, nil
+	}
+	g.mu.Lock()
+	if g.lanes[key] == nil {
+		g.lanes[key] = &lane{}
+		g.mu.Unlock()
+		return true, nil
+	}
+	g.mu.Unlock()
+	select {
+	case g.slots <- struct{}{}:
+	case <-ctx.Done():
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if l := g.lanes[key]; l != nil {
+			l.queue = append(l.queue, d)
+			return false, ctx.Err()
+		}
+		return true, ctx.Err() // nothing of its key queued: the caller releases it
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.lanes[key]
+	if l == nil { // the key went idle while we waited for room
+		<-g.slots
+		g.lanes[key] = &lane{}
+		return true, nil
+	}
+	l.queue = append(l.queue, d)
+	return false, nil
+}
+
+// next returns the key's next waiting delivery, or false, and then the key
+// is idle.
+func (g *keyGate) next(key string) (txbox.Delivery, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.lanes[key]
+	if l == nil {
+		return nil, false
+	}
+	if len(l.queue) == 0 {
+		delete(g.lanes, key)
+		return nil, false
+	}
+	d := l.queue[0]
+	l.queue[0] = nil
+	l.queue = l.queue[1:]
+	select {
+	case <-g.slots:
+	default: // queued beyond the bound at Stop
+	}
+	return d, true
+}
+
+// drain waits until no retry is waiting (each released itself), then
+// empties every queue, returning the deliveries in their keys' order.
+func (g *keyGate) drain() []txbox.Delivery {
+	g.waiting.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []txbox.Delivery
+	for k, l := range g.lanes {
+		out = append(out, l.queue...)
+		delete(g.lanes, k)
+	}
+	for len(g.slots) > 0 {
+		<-g.slots
+	}
+	return out
+}
+
+// parkedBy returns the key's parking, or nil, counting d as one more
+// message dead-lettered behind it.
+func (g *keyGate) parkedBy(key string) *KeyParkedError {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.parked[key]
+	if p == nil {
+		return nil
+	}
+	p.DeadLettered++
+	return &KeyParkedError{Handler: g.handler, Key: key, By: p.MessageID}
+}
+
+func (g *keyGate) park(key, id string, cause error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := ""
+	if cause != nil {
+		c = cause.Error()
+	}
+	g.parked[key] = &ParkedKey{Handler: g.handler, Key: key, MessageID: id, Cause: c, Since: time.Now()}
+}
+
+func (g *keyGate) release(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.parked[key] == nil {
+		return false
+	}
+	delete(g.parked, key)
+	return true
+}
+
+func (g *keyGate) parkedKeys() []ParkedKey {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]ParkedKey, 0, len(g.parked))
+	for _, p := range g.parked {
+		out = append(out, *p)
+	}
+	return out
+}
+
+func (g *keyGate) parkedCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.parked)
+}
+
+func (r *keyRegistry) parkedCount() int64 {
+	n := 0
+	for _, g := range r.list() {
+		n += g.parkedCount()
+	}
+	return int64(n)
+}

@@ -1,0 +1,126 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// gateDelivery is a delivery that only carries a message: the gate never
+// settles anything.
+type gateDelivery struct {
+	txbox.Delivery
+	id, key string
+}
+
+func (d *gateDelivery) Message() txbox.Received {
+	return txbox.Received{Message: txbox.Message{ID: d.id, Key: d.key}}
+}
+
+// TestKeyGate: one delivery per key runs, the key's later ones queue in
+// arrival order and come out one by one to the worker that finishes the
+// key; other keys and unkeyed deliveries pass; the queue is bounded and a
+// full gate waits until ctx ends; drain empties it.
+func TestKeyGate(t *testing.T) {
+	g := (&keyRegistry{}).open("h", 3)
+	ctx := context.Background()
+	admit := func(id, key string) bool {
+		t.Helper()
+		run, err := g.admit(ctx, &gateDelivery{id: id, key: key}, key)
+		if err != nil {
+			t.Fatalf("admit %s: %v", id, err)
+		}
+		return run
+	}
+	for _, c := range []struct {
+		id, key string
+		run     bool
+	}{{"a1", "a", true}, {"a2", "a", false}, {"b1", "b", true}, {"a3", "a", false}, {"u1", "", true}, {"u2", "", true}, {"b2", "b", false}} {
+		if got := admit(c.id, c.key); got != c.run {
+			t.Fatalf("admit %s: run %v, want %v", c.id, got, c.run)
+		}
+	}
+	// Three queued: the bound. A fourth waits, and gives up with ctx.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if run, err := g.admit(short, &gateDelivery{id: "a4", key: "a"}, "a"); run || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("admit into a full gate: run %v, err %v; want it to wait until ctx ends, then queue it", run, err)
+	}
+	var order []string
+	for {
+		d, ok := g.next("a")
+		if !ok {
+			break
+		}
+		order = append(order, d.Message().ID)
+	}
+	if fmt.Sprint(order) != "[a2 a3 a4]" {
+		t.Fatalf("key a's queue gave %v, want [a2 a3 a4]", order)
+	}
+	if !admit("a5", "a") { // a is idle again
+		t.Fatal("a delivery of an idle key was queued")
+	}
+	left := g.drain()
+	if len(left) != 1 || left[0].Message().ID != "b2" {
+		t.Fatalf("drain gave %v, want b2", left)
+	}
+	if len(g.slots) != 0 {
+		t.Fatalf("%d slots still taken after drain", len(g.slots))
+	}
+}
+
+// TestParking: park, the parked error, listing and release.
+func TestParking(t *testing.T) {
+	c := &Consumer[struct{}]{}
+	g := c.keys.open("h", 2)
+	if g.parkedBy("k") != nil {
+		t.Fatal("an unparked key reported parked")
+	}
+	g.park("k", "m1", errors.New("poison"))
+	perr := g.parkedBy("k")
+	if perr == nil || !errors.Is(perr, ErrKeyParked) || perr.By != "m1" {
+		t.Fatalf("parkedBy: %v", perr)
+	}
+	pk := c.ParkedKeys()
+	if len(pk) != 1 || pk[0].Key != "k" || pk[0].MessageID != "m1" || pk[0].Cause != "poison" || pk[0].DeadLettered != 1 {
+		t.Fatalf("ParkedKeys %+v", pk)
+	}
+	if n := c.keys.parkedCount(); n != 1 {
+		t.Fatalf("parkedCount %d, want 1", n)
+	}
+	c.log = nopLogger()
+	if err := c.ReleaseKey("other", "k"); !errors.Is(err, ErrNotParked) {
+		t.Fatalf("ReleaseKey of another handler: %v", err)
+	}
+	if err := c.ReleaseKey("h", "k"); err != nil {
+		t.Fatalf("ReleaseKey: %v", err)
+	}
+	if g.parkedBy("k") != nil || len(c.ParkedKeys()) != 0 {
+		t.Fatal("still parked after ReleaseKey")
+	}
+}
+
+func TestCheckOrdered(t *testing.T) {
+	for _, c := range []struct {
+		h    HandlerConfig
+		want bool
+	}{
+		{HandlerConfig{}, true},
+		{HandlerConfig{Ordered: true}, true},
+		{HandlerConfig{Ordered: true, DeadKey: ContinueKey}, true},
+		{HandlerConfig{DeadKey: ContinueKey}, false},
+		{HandlerConfig{Ordered: true, DeadKey: 7}, false},
+	} {
+		if ok := checkOrdered(c.h) == ""; ok != c.want {
+			t.Errorf("checkOrdered(%+v) = %q", c.h, checkOrdered(c.h))
+		}
+	}
+}
+
+func nopLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
