@@ -124,3 +124,27 @@ func TestCheckOrdered(t *testing.T) {
 }
 
 func nopLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestCheckOrderedRoutes: an Ordered handler must have its binding to
+// itself, with no Route; unordered handlers may share bindings.
+func TestCheckOrderedRoutes(t *testing.T) {
+	h := func(name, binding string, ordered bool, r Route) *handler[int] {
+		return &handler[int]{HandlerConfig: HandlerConfig{Name: name, Binding: binding, Ordered: ordered, Route: r}, route: r}
+	}
+	if p := checkOrderedRoutes([]*handler[int]{h("a", "b1", true, Route{}), h("x", "b2", false, Route{Topic: "t"}), h("y", "b2", false, Route{})}); len(p) != 0 {
+		t.Fatalf("sound handlers: %q", p)
+	}
+	p := checkOrderedRoutes([]*handler[int]{h("a", "b1", true, Route{}), h("c", "b1", false, Route{Topic: "t"}), h("d", "b3", true, Route{Topic: "t"})})
+	if len(p) != 2 {
+		t.Fatalf("want 2 problems, got %q", p)
+	}
+	b := &binding[int]{name: "b1", routes: []*handler[int]{h("a", "b1", true, Route{})}}
+	b.single = b.routes[0]
+	if !b.ordered() {
+		t.Fatal("the binding of a lone Ordered handler is not ordered")
+	}
+	c := &Consumer[int]{}
+	if size, _ := c.bindingBatching(b); size != 1 {
+		t.Fatalf("an Ordered binding batches %d", size)
+	}
+}
