@@ -97,6 +97,7 @@ func TestCrash(t *testing.T) {
 	total := &tally{start: time.Now()}
 	t.Cleanup(func() { total.report(t, st.report) }) // after every scenario
 	bin := build(t)
+	total.built = time.Since(total.start)
 	for _, name := range st.scenarios {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -15,6 +15,7 @@ import (
 type tally struct {
 	mu        sync.Mutex
 	start     time.Time
+	built     time.Duration // the build's part of the wall time
 	scenarios int
 	kills     int
 }
@@ -29,8 +30,9 @@ func (ta *tally) add(kills int) {
 // report logs the totals and appends them to the report file, if any.
 func (ta *tally) report(t *testing.T, file string) {
 	ta.mu.Lock()
-	line := fmt.Sprintf("crash total: %d scenarios ended, %d SIGKILLs in all, %s from the build's start to the last ledger",
-		ta.scenarios, ta.kills, time.Since(ta.start).Round(time.Second))
+	wall := time.Since(ta.start)
+	line := fmt.Sprintf("crash total: %d scenarios ended, %d SIGKILLs in all, %s wall: the build %s, then the scenarios side by side %s",
+		ta.scenarios, ta.kills, wall.Round(time.Second), ta.built.Round(time.Second), (wall - ta.built).Round(time.Second))
 	ta.mu.Unlock()
 	t.Log(line)
 	appendReport(file, line)
