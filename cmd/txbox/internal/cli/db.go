@@ -93,7 +93,7 @@ func mysqlDSNFrom(name, raw string) (string, error) {
 		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306") // [::1]:3306
 
 	}
-	if u.Hostname() == "" {
+	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil || u.Hostname() == "" {
 		return "", fmt.Errorf("%s %q: no host (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
 	}
 	cfg.DBName = db

@@ -82,18 +82,28 @@ func secretsOf(values ...string) []string {
 		if strings.HasPrefix(v, "sqlite:") || !strings.ContainsAny(v, "@=") {
 			continue
 		}
-		for _, seg := range authorities(v) {
-			if at := strings.LastIndex(seg, "@"); at >= 0 {
-				if _, pw, ok := strings.Cut(seg[:at], ":"); ok {
-					add(pw)
-				}
-			}
-		}
-		for _, m := range kvPassword.FindAllStringSubmatch(v, -1) {
-			add(strings.Trim(m[2], "'"))
+		for _, pw := range passwordsIn(v) {
+			add(pw)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// passwordsIn returns the passwords of v as written, leniently (see
+// secretsOf), of any length.
+func passwordsIn(v string) []string {
+	var out []string
+	for _, seg := range authorities(v) {
+		if at := strings.LastIndex(seg, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(seg[:at], ":"); ok {
+				out = append(out, pw)
+			}
+		}
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(v, -1) {
+		out = append(out, strings.Trim(m[2], "'"))
+	}
 	return out
 }
 
@@ -207,6 +217,14 @@ func parseErrorWhy(raw string, err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.Err != nil {
 		why = ue.Err.Error()
+	}
+	var esc url.EscapeError
+	if errors.As(err, &esc) {
+		for _, pw := range passwordsIn(raw) {
+			if badEscape(pw) { // a password=…%zz… parameter, not only a userinfo
+				return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
+			}
+		}
 	}
 	for _, seg := range authorities(raw) {
 		at := strings.LastIndex(seg, "@")
