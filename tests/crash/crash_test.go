@@ -97,7 +97,10 @@ func TestCrash(t *testing.T) {
 	st := loadSettings(t)
 	t.Logf("crash: seed %d (replay the fault schedule with TXBOX_CRASH_SEED=%d), %s per scenario, at least %d kills each",
 		st.seed, st.seed, st.duration, st.minKills)
+	total := &tally{start: time.Now()}
+	t.Cleanup(func() { total.report(t, st.report) }) // after every scenario
 	bin := build(t)
+	total.built = time.Since(total.start)
 	for _, name := range st.scenarios {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -111,7 +114,7 @@ func TestCrash(t *testing.T) {
 			default:
 				t.Fatalf("unknown scenario %q (want postgres, sqlite or ordered)", name)
 			}
-			run(t, bin, st, name)
+			total.add(run(t, bin, st, name))
 		})
 	}
 }
@@ -172,7 +175,8 @@ type env struct {
 	procs   map[string]*proc
 }
 
-func run(t *testing.T, bin string, st settings, name string) {
+// run runs the scenario name and returns its number of SIGKILLs.
+func run(t *testing.T, bin string, st settings, name string) int {
 	seed := st.seed + uint64(len(name)) // one schedule per scenario
 	rng := rand.New(rand.NewPCG(seed, 17))
 	dir, err := os.MkdirTemp("", "txbox-crash-"+name+"-")
@@ -355,13 +359,7 @@ func run(t *testing.T, bin string, st settings, name string) {
 	}
 	report := l.String()
 	t.Log("\n" + report)
-	if st.report != "" {
-		f, err := os.OpenFile(st.report, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err == nil {
-			_, _ = f.WriteString(report + "\n")
-			_ = f.Close()
-		}
-	}
+	appendReport(st.report, report)
 	if !drained {
 		t.Errorf("crash %s: the backlog was not delivered within %s of the end", name, st.drain)
 	}
@@ -371,6 +369,7 @@ func run(t *testing.T, bin string, st settings, name string) {
 	if kills < st.minKills {
 		t.Errorf("crash %s: %d kills, want at least %d", name, kills, st.minKills)
 	}
+	return kills
 }
 
 // note appends a line to faults.log in the work dir: what the harness did

@@ -196,7 +196,7 @@ func checkBrokerURL(name, raw string) (string, error) {
 	case scheme == "kafka":
 		hostList, _, _ := strings.Cut(rest, "/")
 		hostList, _, _ = strings.Cut(hostList, "?")
-		if strings.Contains(hostList, "@") {
+		if strings.Contains(rest, "@") { // anywhere: a '/' or '?' in a password would hide it
 			return "", fmt.Errorf("%s %q: kafka:// takes no user name or password (SASL is not supported)", name, redact(raw, raw))
 		}
 		seeds := splitList(hostList)
@@ -209,6 +209,9 @@ func checkBrokerURL(name, raw string) (string, error) {
 			}
 		}
 	case scheme == "nats" || scheme == "tls":
+		if listSplitsPassword(raw) {
+			return "", fmt.Errorf("%s %q: a ',' in a password must be percent-encoded (%%2C): the URL is a list of servers split at commas", name, redact(raw, raw))
+		}
 		for _, server := range splitList(raw) {
 			if !strings.Contains(server, "://") {
 				server = scheme + "://" + server
@@ -223,6 +226,19 @@ func checkBrokerURL(name, raw string) (string, error) {
 		}
 	}
 	return scheme, nil
+}
+
+// listSplitsPassword reports whether a password in raw holds a ',', where
+// a list of servers would be split (and its pieces quoted in errors).
+func listSplitsPassword(raw string) bool {
+	for _, seg := range authorities(raw) {
+		if at := strings.LastIndex(seg, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(seg[:at], ":"); ok && strings.Contains(pw, ",") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isPrintable reports whether cell leaves s as it is.

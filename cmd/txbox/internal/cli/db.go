@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -89,9 +90,10 @@ func mysqlDSNFrom(name, raw string) (string, error) {
 	cfg.Net = "tcp"
 	cfg.Addr = u.Host
 	if u.Port() == "" {
-		cfg.Addr = u.Hostname() + ":3306"
+		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306") // [::1]:3306
+
 	}
-	if u.Hostname() == "" {
+	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil || u.Hostname() == "" {
 		return "", fmt.Errorf("%s %q: no host (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
 	}
 	cfg.DBName = db

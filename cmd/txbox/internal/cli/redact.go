@@ -82,18 +82,28 @@ func secretsOf(values ...string) []string {
 		if strings.HasPrefix(v, "sqlite:") || !strings.ContainsAny(v, "@=") {
 			continue
 		}
-		for _, seg := range authorities(v) {
-			if at := strings.LastIndex(seg, "@"); at >= 0 {
-				if _, pw, ok := strings.Cut(seg[:at], ":"); ok {
-					add(pw)
-				}
-			}
-		}
-		for _, m := range kvPassword.FindAllStringSubmatch(v, -1) {
-			add(strings.Trim(m[2], "'"))
+		for _, pw := range passwordsIn(v) {
+			add(pw)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// passwordsIn returns the passwords of v as written, leniently (see
+// secretsOf), of any length.
+func passwordsIn(v string) []string {
+	var out []string
+	for _, seg := range authorities(v) {
+		if at := strings.LastIndex(seg, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(seg[:at], ":"); ok {
+				out = append(out, pw)
+			}
+		}
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(v, -1) {
+		out = append(out, strings.Trim(m[2], "'"))
+	}
 	return out
 }
 
@@ -164,36 +174,81 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// redactErr returns err with its message redacted (see redact).
+// redactErr returns err with its message redacted (see redact). A
+// url.Parse error in it (which quotes the URL cut at its '#', and may quote
+// a piece of a password) is told again about the source it came from: that
+// whole source quoted, so that its password is masked, and what is wrong
+// said as parseErrorWhy says it.
 func redactErr(err error, sources ...string) error {
-	return &redactedError{msg: redact(err.Error(), sources...), err: err}
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		raw := ue.URL
+		for _, src := range sources {
+			if strings.HasPrefix(src, ue.URL) {
+				raw = src
+				break
+			}
+		}
+		msg = strings.Replace(msg, ue.Error(), fmt.Sprintf("%s %q: %s", ue.Op, raw, parseErrorWhy(raw, ue.Err)), 1)
+	}
+	return &redactedError{msg: redact(msg, sources...), err: err}
 }
 
 // parseURL parses raw, the value of the flag or variable name, with
 // url.Parse; its error names name and says what is wrong without the
-// password (url.Parse quotes the whole URL, and a '/', '?' or '#' in a
-// password makes it quote part of the password as a port or path).
+// password (see parseErrorWhy).
 func parseURL(name, raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err == nil {
 		return u, nil
 	}
+	return nil, fmt.Errorf("%s %q: malformed URL: %s", name, redact(raw, raw), redact(parseErrorWhy(raw, err), raw))
+}
+
+// parseErrorWhy returns what url.Parse's error err (its inner error, without
+// the quoted URL) says about raw, unless that would quote a piece of a
+// password: url.Parse reads the text of a password before a '/', '?' or '#'
+// in it as a port ("invalid port \":pa\" after host") and quotes a bad
+// %-escape with the bytes after it; for those it says how to write the
+// password instead.
+func parseErrorWhy(raw string, err error) string {
 	why := err.Error()
 	var ue *url.Error
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) && ue.Err != nil {
 		why = ue.Err.Error()
 	}
 	var esc url.EscapeError
-	errors.As(err, &esc)
+	if errors.As(err, &esc) {
+		for _, pw := range passwordsIn(raw) {
+			if badEscape(pw) { // a password=…%zz… parameter, not only a userinfo
+				return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
+			}
+		}
+	}
 	for _, seg := range authorities(raw) {
 		at := strings.LastIndex(seg, "@")
 		switch {
 		case at < 0:
 		case strings.ContainsAny(seg[:at], "/?#"):
-			why = "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
-		case esc != "" && strings.Contains(seg[:at], string(esc)):
-			why = "invalid %-escape in the user name or password (a '%' in it must be written %25)"
+			return "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
+		case badEscape(seg[:at]):
+			return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
 		}
 	}
-	return nil, fmt.Errorf("%s %q: malformed URL: %s", name, redact(raw, raw), redact(why, raw))
+	return why
+}
+
+// badEscape reports whether s holds a '%' not followed by two hex digits.
+func badEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && (i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2])) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
