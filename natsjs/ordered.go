@@ -1,8 +1,10 @@
 package natsjs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,7 +22,8 @@ import (
 // server's timer) has passed from now: the server then redelivers them
 // before any later message. The server counts messages naked at a
 // graceful Stop as pending until they are redelivered, so a restart after
-// one may wait too: at most AckWait and a quarter.
+// one may wait too: at most AckWait and a quarter. The messages pending at
+// the start are then gathered and handed out in stream order (see gather).
 //
 // This holds per-key order only when this subscription is the durable's
 // only subscriber: JetStream spreads a durable's messages over all of its
@@ -38,12 +41,72 @@ func (s *Subscriber) SubscribeOrdered(ctx context.Context, binding string, prefe
 	if info := c.CachedInfo(); info.NumAckPending > 0 {
 		wait := info.Config.AckWait + info.Config.AckWait/4
 		sub.holdUntil = time.Now().Add(wait)
-		return sub, nil // Next opens the pull after the hold
+		sub.pending = info.NumAckPending
+		return sub, nil // Next opens the pull after the hold, then gathers
 	}
 	if err := sub.open(); err != nil {
 		return nil, err
 	}
 	return sub, nil
+}
+
+// gather reads, after the hold, the messages that were pending at the
+// start (up to that many, each read waiting at most half the AckWait) and
+// sorts them by stream sequence. The server redelivers expired messages in
+// the order their ack timers ran out, batch by batch, and a keep-alive
+// (InProgress) restarts a message's timer: the killed subscriber's
+// messages come back in the order of their last extension, not in stream
+// order. Sorting them restores it; every message that follows was never
+// delivered before and comes later in the stream.
+func (sub *subscription) gather(ctx context.Context, it jetstream.MessagesContext) error {
+	sub.mu.Lock()
+	n, wait := sub.pending, max(sub.ackWait/2, 500*time.Millisecond)
+	sub.pending = 0
+	sub.mu.Unlock()
+	var ms []jetstream.Msg
+	for len(ms) < n {
+		gctx, cancel := context.WithTimeout(ctx, wait)
+		m, err := it.Next(jetstream.NextContext(gctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				for _, m := range ms {
+					_ = sub.release(m)
+				}
+				return ctx.Err()
+			}
+			break // fewer came back (some reached MaxDeliver, or were acked): go on
+		}
+		ms = append(ms, m)
+	}
+	sortByStream(ms)
+	sub.mu.Lock()
+	sub.gathered = append(sub.gathered, ms...)
+	sub.mu.Unlock()
+	return nil
+}
+
+func sortByStream(ms []jetstream.Msg) {
+	slices.SortFunc(ms, func(a, b jetstream.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
+}
+
+// popGathered returns the next gathered message, or nil.
+func (sub *subscription) popGathered() jetstream.Msg {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if len(sub.gathered) == 0 {
+		return nil
+	}
+	m := sub.gathered[0]
+	sub.gathered = sub.gathered[1:]
+	return m
+}
+
+func streamSeq(m jetstream.Msg) uint64 {
+	if md, err := m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
 }
 
 // hold waits until sub.holdUntil, or ctx's end.

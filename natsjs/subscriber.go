@@ -205,8 +205,10 @@ type subscription struct {
 	it              jetstream.MessagesContext
 	ackWait         time.Duration // the durable's, when it was opened
 	closed          bool
-	holdUntil       time.Time // SubscribeOrdered: pull nothing before (ordered.go)
-	ordered         bool      // SubscribeOrdered: release with releaseDelay
+	holdUntil       time.Time       // SubscribeOrdered: pull nothing before (ordered.go)
+	ordered         bool            // SubscribeOrdered: release with releaseDelay
+	pending         int             // SubscribeOrdered: messages pending at the start, gathered after the hold
+	gathered        []jetstream.Msg // those, in stream order, handed out before anything else
 }
 
 func (sub *subscription) open() error {
@@ -238,6 +240,12 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 		sub.mu.Lock()
 		it = sub.it
 		sub.mu.Unlock()
+		if err := sub.gather(ctx, it); err != nil {
+			return nil, err
+		}
+	}
+	if m := sub.popGathered(); m != nil {
+		return sub.deliver(m), nil
 	}
 	m, err := it.Next(jetstream.NextContext(ctx))
 	if err != nil {
@@ -252,10 +260,14 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 		sub.mu.Unlock()
 		return nil, fmt.Errorf("natsjs: next from %s: %w", sub.binding, err)
 	}
+	return sub.deliver(m), nil
+}
+
+func (sub *subscription) deliver(m jetstream.Msg) *delivery {
 	sub.mu.Lock()
 	ackWait := sub.ackWait
 	sub.mu.Unlock()
-	return &delivery{m: m, sub: sub, ackWait: ackWait}, nil
+	return &delivery{m: m, sub: sub, ackWait: ackWait}
 }
 
 func (sub *subscription) reopen(ctx context.Context) error {
@@ -275,7 +287,12 @@ func (sub *subscription) Close(ctx context.Context) error {
 	sub.mu.Lock()
 	it := sub.it
 	sub.it, sub.closed = nil, true
+	gathered := sub.gathered
+	sub.gathered = nil
 	sub.mu.Unlock()
+	for _, m := range gathered {
+		_ = sub.release(m)
+	}
 	if it == nil {
 		return nil
 	}
