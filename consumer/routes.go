@@ -249,7 +249,6 @@ func (c *Consumer[TTx]) dispatch(ctx context.Context, b *binding[TTx], d txbox.D
 
 // unrouted applies b's policy to a delivery no route claimed.
 func (c *Consumer[TTx]) unrouted(ctx context.Context, b *binding[TTx], d txbox.Delivery, msg *Message) {
-	c.routing.unrouted.Add(1)
 	version, ctype := "", ""
 	for k, v := range msg.Headers {
 		switch {
@@ -265,6 +264,7 @@ func (c *Consumer[TTx]) unrouted(ctx context.Context, b *binding[TTx], d txbox.D
 	if obs, ok := c.cfg.Observer.(txbox.UnroutedObserver); ok {
 		obs.Unrouted(b.name, dead)
 	}
+	c.routing.unrouted.Add(1) // after the Observer: Stats never run ahead of it
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	log := c.log.With("binding", b.name, "message_id", msg.ID, "topic", msg.Topic, "version", version, "content_type", ctype)
