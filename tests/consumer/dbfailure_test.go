@@ -208,7 +208,7 @@ func loggedConsumer(t *testing.T, d db[pgx.Tx], b *broker, maxDeliveries int) (*
 }
 
 // The database connection is cut (every connection closed, new ones
-// refused for 300 ms) every 700 ms while 1,500 messages flow, with
+// refused for 300 ms) every 700 ms while 800 messages flow, with
 // MaxDeliveries 2. The handler writes a row and adds an outbox message in
 // the inbox transaction, wrapping Add's error. No message is dead-lettered,
 // every effect is applied exactly once, every failure is a database
@@ -248,7 +248,7 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	testenv.Must(t, c.Start(ctx), "start")
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 
-	const n = 1500
+	const n = 800
 	stop := make(chan struct{})
 	var cuts atomic.Int64
 	var flapping sync.WaitGroup
@@ -268,7 +268,9 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 		}
 	}()
 	publishAll(t, b, ids("o", n))
-	eventually(t, "every message applied", func() bool {
+	// Batches that a cut hits are undone whole and retried: under load the
+	// flow is slow, so the bound is generous (liveness, not speed).
+	eventuallyWithin(t, 3*time.Minute, "every message applied", func() bool {
 		return direct.count(t, "SELECT count(DISTINCT id) FROM applied") == n && cuts.Load() >= 3
 	})
 	close(stop)

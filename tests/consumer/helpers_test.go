@@ -28,7 +28,15 @@ import (
 // eventually polls cond until it holds, failing t after a generous deadline.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	eventuallyWithin(t, 60*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with a bound of its own, for tests whose
+// faults slow the flow down by design (a bound on liveness, not a speed
+// assertion).
+func eventuallyWithin(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for: %s", what)
