@@ -249,9 +249,16 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 			"db", db.target.String(), "pending", len(pending))
 	}
 
-	// A broker connection closed for good (txbox.ErrPublisherClosed) is
-	// built anew, after a pause that grows while connections keep closing
-	// soon after they were made.
+	return reconnecting(ctx, log, out, f, func(br *broker) error {
+		return relayWith(ctx, log, out, f, db, br, cfg)
+	})
+}
+
+// reconnecting runs run with a broker connection, and again with a new one
+// each time the connection closes for good (txbox.ErrPublisherClosed),
+// after a pause that grows while connections keep closing soon after they
+// were made. It returns run's other errors, and nil once ctx ends.
+func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, run func(br *broker) error) error {
 	var pause time.Duration
 	for {
 		br, err := untilReachable(ctx, log, "broker", isUnreachable,
@@ -260,7 +267,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 			return err
 		}
 		began := time.Now()
-		err = relayWith(ctx, log, out, f, db, br, cfg)
+		err = run(br)
 		br.Close()
 		if !errors.Is(err, txbox.ErrPublisherClosed) || ctx.Err() != nil {
 			return err

@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -191,30 +190,9 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 		}
 	}
 
-	var pause time.Duration
-	for {
-		br, err := untilReachable(ctx, log, "broker", isUnreachable,
-			func(ctx context.Context) (*broker, error) { return openBroker(ctx, &f.broker, out) })
-		if err != nil || br == nil {
-			return err
-		}
-		began := time.Now()
-		err = groupWith(ctx, log, out, f, specs, dbs, br, base, budget)
-		br.Close()
-		if !errors.Is(err, txbox.ErrPublisherClosed) || ctx.Err() != nil {
-			return err
-		}
-		if time.Since(began) > time.Minute {
-			pause = 0
-		}
-		pause = backoff.Next(pause, StartRetryFirst, StartRetryMax)
-		log.Error("the broker connection is closed for good; connecting again", "err", err, "in", pause)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(pause):
-		}
-	}
+	return reconnecting(ctx, log, out, f, func(br *broker) error {
+		return groupWith(ctx, log, out, f, specs, dbs, br, base, budget)
+	})
 }
 
 func migrateStore(ctx context.Context, log *slog.Logger, db *database, s storeSpec) error {
