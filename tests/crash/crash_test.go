@@ -109,7 +109,7 @@ func TestCrash(t *testing.T) {
 			case "ordered":
 				st := st // this scenario's settings only
 				st.duration, st.minKills = st.duration*3/4, st.minKills*2/3
-				run(t, bin, st, name)
+				total.add(run(t, bin, st, name))
 				return
 			default:
 				t.Fatalf("unknown scenario %q (want postgres, sqlite or ordered)", name)
