@@ -87,11 +87,14 @@ func mysqlDSNFrom(name, raw string) (string, error) {
 	cfg := mysqldrv.NewConfig()
 	cfg.User = u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
+	if cfg.User == "" && cfg.Passwd != "" {
+		// The driver's DSN drops a password that has no user name.
+		return "", fmt.Errorf("%s %q: a password needs a user name (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
+	}
 	cfg.Net = "tcp"
 	cfg.Addr = u.Host
 	if u.Port() == "" {
 		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306") // [::1]:3306
-
 	}
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil || u.Hostname() == "" {
 		return "", fmt.Errorf("%s %q: no host (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
