@@ -171,24 +171,35 @@ func TestGroupFairness(t *testing.T) {
 		big.add(t, 1000)
 	}
 
+	// big's third publish waits until small's row is queued, so that the
+	// race between the test and big's drain cannot decide the outcome.
+	gate := &gatedPublisher{Publisher: pub, n: 3, holding: make(chan struct{}), release: make(chan struct{})}
 	var ev events
 	g, err := relay.NewGroup(relay.GroupConfig{DatabaseBudget: 1, OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
-	testenv.Must(t, g.Add(context.Background(), relay.Store{Name: big.name, Relay: big.newRelay(t, pub, relay.Config{BatchSize: 100})}), "add big")
+	testenv.Must(t, g.Add(context.Background(), relay.Store{Name: big.name, Relay: big.newRelay(t, gate, relay.Config{BatchSize: 100})}), "add big")
 	testenv.Must(t, g.Add(context.Background(), relay.Store{Name: small.name, Relay: small.newRelay(t, pub, relay.Config{PollInterval: time.Hour})}), "add small")
 	runGroup(t, g)
 
 	bigRounds := func() int {
 		return ev.count(relay.EventFinished, big.name, func(e relay.GroupEvent) bool { return e.Rows > 0 })
 	}
-	eventually(t, "big under way", func() bool { return bigRounds() >= 3 })
+	select {
+	case <-gate.holding: // big's third round is publishing, holding the budget of 1
+	case <-time.After(time.Minute):
+		t.Fatal("big's third round never published")
+	}
 	small.add(t, 1)
-	g.Wake(small.name) // no poll for an hour: only Wake queues it
+	g.Wake(small.name)                          // no poll for an hour: only Wake queues it
+	eventually(t, "small queued", func() bool { // queued, not started: big holds the budget
+		return ev.count(relay.EventQueued, small.name, nil) > ev.count(relay.EventStarted, small.name, nil)
+	})
+	close(gate.release)
 	eventually(t, "small's row delivered", func() bool {
 		return ev.count(relay.EventFinished, small.name, func(e relay.GroupEvent) bool { return e.Rows == 1 }) == 1
 	})
 	if big.pending(t) == 0 {
-		t.Fatalf("big's backlog drained before small's row went: the test needs a larger backlog")
+		t.Fatalf("big's backlog drained before small's row went")
 	}
 	all := ev.snapshot()
 	queued, started, delivered := -1, -1, -1
@@ -358,4 +369,22 @@ func TestGroupDatabaseBudget(t *testing.T) {
 			t.Fatalf("event over budget: %+v", e)
 		}
 	}
+}
+
+// gatedPublisher holds its nth Publish until release is closed, and closes
+// holding when it starts to wait.
+type gatedPublisher struct {
+	txbox.Publisher
+	n       int32
+	calls   atomic.Int32
+	holding chan struct{}
+	release chan struct{}
+}
+
+func (p *gatedPublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	if p.calls.Add(1) == p.n {
+		close(p.holding)
+		<-p.release
+	}
+	return p.Publisher.Publish(ctx, msgs)
 }
