@@ -2,19 +2,14 @@ package relay_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -103,29 +98,7 @@ func TestLanesOrderingTorture(t *testing.T) {
 		}
 	}()
 
-	var prodWG sync.WaitGroup
-	for p := 0; p < producers; p++ {
-		prodWG.Add(1)
-		go func(seed uint64) {
-			defer prodWG.Done()
-			rng := rand.New(rand.NewPCG(seed, 99))
-			for i := 0; i < perProd; i++ {
-				agg := 1 + rng.IntN(aggregates)
-				err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-					var v int
-					if err := tx.QueryRow(ctx, "UPDATE aggregates SET version = version + 1 WHERE id = $1 RETURNING version", agg).Scan(&v); err != nil {
-						return err
-					}
-					return testenv.Err(f.outbox.Add(ctx, tx, txbox.Message{Topic: prefix + "agg", Key: strconv.Itoa(agg), Payload: []byte(fmt.Sprintf("%d:%d", agg, v))}))
-				})
-				if err != nil {
-					t.Errorf("producer: %v", err)
-					return
-				}
-			}
-		}(uint64(p))
-	}
-	prodWG.Wait()
+	produceVersions(ctx, t, f, prefix+"agg", producers, perProd, aggregates)
 	eventually(t, "all delivered", func() bool {
 		return f.count(t, "published_at IS NULL") == 0
 	})
@@ -135,22 +108,7 @@ func TestLanesOrderingTorture(t *testing.T) {
 		t.Fatalf("%d kills, %d joins: the torture did not happen", kills.Load(), joins.Load())
 	}
 
-	next := map[string]int{}
 	payloads := streamPayloads(t, s)
-	for _, p := range payloads {
-		agg, v, _ := strings.Cut(p, ":")
-		n, _ := strconv.Atoi(v)
-		if n != next[agg]+1 {
-			t.Fatalf("aggregate %s: version %d arrived after %d", agg, n, next[agg])
-		}
-		next[agg] = n
-	}
-	total := 0
-	for _, v := range next {
-		total += v
-	}
-	if total != producers*perProd || len(payloads) != total {
-		t.Fatalf("received %d messages covering %d versions, want %d", len(payloads), total, producers*perProd)
-	}
+	checkVersionOrder(t, payloads, producers*perProd)
 	t.Logf("%d messages, %d kills, %d joins, per-key order held", len(payloads), kills.Load(), joins.Load())
 }

@@ -230,29 +230,7 @@ func TestOrderingTorture(t *testing.T) {
 		}(uint64(i))
 	}
 
-	var prodWG sync.WaitGroup
-	for p := 0; p < producers; p++ {
-		prodWG.Add(1)
-		go func(seed uint64) {
-			defer prodWG.Done()
-			rng := rand.New(rand.NewPCG(seed, 99))
-			for i := 0; i < perProd; i++ {
-				agg := 1 + rng.IntN(aggregates)
-				err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-					var v int
-					if err := tx.QueryRow(ctx, "UPDATE aggregates SET version = version + 1 WHERE id = $1 RETURNING version", agg).Scan(&v); err != nil {
-						return err
-					}
-					return testenv.Err(f.outbox.Add(ctx, tx, txbox.Message{Topic: prefix + "agg", Key: strconv.Itoa(agg), Payload: []byte(fmt.Sprintf("%d:%d", agg, v))}))
-				})
-				if err != nil {
-					t.Errorf("producer: %v", err)
-					return
-				}
-			}
-		}(uint64(p))
-	}
-	prodWG.Wait()
+	produceVersions(ctx, t, f, prefix+"agg", producers, perProd, aggregates)
 	eventually(t, "all delivered", func() bool {
 		return f.count(t, "published_at IS NULL") == 0
 	})
@@ -262,8 +240,46 @@ func TestOrderingTorture(t *testing.T) {
 		t.Fatal("no relay was killed")
 	}
 
-	next := map[string]int{}
 	payloads := streamPayloads(t, s)
+	checkVersionOrder(t, payloads, producers*perProd)
+	t.Logf("%d messages, %d relay kills, per-key order held", len(payloads), kills.Load())
+}
+
+// produceVersions runs producers goroutines, each committing perProd
+// transactions that bump a random aggregate's version and add a message
+// keyed by the aggregate whose payload is "aggregate:version".
+func produceVersions(ctx context.Context, t *testing.T, f fixture, topic string, producers, perProd, aggregates int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 99))
+			for i := 0; i < perProd; i++ {
+				agg := 1 + rng.IntN(aggregates)
+				err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+					var v int
+					if err := tx.QueryRow(ctx, "UPDATE aggregates SET version = version + 1 WHERE id = $1 RETURNING version", agg).Scan(&v); err != nil {
+						return err
+					}
+					return testenv.Err(f.outbox.Add(ctx, tx, txbox.Message{Topic: topic, Key: strconv.Itoa(agg), Payload: []byte(fmt.Sprintf("%d:%d", agg, v))}))
+				})
+				if err != nil {
+					t.Errorf("producer: %v", err)
+					return
+				}
+			}
+		}(uint64(p))
+	}
+	wg.Wait()
+}
+
+// checkVersionOrder fails t unless the "aggregate:version" payloads give
+// each aggregate's versions 1, 2, 3, … in order, want versions in all.
+func checkVersionOrder(t *testing.T, payloads []string, want int) {
+	t.Helper()
+	next := map[string]int{}
 	for _, p := range payloads {
 		agg, v, _ := strings.Cut(p, ":")
 		n, _ := strconv.Atoi(v)
@@ -276,10 +292,9 @@ func TestOrderingTorture(t *testing.T) {
 	for _, v := range next {
 		total += v
 	}
-	if total != producers*perProd || len(payloads) != total {
-		t.Fatalf("received %d messages covering %d versions, want %d", len(payloads), total, producers*perProd)
+	if total != want || len(payloads) != total {
+		t.Fatalf("received %d messages covering %d versions, want %d", len(payloads), total, want)
 	}
-	t.Logf("%d messages, %d relay kills, per-key order held", len(payloads), kills.Load())
 }
 
 func relayPool(t *testing.T, schema string) *pgxpool.Pool {
