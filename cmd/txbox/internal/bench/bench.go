@@ -194,15 +194,7 @@ func resetTable(ctx context.Context, pool *pgxpool.Pool) error {
 func Drain(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	cfg.postmaster = postmasterPID(ctx, cfg.Pool)
-	drv := txboxpgx.New(cfg.Pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	if err != nil {
-		return err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return err
-	}
-	ob, err := txbox.New(drv, txbox.Config{})
+	drv, ob, err := migrated(ctx, cfg.Pool)
 	if err != nil {
 		return err
 	}
@@ -363,4 +355,22 @@ func relayDrain(ctx context.Context, drv *txboxpgx.Driver, nc *nats.Conn, batch,
 		return 0, err
 	}
 	return drainInto(ctx, drv, pub, relay.Config{BatchSize: batch}, relays, n)
+}
+
+// migrated applies the migrations to pool's default outbox table and
+// returns its driver and outbox.
+func migrated(ctx context.Context, pool *pgxpool.Pool) (*txboxpgx.Driver, *txbox.Outbox[pgx.Tx], error) {
+	drv := txboxpgx.New(pool)
+	m, err := migrate.New(drv, migrate.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return nil, nil, err
+	}
+	ob, err := txbox.New(drv, txbox.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return drv, ob, nil
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/kafka"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
@@ -55,15 +54,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		cfg.Rows = 50_000
 	}
 	cfg.defaults()
-	drv := txboxpgx.New(cfg.Pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	if err != nil {
-		return err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return err
-	}
-	ob, err := txbox.New(drv, txbox.Config{})
+	drv, ob, err := migrated(ctx, cfg.Pool)
 	if err != nil {
 		return err
 	}

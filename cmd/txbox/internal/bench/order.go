@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
@@ -22,15 +21,7 @@ import (
 // setup migrates the bench schema and returns the driver, the outbox and a
 // stream capturing subject, deleted by the returned func.
 func setup(ctx context.Context, cfg Config) (*txboxpgx.Driver, *txbox.Outbox[pgx.Tx], string, func(), error) {
-	drv := txboxpgx.New(cfg.Pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	if err != nil {
-		return nil, nil, "", nil, err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return nil, nil, "", nil, err
-	}
-	ob, err := txbox.New(drv, txbox.Config{})
+	drv, ob, err := migrated(ctx, cfg.Pool)
 	if err != nil {
 		return nil, nil, "", nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
 )
@@ -35,15 +34,7 @@ const scaleApp = "txbox-bench-scale"
 // CPU the relays' PostgreSQL backends spent per message is read from /proc.
 func Scale(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	drv := txboxpgx.New(cfg.Pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	if err != nil {
-		return err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return err
-	}
-	ob, err := txbox.New(drv, txbox.Config{})
+	_, ob, err := migrated(ctx, cfg.Pool)
 	if err != nil {
 		return err
 	}
