@@ -202,13 +202,16 @@ func (k *laneKeeper) leave(ctx context.Context) {
 
 // claim claims keyed rows from the active lanes while their lease holds,
 // and rows without a key from anywhere.
-func (k *laneKeeper) claim(ctx context.Context, limit int, from int64) (*outboxsql.Batch, error) {
+func (k *laneKeeper) claim(ctx context.Context, limit int, from int64, runs bool) (*outboxsql.Batch, error) {
 	k.mu.Lock()
 	var leases []outboxsql.Lease
 	if time.Now().Before(k.validUntil) {
 		leases = slices.Clone(k.active)
 	}
 	k.mu.Unlock()
+	if runs {
+		return k.db.ClaimRuns(ctx, limit, from, leases)
+	}
 	return k.db.Claim(ctx, limit, from, leases)
 }
 

@@ -60,6 +60,7 @@ func (r *Relay) observeSettled(batch *outboxsql.Batch, out prepared, errs []erro
 			err = errs[i]
 		}
 		switch {
+		case errors.Is(err, errHeldBack): // not sent; settled in a later round
 		case err == nil:
 			r.obs.Settled(row.Topic, txbox.OutcomePublished, now.Sub(row.CreatedAt))
 		case !isRejectedSeq(rejected, row.Seq): // rejections are reported above

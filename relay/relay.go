@@ -63,6 +63,9 @@ type Relay struct {
 	backlog   atomic.Bool
 	onBacklog chan struct{}
 
+	// runs makes the next claim take runs of a key (see claim).
+	runs atomic.Bool
+
 	// from is where the next claim's scan starts (see claimFrom); fullScan
 	// is when a claim last scanned from the table's start, in Unix ns.
 	from, fullScan atomic.Int64
@@ -528,13 +531,19 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		if r.tracer != nil {
 			pubCtx, end = r.tracer.StartPublish(pubCtx, out.msgs)
 		}
-		errs = r.pub.Publish(pubCtx, out.msgs)
+		if batch.Runs() {
+			errs = r.publishRuns(pubCtx, batch, out)
+		} else {
+			errs = r.pub.Publish(pubCtx, out.msgs)
+			blameMessages(errs)
+		}
 		cancelPub()
 		if end != nil {
 			end(errs)
 		}
 		if r.obs != nil {
-			r.obs.Published(len(out.msgs), countErrs(errs), time.Since(sent))
+			h := held(errs)
+			r.obs.Published(len(out.msgs)-h, countErrs(errs)-h, time.Since(sent))
 		}
 	}
 	stage = "publish" // settle's error is about the publish, unless it says finish
@@ -547,20 +556,38 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 	return len(batch.Rows), nil
 }
 
-// claim takes the next batch and notes where the next claim's scan starts
-// and whether an overlapping claim would pay (see overlapLoop).
+// claim takes the next batch and notes where the next claim's scan starts,
+// whether an overlapping claim would pay (see overlapLoop), and whether the
+// next claim takes runs of a key.
+//
+// A claim takes a key's head only, and walks the backlog in id order until
+// it has a batch: when the backlog holds fewer keys than a batch (one hot
+// key, a few tenants), it walks all of it and comes back short. After such
+// a batch (short, with keys) the relay claims with runs
+// (outboxsql.Store.ClaimRuns), which takes the rows behind each head too and
+// stops at a full batch; it goes back to the plain claim, cheaper per row,
+// once a batch comes back full without any run: heads are plenty again.
 func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	var batch *outboxsql.Batch
 	var err error
-	if r.lanes != nil {
-		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize, r.claimFrom())
-	} else {
+	runs := r.runs.Load() && r.store.Runs()
+	switch {
+	case r.lanes != nil:
+		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize, r.claimFrom(), runs)
+	case runs:
+		batch, err = r.store.ClaimRuns(ctx, r.cfg.BatchSize, r.claimFrom())
+	default:
 		batch, err = r.store.Claim(ctx, r.cfg.BatchSize, r.claimFrom())
 	}
 	if err != nil {
 		return nil, err
 	}
 	full := len(batch.Rows) >= r.cfg.BatchSize
+	if runs {
+		r.runs.Store(!full || batch.Runs())
+	} else {
+		r.runs.Store(!full && batch.Keyed())
+	}
 	if full {
 		r.from.Store(batch.Rows[0].Seq)
 	} else {
@@ -641,23 +668,14 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 	rejected := out.invalid
 	var transient error
 	nTransient := 0
-	// A failure followed by an acknowledgement of a later message of the
-	// batch was not an outage: the broker was there and took the next
-	// message. It is about the message, whatever the publisher called it.
-	lastAck := -1
-	for i := range out.msgs {
-		if errs == nil || errs[i] == nil {
-			lastAck = i
-		}
-	}
 	for i := range out.msgs {
 		row := batch.Rows[out.rowOf[i]]
 		var err error
 		if errs != nil {
 			err = errs[i]
 		}
-		if err != nil && i < lastAck && !txbox.IsRejected(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			err = txbox.Reject(fmt.Errorf("%w (the broker acknowledged later messages of the batch)", err))
+		if errors.Is(err, errHeldBack) {
+			continue // not sent: released untouched, no attempt counted
 		}
 		switch {
 		case err == nil:
@@ -705,6 +723,24 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 		return fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(out.msgs), transient)
 	}
 	return nil
+}
+
+// blameMessages turns, in the answers of one Publish call, a failure
+// followed by an acknowledgement of a later message into a rejection: the
+// broker was there and took the next message, so the failure is about the
+// message, whatever the publisher called it.
+func blameMessages(errs []error) {
+	lastAck := -1
+	for i := range errs {
+		if errs[i] == nil {
+			lastAck = i
+		}
+	}
+	for i, err := range errs[:max(lastAck, 0)] {
+		if err != nil && !txbox.IsRejected(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			errs[i] = txbox.Reject(fmt.Errorf("%w (the broker acknowledged later messages of the batch)", err))
+		}
+	}
 }
 
 // claimFrom returns where the next claim's scan starts. While the relay

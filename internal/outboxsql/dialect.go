@@ -71,6 +71,8 @@ type queries struct {
 	listPending string
 	// backlog is the relay's sample; backlogTopics inspect's topics.
 	backlog, backlogTopics string
+	// claimRuns is claim with runs of a key (PostgreSQL; Store.ClaimRuns).
+	claimRuns string
 	// insert has a {{list}} of one row's values.
 	insert string
 	// release ends a lease (SQLite); lazyCommit runs before the commit

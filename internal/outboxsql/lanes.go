@@ -34,7 +34,7 @@ type Lanes struct {
 	s     *Store
 	owner string
 	q     struct {
-		lock, claim, join, renew, acquire, fence, release, leave string
+		lock, claim, claimRuns, join, renew, acquire, fence, release, leave string
 	}
 }
 
@@ -48,7 +48,7 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(driver.Postgres, schema, name)
 	err := sqltext.Load("outbox/postgres_lanes", postgresLanesSQL, funcs, map[string]*string{
-		"lane_lock": &l.q.lock, "claim_lanes": &l.q.claim, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
+		"lane_lock": &l.q.lock, "claim_lanes": &l.q.claim, "claim_lanes_runs": &l.q.claimRuns, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
 		"lane_acquire": &l.q.acquire, "lane_fence": &l.q.fence, "lane_release": &l.q.release, "lane_leave": &l.q.leave,
 	})
 	if err != nil {
@@ -66,6 +66,15 @@ func (l *Lanes) Owner() string { return l.owner }
 // nothing); rows without a key come from any lane. The transaction holds a shared lock
 // on each lane until Finish or Release, which a takeover waits for (Fence).
 func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
+	return l.claim(ctx, limit, from, leases, false)
+}
+
+// ClaimRuns is Claim taking runs of a key, as Store.ClaimRuns.
+func (l *Lanes) ClaimRuns(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
+	return l.claim(ctx, limit, from, leases, true)
+}
+
+func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease, runs bool) (*Batch, error) {
 	s := l.s
 	start := time.Now()
 	tx, err := s.pool.Begin(context.WithoutCancel(ctx))
@@ -84,9 +93,16 @@ func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
 	}
-	rows, err := tx.Query(ctx, l.q.claim, limit, from, smalls, epochs, l.owner)
+	q := l.q.claim
+	if runs {
+		q = l.q.claimRuns
+	}
+	rows, err := tx.Query(ctx, q, limit, from, smalls, epochs, l.owner)
 	if err == nil {
-		b.Rows, err = s.scanClaimed(rows, limit)
+		b.Rows, err = s.scanClaimed(rows, limit, runs)
+	}
+	if runs && err == nil {
+		b.Rows = dropOrphans(b.Rows)
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))

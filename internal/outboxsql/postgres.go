@@ -27,7 +27,7 @@ var _ dialect = (*postgres)(nil)
 func newPostgres(table string) (*postgres, error) {
 	p := &postgres{}
 	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{
-		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout,
+		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout, "claim_runs": &p.q.claimRuns,
 		"mark_published_lazy": &p.markLazy, "delete_published_lazy": &p.deleteLazy,
 	})
 	return p, err

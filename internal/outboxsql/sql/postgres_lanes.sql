@@ -42,6 +42,10 @@ ORDER BY o.id
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED
 
+-- name: claim_lanes_runs
+-- claim_runs of postgres.sql with the lanes of claim_lanes.
+SELECT * FROM {{name "claim_runs"}}($1, $2, $3, $4, $5)
+
 -- name: lane_join
 -- A relay's heartbeat: it is alive for $2 more, and says how many relays
 -- are (itself included). The CTE runs whether or not it is read.

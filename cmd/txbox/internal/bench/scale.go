@@ -28,9 +28,9 @@ func (nopPublisher) Publish(context.Context, []txbox.Message) []error { return n
 const scaleApp = "txbox-bench-scale"
 
 // Scale measures 1, 2 and 4 relays draining the same backlog into a no-op
-// publisher, with and without lanes, for three backlogs: unordered, 1,000
-// ordering keys, and 1,000 keys where one hot key carries 1% of the rows
-// (its messages go one at a time: each waits for the previous one's mark). Each relay has a pool of its own (as separate processes would); the
+// publisher, with and without lanes, for four backlogs: unordered, 1,000
+// ordering keys, 1,000 keys where one hot key carries 1% of the rows, and
+// 20 keys (fewer than a batch: the relay claims runs of a key). Each relay has a pool of its own (as separate processes would); the
 // CPU the relays' PostgreSQL backends spent per message is read from /proc.
 func Scale(ctx context.Context, cfg Config) error {
 	cfg.defaults()
@@ -51,6 +51,7 @@ func Scale(ctx context.Context, cfg Config) error {
 			}
 			return "k" + strconv.Itoa(i%1000)
 		}},
+		{"20 keys", func(i int) string { return "k" + strconv.Itoa(i%20) }},
 	}
 	var runs []run
 	var pgCPU [][]float64
@@ -89,10 +90,10 @@ func Scale(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Out, "\nkeyed vs unordered (same relays, same mode):\n")
 	for i := 0; i < 6; i++ {
-		fmt.Fprintf(cfg.Out, "  %-34s 1000 keys %.2fx, skewed %.2fx\n", runs[i].name, med.rate[6+i]/med.rate[i], med.rate[12+i]/med.rate[i])
+		fmt.Fprintf(cfg.Out, "  %-34s 1000 keys %.2fx, skewed %.2fx, 20 keys %.2fx\n", runs[i].name, med.rate[6+i]/med.rate[i], med.rate[12+i]/med.rate[i], med.rate[18+i]/med.rate[i])
 	}
 	fmt.Fprintf(cfg.Out, "\nlanes vs no lanes:\n")
-	for s := 0; s < 3; s++ {
+	for s := range shapes {
 		for j := 0; j < 3; j++ {
 			a, b := 6*s+j, 6*s+3+j
 			fmt.Fprintf(cfg.Out, "  %-34s %.2fx (pg CPU %.2fx)\n", runs[b].name, med.rate[b]/med.rate[a], median(pgCPU[b])/median(pgCPU[a]))

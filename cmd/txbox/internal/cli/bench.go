@@ -46,8 +46,8 @@ server, side by side in one run, repeated and interleaved, and print ratios:
            beside each broker's raw publish rate (needs Redis: --redis; Kafka
            only with --kafka)
   scale    1, 2 and 4 relays, with and without lanes, into a no-op publisher:
-           unordered, 1000 keys, and 1000 keys with one hot key; the relays'
-           PostgreSQL backends' CPU per message
+           unordered, 1000 keys, 1000 keys with one hot key, and 20 keys; the
+           relays' PostgreSQL backends' CPU per message
   all      all of them but brokers and scale
 
 Everything runs in a new schema (txbox_bench_<time>) that is dropped at the end;

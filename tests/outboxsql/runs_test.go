@@ -1,0 +1,103 @@
+package outboxsql_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+// ClaimRuns, statement by statement against PostgreSQL: a key's rows are
+// taken one after another behind its head, up to the first row of the key
+// that is dead or not due; a key whose head another claim holds yields
+// nothing (the row behind it, locked, is dropped from the batch); rows
+// without a key are taken as they come; the walk stops at the limit; and
+// every row names the one it follows.
+func TestClaimRunsRules(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.Postgres(t, 8)
+	drv := txboxpgx.New(pool)
+	ctx := context.Background()
+	m, err := migrate.New(drv, migrate.Config{})
+	testenv.Must(t, err, "migrate.New")
+	_, err = m.Up(ctx)
+	testenv.Must(t, err, "migrate up")
+	// a1 a2 a3 [a4 dead] a5 · b1 [b2 not due] b3 · c1 c2 (c1 held by another claim) · u1 u2 (no key) · d1..d6
+	var rows []outboxsql.Row
+	add := func(id, key string) {
+		rows = append(rows, outboxsql.Row{ID: id, Topic: "t", Key: key, Payload: []byte(id), Headers: "{}"})
+	}
+	for _, id := range []string{"c1", "a1", "b1", "u1", "a2", "b2", "c2", "a3", "a4", "b3", "u2", "a5"} {
+		key := id[:1]
+		if key == "u" {
+			key = ""
+		}
+		add(id, key)
+	}
+	for i := 1; i <= 6; i++ {
+		add(fmt.Sprintf("d%d", i), "d")
+	}
+	testenv.Must(t, outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), rows), "insert")
+	exec := func(sql string) {
+		_, err := pool.Exec(ctx, sql)
+		testenv.Must(t, err, "%s", sql)
+	}
+	exec("UPDATE txbox_outbox SET dead_at = now() WHERE message_id = 'a4'")
+	exec("UPDATE txbox_outbox SET next_attempt_at = now() + interval '1 hour' WHERE message_id = 'b2'")
+
+	store, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
+	testenv.Must(t, err, "store")
+	// Another relay holds c1 (a claim of one row: the oldest).
+	other, err := store.Claim(ctx, 1, 0)
+	testenv.Must(t, err, "claim c1")
+	if len(other.Rows) != 1 || other.Rows[0].ID != "c1" {
+		t.Fatalf("the first claim took %+v, want c1", other.Rows)
+	}
+	defer other.Release(ctx)
+
+	describe := func(b *outboxsql.Batch) string {
+		seqs := map[int64]string{}
+		var out []string
+		for _, r := range b.Rows {
+			seqs[r.Seq] = r.ID
+			s := r.ID
+			if r.Prev != 0 {
+				s += "<" + seqs[r.Prev]
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	b, err := store.ClaimRuns(ctx, 100, 0)
+	testenv.Must(t, err, "claim runs")
+	got := describe(b)
+	testenv.Must(t, b.Release(ctx), "release")
+	want := "a1 b1 u1 a2<a1 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"
+	if got != want {
+		t.Fatalf("claimed %q\nwant    %q", got, want)
+	}
+
+	// The walk stops at the limit: c1, a1, b1, u1, of which c1 is held.
+	b, err = store.ClaimRuns(ctx, 4, 0)
+	testenv.Must(t, err, "claim runs, limit 4")
+	got = describe(b)
+	testenv.Must(t, b.Release(ctx), "release")
+	if got != "a1 b1 u1" {
+		t.Fatalf("limit 4 claimed %q", got)
+	}
+	// The plain claim takes heads only.
+	b, err = store.Claim(ctx, 100, 0)
+	testenv.Must(t, err, "claim")
+	got = describe(b)
+	testenv.Must(t, b.Release(ctx), "release")
+	if got != "a1 b1 u1 u2 d1" {
+		t.Fatalf("the plain claim took %q", got)
+	}
+}
