@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 )
 
@@ -45,6 +46,9 @@ func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
 	}
 	return &laneKeeper{r: r, db: db, lease: r.cfg.LaneLease}, nil
 }
+
+// LanesSupported reports whether Config.Lanes works on dialect d.
+func LanesSupported(d driver.Dialect) bool { return d == driver.Postgres }
 
 // ownerName names one relay run: host, process and a random part.
 func ownerName() string {

@@ -16,6 +16,8 @@ const (
 	EnvMaxAttempts     = "OUTBOX_MAX_ATTEMPTS"
 	EnvPublishTimeout  = "OUTBOX_PUBLISH_TIMEOUT"
 	EnvClaimLease      = "OUTBOX_CLAIM_LEASE"
+	EnvLanes           = "OUTBOX_LANES"
+	EnvLaneLease       = "OUTBOX_LANE_LEASE"
 	EnvTable           = "OUTBOX_TABLE"
 	EnvSchema          = "OUTBOX_SCHEMA"
 	// EnvTaskRetention is asynq's retention of completed tasks (the window

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/relay"
 )
@@ -35,6 +36,8 @@ type relayFlags struct {
 	concurrency     int
 	publishTimeout  time.Duration
 	claimLease      time.Duration
+	lanes           bool
+	laneLease       time.Duration
 
 	noNotify      bool
 	statsInterval time.Duration
@@ -99,6 +102,8 @@ say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+EnvMaxAttempts+")")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+EnvPublishTimeout+")")
 	fs.DurationVar(&f.claimLease, "claim-lease", relay.DefaultClaimLease, "how long a claim holds its rows once its relay is gone (killed, or its connection vanished; SQLite and PostgreSQL), 1s to 2h and more than --publish-timeout; unset, it is --publish-timeout + 5s (env "+EnvClaimLease+")")
+	fs.BoolVar(&f.lanes, "lanes", false, "PostgreSQL only: share the table with other relays by lanes (a hash of the ordering key), each relay claiming only the lanes it leases; give every relay of the table the same setting (env "+EnvLanes+"; docs/scaling.md)")
+	fs.DurationVar(&f.laneLease, "lane-lease", relay.DefaultLaneLease, "with --lanes: how long a relay's lane lease lasts unless renewed; a relay that died loses its lanes to the others after it; 1s to 10m (env "+EnvLaneLease+")")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
@@ -123,6 +128,7 @@ var (
 	concurrencySetting     = setting[int]{flag: "concurrency", min: 1, max: 64}
 	publishTimeoutSetting  = setting[time.Duration]{flag: "publish-timeout", env: EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
 	claimLeaseSetting      = setting[time.Duration]{flag: "claim-lease", env: EnvClaimLease, min: time.Second, max: 2 * time.Hour}
+	laneLeaseSetting       = setting[time.Duration]{flag: "lane-lease", env: EnvLaneLease, min: time.Second, max: 10 * time.Minute}
 	statsIntervalSetting   = setting[time.Duration]{flag: "stats-interval", min: 100 * time.Millisecond, zero: true}
 )
 
@@ -141,6 +147,8 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		concurrencySetting.resolve(fs, f.concurrency, &cfg.Concurrency),
 		publishTimeoutSetting.resolve(fs, f.publishTimeout, &cfg.PublishTimeout),
 		claimLeaseSetting.resolve(fs, f.claimLease, &cfg.ClaimLease),
+		laneLeaseSetting.resolve(fs, f.laneLease, &cfg.LaneLease),
+		resolveBool(fs, "lanes", EnvLanes, f.lanes, &cfg.Lanes),
 		statsIntervalSetting.resolve(fs, f.statsInterval, &f.statsInterval),
 	} {
 		if err != nil {
@@ -165,6 +173,15 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		return cfg, fmt.Errorf("%w: %s: must exceed the publish timeout %v", txbox.ErrInvalidConfig, src, publish)
 	}
 	return cfg, nil
+}
+
+// checkLanes refuses lanes on a database that has none, before the relay
+// waits for any database or broker.
+func checkLanes(cfg relay.Config, d driver.Dialect, where string) error {
+	if cfg.Lanes && !relay.LanesSupported(d) {
+		return fmt.Errorf("%w: --lanes (or %s): %s is %s; lanes are only supported on PostgreSQL", txbox.ErrInvalidConfig, EnvLanes, where, d)
+	}
+	return nil
 }
 
 func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {
@@ -212,6 +229,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	if _, err := (txbox.Config{Schema: cfg.Schema, Table: cfg.Table}).TableName(target.dialect); err != nil {
+		return err
+	}
+	if err := checkLanes(cfg, target.dialect, "--db"); err != nil {
 		return err
 	}
 	if err := f.broker.check(); err != nil {

@@ -156,6 +156,11 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	if err != nil {
 		return err
 	}
+	for _, s := range specs {
+		if err := checkLanes(base, s.target.dialect, "store "+s.Name); err != nil {
+			return err
+		}
+	}
 	if err := f.broker.check(); err != nil {
 		return err
 	}

@@ -47,6 +47,25 @@ func (s setting[T]) resolve(fs *pflag.FlagSet, v T, dst *T) error {
 	return nil
 }
 
+// resolveBool sets *dst from the flag when it was given, else from the
+// variable env when it is set (true/false, 1/0), else leaves it.
+func resolveBool(fs *pflag.FlagSet, flag, env string, v bool, dst *bool) error {
+	if fs.Changed(flag) {
+		*dst = v
+		return nil
+	}
+	raw, ok := os.LookupEnv(env)
+	if !ok || raw == "" {
+		return nil
+	}
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		return fmt.Errorf("%w: %s=%q: want true or false", txbox.ErrInvalidConfig, env, raw)
+	}
+	*dst = b
+	return nil
+}
+
 // validate checks v, the flag's value, with an error naming the flag.
 func (s setting[T]) validate(v T) error {
 	if err := s.check(v, true); err != nil {

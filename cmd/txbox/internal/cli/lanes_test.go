@@ -1,0 +1,87 @@
+package cli_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// --lanes, --lane-lease and their variables: bad values are refused with
+// the source named, lanes on SQLite are refused, and on PostgreSQL the
+// relay takes the table's lanes (every one, alone) and gives them up when
+// it stops.
+func TestRelayLanesFlags(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "l.db")
+	for _, tc := range []struct {
+		env  [2]string // variable, value
+		args []string
+		want string
+	}{
+		{[2]string{}, []string{"--lane-lease", "100ms"}, "--lane-lease 100ms: must be at least 1s"},
+		{[2]string{}, []string{"--lane-lease", "1h"}, "--lane-lease 1h0m0s: must be at most 10m0s"},
+		{[2]string{"OUTBOX_LANE_LEASE", "soon"}, nil, `OUTBOX_LANE_LEASE="soon": not a duration`},
+		{[2]string{"OUTBOX_LANES", "maybe"}, nil, `OUTBOX_LANES="maybe": want true or false`},
+		{[2]string{}, []string{"--lanes", "--migrate"}, "lanes"},
+		{[2]string{"OUTBOX_LANES", "true"}, []string{"--migrate"}, "lanes"},
+	} {
+		t.Run(strings.Join(append([]string{tc.env[0] + "=" + tc.env[1]}, tc.args...), " "), func(t *testing.T) {
+			if tc.env[0] != "" {
+				t.Setenv(tc.env[0], tc.env[1])
+			}
+			args := append([]string{"relay", "--db", db, "--broker", "nats://127.0.0.1:1"}, tc.args...)
+			_, _, err := run(context.Background(), args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v: err = %v, want %q", args, err, tc.want)
+			}
+			if tc.want == "lanes" && !strings.Contains(err.Error(), "PostgreSQL") {
+				t.Fatalf("lanes on SQLite: err = %v, want it to say lanes need PostgreSQL", err)
+			}
+		})
+	}
+
+	t.Run("postgres", func(t *testing.T) {
+		admin, schema := pgSchema(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var out, errOut testenv.Buffer
+		done := make(chan error, 1)
+		go func() {
+			done <- cli.Run(ctx, []string{"relay", "--migrate", "--db", testenv.PostgresURL(), "--schema", schema,
+				"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("LANES")), "--stream-subjects", testenv.Subject() + ">",
+				"--lanes", "--lane-lease", "3s", "--stats-interval", "0"}, &out, &errOut)
+		}()
+		owned := func() (owners, lanes int) {
+			err := admin.QueryRow(ctx, "SELECT count(DISTINCT owner), count(owner) FROM "+schema+".txbox_outbox_lanes WHERE expires_at > now()").Scan(&owners, &lanes)
+			if err != nil {
+				return 0, 0 // not migrated yet
+			}
+			return owners, lanes
+		}
+		deadline := time.Now().Add(time.Minute)
+		for o, l := owned(); o != 1 || l != 16; o, l = owned() {
+			select {
+			case err := <-done:
+				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the relay holds %d lanes (%d owners), want all 16 alone\n%s", l, o, errOut.String())
+			}
+		}
+		cancel()
+		select {
+		case err := <-done:
+			testenv.Must(t, err, "relay")
+		case <-time.After(30 * time.Second):
+			t.Fatal("relay did not stop")
+		}
+		if o, l := owned(); l != 0 {
+			t.Fatalf("after stop %d lanes are still leased (%d owners)", l, o)
+		}
+	})
+}
