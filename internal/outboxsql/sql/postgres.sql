@@ -9,16 +9,23 @@
 -- name: claim
 -- A keyed row is claimable only at the head of its key: no earlier row of
 -- the key is undelivered (dead ones included, so a dead row parks its key,
--- and locked ones included, so one message per key is in flight). $2 is the
+-- and locked ones included, so one message per key is in flight). The
+-- head is read as the first entry of the key's index (ORDER BY … LIMIT 1):
+-- written as NOT EXISTS (an earlier undelivered row), the probe was
+-- planned as a scan of the table (or its primary key) that stops at the
+-- first match, which, once a key's earlier rows are delivered, reads back
+-- to the table's start on every probe (5.8 s for one claim of 20 keys
+-- after 25,000 delivered rows, against 0.2 s). $2 is the
 -- scan's start (see Store.Claim); the key check looks below it too. Empty
 -- headers come back NULL: nothing for the relay to copy or decode.
 SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, nullif(o.headers, '{}')::text, o.attempts, o.created_at
 FROM {{table}} o
 WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-  AND (o.ordering_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {{table}} p
-        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+  AND (o.ordering_key IS NULL OR o.id <= (
+        SELECT p.id FROM {{table}} p
+        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL
+        ORDER BY p.ordering_key, p.id LIMIT 1))
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED

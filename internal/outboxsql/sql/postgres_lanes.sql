@@ -30,14 +30,15 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.headers::text, o.attempts, o.created_at
 FROM {{table}} o
 WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
-  AND (o.ordering_key IS NULL OR o.lane = ANY(ARRAY(
+  AND (o.ordering_key IS NULL OR (hashtext(o.ordering_key) & 15)::smallint = ANY(ARRAY(
         SELECT l.lane FROM {{name "lanes"}} l
         JOIN unnest($3::smallint[], $4::bigint[]) w(lane, epoch) ON w.lane = l.lane AND w.epoch = l.epoch
         WHERE l.owner = $5)))
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-  AND (o.ordering_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {{table}} p
-        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+  AND (o.ordering_key IS NULL OR o.id <= (
+        SELECT p.id FROM {{table}} p
+        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL
+        ORDER BY p.ordering_key, p.id LIMIT 1))
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED

@@ -1,16 +1,12 @@
 -- Lanes: partitioned claims for several relays (docs/scaling.md).
 --
--- Every row belongs to one of 16 lanes, a hash of its ordering key (of its
--- message id when it has none, so unkeyed rows spread evenly). The column
--- is generated, so plain-SQL writers fill it too, and all rows of a key
--- share a lane. A relay with Config.Lanes claims only from the lanes it
--- holds a lease on in <table>_lanes; relays without it ignore the column.
---
--- Adding a stored generated column rewrites the table under an ACCESS
--- EXCLUSIVE lock: on a large outbox, run this migration when the backlog is
--- small (delivered rows can be cleaned up first).
-ALTER TABLE {{table}} ADD COLUMN lane smallint NOT NULL
-    GENERATED ALWAYS AS ((hashtext(coalesce(ordering_key, message_id)) & 15)::smallint) STORED;
+-- A keyed row belongs to one of 16 lanes, hashtext(ordering_key) & 15, so
+-- all rows of a key share a lane. A relay with Config.Lanes claims keyed
+-- rows only from the lanes it holds a lease on in <table>_lanes; relays
+-- without it ignore lanes. The lane is computed by the claim, not stored:
+-- a stored generated column would rewrite the whole table under an ACCESS
+-- EXCLUSIVE lock when this migration runs, stalling every writer of a
+-- large outbox meanwhile.
 
 -- One lease per lane: the relay that owns it, the fencing epoch (raised by
 -- each takeover), and when the lease ends unless its owner renews it.

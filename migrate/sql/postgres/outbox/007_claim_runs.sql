@@ -45,7 +45,7 @@ BEGIN
         SELECT o.id, o.ordering_key AS k, o.next_attempt_at AS due
         FROM {{table}} o
         WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= p_from
-          AND (p_owner IS NULL OR o.ordering_key IS NULL OR o.lane = ANY(mine))
+          AND (p_owner IS NULL OR o.ordering_key IS NULL OR (hashtext(o.ordering_key) & 15)::smallint = ANY(mine))
         ORDER BY o.id
     LOOP
         IF r.k IS NULL THEN
@@ -57,11 +57,12 @@ BEGIN
             CONTINUE WHEN last = 0;
             -- Blocked: not due, or an undelivered row of the key lies
             -- before it and after the key's last row taken (in flight at
-            -- another relay, dead, or below p_from).
-            IF r.due > ready OR EXISTS (
-                SELECT 1 FROM {{table}} p
-                WHERE p.ordering_key = r.k AND p.published_at IS NULL
-                  AND p.id < r.id AND p.id > coalesce(last, -1)) THEN
+            -- another relay, dead, or below p_from). Read as the key's
+            -- next entry in its index, as claim does (see there).
+            IF r.due > ready OR r.id <> (
+                SELECT p.id FROM {{table}} p
+                WHERE p.ordering_key = r.k AND p.published_at IS NULL AND p.id > coalesce(last, -1)
+                ORDER BY p.ordering_key, p.id LIMIT 1) THEN
                 seen := seen || jsonb_build_object(r.k, 0);
                 CONTINUE;
             END IF;
