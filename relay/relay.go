@@ -117,6 +117,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	close(closed)
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed,
 		obs: c.Observer, tracer: c.Tracer}
+	r.runs.Store(true) // see claim
 	if r.tracer == nil {
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
 	}
@@ -560,13 +561,15 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 // whether an overlapping claim would pay (see overlapLoop), and whether the
 // next claim takes runs of a key.
 //
-// A claim takes a key's head only, and walks the backlog in id order until
-// it has a batch: when the backlog holds fewer keys than a batch (one hot
-// key, a few tenants), it walks all of it and comes back short. After such
-// a batch (short, with keys) the relay claims with runs
-// (outboxsql.Store.ClaimRuns), which takes the rows behind each head too and
-// stops at a full batch; it goes back to the plain claim, cheaper per row,
-// once a batch comes back full without any run: heads are plenty again.
+// The plain claim takes a key's head only, and walks the backlog in id
+// order until it has a batch: when the backlog holds fewer keys than a
+// batch (one hot key, a few tenants, keys parked or in flight at other
+// relays), it walks all of it and comes back short. A claim with runs
+// (outboxsql.Store.ClaimRuns) takes the rows behind each head too and stops
+// at a full batch, at a higher cost per row. A relay starts with runs,
+// goes over to the plain claim once a batch comes back full without any
+// run (heads are plenty: an unordered backlog, many keys), and back to runs
+// after a plain batch that came back short with keys in it.
 func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	var batch *outboxsql.Batch
 	var err error
@@ -588,9 +591,16 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	} else {
 		r.runs.Store(!full && batch.Keyed())
 	}
-	if full {
+	switch {
+	case full && !batch.Keyed():
+		// Every row of its span that was claimable is in the batch: the
+		// next claim, which may overlap this batch's publish, need not
+		// step over its locked rows.
+		r.from.Store(batch.Rows[len(batch.Rows)-1].Seq + 1)
+	case full:
+		// Rows behind a head of the batch wait inside its span.
 		r.from.Store(batch.Rows[0].Seq)
-	} else {
+	default:
 		r.from.Store(0) // the backlog is drained: look at everything again
 	}
 	backlog := full && !batch.Keyed()
@@ -744,8 +754,9 @@ func blameMessages(errs []error) {
 }
 
 // claimFrom returns where the next claim's scan starts. While the relay
-// drains a backlog in full batches, a claim starts at the first id of the
-// last batch instead of at the table's start: the entries of rows delivered
+// drains a backlog in full batches, a claim starts past the last batch
+// (after its last id when it held no ordering key, at its first id when it
+// did) instead of at the table's start: the entries of rows delivered
 // since the last VACUUM lie below it, and a scan from the start would
 // step over all of them, every round. Rows below that start (a transaction
 // that committed out of id order, a retry come due, a batch given back)
