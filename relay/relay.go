@@ -762,11 +762,19 @@ func blameMessages(errs []error) {
 // that committed out of id order, a retry come due, a batch given back)
 // are found by a claim from the start, which runs as soon as a batch comes
 // back less than full, after any failure, and at least every
-// min(PollInterval, 1s) during a drain.
+// min(PollInterval, 1s) during a drain, but not more often than minFullScan:
+// the entries of delivered rows that a scan from the start steps over are
+// most of the scan while a large backlog drains (each is a heap fetch until
+// VACUUM removes it), and a relay polling every few milliseconds would
+// read them all on nearly every claim.
+// minFullScan is the shortest time between two claims from the table's
+// start during a drain (see claimFrom).
+const minFullScan = 250 * time.Millisecond
+
 func (r *Relay) claimFrom() int64 {
 	from := r.from.Load()
 	now := time.Now().UnixNano()
-	every := min(r.cfg.PollInterval, time.Second)
+	every := max(min(r.cfg.PollInterval, time.Second), minFullScan)
 	if from == 0 || now-r.fullScan.Load() >= int64(every) {
 		r.fullScan.Store(now)
 		return 0
