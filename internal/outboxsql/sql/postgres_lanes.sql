@@ -12,11 +12,13 @@
 -- the server with its session), and any later one sees the new epoch.
 
 -- name: lane_lock
--- The claim transaction's first statement: its idle timeout ($1, as
--- claim_timeout in postgres.sql) and the shared locks of the lanes $2. The
+-- The claim transaction's first statement: its idle timeout and plan
+-- settings ($1, as claim_timeout in postgres.sql) and the shared locks of
+-- the lanes $2. The
 -- lock class is the outbox table's OID: unique in the database (advisory
 -- locks are per database), whatever the schema.
-SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_indexonlyscan', 'off', true),
        (SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared('{{table}}'::regclass::oid::int, l) FROM unnest($2::int[]) l) x)
 
 -- name: claim_lanes

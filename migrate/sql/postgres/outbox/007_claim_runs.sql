@@ -28,9 +28,13 @@ DECLARE
     r     record;
     ids   bigint[] := '{}';
     prevs bigint[] := '{}';
+    heads bigint[] := '{}'; -- the first row of each candidate's run
+    got   bigint[];
     -- The keys met so far: the id of the key's last row taken, or 0 when
-    -- the key is blocked (its next row must wait for a later claim).
+    -- the key is blocked (its next row must wait for a later claim); and
+    -- the first row of the key's run.
     seen  jsonb := '{}';
+    first jsonb := '{}';
     last  bigint;
     mine  smallint[];
     ready timestamptz := now();
@@ -52,6 +56,7 @@ BEGIN
             CONTINUE WHEN r.due > ready;
             ids := ids || r.id;
             prevs := prevs || NULL::bigint;
+            heads := heads || r.id;
         ELSE
             last := (seen ->> r.k)::bigint;
             CONTINUE WHEN last = 0;
@@ -66,20 +71,33 @@ BEGIN
                 seen := seen || jsonb_build_object(r.k, 0);
                 CONTINUE;
             END IF;
+            IF last IS NULL THEN
+                first := first || jsonb_build_object(r.k, r.id);
+            END IF;
             ids := ids || r.id;
             prevs := prevs || last;
+            heads := heads || (first ->> r.k)::bigint;
             seen := seen || jsonb_build_object(r.k, r.id);
         END IF;
         EXIT WHEN cardinality(ids) >= p_limit;
     END LOOP;
-    -- One statement locks them all; a row another relay locked meanwhile
-    -- is skipped (and with it, in the relay, the rows that follow it).
+    -- Lock the heads (and rows without a key) first, then the rest of the
+    -- runs whose head is locked: a row another relay locked meanwhile is
+    -- skipped, and a run whose head was taken is left alone, unlocked (so
+    -- that relays racing for the same keys do not hold each other's next
+    -- rows). A row of a run that cannot be locked drops the rest of its
+    -- run in the relay (Claimed.Prev).
+    SELECT coalesce(array_agg(x.id), '{}') INTO got FROM (
+        SELECT o.id FROM unnest(ids, heads) c(id, head)
+        JOIN {{table}} o ON o.id = c.id
+        WHERE c.id = c.head AND o.published_at IS NULL AND o.dead_at IS NULL
+        FOR UPDATE OF o SKIP LOCKED) x;
     RETURN QUERY
         SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload,
                nullif(o.headers, '{}')::text, o.attempts, o.created_at, c.prev
-        FROM unnest(ids, prevs) c(id, prev)
+        FROM unnest(ids, prevs, heads) c(id, prev, head)
         JOIN {{table}} o ON o.id = c.id
-        WHERE o.published_at IS NULL AND o.dead_at IS NULL
+        WHERE c.head = ANY(got) AND o.published_at IS NULL AND o.dead_at IS NULL
         ORDER BY o.id
         FOR UPDATE OF o SKIP LOCKED;
 END
