@@ -214,7 +214,7 @@ func (k *laneKeeper) claim(ctx context.Context, limit int, from int64, runs bool
 	}
 	k.mu.Unlock()
 	if runs {
-		return k.db.ClaimRuns(ctx, limit, from, leases)
+		return k.db.ClaimRuns(ctx, limit, from, leases, k.r.claimFloors())
 	}
 	return k.db.Claim(ctx, limit, from, leases)
 }

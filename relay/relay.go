@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,8 +64,11 @@ type Relay struct {
 	backlog   atomic.Bool
 	onBacklog chan struct{}
 
-	// runs makes the next claim take runs of a key (see claim).
-	runs atomic.Bool
+	// runs makes the next claim take runs of a key (see claim); floors
+	// are, per key, the last row this relay delivered (see claimFloors).
+	runs     atomic.Bool
+	floorsMu sync.Mutex
+	floors   map[string]int64
 
 	// from is where the next claim's scan starts (see claimFrom); fullScan
 	// is when a claim last scanned from the table's start, in Unix ns.
@@ -578,7 +582,7 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	case r.lanes != nil:
 		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize, r.claimFrom(), runs)
 	case runs:
-		batch, err = r.store.ClaimRuns(ctx, r.cfg.BatchSize, r.claimFrom())
+		batch, err = r.store.ClaimRuns(ctx, r.cfg.BatchSize, r.claimFrom(), r.claimFloors())
 	default:
 		batch, err = r.store.Claim(ctx, r.cfg.BatchSize, r.claimFrom())
 	}
@@ -708,6 +712,7 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 	if err := batch.Finish(ctx, published, rejected, r.cfg.MaxAttempts); err != nil {
 		return fmt.Errorf("%w: %w", errFinish, err)
 	}
+	r.noteDelivered(batch, published)
 	if r.obs != nil {
 		r.observeSettled(batch, out, errs, rejected)
 	}
@@ -733,6 +738,40 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 		return fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(out.msgs), transient)
 	}
 	return nil
+}
+
+// maxFloors bounds the keys a relay remembers a delivered row of, in
+// multiples of BatchSize.
+const maxFloors = 4
+
+// noteDelivered records, for the keyed rows of batch whose marks just
+// committed, the last one of each key: the floors of the next claims with
+// runs (outboxsql.Floors). published is in the batch's order.
+func (r *Relay) noteDelivered(batch *outboxsql.Batch, published []int64) {
+	if !batch.Keyed() || len(published) == 0 || !r.store.Runs() {
+		return
+	}
+	r.floorsMu.Lock()
+	defer r.floorsMu.Unlock()
+	if r.floors == nil || len(r.floors) > maxFloors*r.cfg.BatchSize {
+		r.floors = make(map[string]int64)
+	}
+	for _, row := range batch.Rows {
+		if _, ok := slices.BinarySearch(published, row.Seq); ok && row.Key != "" && row.Seq > r.floors[row.Key] {
+			r.floors[row.Key] = row.Seq
+		}
+	}
+}
+
+// claimFloors returns the floors for a claim with runs.
+func (r *Relay) claimFloors() outboxsql.Floors {
+	r.floorsMu.Lock()
+	defer r.floorsMu.Unlock()
+	f := outboxsql.Floors{Keys: make([]string, 0, len(r.floors)), Seqs: make([]int64, 0, len(r.floors))}
+	for k, seq := range r.floors {
+		f.Keys, f.Seqs = append(f.Keys, k), append(f.Seqs, seq)
+	}
+	return f
 }
 
 // blameMessages turns, in the answers of one Publish call, a failure

@@ -66,15 +66,16 @@ func (l *Lanes) Owner() string { return l.owner }
 // nothing); rows without a key come from any lane. The transaction holds a shared lock
 // on each lane until Finish or Release, which a takeover waits for (Fence).
 func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
-	return l.claim(ctx, limit, from, leases, false)
+	return l.claim(ctx, limit, from, leases, nil)
 }
 
 // ClaimRuns is Claim taking runs of a key, as Store.ClaimRuns.
-func (l *Lanes) ClaimRuns(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
-	return l.claim(ctx, limit, from, leases, true)
+func (l *Lanes) ClaimRuns(ctx context.Context, limit int, from int64, leases []Lease, floors Floors) (*Batch, error) {
+	return l.claim(ctx, limit, from, leases, &floors)
 }
 
-func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease, runs bool) (*Batch, error) {
+func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease, floors *Floors) (*Batch, error) {
+	runs := floors != nil
 	s := l.s
 	start := time.Now()
 	tx, err := s.pool.Begin(context.WithoutCancel(ctx))
@@ -93,11 +94,11 @@ func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
 	}
-	q := l.q.claim
+	q, args := l.q.claim, []any{limit, from, smalls, epochs, l.owner}
 	if runs {
-		q = l.q.claimRuns
+		q, args = l.q.claimRuns, append(args, floors.Keys, floors.Seqs)
 	}
-	rows, err := tx.Query(ctx, q, limit, from, smalls, epochs, l.owner)
+	rows, err := tx.Query(ctx, q, args...)
 	if err == nil {
 		b.Rows, err = s.scanClaimed(rows, limit, runs)
 	}

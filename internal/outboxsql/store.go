@@ -91,7 +91,7 @@ func (b *Batch) Tx() driver.Tx { return b.tx }
 // commits out of id order, a retry that came due), so callers must scan
 // from 0 regularly.
 func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error) {
-	return s.claim(ctx, limit, from, false)
+	return s.claim(ctx, limit, from, nil)
 }
 
 // Runs reports whether ClaimRuns takes runs of a key (PostgreSQL); elsewhere
@@ -107,11 +107,25 @@ func (s *Store) Runs() bool {
 // the database more per row than Claim, and saves it from reading the whole
 // backlog when it holds fewer keys than a batch. Where Runs is false it is
 // Claim.
-func (s *Store) ClaimRuns(ctx context.Context, limit int, from int64) (*Batch, error) {
-	return s.claim(ctx, limit, from, s.Runs())
+func (s *Store) ClaimRuns(ctx context.Context, limit int, from int64, floors Floors) (*Batch, error) {
+	if !s.Runs() {
+		return s.claim(ctx, limit, from, nil)
+	}
+	return s.claim(ctx, limit, from, &floors)
 }
 
-func (s *Store) claim(ctx context.Context, limit int, from int64, runs bool) (*Batch, error) {
+// Floors names, for some keys, a row of the key known delivered (its mark
+// committed): the head probe of ClaimRuns looks only above it. A key's rows
+// are delivered in order, so every earlier row of the key is delivered too.
+// Optional; a floor that is too low only costs the probe time.
+type Floors struct {
+	Keys []string
+	Seqs []int64
+}
+
+// claim claims with runs when floors is not nil.
+func (s *Store) claim(ctx context.Context, limit int, from int64, floors *Floors) (*Batch, error) {
+	runs := floors != nil
 	// The transaction must outlive ctx: database/sql rolls a transaction
 	// back when its context ends, and a relay that is stopping still
 	// marks what the broker acknowledged.
@@ -130,6 +144,7 @@ func (s *Store) claim(ctx context.Context, limit int, from int64, runs bool) (*B
 	q, args := s.d.claim(limit, from, b.token, now.Add(s.lease), now)
 	if runs {
 		q = s.d.queries().claimRuns
+		args = append(args, floors.Keys, floors.Seqs)
 	}
 	rows, err := ex.Query(ctx, q, args...)
 	if err == nil {

@@ -75,7 +75,7 @@ func TestClaimRunsRules(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	b, err := store.ClaimRuns(ctx, 100, 0)
+	b, err := store.ClaimRuns(ctx, 100, 0, outboxsql.Floors{})
 	testenv.Must(t, err, "claim runs")
 	got := describe(b)
 	testenv.Must(t, b.Release(ctx), "release")
@@ -85,13 +85,27 @@ func TestClaimRunsRules(t *testing.T) {
 	}
 
 	// The walk stops at the limit: c1, a1, b1, u1, of which c1 is held.
-	b, err = store.ClaimRuns(ctx, 4, 0)
+	b, err = store.ClaimRuns(ctx, 4, 0, outboxsql.Floors{})
 	testenv.Must(t, err, "claim runs, limit 4")
 	got = describe(b)
 	testenv.Must(t, b.Release(ctx), "release")
 	if got != "a1 b1 u1" {
 		t.Fatalf("limit 4 claimed %q", got)
 	}
+	// A floor (a delivered row of the key) moves the head probe up, and a
+	// dead row above it still parks the key.
+	exec("UPDATE txbox_outbox SET published_at = now() WHERE message_id IN ('a1', 'a2')")
+	var a2 int64
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT id FROM txbox_outbox WHERE message_id = 'a2'").Scan(&a2), "a2")
+	b, err = store.ClaimRuns(ctx, 100, 0, outboxsql.Floors{Keys: []string{"a"}, Seqs: []int64{a2}})
+	testenv.Must(t, err, "claim runs with a floor")
+	got = describe(b)
+	testenv.Must(t, b.Release(ctx), "release")
+	if want := "b1 u1 a3 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"; got != want {
+		t.Fatalf("with a floor claimed %q\nwant               %q", got, want)
+	}
+	exec("UPDATE txbox_outbox SET published_at = NULL WHERE message_id IN ('a1', 'a2')")
+
 	// The plain claim takes heads only.
 	b, err = store.Claim(ctx, 100, 0)
 	testenv.Must(t, err, "claim")

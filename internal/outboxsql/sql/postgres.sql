@@ -33,7 +33,8 @@ FOR UPDATE OF o SKIP LOCKED
 -- name: claim_runs
 -- claim, taking also the rows that follow a claimed head of its key, one
 -- after the other; the walk stops at $1 rows (migration 007_claim_runs).
-SELECT * FROM {{name "claim_runs"}}($1, $2, NULL, NULL, NULL)
+-- $3 and $4: keys and a delivered row of each (Floors).
+SELECT * FROM {{name "claim_runs"}}($1, $2, NULL, NULL, NULL, $3, $4)
 
 -- name: claim_timeout
 -- Run first in each claim transaction, with the claim lease in ms: the

@@ -17,10 +17,19 @@
 -- all when its prev was not returned (another relay locked it first) or
 -- failed: a key's rows still reach the broker in order, one at a time.
 --
+-- p_keys and p_floors, when given, name for some keys a row the caller
+-- knows delivered: every earlier row of the key is delivered too (a key's
+-- rows are delivered in order), so the head probe of such a key looks only
+-- above it. The entries of delivered rows stay in the key's index until
+-- VACUUM, and while another transaction holds the database's horizon back
+-- each is a heap fetch: a probe from the key's first entry would read every
+-- row of the key delivered since, on every claim.
+--
 -- With lanes (p_owner not NULL), keyed rows are taken only from the lanes
 -- of p_lanes whose epoch is still p_epochs and whose owner is still
 -- p_owner, as claim_lanes does.
-CREATE FUNCTION {{name "claim_runs"}}(p_limit int, p_from bigint, p_lanes smallint[], p_epochs bigint[], p_owner text)
+CREATE FUNCTION {{name "claim_runs"}}(p_limit int, p_from bigint, p_lanes smallint[], p_epochs bigint[], p_owner text,
+                                      p_keys text[], p_floors bigint[])
 RETURNS TABLE (id bigint, message_id text, topic text, ordering_key text, payload bytea, headers text,
                attempts integer, created_at timestamptz, prev bigint)
 LANGUAGE plpgsql AS $$
@@ -35,10 +44,13 @@ DECLARE
     -- the first row of the key's run.
     seen  jsonb := '{}';
     first jsonb := '{}';
+    floor jsonb;
     last  bigint;
     mine  smallint[];
     ready timestamptz := now();
 BEGIN
+    SELECT coalesce(jsonb_object_agg(f.k, f.seq), '{}') INTO floor
+    FROM unnest(p_keys, p_floors) f(k, seq) WHERE f.k IS NOT NULL;
     IF p_owner IS NOT NULL THEN
         SELECT coalesce(array_agg(l.lane), '{}') INTO mine
         FROM {{name "lanes"}} l
@@ -62,11 +74,11 @@ BEGIN
             CONTINUE WHEN last = 0;
             -- Blocked: not due, or an undelivered row of the key lies
             -- before it and after the key's last row taken (in flight at
-            -- another relay, dead, or below p_from). Read as the key's
-            -- next entry in its index, as claim does (see there).
+            -- another relay, dead, or below p_from), or its floor. Read as
+            -- the key's next entry in its index, as claim does (see there).
             IF r.due > ready OR r.id <> (
                 SELECT p.id FROM {{table}} p
-                WHERE p.ordering_key = r.k AND p.published_at IS NULL AND p.id > coalesce(last, -1)
+                WHERE p.ordering_key = r.k AND p.published_at IS NULL AND p.id > coalesce(last, (floor ->> r.k)::bigint, -1)
                 ORDER BY p.ordering_key, p.id LIMIT 1) THEN
                 seen := seen || jsonb_build_object(r.k, 0);
                 CONTINUE;
