@@ -7,7 +7,6 @@ import (
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -31,10 +30,7 @@ func TestMySQLClaimReadCommitted(t *testing.T) {
 	db := testenv.MySQL(t)
 	drv := txboxsql.New(db, driver.MySQL)
 	ctx := context.Background()
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
-	_, err = m.Up(ctx)
-	testenv.Must(t, err, "migrate up")
+	migrated(t, drv)
 	row := outboxsql.Row{ID: "0190b5a0-0000-7000-8000-000000000001", Topic: "t", Payload: []byte("x"), Headers: "{}"}
 	testenv.Must(t, outboxsql.NewInserter(driver.MySQL, "`txbox_outbox`").Insert(ctx, drv.Pool(), []outboxsql.Row{row}), "insert")
 

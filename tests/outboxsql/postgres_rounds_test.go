@@ -13,7 +13,6 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
 )
@@ -89,10 +88,7 @@ func pgStore(t *testing.T, conns int) (*txboxpgx.Driver, *txbox.Outbox[pgx.Tx], 
 	t.Helper()
 	pool, _ := testenv.Postgres(t, conns)
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
-	_, err = m.Up(context.Background())
-	testenv.Must(t, err, "migrate up")
+	migrated(t, drv)
 	ob, err := txbox.New(drv, txbox.Config{})
 	testenv.Must(t, err, "txbox.New")
 	return drv, ob, &recordingPool{Pool: drv.Pool()}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
 )
@@ -25,10 +24,7 @@ func TestClaimRunsRules(t *testing.T) {
 	pool, _ := testenv.Postgres(t, 8)
 	drv := txboxpgx.New(pool)
 	ctx := context.Background()
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
-	_, err = m.Up(ctx)
-	testenv.Must(t, err, "migrate up")
+	migrated(t, drv)
 	// a1 a2 a3 [a4 dead] a5 · b1 [b2 not due] b3 · c1 c2 (c1 held by another claim) · u1 u2 (no key) · d1..d6
 	var rows []outboxsql.Row
 	add := func(id, key string) {
