@@ -10,7 +10,7 @@ import (
 )
 
 // migrated applies every migration of drv's outbox table.
-func migrated[TTx any](t *testing.T, drv driver.Driver[TTx]) {
+func migrated[TTx any](t testing.TB, drv driver.Driver[TTx]) {
 	t.Helper()
 	m, err := migrate.New(drv, migrate.Config{})
 	testenv.Must(t, err, "migrate.New")
