@@ -148,6 +148,9 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 	if err := s.Relay.Validate(ctx); err != nil {
 		return fmt.Errorf("store %q: %w", s.Name, err)
 	}
+	if err := s.Relay.joinGroup(); err != nil {
+		return fmt.Errorf("store %q: %w", s.Name, err)
+	}
 	var channel string
 	if l := s.Relay.listen; l != nil && l.chans != nil && !g.cfg.DisableNotify {
 		if err := l.resolve(ctx); err != nil {
@@ -155,9 +158,6 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 		} else {
 			channel = l.channel
 		}
-	}
-	if err := s.Relay.joinGroup(); err != nil {
-		return fmt.Errorf("store %q: %w", s.Name, err)
 	}
 
 	g.mu.Lock()
