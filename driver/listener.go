@@ -21,3 +21,29 @@ type Notifications interface {
 	// Close closes the connection.
 	Close(ctx context.Context) error
 }
+
+// ChannelListener is an optional capability of a Driver, beside Listener:
+// one connection that listens on many channels, added and removed while it
+// runs. A relay.Group uses it to wake the outbox tables of one database
+// with one connection. txboxpgx implements it.
+type ChannelListener interface {
+	// ListenChannels opens a connection that listens on no channel yet.
+	// The caller closes it; it is never returned to the pool.
+	ListenChannels(ctx context.Context) (Channels, error)
+}
+
+// Channels is a connection listening on a set of channels. Its methods are
+// not safe for concurrent use: one goroutine owns it.
+type Channels interface {
+	// Listen adds channel to the set.
+	Listen(ctx context.Context, channel string) error
+	// Unlisten removes channel from the set.
+	Unlisten(ctx context.Context, channel string) error
+	// Wait blocks until a notification arrives or ctx ends, and returns
+	// its channel and payload. When ctx ended the connection stays
+	// usable (to change the set, then wait again); any other error means
+	// it is no longer listening: close it and open another.
+	Wait(ctx context.Context) (channel, payload string, err error)
+	// Close closes the connection.
+	Close(ctx context.Context) error
+}

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -36,9 +37,14 @@ var (
 // and a database without budget does not hold up the stores of others.
 //
 // Each store's relay is built with New as usual (its Config gives its
-// batch size, poll interval, retries, observer); its Concurrency, its
-// overlapping claim and its LISTEN/NOTIFY wake-up are not used in a
-// group (an idle store polls every PollInterval; Wake rings it at once).
+// batch size, poll interval, retries, observer); its Concurrency and its
+// overlapping claim are not used in a group, nor its own LISTEN
+// connection: the group opens one per PostgreSQL database instead, which
+// listens on the notify channel of each of that database's stores and
+// queues a store as soon as a writer's commit rings its doorbell (armed
+// and disarmed as the store's own relay would). While that connection is
+// lost (it reconnects with backoff), or with GroupConfig.DisableNotify, an
+// idle store polls every PollInterval; Wake queues it at once either way.
 // Cleanup and the Observer's samples run in the store's turns, when due.
 //
 // A store that fails (its database down, its table dropped) backs off as
@@ -58,6 +64,8 @@ type Group struct {
 	fatal   error
 	stop    context.CancelFunc
 	rounds  sync.WaitGroup
+
+	listeners sync.WaitGroup // the databases' listening connections
 }
 
 // member is one store of a Group.
@@ -78,6 +86,10 @@ type member struct {
 
 	cleanupAt, sampleAt time.Time
 	sample              txbox.RelaySample
+
+	channel  string      // its notify channel; "" when it only polls
+	bell     doorbell    // touched in its turns only
+	disarmed atomic.Bool // the listener reset its doorbell: bell is stale
 }
 
 type memberState uint8
@@ -93,6 +105,7 @@ type database struct {
 	name   string
 	budget int
 	busy   int
+	listen *dbListener // nil when none of its stores listens
 }
 
 // Store is one outbox table of a Group.
@@ -138,6 +151,14 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 	if err := s.Relay.joinGroup(); err != nil {
 		return fmt.Errorf("store %q: %w", s.Name, err)
 	}
+	var channel string
+	if l := s.Relay.listen; l != nil && l.chans != nil && !g.cfg.DisableNotify {
+		if err := l.resolve(ctx); err != nil {
+			s.Relay.log.Warn("txbox relay group: no LISTEN/NOTIFY wake-up for this store; polling", "store", s.Name, "err", err)
+		} else {
+			channel = l.channel
+		}
+	}
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -145,7 +166,7 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 		s.Relay.leaveGroup()
 		return fmt.Errorf("%w: %q", ErrDuplicateStore, s.Name)
 	}
-	m := &member{name: s.Name, r: s.Relay, db: g.database(s), log: s.Relay.log}
+	m := &member{name: s.Name, r: s.Relay, db: g.database(s), log: s.Relay.log, channel: channel, bell: doorbell{l: s.Relay.listen}}
 	s.Relay.log = s.Relay.log.With("store", s.Name)
 	g.stores[s.Name] = m
 	if g.running {
@@ -184,6 +205,7 @@ func (g *Group) start(m *member) {
 	m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
 	m.sampleAt = now.Add(m.r.cfg.SampleInterval)
 	g.enqueue(m)
+	g.subscribe(m)
 }
 
 // Remove takes the store out of the group and waits until its round in
@@ -201,6 +223,7 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 	delete(g.stores, name)
 	m.removed = true
 	g.park(m)
+	g.unsubscribe(m)
 	var done chan struct{}
 	if m.state == running {
 		done = m.done
@@ -214,6 +237,7 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 	}
 	g.mu.Unlock()
 	if done == nil {
+		m.bell.release(ctx)
 		return nil
 	}
 	select {
@@ -322,12 +346,22 @@ func (g *Group) Run(ctx context.Context) error {
 	}
 	g.mu.Unlock()
 	g.rounds.Wait()
+	g.listeners.Wait()
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, m := range g.stores {
+	ms := g.sorted()
+	for _, m := range ms {
 		m.r.running.Store(false)
+		m.r.notifyActive.Store(false)
 	}
-	return g.fatal
+	for _, db := range g.dbs {
+		db.listen = nil
+	}
+	fatal := g.fatal
+	g.mu.Unlock()
+	for _, m := range ms {
+		m.bell.release(context.WithoutCancel(ctx))
+	}
+	return fatal
 }
 
 func (g *Group) sorted() []*member {
@@ -384,7 +418,38 @@ func (g *Group) turn(m *member) {
 	ctx := m.ctx
 	g.chores(ctx, m)
 	n, err := m.r.Round(ctx)
+	next := g.ring(ctx, m, n, err)
+	if g.settle(ctx, m, n, err, next) {
+		m.bell.release(context.WithoutCancel(ctx))
+	}
+}
 
+// ring keeps m's doorbell as its relay's own loop does (armed while idle,
+// disarmed at work) and returns how long m, idle, waits before its next
+// round: 0 for at once.
+func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Duration {
+	if m.disarmed.Swap(false) {
+		m.bell.armed, m.bell.idle = false, 0
+	}
+	switch {
+	case err != nil || ctx.Err() != nil:
+		return m.r.cfg.PollInterval
+	case n > 0:
+		m.bell.worked(ctx)
+		return 0
+	case !m.r.Listening():
+		return m.r.cfg.PollInterval
+	}
+	wait, err := m.bell.quiet(ctx, m.r.cfg.PollInterval)
+	if err != nil && ctx.Err() == nil {
+		m.r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
+	}
+	return wait
+}
+
+// settle ends m's turn: it decides when m's next turn comes (next: after
+// an idle round), and reports whether m left the group.
+func (g *Group) settle(ctx context.Context, m *member, n int, err error, next time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m.db.busy--
@@ -394,11 +459,11 @@ func (g *Group) turn(m *member) {
 	if m.removed {
 		g.leave(m)
 		close(m.done)
-		return
+		return true
 	}
 	close(m.done)
 	if !g.running || ctx.Err() != nil {
-		return
+		return false
 	}
 	var wait time.Duration
 	switch {
@@ -408,18 +473,18 @@ func (g *Group) turn(m *member) {
 			g.fatal = err
 		}
 		g.stop()
-		return
+		return false
 	case err != nil:
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
 		wait = m.backoff
 		m.r.log.Warn("txbox relay group: round failed", "err", err, "retry_in", wait)
-	case n > 0 || m.again:
+	case n > 0 || m.again || next == 0:
 		m.backoff = 0
 		g.enqueue(m)
-		return
+		return false
 	default:
 		m.backoff = 0
-		wait = m.r.cfg.PollInterval
+		wait = next
 	}
 	m.timer = time.AfterFunc(wait, func() {
 		g.mu.Lock()
@@ -430,6 +495,7 @@ func (g *Group) turn(m *member) {
 			g.dispatch()
 		}
 	})
+	return false
 }
 
 // chores runs m's cleanup and observer sample when they are due, in m's

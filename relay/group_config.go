@@ -20,6 +20,14 @@ type GroupConfig struct {
 	// relaying (cleanups and samples run inside a store's turn and count
 	// too). Size the database's pool above it. Default: 2.
 	DatabaseBudget int
+	// DisableNotify turns off the group's LISTEN/NOTIFY wake-up: by
+	// default the group opens one listening connection per PostgreSQL
+	// database (stores grouped as for DatabaseBudget, through a driver
+	// that is a driver.ChannelListener, such as txboxpgx) and queues a
+	// store as soon as its table's notify trigger rings; without it idle
+	// stores poll every PollInterval or wait for Wake. A store whose relay
+	// has Config.DisableNotify only polls either way. Default: false.
+	DisableNotify bool
 	// Logger receives the group's logs; each store's lines carry
 	// store=<name>. Default: slog.Default().
 	Logger *slog.Logger

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqlname"
 )
 
 // listener wakes the relay on PostgreSQL notifications from the outbox
@@ -16,6 +17,7 @@ import (
 type listener struct {
 	r       *Relay
 	drv     driver.Listener
+	chans   driver.ChannelListener // nil: the driver cannot share a connection (see Group)
 	pool    driver.Pool
 	channel string // the channel the trigger notifies
 	probe   string // the channel the start-up check notifies (== channel but in tests)
@@ -32,6 +34,53 @@ func (l *listener) arm(ctx context.Context) error {
 func (l *listener) disarm(ctx context.Context) {
 	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil && ctx.Err() == nil {
 		l.r.log.Warn("txbox relay: cannot disarm the wake-up doorbell", "err", err)
+	}
+}
+
+// doorbell is one relay loop's (or one group store's) view of its wake-up
+// doorbell: a loop at work keeps it disarmed, so that writers do not
+// notify; a loop idle for armAfter arms it. Only its loop touches it.
+type doorbell struct {
+	l     *listener
+	armed bool
+	idle  time.Duration // how long the loop has been idle, while under armAfter
+}
+
+// worked is told that a round claimed rows: it disarms the doorbell.
+func (d *doorbell) worked(ctx context.Context) {
+	d.idle = 0
+	if d.armed {
+		d.l.disarm(ctx)
+		d.armed = false
+	}
+}
+
+// quiet is told that a round claimed nothing while notifications are
+// received, and returns how long to wait before the next round. Just gone
+// idle, it looks again a few times, soon, before asking writers to ring
+// (which costs them); then it arms the doorbell and returns 0, to look once
+// more (a commit may have slipped in before arming); then poll. An error
+// arming returns poll too.
+func (d *doorbell) quiet(ctx context.Context, poll time.Duration) (time.Duration, error) {
+	if d.idle < armAfter {
+		d.idle = max(minRecheck, 2*d.idle)
+		return d.idle, nil
+	}
+	if err := d.l.arm(ctx); err != nil {
+		return poll, err
+	}
+	if !d.armed {
+		d.armed = true
+		return 0, nil
+	}
+	return poll, nil
+}
+
+// release disarms the doorbell if this loop armed it: the loop ends.
+func (d *doorbell) release(ctx context.Context) {
+	if d.armed {
+		d.l.disarm(ctx)
+		d.armed = false
 	}
 }
 
@@ -94,11 +143,31 @@ func (l *listener) run(ctx context.Context) {
 	}
 }
 
-func (l *listener) listenOnce(ctx context.Context) error {
-	// The doorbell table comes with migration 3; without it writers
-	// never notify.
+// reset disarms the doorbell, checking that its table is there: it comes
+// with migration 3, and without it writers never notify.
+func (l *listener) reset(ctx context.Context) error {
 	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil {
 		return fmt.Errorf("disarm the wake-up doorbell (the table comes with txbox migrate up): %w", err)
+	}
+	return nil
+}
+
+// resolve sets the channel and the doorbell table of the relay's table.
+func (l *listener) resolve(ctx context.Context) error {
+	schema, err := resolveSchema(ctx, l.pool, l.r.cfg.Schema)
+	if err != nil {
+		return err
+	}
+	table := l.r.tableName()
+	l.channel = notifyChannel(schema, table)
+	l.probe = l.channel
+	l.wake = sqlname.Qualified(driver.Postgres, schema, sqlname.Derived(table, "wake"))
+	return nil
+}
+
+func (l *listener) listenOnce(ctx context.Context) error {
+	if err := l.reset(ctx); err != nil {
+		return err
 	}
 	conn, err := l.drv.Listen(ctx, l.channel)
 	if err != nil {

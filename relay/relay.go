@@ -41,7 +41,6 @@ import (
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
-	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/migrate"
 )
 
@@ -143,6 +142,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	}
 	if l, ok := capable.(driver.Listener); ok && !c.DisableNotify {
 		r.listen = &listener{r: r, drv: l, pool: drv.Pool()}
+		r.listen.chans, _ = capable.(driver.ChannelListener)
 	}
 	return r, nil
 }
@@ -340,14 +340,10 @@ func (r *Relay) overlapLoop(ctx context.Context) {
 // separate relays would (claims skip each other's rows, and a key's next
 // message is not claimable while its previous one is in flight).
 func (r *Relay) loop(ctx context.Context) error {
-	var backoff, idle time.Duration
+	var backoff time.Duration
 	conn, _ := r.pub.(txbox.ConnectionChecker)
-	armed := false
-	defer func() {
-		if armed {
-			r.listen.disarm(context.WithoutCancel(ctx))
-		}
-	}()
+	bell := doorbell{l: r.listen}
+	defer bell.release(context.WithoutCancel(ctx))
 	for {
 		n, err := r.Round(ctx)
 		if ctx.Err() != nil {
@@ -374,34 +370,25 @@ func (r *Relay) loop(ctx context.Context) error {
 			// There may be more (a full batch, or keys whose next message
 			// became claimable): poll again at once, and on a full batch
 			// get another loop going too.
-			backoff, idle = 0, 0
+			backoff = 0
 			if n >= r.cfg.BatchSize {
 				r.Wake()
 			}
-			if armed {
-				r.listen.disarm(ctx)
-				armed = false
-			}
+			bell.worked(ctx)
 			continue
 		case !r.Listening():
 			backoff = 0
 			wait = r.cfg.PollInterval
-		case idle < armAfter:
-			// Just gone idle: look again a few times, soon, before
-			// asking writers to ring (which costs them).
-			idle = max(minRecheck, 2*idle)
-			wait = idle
 		default:
-			if err := r.listen.arm(ctx); err != nil {
+			var err error
+			if wait, err = bell.quiet(ctx, r.cfg.PollInterval); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
-			} else if !armed {
-				armed = true
-				continue // look once more: a commit may have slipped in before arming
+			} else if wait == 0 {
+				continue
 			}
-			wait = r.cfg.PollInterval
 		}
 		if r.sleep(ctx, wait, reconnected) {
 			backoff = 0 // the broker is back: a failure now starts the backoff afresh
@@ -451,14 +438,9 @@ const (
 )
 
 func (r *Relay) startListener(ctx context.Context, wg *sync.WaitGroup) error {
-	schema, err := resolveSchema(ctx, r.listen.pool, r.cfg.Schema)
-	if err != nil {
+	if err := r.listen.resolve(ctx); err != nil {
 		return err
 	}
-	table := r.tableName()
-	r.listen.channel = notifyChannel(schema, table)
-	r.listen.probe = r.listen.channel
-	r.listen.wake = sqlname.Qualified(driver.Postgres, schema, sqlname.Derived(table, "wake"))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -32,6 +32,7 @@ type Driver struct {
 var (
 	_ driver.Driver[pgx.Tx]  = (*Driver)(nil)
 	_ driver.Listener        = (*Driver)(nil)
+	_ driver.ChannelListener = (*Driver)(nil)
 	_ driver.ErrorClassifier = (*Driver)(nil)
 )
 
@@ -74,6 +75,41 @@ func (n notifications) Wait(ctx context.Context) (string, error) {
 }
 
 func (n notifications) Close(ctx context.Context) error { return n.conn.Close(ctx) }
+
+// ListenChannels implements driver.ChannelListener: it takes a connection
+// out of the pool for good. Waits are ended by their context without
+// closing the connection only with pgx's default context watcher
+// (pgconn.DeadlineContextWatcherHandler); with another, an ended wait may
+// cost the connection, and the caller opens another.
+func (d *Driver) ListenChannels(ctx context.Context) (driver.Channels, error) {
+	pooled, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return channels{pooled.Hijack()}, nil
+}
+
+type channels struct{ conn *pgx.Conn }
+
+func (c channels) Listen(ctx context.Context, channel string) error {
+	_, err := c.conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	return err
+}
+
+func (c channels) Unlisten(ctx context.Context, channel string) error {
+	_, err := c.conn.Exec(ctx, "UNLISTEN "+pgx.Identifier{channel}.Sanitize())
+	return err
+}
+
+func (c channels) Wait(ctx context.Context) (string, string, error) {
+	note, err := c.conn.WaitForNotification(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	return note.Channel, note.Payload, nil
+}
+
+func (c channels) Close(ctx context.Context) error { return c.conn.Close(ctx) }
 
 // IsTransient implements driver.ErrorClassifier with pgx's own types:
 // pgconn.SafeToRetry (nothing was sent), a *pgconn.PgError whose code

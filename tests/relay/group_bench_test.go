@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,9 +45,12 @@ func (l *latencies) quantile(q float64) time.Duration {
 	return d[min(len(d)-1, int(q*float64(len(d))))]
 }
 
+// quietModes are the configurations of BenchmarkGroupQuietStoreLatency.
+var quietModes = []string{"single", "group50", "group50-backlog", "single-notify", "group50-notify", "group50-backlog-notify"}
+
 // BenchmarkGroupQuietStoreLatency measures the commit-to-ack latency of
-// single messages written one at a time (each followed by a Wake, as an
-// in-process writer does) to quiet stores, side by side in one run:
+// single messages written one at a time to quiet stores, side by side in
+// one run:
 //
 //   - single: one relay on one schema, no other table;
 //   - group50: a Group of 50 schemas of one database, the messages spread
@@ -54,33 +58,38 @@ func (l *latencies) quantile(q float64) time.Duration {
 //   - group50-backlog: the same, the 50th with a backlog of 100,000 rows
 //     that it drains meanwhile.
 //
+// Each runs twice: with LISTEN/NOTIFY off and each commit followed by a
+// Wake, as an in-process writer does; and (-notify) without Wake, as
+// writers in other processes are, woken by LISTEN/NOTIFY: the single
+// relay's own listening connection, the group's one shared connection.
+//
 // Every configuration writes the same 490 messages at the same pace into
 // the same JetStream server, in two interleaved repetitions; the p50 and
 // p99 over both are reported, with the rows the backlog still held when
 // the last quiet message was acknowledged (it must not be 0, or the
 // backlog did not overlap the measurement).
 //
-//	CI=true go test -run '^$' -bench GroupQuietStoreLatency -benchtime 1x ./tests/relay
+//	cd tests && CI=true go test -count=1 -p 1 -run '^$' -bench GroupQuietStoreLatency -benchtime 1x ./relay/
 func BenchmarkGroupQuietStoreLatency(b *testing.B) {
 	for range b.N {
 		res := map[string]*latencies{}
-		var left []int64
+		left := map[string][]int64{}
 		for rep := range 2 {
-			for _, mode := range []string{"single", "group50", "group50-backlog"} {
+			for _, mode := range quietModes {
 				if res[mode] == nil {
 					res[mode] = &latencies{}
 				}
 				l := quietLatency(b, mode, rep, res[mode])
-				if mode == "group50-backlog" {
-					left = append(left, l)
+				if strings.HasPrefix(mode, "group50-backlog") {
+					left[mode] = append(left[mode], l)
 				}
 			}
 		}
-		for _, mode := range []string{"single", "group50", "group50-backlog"} {
+		for _, mode := range quietModes {
 			p50, p99 := res[mode].quantile(0.50), res[mode].quantile(0.99)
 			b.ReportMetric(float64(p50.Microseconds())/1000, mode+"-p50-ms")
 			b.ReportMetric(float64(p99.Microseconds())/1000, mode+"-p99-ms")
-			b.Logf("%-16s quiet messages %d  p50 %s  p99 %s", mode, len(res[mode].d), p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+			b.Logf("%-24s quiet messages %d  p50 %s  p99 %s", mode, len(res[mode].d), p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
 		}
 		b.Logf("backlog rows still pending after the last quiet ack: %v", left)
 	}
@@ -107,24 +116,28 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
+	single := strings.HasPrefix(mode, "single")
+	notify := strings.HasSuffix(mode, "-notify")
 	n := 50
-	if mode == "single" {
+	if single {
 		n = 1
 	}
 	tn := pgTenants(b, pool, prefix, n)
-	cfg := relay.Config{PollInterval: time.Second, DisableNotify: true}
+	cfg := relay.Config{PollInterval: time.Second, DisableNotify: !notify}
 	var wake func(i int)
+	var relays []*relay.Relay
 	done := make(chan error, 1)
-	if mode == "single" {
+	if single {
 		c := cfg
 		c.Observer = lat
 		r := tn[0].newRelay(b, pub, c)
+		relays = append(relays, r)
 		wake = func(int) { r.Wake() }
 		go func() { done <- r.Run(ctx) }()
 	} else {
-		g, err := relay.NewGroup(relay.GroupConfig{})
+		g, err := relay.NewGroup(relay.GroupConfig{DisableNotify: !notify})
 		testenv.Must(b, err, "NewGroup")
-		if mode == "group50-backlog" {
+		if strings.HasPrefix(mode, "group50-backlog") {
 			tn[49].exec(b, "INSERT INTO %s (topic, payload) SELECT '"+prefix+"backlog', convert_to('row ' || i, 'UTF8') FROM generate_series(1, "+fmt.Sprint(backlog)+") i")
 		}
 		for i, x := range tn {
@@ -132,7 +145,9 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 			if i < quiet {
 				c.Observer = lat
 			}
-			testenv.Must(b, g.Add(ctx, relay.Store{Name: x.name, Relay: x.newRelay(b, pub, c)}), "add")
+			r := x.newRelay(b, pub, c)
+			relays = append(relays, r)
+			testenv.Must(b, g.Add(ctx, relay.Store{Name: x.name, Relay: r}), "add")
 		}
 		wake = func(i int) { g.Wake(tn[i].name) }
 		go func() { done <- g.Run(ctx) }()
@@ -140,14 +155,22 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 	before := len(lat.d)
 	// Let the relays (and the backlog's drain) get going.
 	time.Sleep(500 * time.Millisecond)
+	for until := time.Now().Add(time.Minute); notify && !listening(relays); {
+		if time.Now().After(until) {
+			b.Fatalf("%s: not listening", mode)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	rng := rand.New(rand.NewPCG(uint64(rep), 16))
 	for range quiet * each {
 		i := 0
-		if mode != "single" {
+		if !single {
 			i = rng.IntN(quiet)
 		}
 		tn[i].add(b, 1)
-		wake(i)
+		if !notify {
+			wake(i)
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
@@ -164,7 +187,7 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	var left int64
-	if mode == "group50-backlog" {
+	if strings.HasPrefix(mode, "group50-backlog") {
 		left = tn[49].pending(b)
 	}
 	cancel()
@@ -172,4 +195,13 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 		b.Fatalf("%s: %v", mode, err)
 	}
 	return left
+}
+
+func listening(rs []*relay.Relay) bool {
+	for _, r := range rs {
+		if !r.Listening() {
+			return false
+		}
+	}
+	return true
 }

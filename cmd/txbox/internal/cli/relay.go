@@ -219,7 +219,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 			return err
 		}
 	}
-	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic); err != nil {
+	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, nil); err != nil {
 		return err
 	}
 	defer f.served.close()

@@ -145,8 +145,13 @@ func defaultStoreName(t dbTarget, schema, table string) string {
 func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base relay.Config) error {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
-	if f.http != "" || f.ui {
-		return fmt.Errorf("%w: --http and --ui serve one store's relay; they are not available with several stores (--db repeated or --stores) yet", txbox.ErrInvalidConfig)
+	if f.ui {
+		if f.http == "" {
+			return fmt.Errorf("%w: --ui needs --http", txbox.ErrInvalidConfig)
+		}
+		if err := checkUIListen("--http", f.http, uiToken(f.uiToken)); err != nil {
+			return err
+		}
 	}
 	budget := relay.DefaultDatabaseBudget
 	if err := dbBudgetSetting.resolve(cmd.Flags(), f.dbBudget, &budget); err != nil {
@@ -165,6 +170,14 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 		return err
 	}
 	f.broker.events = log
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, names); err != nil {
+		return err
+	}
+	defer f.served.close()
 
 	// One pool per distinct URL, shared by its stores (and their budget).
 	dbs := map[string]*database{}
@@ -174,7 +187,7 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 		}
 	}()
 	for _, s := range specs {
-		key := s.target.String() + "|" + s.target.url + s.target.path
+		key := dbKey(s.target)
 		if _, ok := dbs[key]; ok {
 			continue
 		}
@@ -195,10 +208,18 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 		}
 	}
 
+	if f.ui {
+		if err := f.served.mountGroupUI(log, specs, dbs, uiToken(f.uiToken)); err != nil {
+			return err
+		}
+	}
 	return reconnecting(ctx, log, out, f, func(br *broker) error {
 		return groupWith(ctx, log, out, f, specs, dbs, br, base, budget)
 	})
 }
+
+// dbKey tells the databases of stores apart: one pool each.
+func dbKey(t dbTarget) string { return t.String() + "|" + t.url + t.path }
 
 func migrateStore(ctx context.Context, log *slog.Logger, db *database, s storeSpec) error {
 	tf := tableFlags{schema: s.Schema, table: cmp.Or(s.Table, txbox.DefaultTable)}
@@ -230,10 +251,13 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 	}
 	relays := make([]*relay.Relay, 0, len(specs))
 	for _, s := range specs {
-		db := dbs[s.target.String()+"|"+s.target.url+s.target.path]
+		db := dbs[dbKey(s.target)]
 		cfg := base
 		cfg.Schema, cfg.Table = s.Schema, s.Table
 		cfg.Logger = log
+		if f.served != nil {
+			cfg.Observer = f.served.storeObserver(s.Name)
+		}
 		r, err := db.relay(pub, cfg)
 		if err != nil {
 			return fmt.Errorf("store %q: %w", s.Name, err)
@@ -242,6 +266,8 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 			return err
 		}
 		relays = append(relays, r)
+		f.served.setStore(s.Name, r)
+		defer f.served.setStore(s.Name, nil)
 		log.Info("store added", "store", s.Name, "db", s.target.String(), "schema", cmp.Or(s.Schema, "(the connection's default)"), "table", cmp.Or(s.Table, txbox.DefaultTable))
 	}
 	cfg := relays[0].Config()

@@ -23,36 +23,59 @@ import (
 
 // relayHTTP is what `txbox relay --http` serves: the relay's metrics and
 // probes, for the relay running now (the command builds a new one when the
-// broker connection closes for good).
+// broker connection closes for good); with several stores, each store's.
 type relayHTTP struct {
-	metrics *txboxprom.Metrics
+	metrics *txboxprom.Metrics // one store
 	current atomic.Pointer[relay.Relay]
-	ui      atomic.Pointer[txboxui.Handler] // --ui, once the database is open
-	srv     *http.Server
+
+	stores *txboxprom.Stores                       // several stores
+	group  map[string]*atomic.Pointer[relay.Relay] // their relays running now, by name
+
+	ui  atomic.Pointer[uiMount] // --ui, once the databases are open
+	srv *http.Server
 }
+
+type uiMount struct{ h http.Handler }
 
 // serveRelayHTTP listens on addr and serves in the background; addr ""
 // serves nothing (a nil *relayHTTP, whose methods do nothing). An address
-// that is not loopback is refused unless public.
-func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public bool) (*relayHTTP, error) {
+// that is not loopback is refused unless public. With stores (the names of
+// a group's stores) it serves each store's metrics, labelled store=NAME,
+// and one readiness check per store, named after it.
+func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public bool, stores []string) (*relayHTTP, error) {
 	if addr == "" {
 		return nil, nil
 	}
 	if err := checkLoopback(addr, public); err != nil {
 		return nil, err
 	}
-	h := &relayHTTP{metrics: txboxprom.New(txboxprom.Config{})}
+	h := &relayHTTP{}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(h.metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var checks []health.Check
+	if stores == nil {
+		h.metrics = txboxprom.New(txboxprom.Config{})
+		reg.MustRegister(h.metrics)
+		checks = append(checks, health.RelayCheck("relay", h.current.Load))
+	} else {
+		h.stores = txboxprom.NewStores(txboxprom.StoresConfig{})
+		reg.MustRegister(h.stores)
+		h.group = make(map[string]*atomic.Pointer[relay.Relay], len(stores))
+		for _, name := range stores {
+			p := new(atomic.Pointer[relay.Relay])
+			h.group[name] = p
+			checks = append(checks, health.RelayCheck(name, p.Load))
+		}
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/", health.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), health.RelayCheck("relay", h.current.Load)))
+	mux.Handle("/", health.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), checks...))
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		ui := h.ui.Load()
 		if ui == nil {
 			http.Error(w, "the dashboard is not served (txbox relay --ui), or the database is not open yet", http.StatusServiceUnavailable)
 			return
 		}
-		http.StripPrefix("/ui", ui).ServeHTTP(w, r)
+		http.StripPrefix("/ui", ui.h).ServeHTTP(w, r)
 	})
 	handler := mux
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
@@ -102,7 +125,7 @@ func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database,
 		return err
 	}
 	go ui.Run(ctx)
-	h.ui.Store(ui)
+	h.ui.Store(&uiMount{ui})
 	log.Info("serving the dashboard", "url", "http://"+h.srv.Addr+"/ui/")
 	return nil
 }
@@ -117,6 +140,21 @@ func (h *relayHTTP) observer() txbox.RelayObserver {
 func (h *relayHTTP) set(r *relay.Relay) {
 	if h != nil {
 		h.current.Store(r)
+	}
+}
+
+// storeObserver returns the observer of a group's store: its metrics.
+func (h *relayHTTP) storeObserver(name string) txbox.RelayObserver {
+	if h == nil {
+		return nil
+	}
+	return h.stores.Relay(name)
+}
+
+// setStore records the relay of a group's store running now (nil: none).
+func (h *relayHTTP) setStore(name string, r *relay.Relay) {
+	if h != nil {
+		h.group[name].Store(r)
 	}
 }
 

@@ -1,0 +1,198 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// `txbox relay --stores FILE --http ADDR --ui` serves every store: /metrics
+// has both stores' series (store="acme", store="globex"); /readyz has one
+// check per store and, once globex's database is cut off, answers 503
+// naming globex as failing and acme as ready, while /healthz stays ok; the
+// dashboard lists both stores with their backlogs (dead rows put there by
+// the test), ?store= leads to a store's own dashboard, and nothing served
+// holds the databases' password.
+func TestRelayGroupHTTPAndUI(t *testing.T) {
+	t.Parallel()
+	admin, s1 := pgSchema(t)
+	_, s2 := pgSchema(t)
+	testenv.NATS(t)
+	pgURL := strings.Replace(testenv.PostgresURL(), "postgres@", "postgres:"+secret+"@", 1)
+	u, err := url.Parse(pgURL)
+	testenv.Must(t, err, "parse url")
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	globexURL := u.String()
+
+	// A name the pages must escape.
+	const globex, globexHTML = `glo<b>ex&"`, `glo&lt;b&gt;ex&amp;&#34;`
+	dir := t.TempDir()
+	file := filepath.Join(dir, "stores.json")
+	testenv.Must(t, os.WriteFile(file, []byte(fmt.Sprintf(`{"stores": [
+		{"name": "acme", "db": %q, "schema": %q},
+		{"name": %q, "db": %q, "schema": %q}
+	]}`, pgURL, s1, globex, globexURL, s2)), 0o600), "write stores file")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "free port")
+	addr := ln.Addr().String()
+	_ = ln.Close()
+
+	prefix := testenv.Subject()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut testenv.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"relay", "--migrate", "--stores", file, "--http", addr, "--ui",
+			"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRP")), "--stream-subjects", prefix + ">",
+			"--poll-interval", "50ms"}, &out, &errOut)
+	}()
+	var served strings.Builder
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		served.Write(b)
+		return resp.StatusCode, string(b)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			select {
+			case err := <-done:
+				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s\n%s", what, errOut.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("relay started", func() bool { return strings.Contains(errOut.String(), "relay started") })
+	for i, s := range []string{s1, s2} {
+		for range 2 + i { // acme 2 dead rows, globex 3
+			_, err := admin.Exec(ctx, `INSERT INTO `+s+`.txbox_outbox (topic, payload, dead_at) VALUES ($1, 'x', now())`, prefix+"dead")
+			testenv.Must(t, err, "insert dead")
+		}
+		_, err := admin.Exec(ctx, `INSERT INTO `+s+`.txbox_outbox (topic, payload) VALUES ($1, 'y')`, prefix+"live")
+		testenv.Must(t, err, "insert")
+	}
+	waitFor("/readyz 200", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	waitFor("both stores' live rows delivered", func() bool {
+		var n int
+		testenv.Must(t, admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+s1+`.txbox_outbox WHERE published_at IS NULL AND dead_at IS NULL)
+			+ (SELECT count(*) FROM `+s2+`.txbox_outbox WHERE published_at IS NULL AND dead_at IS NULL)`).Scan(&n), "count")
+		return n == 0
+	})
+
+	code, metrics := get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics %d", code)
+	}
+	for _, store := range []string{"acme", `glo<b>ex&\"`} {
+		if !strings.Contains(metrics, `txbox_relay_published_total{store="`+store+`",topic="`+prefix+`live"} 1`) {
+			t.Fatalf("/metrics has no series of store %s:\n%s", store, metrics)
+		}
+	}
+
+	// The store list shows each store's backlog.
+	code, index := get("/ui/")
+	if code != http.StatusOK {
+		t.Fatalf("/ui/ %d:\n%s", code, index)
+	}
+	for _, c := range []struct {
+		store string
+		dead  int
+	}{{"acme", 2}, {globexHTML, 3}} {
+		row := index[strings.Index(index, `data-name="`+c.store+`"`)+1:]
+		row = row[:strings.Index(row, "</tr>")]
+		if !strings.Contains(row, fmt.Sprintf(`<td class="dead">%d</td>`, c.dead)) || !strings.Contains(row, `<td class="pending">0</td>`) {
+			t.Fatalf("/ui/ row of %s does not show 0 pending and %d dead:\n%s", c.store, c.dead, index)
+		}
+	}
+	// ?store= leads to the store's own dashboard.
+	if strings.Contains(index, globex) {
+		t.Fatalf("/ui/ prints a store's name unescaped:\n%s", index)
+	}
+	code, page := get("/ui/?store=" + url.QueryEscape(globex))
+	if code != http.StatusOK || !strings.Contains(page, `id="backlog"`) || !strings.Contains(page, `data-name="`+globexHTML+`"`) || strings.Contains(page, globex) {
+		t.Fatalf("/ui/?store=globex %d is not globex's dashboard:\n%s", code, page)
+	}
+	_, state := get("/ui/store/1/api/state")
+	var st struct {
+		Title   string `json:"title"`
+		Backlog struct {
+			Dead int64 `json:"dead"`
+		} `json:"backlog"`
+	}
+	testenv.Must(t, json.Unmarshal([]byte(state), &st), "api/state %s", state)
+	if st.Title != globex || st.Backlog.Dead != 3 {
+		t.Fatalf("store 1's state: %+v, want globex with 3 dead", st)
+	}
+	if code, _ := get("/ui/?store=nobody"); code != http.StatusNotFound {
+		t.Fatalf("/ui/?store=nobody: %d, want 404", code)
+	}
+
+	// globex's database goes away: readiness names it, liveness holds.
+	proxy.Cut()
+	var ready struct {
+		Ready  bool `json:"ready"`
+		Checks []struct {
+			Name  string `json:"name"`
+			Ready bool   `json:"ready"`
+			Error string `json:"error"`
+		} `json:"checks"`
+	}
+	waitFor("/readyz 503 naming globex", func() bool {
+		code, body := get("/readyz")
+		if code != http.StatusServiceUnavailable {
+			return false
+		}
+		testenv.Must(t, json.Unmarshal([]byte(body), &ready), "readyz %s", body)
+		return true
+	})
+	got := map[string]bool{}
+	for _, c := range ready.Checks {
+		got[c.Name] = c.Ready
+		if c.Name == globex && !strings.Contains(c.Error, "database unreachable") {
+			t.Errorf("globex's check: %q, want database unreachable", c.Error)
+		}
+	}
+	if len(got) != 2 || !got["acme"] || got[globex] {
+		t.Fatalf("/readyz checks %+v, want acme ready and globex not", ready.Checks)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz %d %q with one store down, want ok", code, body)
+	}
+	if _, index := get("/ui/"); !strings.Contains(index, "unavailable:") {
+		t.Fatalf("/ui/ does not show globex as unavailable:\n%s", index)
+	}
+	proxy.Resume()
+	cancel()
+	select {
+	case err := <-done:
+		testenv.Must(t, err, "relay")
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not stop")
+	}
+	checkRedacted(t, "served pages", served.String(), `data-name="acme"`)
+	checkRedacted(t, "relay output", out.String()+errOut.String(), "relay started")
+}

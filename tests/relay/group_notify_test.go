@@ -1,0 +1,204 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// groupListeners returns the pids of the connections whose last statement
+// was a LISTEN or UNLISTEN on the channel of one of tenants' tables: the
+// group's listening connection.
+func groupListeners(t *testing.T, pool *pgxpool.Pool, tenants ...tenant) []int32 {
+	t.Helper()
+	var pats []string
+	for _, tn := range tenants {
+		pats = append(pats, `LISTEN "txbox_`+tn.table+`"`)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE EXISTS (SELECT 1 FROM unnest($1::text[]) p WHERE query = p OR query = 'UN' || p)`, pats)
+	testenv.Must(t, err, "pg_stat_activity")
+	defer rows.Close()
+	var pids []int32
+	for rows.Next() {
+		var pid int32
+		testenv.Must(t, rows.Scan(&pid), "scan")
+		pids = append(pids, pid)
+	}
+	testenv.Must(t, rows.Err(), "rows")
+	return pids
+}
+
+// A store polling once an hour is delivered soon after a commit from
+// another connection, without Wake: the group's listening connection
+// hears its notify trigger. The same store in a group without the
+// listener (the control) still holds the row once the first is delivered
+// and some seconds more.
+func TestGroupNotifyWakesIdleStore(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.Postgres(t, 8)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	pub := publisher(t, nc)
+	tn := pgTenants(t, pool, prefix, 2)
+	heard, deaf := tn[0], tn[1]
+
+	g, err := relay.NewGroup(relay.GroupConfig{})
+	testenv.Must(t, err, "NewGroup")
+	rh := heard.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
+	testenv.Must(t, g.Add(context.Background(), relay.Store{Name: heard.name, Relay: rh}), "add")
+	control, err := relay.NewGroup(relay.GroupConfig{DisableNotify: true})
+	testenv.Must(t, err, "NewGroup")
+	rd := deaf.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
+	testenv.Must(t, control.Add(context.Background(), relay.Store{Name: deaf.name, Relay: rd}), "add")
+	runGroup(t, g)
+	runGroup(t, control)
+
+	eventually(t, "listening", rh.Listening)
+	// Both stores' first rounds have run (the listener's subscription
+	// queues one more); give them time to go idle.
+	time.Sleep(500 * time.Millisecond)
+	if rd.Listening() {
+		t.Fatal("a store of a group with DisableNotify says it listens")
+	}
+	heard.add(t, 1)
+	deaf.add(t, 1)
+	eventually(t, "delivered on notification", func() bool { return heard.pending(t) == 0 })
+	time.Sleep(2 * time.Second)
+	if deaf.pending(t) != 1 {
+		t.Fatalf("the control store without the listener delivered its row: the test proves nothing")
+	}
+	if got := streamMsgs(t, s); got != 1 {
+		t.Fatalf("stream holds %d messages, want 1", got)
+	}
+	// Many commits: each is heard (the doorbell is re-armed when idle).
+	for i := range 5 {
+		heard.add(t, 1)
+		eventually(t, "delivered on notification again", func() bool { return heard.pending(t) == 0 })
+		if got := streamMsgs(t, s); got != uint64(2+i) {
+			t.Fatalf("stream holds %d messages, want %d", got, 2+i)
+		}
+	}
+}
+
+// Stores added to a running group are subscribed on the one listening
+// connection of their database; a removed store is unsubscribed.
+func TestGroupNotifyAddRemoveResubscribes(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.Postgres(t, 8)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	pub := publisher(t, nc)
+	tn := pgTenants(t, pool, prefix, 3)
+
+	g, err := relay.NewGroup(relay.GroupConfig{})
+	testenv.Must(t, err, "NewGroup")
+	runGroup(t, g)
+	var rs []*relay.Relay
+	for _, x := range tn {
+		r := x.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
+		testenv.Must(t, g.Add(context.Background(), relay.Store{Name: x.name, Relay: r}), "add %s", x.name)
+		rs = append(rs, r)
+		eventually(t, x.name+" listening", r.Listening)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, x := range tn {
+		x.add(t, 1)
+	}
+	eventually(t, "all delivered on notification", func() bool {
+		return tn[0].pending(t)+tn[1].pending(t)+tn[2].pending(t) == 0
+	})
+	ctx := context.Background()
+	if pids := groupListeners(t, pool, tn...); len(pids) != 1 {
+		t.Fatalf("%d connections listen for the group's stores, want 1 for the database", len(pids))
+	}
+
+	testenv.Must(t, g.Remove(ctx, tn[1].name), "remove")
+	if rs[1].Listening() {
+		t.Fatal("a removed store says it listens")
+	}
+	// After the UNLISTEN, the channel of the removed store is not heard:
+	// arm its doorbell by hand, commit, and see that nothing delivers it,
+	// while the other stores are still heard.
+	eventually(t, "unlistened", func() bool {
+		var n int
+		testenv.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`,
+			`UNLISTEN "txbox_`+tn[1].table+`"`).Scan(&n), "pg_stat_activity")
+		return n == 1
+	})
+	tn[1].exec(t, "UPDATE %s_wake SET armed = true")
+	tn[1].add(t, 1)
+	tn[0].add(t, 1)
+	tn[2].add(t, 1)
+	eventually(t, "the remaining stores delivered", func() bool { return tn[0].pending(t)+tn[2].pending(t) == 0 })
+	time.Sleep(time.Second)
+	if tn[1].pending(t) != 1 {
+		t.Fatal("the removed store's row was delivered")
+	}
+	// Added back, it is subscribed again and catches up.
+	testenv.Must(t, g.Add(ctx, relay.Store{Name: tn[1].name, Relay: rs[1]}), "add back")
+	eventually(t, "listening again", rs[1].Listening)
+	eventually(t, "the re-added store caught up", func() bool { return tn[1].pending(t) == 0 })
+	time.Sleep(200 * time.Millisecond)
+	tn[1].add(t, 1)
+	eventually(t, "re-added store delivered on notification", func() bool { return tn[1].pending(t) == 0 })
+	if got := streamMsgs(t, s); got != 7 {
+		t.Fatalf("stream holds %d messages, want 7", got)
+	}
+	if pids := groupListeners(t, pool, tn...); len(pids) != 1 {
+		t.Fatalf("%d connections listen for the group's stores, want 1", len(pids))
+	}
+}
+
+// Cutting the group's listening connection does not stall anything: the
+// group reconnects, and a commit made meanwhile or after is delivered
+// without Wake.
+func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.Postgres(t, 8)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	stream(t, nc, prefix, jetstream.StreamConfig{})
+	pub := publisher(t, nc)
+	tn := pgTenants(t, pool, prefix, 2)
+
+	g, err := relay.NewGroup(relay.GroupConfig{})
+	testenv.Must(t, err, "NewGroup")
+	var rs []*relay.Relay
+	for _, x := range tn {
+		r := x.newRelay(t, pub, relay.Config{PollInterval: time.Hour, BackoffMax: 200 * time.Millisecond})
+		testenv.Must(t, g.Add(context.Background(), relay.Store{Name: x.name, Relay: r}), "add %s", x.name)
+		rs = append(rs, r)
+	}
+	runGroup(t, g)
+	for _, r := range rs {
+		eventually(t, "listening", r.Listening)
+	}
+	pids := groupListeners(t, pool, tn...)
+	if len(pids) != 1 {
+		t.Fatalf("%d listening connections, want 1", len(pids))
+	}
+	var ok bool
+	testenv.Must(t, pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pids[0]).Scan(&ok), "terminate")
+	if !ok {
+		t.Fatal("pg_terminate_backend failed")
+	}
+	tn[0].add(t, 1) // maybe while nobody listens: caught up after reconnect
+	eventually(t, "the loss noticed", func() bool { return rs[0].Counters().ListenFailures >= 1 })
+	eventually(t, "listening again", func() bool { return rs[0].Listening() && rs[1].Listening() })
+	eventually(t, "caught up after reconnect", func() bool { return tn[0].pending(t) == 0 })
+	time.Sleep(200 * time.Millisecond)
+	tn[1].add(t, 1)
+	eventually(t, "delivered on notification after reconnect", func() bool { return tn[1].pending(t) == 0 })
+	if got := groupListeners(t, pool, tn...); len(got) != 1 || got[0] == pids[0] {
+		t.Fatalf("listening connections after reconnect: %v (the cut one was %d)", got, pids[0])
+	}
+}
