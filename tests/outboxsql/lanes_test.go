@@ -116,6 +116,16 @@ func testLaneLeaseFencing(t *testing.T, db laneDB) {
 		t.Fatalf("a claimed %d rows, want the 40 heads", len(batchA.Rows))
 	}
 
+	// a's heartbeat does not wait for a's own claim transaction, which
+	// holds its lanes' locks (a generous bound: a renewal that waited for
+	// the locks would wait for the claim's end).
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	renewed, err := a.Renew(rctx, time.Minute)
+	cancel()
+	if err != nil || len(renewed) != outboxsql.NumLanes {
+		t.Fatalf("a renewed %v (%v) while its claim is open, want every lane", renewed, err)
+	}
+
 	// a's leases end (it stalled); b takes every lane over.
 	_, err = db.pool.Exec(ctx, db.expire)
 	testenv.Must(t, err, "expire")
