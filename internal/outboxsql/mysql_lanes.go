@@ -19,7 +19,7 @@ var mysqlLanesSQL string
 // transaction, since GET_LOCK is session-scoped.
 type mysqlLanes struct {
 	q struct {
-		lock, valid, claim, join, count, renew, owned, free, take, taken, fence, release, leave string
+		lock, valid, candidates, claim, join, count, renew, owned, free, take, taken, fence, release, leave string
 	}
 }
 
@@ -29,7 +29,7 @@ func newMySQLLanes(table string) (*mysqlLanes, error) {
 	funcs := sqltext.Names(driver.MySQL, schema, name)
 	funcs["list"] = listFunc
 	err := sqltext.Load("outbox/mysql_lanes", mysqlLanesSQL, funcs, map[string]*string{
-		"fence_lock": &m.q.lock, "lane_valid": &m.q.valid, "claim_lanes": &m.q.claim,
+		"fence_lock": &m.q.lock, "lane_valid": &m.q.valid, "lane_candidates": &m.q.candidates, "claim_lanes": &m.q.claim,
 		"lane_join": &m.q.join, "lane_count": &m.q.count, "lane_renew": &m.q.renew, "lane_owned": &m.q.owned,
 		"lane_free": &m.q.free, "lane_take": &m.q.take, "lane_taken": &m.q.taken,
 		"lane_fence": &m.q.fence, "lane_release": &m.q.release, "lane_leave": &m.q.leave,
@@ -38,8 +38,9 @@ func newMySQLLanes(table string) (*mysqlLanes, error) {
 }
 
 // claim: the fence rows' shared locks, the leases that still hold, then
-// the claim restricted to their lanes, in one READ COMMITTED transaction
-// (each statement reads what was committed when it began).
+// the claim restricted to their lanes (candidates read without locks,
+// then locked by primary key), in one READ COMMITTED transaction (each
+// statement reads what was committed when it began).
 func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64, leases []Lease) (*Batch, error) {
 	s := l.s
 	start := time.Now()
@@ -69,15 +70,37 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 		valid = []any{-1} // no lane: rows without a key only
 	}
 	args := append(append([]any{from}, valid...), limit)
-	rows, err := tx.Query(ctx, expandList(s.d, m.q.claim, len(valid)), args...)
-	if err == nil {
-		b.Rows, err = s.scanClaimed(rows, limit, false)
+	ids, err := m.ids(ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
+	if err == nil && len(ids) > 0 {
+		var rows driver.Rows
+		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), ids...)
+		if err == nil {
+			b.Rows, err = s.scanClaimed(rows, limit, false)
+		}
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return b, nil
+}
+
+// ids runs q and returns its one column of ids.
+func (m *mysqlLanes) ids(ctx context.Context, ex driver.Executor, q string, args ...any) ([]any, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
 }
 
 // lanes runs q and returns its one column of lanes.

@@ -7,7 +7,7 @@
 -- fence row of each lane it will read (fence_lock), then reads which of its
 -- leases still hold (lane_valid) in a later statement, so with a snapshot
 -- taken after the locks, then claims keyed rows of those lanes only
--- (claim_lanes). A relay that takes a lane over raises its epoch, then may
+-- (lane_candidates, claim_lanes). A relay that takes a lane over raises its epoch, then may
 -- claim from it only once it can lock the lane's fence row exclusively
 -- (lane_fence): every claim transaction of the previous owner has then
 -- ended, and any later one sees the new epoch. Heartbeats update only the
@@ -23,12 +23,15 @@ SELECT lane FROM {{name "fences"}} WHERE lane IN ({{list "?"}}) ORDER BY lane LO
 -- holds: a plain consistent read of the committed leases.
 SELECT lane FROM {{name "lanes"}} WHERE owner = ? AND (lane, epoch) IN ({{list "(?,?)"}})
 
--- name: claim_lanes
--- claim of mysql.sql, its keyed rows restricted to the listed lanes
--- (lane_valid's answer). A key's rows share a lane, so the head-of-key
--- check is unchanged. Rows without a key are claimed by any relay.
--- Arguments: the scan's start, the lanes, the limit.
-SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
+-- name: lane_candidates
+-- The claim's first step, a plain consistent read (no locks): the rows of
+-- claim in mysql.sql whose keys are of the listed lanes (lane_valid's
+-- answer), or that have no key. A key's rows share a lane, so the
+-- head-of-key check is unchanged. A locking scan would lock each row it
+-- reads before the lane condition drops it, for a moment: the other
+-- relays' claims would skip their own rows meanwhile. Arguments: the
+-- scan's start, the lanes, the limit.
+SELECT o.id
 FROM {{table}} o
 WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?
   AND (o.ordering_key IS NULL OR o.lane IN ({{list "?"}}))
@@ -38,6 +41,21 @@ WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?
         WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
 ORDER BY o.id
 LIMIT ?
+
+-- name: claim_lanes
+-- The claim's second step: the listed candidates, by primary key, locked
+-- unless another claim holds them, with every condition checked again on
+-- their latest committed versions (a row delivered or no longer a head
+-- meanwhile is dropped).
+SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
+FROM {{table}} o
+WHERE o.id IN ({{list "?"}})
+  AND o.published_at IS NULL AND o.dead_at IS NULL
+  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6))
+  AND (o.ordering_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{table}} p
+        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+ORDER BY o.id
 FOR UPDATE SKIP LOCKED
 
 -- name: lane_join
