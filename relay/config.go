@@ -95,8 +95,8 @@ type Config struct {
 
 	// Lanes makes the relay claim only rows of the lanes it holds a lease
 	// on: several relays then split the table's 16 lanes (a hash of the
-	// ordering key) and do not scan past each other's rows. PostgreSQL
-	// only (New fails elsewhere). Every relay of a table should use the
+	// ordering key) and do not scan past each other's rows. PostgreSQL,
+	// MySQL and MariaDB (New fails on SQLite). Every relay of a table should use the
 	// same setting: a relay without lanes claims from every lane. See
 	// docs/scaling.md. Default: false.
 	Lanes bool

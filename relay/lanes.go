@@ -48,7 +48,7 @@ func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
 }
 
 // LanesSupported reports whether Config.Lanes works on dialect d.
-func LanesSupported(d driver.Dialect) bool { return d == driver.Postgres }
+func LanesSupported(d driver.Dialect) bool { return d == driver.Postgres || d == driver.MySQL }
 
 // ownerName names one relay run: host, process and a random part.
 func ownerName() string {

@@ -21,7 +21,7 @@ var postgresLanesSQL string
 const NumLanes = 16
 
 // ErrLanesUnsupported is returned by NewLanes on a dialect without lanes.
-var ErrLanesUnsupported = errors.New("txbox: lanes are only supported on PostgreSQL")
+var ErrLanesUnsupported = errors.New("txbox: lanes are only supported on PostgreSQL, MySQL and MariaDB")
 
 // Lease is one lane a relay owns, and the fencing epoch of its lease.
 type Lease struct {
@@ -33,6 +33,7 @@ type Lease struct {
 type Lanes struct {
 	s     *Store
 	owner string
+	my    *mysqlLanes // MySQL, MariaDB; nil on PostgreSQL
 	q     struct {
 		lock, claim, claimRuns, join, renew, acquire, fence, release, leave string
 	}
@@ -41,10 +42,16 @@ type Lanes struct {
 // NewLanes returns the lanes of s's table, owned as owner (unique per
 // relay run).
 func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
-	if _, ok := s.d.(*postgres); !ok {
+	l := &Lanes{s: s, owner: owner}
+	switch s.d.(type) {
+	case *postgres:
+	case *mysql:
+		var err error
+		l.my, err = newMySQLLanes(table)
+		return l, err
+	default:
 		return nil, ErrLanesUnsupported
 	}
-	l := &Lanes{s: s, owner: owner}
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(driver.Postgres, schema, name)
 	err := sqltext.Load("outbox/postgres_lanes", postgresLanesSQL, funcs, map[string]*string{
@@ -75,6 +82,9 @@ func (l *Lanes) ClaimRuns(ctx context.Context, limit int, from int64, leases []L
 }
 
 func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease, floors *Floors) (*Batch, error) {
+	if l.my != nil {
+		return l.my.claim(ctx, l, limit, from, leases) // no runs on MySQL
+	}
 	runs := floors != nil
 	s := l.s
 	start := time.Now()
@@ -115,6 +125,9 @@ func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease
 // Join records the relay as alive for ttl and returns how many relays are
 // alive, itself included.
 func (l *Lanes) Join(ctx context.Context, ttl time.Duration) (int, error) {
+	if l.my != nil {
+		return l.my.join(ctx, l, ttl)
+	}
 	rows, err := l.s.pool.Query(ctx, l.q.join, l.owner, ttl.Milliseconds())
 	if err != nil {
 		return 0, err
@@ -131,18 +144,27 @@ func (l *Lanes) Join(ctx context.Context, ttl time.Duration) (int, error) {
 
 // Renew extends every lease the relay still owns by ttl and returns them.
 func (l *Lanes) Renew(ctx context.Context, ttl time.Duration) ([]Lease, error) {
+	if l.my != nil {
+		return l.my.renew(ctx, l, ttl)
+	}
 	return l.leases(ctx, l.q.renew, l.owner, ttl.Milliseconds())
 }
 
 // Acquire takes up to n free or expired lanes for ttl, each with a new
 // epoch. They may be claimed from only once Fence returns them.
 func (l *Lanes) Acquire(ctx context.Context, ttl time.Duration, n int) ([]Lease, error) {
+	if l.my != nil {
+		return l.my.acquire(ctx, l, ttl, n)
+	}
 	return l.leases(ctx, l.q.acquire, l.owner, ttl.Milliseconds(), n)
 }
 
 // Fence returns the lanes of lanes that no claim transaction (of any
 // relay) holds now.
 func (l *Lanes) Fence(ctx context.Context, lanes []int16) ([]int16, error) {
+	if l.my != nil {
+		return l.my.fence(ctx, l, lanes)
+	}
 	ints := make([]int32, len(lanes))
 	for i, ln := range lanes {
 		ints[i] = int32(ln)
@@ -165,6 +187,9 @@ func (l *Lanes) Fence(ctx context.Context, lanes []int16) ([]int16, error) {
 
 // Release gives the lanes up, for another relay to take at once.
 func (l *Lanes) Release(ctx context.Context, lanes []int16) error {
+	if l.my != nil {
+		return l.my.release(ctx, l, lanes)
+	}
 	_, err := l.s.pool.Exec(ctx, l.q.release, l.owner, lanes)
 	return err
 }
@@ -172,6 +197,9 @@ func (l *Lanes) Release(ctx context.Context, lanes []int16) error {
 // Leave removes the relay from the relays sharing the lanes (and rows of
 // relays gone for an hour).
 func (l *Lanes) Leave(ctx context.Context) error {
+	if l.my != nil {
+		return l.my.leave(ctx, l)
+	}
 	_, err := l.s.pool.Exec(ctx, l.q.leave, l.owner)
 	return err
 }

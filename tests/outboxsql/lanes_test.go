@@ -11,37 +11,95 @@ import (
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxsql"
 )
 
-// The lane fencing, step by step against PostgreSQL: a relay whose leases
-// were taken over claims nothing from those lanes (its epochs are stale),
-// and the new owner's fence refuses the lanes until the old owner's claim
-// transaction has ended.
-func TestLaneLeaseFencing(t *testing.T) {
-	t.Parallel()
-	pool, _ := testenv.Postgres(t, 8)
-	drv := txboxpgx.New(pool)
-	ctx := context.Background()
+// laneDB is one database under a lane test: its driver, its outbox table
+// as NewStore takes it, and SQL of its dialect.
+type laneDB struct {
+	dialect driver.Dialect
+	pool    driver.Pool
+	table   string
+	// distinctLanes counts the lanes of the keyed rows; expire ends every
+	// lease.
+	distinctLanes, expire string
+}
+
+func laneDBs(t *testing.T) map[string]func(t *testing.T) laneDB {
+	return map[string]func(t *testing.T) laneDB{
+		"postgres": func(t *testing.T) laneDB {
+			pool, _ := testenv.Postgres(t, 8)
+			drv := txboxpgx.New(pool)
+			migrateUp(t, drv)
+			return laneDB{driver.Postgres, drv.Pool(), `"txbox_outbox"`,
+				"SELECT count(DISTINCT hashtext(ordering_key) & 15) FROM txbox_outbox",
+				"UPDATE txbox_outbox_lanes SET expires_at = now() - interval '1 second'"}
+		},
+		"mysql": func(t *testing.T) laneDB {
+			drv := txboxsql.New(testenv.MySQL(t), driver.MySQL)
+			migrateUp(t, drv)
+			return laneDB{driver.MySQL, drv.Pool(), "`txbox_outbox`",
+				"SELECT COUNT(DISTINCT lane) FROM txbox_outbox",
+				"UPDATE txbox_outbox_lanes SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"}
+		},
+	}
+}
+
+func migrateUp[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	m, err := migrate.New(drv, migrate.Config{})
 	testenv.Must(t, err, "migrate.New")
-	_, err = m.Up(ctx)
+	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
+}
+
+// scanOne reads the one value of q into dest.
+func scanOne(ctx context.Context, pool driver.Pool, q string, dest any) error {
+	rows, err := pool.Query(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return fmt.Errorf("%s: no row", q)
+	}
+	if err := rows.Scan(dest); err != nil {
+		return err
+	}
+	return rows.Err()
+}
+
+// The lane fencing, step by step against PostgreSQL and MySQL: a relay
+// whose leases were taken over claims nothing from those lanes (its epochs
+// are stale), and the new owner's fence refuses the lanes until the old
+// owner's claim transaction has ended.
+func TestLaneLeaseFencing(t *testing.T) {
+	t.Parallel()
+	for name, open := range laneDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testLaneLeaseFencing(t, open(t))
+		})
+	}
+}
+
+func testLaneLeaseFencing(t *testing.T, db laneDB) {
+	ctx := context.Background()
 	rows := make([]outboxsql.Row, 200)
 	for i := range rows {
 		rows[i] = outboxsql.Row{ID: fmt.Sprintf("m%03d", i), Topic: "t", Key: fmt.Sprintf("k%d", i%40), Payload: []byte("x"), Headers: "{}"}
 	}
-	testenv.Must(t, outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), rows), "insert")
+	testenv.Must(t, outboxsql.NewInserter(db.dialect, db.table).Insert(ctx, db.pool, rows), "insert")
 	var lanes int
-	testenv.Must(t, pool.QueryRow(ctx, "SELECT count(DISTINCT hashtext(ordering_key) & 15) FROM txbox_outbox").Scan(&lanes), "lanes")
+	testenv.Must(t, scanOne(ctx, db.pool, db.distinctLanes, &lanes), "lanes")
 	if lanes < 8 {
 		t.Fatalf("40 keys fell into %d lanes; the hash does not spread", lanes)
 	}
 
-	store, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
+	store, err := outboxsql.NewStore(db.dialect, db.pool, db.table, time.Minute)
 	testenv.Must(t, err, "store")
-	a, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-a")
+	a, err := outboxsql.NewLanes(store, db.table, "relay-a")
 	testenv.Must(t, err, "lanes a")
-	b, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-b")
+	b, err := outboxsql.NewLanes(store, db.table, "relay-b")
 	testenv.Must(t, err, "lanes b")
 
 	leasesA, err := a.Acquire(ctx, time.Minute, outboxsql.NumLanes)
@@ -58,8 +116,18 @@ func TestLaneLeaseFencing(t *testing.T) {
 		t.Fatalf("a claimed %d rows, want the 40 heads", len(batchA.Rows))
 	}
 
+	// a's heartbeat does not wait for a's own claim transaction, which
+	// holds its lanes' locks (a generous bound: a renewal that waited for
+	// the locks would wait for the claim's end).
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	renewed, err := a.Renew(rctx, time.Minute)
+	cancel()
+	if err != nil || len(renewed) != outboxsql.NumLanes {
+		t.Fatalf("a renewed %v (%v) while its claim is open, want every lane", renewed, err)
+	}
+
 	// a's leases end (it stalled); b takes every lane over.
-	_, err = pool.Exec(ctx, "UPDATE txbox_outbox_lanes SET expires_at = now() - interval '1 second'")
+	_, err = db.pool.Exec(ctx, db.expire)
 	testenv.Must(t, err, "expire")
 	leasesB, err := b.Acquire(ctx, time.Minute, outboxsql.NumLanes)
 	testenv.Must(t, err, "acquire b")

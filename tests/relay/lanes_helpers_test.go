@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"database/sql"
 	"io"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -11,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // sendLog records every Publish call of the relays sharing it: which relay,
@@ -88,21 +93,16 @@ func (l *sendLog) sentBy(relay string) int {
 // message, but no message is sent before the one before it), or if a
 // message added was never sent.
 // It returns how many messages were sent more than once.
-func (l *sendLog) checkLanes(t *testing.T, pool *pgxpool.Pool, want map[string]int) int {
+func (l *sendLog) checkLanes(t *testing.T, e laneEnv, want map[string]int) int {
 	t.Helper()
-	ctx := context.Background()
 	// The lane of a keyed row, as the claims compute it; -1 without a key
 	// (any relay may send those).
-	rows, err := pool.Query(ctx, "SELECT message_id, coalesce((hashtext(ordering_key) & 15)::smallint, -1) FROM txbox_outbox")
-	testenv.Must(t, err, "lanes")
 	laneOf := map[string]int16{}
-	for rows.Next() {
-		var id string
-		var lane int16
-		testenv.Must(t, rows.Scan(&id, &lane), "scan")
-		laneOf[id] = lane
+	for _, r := range e.pairs(t, e.laneOf) {
+		lane, err := strconv.Atoi(r[1])
+		testenv.Must(t, err, "lane")
+		laneOf[r[0]] = int16(lane)
 	}
-	testenv.Must(t, rows.Err(), "rows")
 
 	type span struct {
 		relay      string
@@ -199,16 +199,165 @@ func maps(m map[string]int) map[string]int {
 	return out
 }
 
-// laneRelay is a relay with lanes on a pool of its own to schema, through
-// proxy when it is not nil.
-func laneRelay(t *testing.T, schema string, proxy interface{ Addr() string }, pub txbox.Publisher, cfg relay.Config) *relay.Relay {
+// laneEnv is the database of a lane test, PostgreSQL or MySQL: the
+// fixture that adds messages, and what the tests need of its dialect.
+type laneEnv struct {
+	f      fixture
+	target string // the server's address, for proxies
+	// relay returns a relay with lanes on a pool of its own, through proxy
+	// when it is not nil, and a func closing the pool.
+	relay func(t *testing.T, proxy interface{ Addr() string }, pub txbox.Publisher, cfg relay.Config) (*relay.Relay, func())
+	// pairs runs a query of two text columns.
+	pairs func(t *testing.T, q string) [][2]string
+	// expire ends every lease; laneOf reads message_id and lane (-1
+	// without a key); owners reads lane and owner ('' for none).
+	expire, laneOf, owners string
+	// versions is produceVersions where f has no pgx pool.
+	versions func(ctx context.Context, t *testing.T, topic string, producers, perProd, aggregates int)
+}
+
+// pgLanes is the PostgreSQL laneEnv of f (a pgx fixture).
+func pgLanes(t *testing.T, f fixture) laneEnv {
+	schema := f.schema(t)
+	return laneEnv{
+		f: f, target: "127.0.0.1:5432",
+		relay: func(t *testing.T, proxy interface{ Addr() string }, pub txbox.Publisher, cfg relay.Config) (*relay.Relay, func()) {
+			r, pool := laneRelayPool(t, schema, proxy, pub, cfg)
+			return r, pool.Close
+		},
+		pairs: func(t *testing.T, q string) [][2]string {
+			rows, err := f.pool.Query(context.Background(), q)
+			testenv.Must(t, err, "query")
+			var out [][2]string
+			for rows.Next() {
+				var r [2]string
+				testenv.Must(t, rows.Scan(&r[0], &r[1]), "scan")
+				out = append(out, r)
+			}
+			testenv.Must(t, rows.Err(), "rows")
+			return out
+		},
+		expire: "UPDATE txbox_outbox_lanes SET expires_at = now() - interval '1 second'",
+		laneOf: "SELECT message_id, coalesce((hashtext(ordering_key) & 15)::smallint, -1)::text FROM txbox_outbox",
+		owners: "SELECT lane::text, coalesce(owner, '') FROM txbox_outbox_lanes",
+	}
+}
+
+// myLanes is a MySQL laneEnv on a database of its own.
+func myLanes(t *testing.T, conns int) laneEnv {
+	db := testenv.MySQL(t)
+	f := sqlFixture(t, "mysql", db, driver.MySQL)
+	var name string
+	testenv.Must(t, db.QueryRow("SELECT DATABASE()").Scan(&name), "database")
+	cfg, err := mysqldrv.ParseDSN(testenv.MySQLDSN())
+	testenv.Must(t, err, "dsn")
+	return laneEnv{
+		f: f, target: cfg.Addr,
+		relay: func(t *testing.T, proxy interface{ Addr() string }, pub txbox.Publisher, rc relay.Config) (*relay.Relay, func()) {
+			c := cfg.Clone()
+			c.DBName, c.ParseTime = name, true
+			if proxy != nil {
+				c.Net, c.Addr, c.Timeout = "tcp", proxy.Addr(), 2*time.Second
+			}
+			rdb, err := sql.Open("mysql", c.FormatDSN())
+			testenv.Must(t, err, "open")
+			rdb.SetMaxOpenConns(conns)
+			rc.Lanes = true
+			if rc.PollInterval == 0 {
+				rc.PollInterval = 5 * time.Millisecond
+			}
+			r, err := relay.New[*sql.Tx](txboxsql.New(rdb, driver.MySQL), pub, rc)
+			if err != nil {
+				_ = rdb.Close()
+				t.Fatalf("relay.New: %v", err)
+			}
+			return r, func() { _ = rdb.Close() }
+		},
+		pairs: func(t *testing.T, q string) [][2]string {
+			rows, err := db.Query(q)
+			testenv.Must(t, err, "query")
+			defer rows.Close()
+			var out [][2]string
+			for rows.Next() {
+				var r [2]string
+				testenv.Must(t, rows.Scan(&r[0], &r[1]), "scan")
+				out = append(out, r)
+			}
+			testenv.Must(t, rows.Err(), "rows")
+			return out
+		},
+		expire: "UPDATE txbox_outbox_lanes SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND",
+		laneOf: "SELECT message_id, CAST(COALESCE(lane, -1) AS CHAR) FROM txbox_outbox",
+		owners: "SELECT CAST(lane AS CHAR), COALESCE(owner, '') FROM txbox_outbox_lanes",
+		versions: func(ctx context.Context, t *testing.T, topic string, producers, perProd, aggregates int) {
+			ob, err := txbox.New(txboxsql.New(db, driver.MySQL), txbox.Config{})
+			testenv.Must(t, err, "txbox.New")
+			var wg sync.WaitGroup
+			for p := 0; p < producers; p++ {
+				wg.Add(1)
+				go func(seed uint64) {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(seed, 99))
+					for i := 0; i < perProd; i++ {
+						agg := 1 + rng.IntN(aggregates)
+						if err := addVersion(ctx, db, ob, topic, agg); err != nil {
+							t.Errorf("producer: %v", err)
+							return
+						}
+					}
+				}(uint64(p))
+			}
+			wg.Wait()
+		},
+	}
+}
+
+// addVersion raises an aggregate's version and adds it to the outbox in
+// one MySQL transaction.
+func addVersion(ctx context.Context, db *sql.DB, ob *txbox.Outbox[*sql.Tx], topic string, agg int) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "UPDATE aggregates SET version = version + 1 WHERE id = ?", agg); err != nil {
+		return err
+	}
+	var v int
+	if err := tx.QueryRowContext(ctx, "SELECT version FROM aggregates WHERE id = ?", agg).Scan(&v); err != nil {
+		return err
+	}
+	if _, err := ob.Add(ctx, tx, txbox.Message{Topic: topic, Key: strconv.Itoa(agg), Payload: []byte(strconv.Itoa(agg) + ":" + strconv.Itoa(v))}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// eachLaneDialect runs test as a parallel subtest on PostgreSQL and on
+// MySQL, each on a database of its own.
+func eachLaneDialect(t *testing.T, conns int, test func(t *testing.T, e laneEnv)) {
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		test(t, pgLanes(t, pgxFixture(t, conns)))
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		test(t, myLanes(t, conns))
+	})
+}
+
+// laneRelay is a relay with lanes on a pool of its own, through proxy when
+// it is not nil.
+func (e laneEnv) laneRelay(t *testing.T, proxy interface{ Addr() string }, pub txbox.Publisher, cfg relay.Config) *relay.Relay {
 	t.Helper()
-	r, pool := laneRelayPool(t, schema, proxy, pub, cfg)
-	t.Cleanup(pool.Close)
+	r, closePool := e.relay(t, proxy, pub, cfg)
+	t.Cleanup(closePool)
 	return r
 }
 
-// laneRelayPool is laneRelay, and the relay's pool, which the caller closes.
+// laneRelayPool is a PostgreSQL relay with lanes on a pool of its own to
+// schema, through proxy when it is not nil, and its pool, which the caller
+// closes.
 func laneRelayPool(t *testing.T, schema string, proxy interface{ Addr() string }, pub txbox.Publisher, cfg relay.Config) (*relay.Relay, *pgxpool.Pool) {
 	t.Helper()
 	pc, err := pgxpool.ParseConfig(testenv.PostgresURL())
@@ -328,17 +477,13 @@ func (f *freezer) thaw() {
 }
 
 // laneOwners reads the lanes table: owner by lane.
-func laneOwners(t *testing.T, pool *pgxpool.Pool) map[int16]string {
-	rows, err := pool.Query(context.Background(), "SELECT lane, coalesce(owner, '') FROM txbox_outbox_lanes")
-	testenv.Must(t, err, "lanes")
+func laneOwners(t *testing.T, e laneEnv) map[int16]string {
 	out := map[int16]string{}
-	for rows.Next() {
-		var lane int16
-		var owner string
-		testenv.Must(t, rows.Scan(&lane, &owner), "scan")
-		out[lane] = owner
+	for _, r := range e.pairs(t, e.owners) {
+		lane, err := strconv.Atoi(r[0])
+		testenv.Must(t, err, "lane")
+		out[int16(lane)] = r[1]
 	}
-	testenv.Must(t, rows.Err(), "rows")
 	return out
 }
 

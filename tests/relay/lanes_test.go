@@ -49,14 +49,17 @@ func stopRelay(t *testing.T, r *relay.Relay) {
 // ends. Per-key order holds and nothing is lost meanwhile.
 func TestLanesJoinLeaveDie(t *testing.T) {
 	t.Parallel()
-	f := pgxFixture(t, 8)
-	schema := f.schema(t)
+	eachLaneDialect(t, 8, testLanesJoinLeaveDie)
+}
+
+func testLanesJoinLeaveDie(t *testing.T, e laneEnv) {
+	f := e.f
 	log := &sendLog{}
 	cfg := relay.Config{LaneLease: time.Second, PublishTimeout: 500 * time.Millisecond, ClaimLease: time.Second}
-	a := laneRelay(t, schema, nil, &logPublisher{name: "a", log: log}, cfg)
-	b := laneRelay(t, schema, nil, &logPublisher{name: "b", log: log}, cfg)
-	proxy := testenv.NewProxy(t, "127.0.0.1:5432")
-	c := laneRelay(t, schema, proxy, &logPublisher{name: "c", log: log}, cfg)
+	a := e.laneRelay(t, nil, &logPublisher{name: "a", log: log}, cfg)
+	b := e.laneRelay(t, nil, &logPublisher{name: "b", log: log}, cfg)
+	proxy := testenv.NewProxy(t, e.target)
+	c := e.laneRelay(t, proxy, &logPublisher{name: "c", log: log}, cfg)
 
 	adder := &keyedAdder{f: f}
 	stop := make(chan struct{})
@@ -78,7 +81,7 @@ func TestLanesJoinLeaveDie(t *testing.T) {
 	close(stop)
 	wait()
 	eventually(t, "all delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
-	dups := log.checkLanes(t, f.pool, adder.want())
+	dups := log.checkLanes(t, e, adder.want())
 	t.Logf("%d keys, %d messages sent twice", len(adder.want()), dups)
 }
 
@@ -88,8 +91,11 @@ func TestLanesJoinLeaveDie(t *testing.T) {
 // its stale epochs, reads nothing from them.
 func TestLanesTakeoverWaitsForTheOldOwner(t *testing.T) {
 	t.Parallel()
-	f := pgxFixture(t, 8)
-	schema := f.schema(t)
+	eachLaneDialect(t, 8, testLanesTakeoverWaitsForTheOldOwner)
+}
+
+func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
+	f := e.f
 	log := &sendLog{}
 	gate := make(chan struct{})
 	var blocked sync.Once
@@ -117,7 +123,7 @@ func TestLanesTakeoverWaitsForTheOldOwner(t *testing.T) {
 		}
 		adder.add(t, keys...)
 	}
-	a := laneRelay(t, schema, nil, aPub, cfg)
+	a := e.laneRelay(t, nil, aPub, cfg)
 	startRelay(t, a)
 	<-inFlight
 	if len(a.Lanes()) != 16 {
@@ -125,13 +131,13 @@ func TestLanesTakeoverWaitsForTheOldOwner(t *testing.T) {
 	}
 	// a's leases end in the table (as if it had stalled past them); b
 	// joins and takes half of the lanes over.
-	f.exec(t, "UPDATE txbox_outbox_lanes SET expires_at = now() - interval '1 second'")
-	b := laneRelay(t, schema, nil, &logPublisher{name: "b", log: log}, cfg)
+	f.exec(t, e.expire)
+	b := e.laneRelay(t, nil, &logPublisher{name: "b", log: log}, cfg)
 	startRelay(t, b)
 	eventually(t, "b owns 8 lanes in the table", func() bool {
 		n := 0
-		for _, o := range laneOwners(t, f.pool) {
-			if o != "" && o != aOwner(t, f, a) {
+		for _, o := range laneOwners(t, e) {
+			if o != "" && o != aOwner(t, e, a) {
 				n++
 			}
 		}
@@ -154,17 +160,17 @@ func TestLanesTakeoverWaitsForTheOldOwner(t *testing.T) {
 	if log.sentBy("b") == 0 {
 		t.Fatal("b sent nothing")
 	}
-	log.checkLanes(t, f.pool, adder.want())
+	log.checkLanes(t, e, adder.want())
 }
 
 // aOwner returns the owner name of a's lanes: the owner of most lanes
 // before b joined is a; here, any lane a claims from.
-func aOwner(t *testing.T, f fixture, a *relay.Relay) string {
+func aOwner(t *testing.T, e laneEnv, a *relay.Relay) string {
 	ls := a.Lanes()
 	if len(ls) == 0 {
 		return ""
 	}
-	return laneOwners(t, f.pool)[int16(ls[0])]
+	return laneOwners(t, e)[int16(ls[0])]
 }
 
 // stallingPublisher is a logPublisher whose relay stalls, once armed,
@@ -192,10 +198,13 @@ func (p *stallingPublisher) CheckMessage(txbox.Message) error {
 // is; the third is between a claim and its publish, where a relay that
 // sent what it had claimed would send rows b has sent since, after their
 // successors.
+//
+// PostgreSQL only: MySQL has no per-transaction idle timeout, so there b
+// waits until a's connection thaws or ends (docs/scaling.md).
 func TestLanesStalledRelayPastItsLease(t *testing.T) {
 	t.Parallel()
 	f := pgxFixture(t, 8)
-	schema := f.schema(t)
+	e := pgLanes(t, f)
 	log := &sendLog{}
 	cfg := relay.Config{LaneLease: time.Second, PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second, BatchSize: 20}
 	fr := newFreezer(t)
@@ -208,8 +217,8 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 		eventually(t, "b sends on", func() bool { return log.sentBy("b") > sentB+50 })
 		fr.thaw()
 	}
-	a := laneRelay(t, schema, fr, aPub, cfg)
-	b = laneRelay(t, schema, nil, &logPublisher{name: "b", log: log}, cfg)
+	a := e.laneRelay(t, fr, aPub, cfg)
+	b = e.laneRelay(t, nil, &logPublisher{name: "b", log: log}, cfg)
 	adder := &keyedAdder{f: f}
 	stop := make(chan struct{})
 	wait := produce(t, adder, 30, stop)
@@ -237,7 +246,7 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 	close(stop)
 	wait()
 	eventually(t, "all delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
-	dups := log.checkLanes(t, f.pool, adder.want())
+	dups := log.checkLanes(t, e, adder.want())
 	t.Logf("%d keys, %d messages sent twice", len(adder.want()), dups)
 }
 
@@ -247,8 +256,11 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 // docs/guarantees.md) and everything after it, in order.
 func TestLanesOwnerDiedMidBatch(t *testing.T) {
 	t.Parallel()
-	f := pgxFixture(t, 8)
-	schema := f.schema(t)
+	eachLaneDialect(t, 8, testLanesOwnerDiedMidBatch)
+}
+
+func testLanesOwnerDiedMidBatch(t *testing.T, e laneEnv) {
+	f := e.f
 	log := &sendLog{}
 	dying := make(chan struct{})
 	var once sync.Once
@@ -266,16 +278,16 @@ func TestLanesOwnerDiedMidBatch(t *testing.T) {
 		}
 		adder.add(t, keys...)
 	}
-	proxy := testenv.NewProxy(t, "127.0.0.1:5432")
-	a := laneRelay(t, schema, proxy, aPub, cfg)
+	proxy := testenv.NewProxy(t, e.target)
+	a := e.laneRelay(t, proxy, aPub, cfg)
 	startRelay(t, a)
 	<-dying
 	proxy.Cut() // a's claim transaction dies with its connection
 	first := log.snapshot()[0]
-	b := laneRelay(t, schema, nil, &logPublisher{name: "b", log: log}, cfg)
+	b := e.laneRelay(t, nil, &logPublisher{name: "b", log: log}, cfg)
 	startRelay(t, b)
 	eventually(t, "all delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
-	dups := log.checkLanes(t, f.pool, adder.want())
+	dups := log.checkLanes(t, e, adder.want())
 	if dups < len(first.ids) {
 		t.Fatalf("%d messages sent twice, want at least a's batch of %d", dups, len(first.ids))
 	}
@@ -284,9 +296,9 @@ func TestLanesOwnerDiedMidBatch(t *testing.T) {
 	}
 }
 
-// Lanes are PostgreSQL's: elsewhere New refuses them with a clear error
-// (SQLite has one writer; MySQL has no transaction-scoped advisory lock).
-func TestLanesOnlyOnPostgres(t *testing.T) {
+// Lanes are PostgreSQL's and MySQL's: on SQLite (one writer) New refuses
+// them with a clear error.
+func TestLanesNotOnSQLite(t *testing.T) {
 	t.Parallel()
 	_, err := relay.New(txboxsql.New(testenv.SQLite(t), driver.SQLite), &logPublisher{name: "a", log: &sendLog{}}, relay.Config{Lanes: true})
 	if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "PostgreSQL") {

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,21 +22,24 @@ import (
 // JetStream once, in order per aggregate.
 func TestLanesOrderingTorture(t *testing.T) {
 	t.Parallel()
+	eachLaneDialect(t, 16, testLanesOrderingTorture)
+}
+
+func testLanesOrderingTorture(t *testing.T, e laneEnv) {
 	const (
 		aggregates = 50
 		producers  = 8
 		perProd    = 250
 	)
-	f := pgxFixture(t, 16)
+	f := e.f
 	ctx := context.Background()
-	_, err := f.pool.Exec(ctx, "CREATE TABLE aggregates (id int PRIMARY KEY, version int NOT NULL)")
-	testenv.Must(t, err, "create aggregates")
-	_, err = f.pool.Exec(ctx, "INSERT INTO aggregates SELECT g, 0 FROM generate_series(1, $1) g", aggregates)
-	testenv.Must(t, err, "fill aggregates")
+	f.exec(t, "CREATE TABLE aggregates (id int PRIMARY KEY, version int NOT NULL)")
+	for i := 1; i <= aggregates; i++ {
+		f.exec(t, "INSERT INTO aggregates VALUES ("+strconv.Itoa(i)+", 0)")
+	}
 	nc := testenv.NATS(t)
 	prefix := testenv.Subject()
 	s := stream(t, nc, prefix, jetstream.StreamConfig{})
-	schema := f.schema(t)
 	cfg := relay.Config{PollInterval: 2 * time.Millisecond, BatchSize: 20, LaneLease: time.Second,
 		PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second}
 
@@ -48,8 +52,8 @@ func TestLanesOrderingTorture(t *testing.T) {
 			defer relaysWG.Done()
 			rng := rand.New(rand.NewPCG(seed, 7))
 			for {
-				proxy := testenv.NewProxy(t, "127.0.0.1:5432")
-				r, pool := laneRelayPool(t, schema, proxy, publisher(t, nc), cfg)
+				proxy := testenv.NewProxy(t, e.target)
+				r, closePool := e.relay(t, proxy, publisher(t, nc), cfg)
 				rctx, cancel := context.WithCancel(ctx)
 				done := make(chan struct{})
 				go func() { _ = r.Run(rctx); close(done) }()
@@ -57,14 +61,14 @@ func TestLanesOrderingTorture(t *testing.T) {
 				case <-stopRelays:
 					cancel()
 					<-done
-					pool.Close()
+					closePool()
 					return
 				case <-time.After(time.Duration(200+rng.IntN(800)) * time.Millisecond):
 				}
 				proxy.Cut() // dies: marks in flight fail, the leases run out
 				cancel()
 				<-done
-				pool.Close()
+				closePool()
 				kills.Add(1)
 			}
 		}(uint64(i))
@@ -73,9 +77,9 @@ func TestLanesOrderingTorture(t *testing.T) {
 	go func() { // joins, works a while, leaves (hands its lanes over)
 		defer relaysWG.Done()
 		for {
-			r, pool := laneRelayPool(t, schema, nil, publisher(t, nc), cfg)
+			r, closePool := e.relay(t, nil, publisher(t, nc), cfg)
 			if err := r.Start(ctx); err != nil {
-				pool.Close()
+				closePool()
 				t.Errorf("start: %v", err)
 				return
 			}
@@ -85,7 +89,7 @@ func TestLanesOrderingTorture(t *testing.T) {
 			case <-time.After(300 * time.Millisecond):
 			}
 			err := r.Stop(ctx)
-			pool.Close()
+			closePool()
 			if err != nil {
 				t.Errorf("stop: %v", err)
 				return
@@ -98,7 +102,11 @@ func TestLanesOrderingTorture(t *testing.T) {
 		}
 	}()
 
-	produceVersions(ctx, t, f, prefix+"agg", producers, perProd, aggregates)
+	if e.versions != nil {
+		e.versions(ctx, t, prefix+"agg", producers, perProd, aggregates)
+	} else {
+		produceVersions(ctx, t, f, prefix+"agg", producers, perProd, aggregates)
+	}
 	eventually(t, "all delivered", func() bool {
 		return f.count(t, "published_at IS NULL") == 0
 	})

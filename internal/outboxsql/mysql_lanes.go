@@ -1,0 +1,237 @@
+package outboxsql
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqltext"
+)
+
+//go:embed sql/mysql_lanes.sql
+var mysqlLanesSQL string
+
+// mysqlLanes is the lane SQL on MySQL and MariaDB (sql/mysql_lanes.sql):
+// the fence is a shared row lock on <table>_fences held by each claim
+// transaction, since GET_LOCK is session-scoped.
+type mysqlLanes struct {
+	q struct {
+		lock, valid, candidates, claim, join, count, renew, owned, free, take, taken, fence, release, leave string
+	}
+}
+
+func newMySQLLanes(table string) (*mysqlLanes, error) {
+	m := &mysqlLanes{}
+	schema, name := unqualify(table)
+	funcs := sqltext.Names(driver.MySQL, schema, name)
+	funcs["list"] = listFunc
+	err := sqltext.Load("outbox/mysql_lanes", mysqlLanesSQL, funcs, map[string]*string{
+		"fence_lock": &m.q.lock, "lane_valid": &m.q.valid, "lane_candidates": &m.q.candidates, "claim_lanes": &m.q.claim,
+		"lane_join": &m.q.join, "lane_count": &m.q.count, "lane_renew": &m.q.renew, "lane_owned": &m.q.owned,
+		"lane_free": &m.q.free, "lane_take": &m.q.take, "lane_taken": &m.q.taken,
+		"lane_fence": &m.q.fence, "lane_release": &m.q.release, "lane_leave": &m.q.leave,
+	})
+	return m, err
+}
+
+// claim: the fence rows' shared locks, the leases that still hold, then
+// the claim restricted to their lanes (candidates read without locks,
+// then locked by primary key), in one READ COMMITTED transaction (each
+// statement reads what was committed when it began).
+func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64, leases []Lease) (*Batch, error) {
+	s := l.s
+	start := time.Now()
+	tx, err := s.d.beginClaim(context.WithoutCancel(ctx), s.pool, s.lease)
+	if err != nil {
+		return nil, err
+	}
+	b := &Batch{s: s, tx: tx, Started: start}
+	var valid []any
+	if len(leases) > 0 {
+		lanes := make([]any, len(leases))
+		pairs := []any{l.owner}
+		for i, ls := range leases {
+			lanes[i] = ls.Lane
+			pairs = append(pairs, ls.Lane, ls.Epoch)
+		}
+		valid, err = m.lanes(ctx, tx, expandList(s.d, m.q.lock, len(lanes)), lanes...)
+		if err == nil {
+			valid, err = m.lanes(ctx, tx, expandList(s.d, m.q.valid, len(leases)), pairs...)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
+		}
+	}
+	if len(valid) == 0 {
+		valid = []any{-1} // no lane: rows without a key only
+	}
+	args := append(append([]any{from}, valid...), limit)
+	ids, err := m.ids(ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
+	if err == nil && len(ids) > 0 {
+		var rows driver.Rows
+		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), ids...)
+		if err == nil {
+			b.Rows, err = s.scanClaimed(rows, limit, false)
+		}
+	}
+	if err != nil {
+		_ = b.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return b, nil
+}
+
+// ids runs q and returns its one column of ids.
+func (m *mysqlLanes) ids(ctx context.Context, ex driver.Executor, q string, args ...any) ([]any, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// lanes runs q and returns its one column of lanes.
+func (m *mysqlLanes) lanes(ctx context.Context, ex driver.Executor, q string, args ...any) ([]any, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []any
+	for rows.Next() {
+		var ln int16
+		if err := rows.Scan(&ln); err != nil {
+			return nil, err
+		}
+		out = append(out, ln)
+	}
+	return out, rows.Err()
+}
+
+func (m *mysqlLanes) join(ctx context.Context, l *Lanes, ttl time.Duration) (int, error) {
+	if _, err := l.s.pool.Exec(ctx, m.q.join, l.owner, ttl.Microseconds()); err != nil {
+		return 0, err
+	}
+	rows, err := l.s.pool.Query(ctx, m.q.count, l.owner)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+	}
+	return n, rows.Err()
+}
+
+// renew: no other relay takes a lane whose lease was just extended, so
+// the leases read after the UPDATE are the ones it extended.
+func (m *mysqlLanes) renew(ctx context.Context, l *Lanes, ttl time.Duration) ([]Lease, error) {
+	if _, err := l.s.pool.Exec(ctx, m.q.renew, ttl.Microseconds(), l.owner); err != nil {
+		return nil, err
+	}
+	return l.leases(ctx, m.q.owned, l.owner)
+}
+
+// acquire locks free lanes, takes them and reads their epochs in one READ
+// COMMITTED transaction (no locks on the lanes it passes over).
+func (m *mysqlLanes) acquire(ctx context.Context, l *Lanes, ttl time.Duration, n int) (out []Lease, err error) {
+	s := l.s
+	tx, err := s.d.beginClaim(ctx, s.pool, s.lease)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	free, err := m.lanes(ctx, tx, m.q.free, n)
+	if err != nil || len(free) == 0 {
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		return nil, err
+	}
+	args := append([]any{l.owner, ttl.Microseconds()}, free...)
+	if _, err = tx.Exec(ctx, expandList(s.d, m.q.take, len(free)), args...); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, expandList(s.d, m.q.taken, len(free)), free...)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var ls Lease
+		if err = rows.Scan(&ls.Lane, &ls.Epoch); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, ls)
+	}
+	rows.Close()
+	if err = rows.Err(); err != nil {
+		return nil, err
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return int(a.Lane) - int(b.Lane) })
+	return out, nil
+}
+
+// fence: SKIP LOCKED passes over the fence rows that claim transactions
+// share-lock; the exclusive locks of the others end with the commit.
+func (m *mysqlLanes) fence(ctx context.Context, l *Lanes, lanes []int16) ([]int16, error) {
+	s := l.s
+	tx, err := s.d.beginClaim(ctx, s.pool, s.lease)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, len(lanes))
+	for i, ln := range lanes {
+		args[i] = ln
+	}
+	free, err := m.lanes(ctx, tx, expandList(s.d, m.q.fence, len(args)), args...)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]int16, len(free))
+	for i, f := range free {
+		out[i] = f.(int16)
+	}
+	return out, nil
+}
+
+func (m *mysqlLanes) release(ctx context.Context, l *Lanes, lanes []int16) error {
+	args := []any{l.owner}
+	for _, ln := range lanes {
+		args = append(args, ln)
+	}
+	_, err := l.s.pool.Exec(ctx, expandList(l.s.d, m.q.release, len(lanes)), args...)
+	return err
+}
+
+func (m *mysqlLanes) leave(ctx context.Context, l *Lanes) error {
+	_, err := l.s.pool.Exec(ctx, m.q.leave, l.owner)
+	return err
+}
