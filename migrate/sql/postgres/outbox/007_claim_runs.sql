@@ -11,10 +11,11 @@
 -- they follow one another (no row of the key in between is dead or waiting
 -- for a retry), and stops as soon as it has p_limit rows.
 --
--- Each row it returns says, in prev, the row of the same key it follows in
--- this claim (NULL for a key's head and rows without a key). The relay
--- publishes a row only after the broker acknowledged its prev, and not at
--- all when its prev was not returned (another relay locked it first) or
+-- It locks each row as it takes it (SKIP LOCKED): a row another relay
+-- holds is passed over, and with it the rest of its key. Each row it
+-- returns says, in prev, the row of the same key it follows in this claim
+-- (NULL for a key's head and rows without a key). The relay publishes a row
+-- only after the broker acknowledged its prev, and not at all when its prev
 -- failed: a key's rows still reach the broker in order, one at a time.
 --
 -- p_keys and p_floors, when given, name for some keys a row the caller
@@ -37,13 +38,9 @@ DECLARE
     r     record;
     ids   bigint[] := '{}';
     prevs bigint[] := '{}';
-    heads bigint[] := '{}'; -- the first row of each candidate's run
-    got   bigint[];
     -- The keys met so far: the id of the key's last row taken, or 0 when
-    -- the key is blocked (its next row must wait for a later claim); and
-    -- the first row of the key's run.
+    -- the key is blocked (its next row must wait for a later claim).
     seen  jsonb := '{}';
-    first jsonb := '{}';
     floor jsonb;
     last  bigint;
     mine  smallint[];
@@ -66,9 +63,7 @@ BEGIN
     LOOP
         IF r.k IS NULL THEN
             CONTINUE WHEN r.due > ready;
-            ids := ids || r.id;
-            prevs := prevs || NULL::bigint;
-            heads := heads || r.id;
+            last := NULL;
         ELSE
             last := (seen ->> r.k)::bigint;
             CONTINUE WHEN last = 0;
@@ -83,34 +78,32 @@ BEGIN
                 seen := seen || jsonb_build_object(r.k, 0);
                 CONTINUE;
             END IF;
-            IF last IS NULL THEN
-                first := first || jsonb_build_object(r.k, r.id);
+        END IF;
+        -- Lock it now: a row another relay holds is skipped, and with it
+        -- the rest of its key (its next rows are not taken, nor locked, so
+        -- relays racing for the same rows neither wait nor hold each
+        -- other's next ones), and the walk goes on past it.
+        PERFORM 1 FROM {{table}} o
+        WHERE o.id = r.id AND o.published_at IS NULL AND o.dead_at IS NULL
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF r.k IS NOT NULL THEN
+                seen := seen || jsonb_build_object(r.k, 0);
             END IF;
-            ids := ids || r.id;
-            prevs := prevs || last;
-            heads := heads || (first ->> r.k)::bigint;
+            CONTINUE;
+        END IF;
+        ids := ids || r.id;
+        prevs := prevs || last;
+        IF r.k IS NOT NULL THEN
             seen := seen || jsonb_build_object(r.k, r.id);
         END IF;
         EXIT WHEN cardinality(ids) >= p_limit;
     END LOOP;
-    -- Lock the heads (and rows without a key) first, then the rest of the
-    -- runs whose head is locked: a row another relay locked meanwhile is
-    -- skipped, and a run whose head was taken is left alone, unlocked (so
-    -- that relays racing for the same keys do not hold each other's next
-    -- rows). A row of a run that cannot be locked drops the rest of its
-    -- run in the relay (Claimed.Prev).
-    SELECT coalesce(array_agg(x.id), '{}') INTO got FROM (
-        SELECT o.id FROM unnest(ids, heads) c(id, head)
-        JOIN {{table}} o ON o.id = c.id
-        WHERE c.id = c.head AND o.published_at IS NULL AND o.dead_at IS NULL
-        FOR UPDATE OF o SKIP LOCKED) x;
     RETURN QUERY
         SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload,
                nullif(o.headers, '{}')::text, o.attempts, o.created_at, c.prev
-        FROM unnest(ids, prevs, heads) c(id, prev, head)
+        FROM unnest(ids, prevs) c(id, prev)
         JOIN {{table}} o ON o.id = c.id
-        WHERE c.head = ANY(got) AND o.published_at IS NULL AND o.dead_at IS NULL
-        ORDER BY o.id
-        FOR UPDATE OF o SKIP LOCKED;
+        ORDER BY o.id;
 END
 $$;
