@@ -128,7 +128,13 @@ func (l *Lanes) Join(ctx context.Context, ttl time.Duration) (int, error) {
 	if l.my != nil {
 		return l.my.join(ctx, l, ttl)
 	}
-	rows, err := l.s.pool.Query(ctx, l.q.join, l.owner, ttl.Milliseconds())
+	return queryInt(ctx, l.s.pool, l.q.join, l.owner, ttl.Milliseconds())
+}
+
+// queryInt runs q and returns the int in the first column of its first
+// row, or 0 when it returns none.
+func queryInt(ctx context.Context, ex driver.Executor, q string, args ...any) (int, error) {
+	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}

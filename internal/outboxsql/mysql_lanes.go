@@ -57,9 +57,9 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 			lanes[i] = ls.Lane
 			pairs = append(pairs, ls.Lane, ls.Epoch)
 		}
-		valid, err = m.lanes(ctx, tx, expandList(s.d, m.q.lock, len(lanes)), lanes...)
+		valid, err = column[int16](ctx, tx, expandList(s.d, m.q.lock, len(lanes)), lanes...)
 		if err == nil {
-			valid, err = m.lanes(ctx, tx, expandList(s.d, m.q.valid, len(leases)), pairs...)
+			valid, err = column[int16](ctx, tx, expandList(s.d, m.q.valid, len(leases)), pairs...)
 		}
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -70,7 +70,7 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 		valid = []any{-1} // no lane: rows without a key only
 	}
 	args := append(append([]any{from}, valid...), limit)
-	ids, err := m.ids(ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
+	ids, err := column[int64](ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
 	if err == nil && len(ids) > 0 {
 		var rows driver.Rows
 		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), ids...)
@@ -85,8 +85,8 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 	return b, nil
 }
 
-// ids runs q and returns its one column of ids.
-func (m *mysqlLanes) ids(ctx context.Context, ex driver.Executor, q string, args ...any) ([]any, error) {
+// column runs q and returns its one column, each value scanned as a T.
+func column[T any](ctx context.Context, ex driver.Executor, q string, args ...any) ([]any, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -94,29 +94,11 @@ func (m *mysqlLanes) ids(ctx context.Context, ex driver.Executor, q string, args
 	defer rows.Close()
 	var out []any
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var v T
+		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
-}
-
-// lanes runs q and returns its one column of lanes.
-func (m *mysqlLanes) lanes(ctx context.Context, ex driver.Executor, q string, args ...any) ([]any, error) {
-	rows, err := ex.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []any
-	for rows.Next() {
-		var ln int16
-		if err := rows.Scan(&ln); err != nil {
-			return nil, err
-		}
-		out = append(out, ln)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
@@ -125,18 +107,7 @@ func (m *mysqlLanes) join(ctx context.Context, l *Lanes, ttl time.Duration) (int
 	if _, err := l.s.pool.Exec(ctx, m.q.join, l.owner, ttl.Microseconds()); err != nil {
 		return 0, err
 	}
-	rows, err := l.s.pool.Query(ctx, m.q.count, l.owner)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	n := 0
-	if rows.Next() {
-		if err := rows.Scan(&n); err != nil {
-			return 0, err
-		}
-	}
-	return n, rows.Err()
+	return queryInt(ctx, l.s.pool, m.q.count, l.owner)
 }
 
 // renew: no other relay takes a lane whose lease was just extended, so
@@ -161,7 +132,7 @@ func (m *mysqlLanes) acquire(ctx context.Context, l *Lanes, ttl time.Duration, n
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	free, err := m.lanes(ctx, tx, m.q.free, n)
+	free, err := column[int16](ctx, tx, m.q.free, n)
 	if err != nil || len(free) == 0 {
 		if err == nil {
 			err = tx.Commit(ctx)
@@ -207,7 +178,7 @@ func (m *mysqlLanes) fence(ctx context.Context, l *Lanes, lanes []int16) ([]int1
 	for i, ln := range lanes {
 		args[i] = ln
 	}
-	free, err := m.lanes(ctx, tx, expandList(s.d, m.q.fence, len(args)), args...)
+	free, err := column[int16](ctx, tx, expandList(s.d, m.q.fence, len(args)), args...)
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, err

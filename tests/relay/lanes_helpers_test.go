@@ -228,19 +228,30 @@ func pgLanes(t *testing.T, f fixture) laneEnv {
 		pairs: func(t *testing.T, q string) [][2]string {
 			rows, err := f.pool.Query(context.Background(), q)
 			testenv.Must(t, err, "query")
-			var out [][2]string
-			for rows.Next() {
-				var r [2]string
-				testenv.Must(t, rows.Scan(&r[0], &r[1]), "scan")
-				out = append(out, r)
-			}
-			testenv.Must(t, rows.Err(), "rows")
-			return out
+			defer rows.Close()
+			return scanPairs(t, rows)
 		},
 		expire: "UPDATE txbox_outbox_lanes SET expires_at = now() - interval '1 second'",
 		laneOf: "SELECT message_id, coalesce((hashtext(ordering_key) & 15)::smallint, -1)::text FROM txbox_outbox",
 		owners: "SELECT lane::text, coalesce(owner, '') FROM txbox_outbox_lanes",
 	}
+}
+
+// scanPairs reads rows of two text columns (pgx or database/sql rows).
+func scanPairs(t *testing.T, rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+}) [][2]string {
+	t.Helper()
+	var out [][2]string
+	for rows.Next() {
+		var r [2]string
+		testenv.Must(t, rows.Scan(&r[0], &r[1]), "scan")
+		out = append(out, r)
+	}
+	testenv.Must(t, rows.Err(), "rows")
+	return out
 }
 
 // myLanes is a MySQL laneEnv on a database of its own.
@@ -277,14 +288,7 @@ func myLanes(t *testing.T, conns int) laneEnv {
 			rows, err := db.Query(q)
 			testenv.Must(t, err, "query")
 			defer rows.Close()
-			var out [][2]string
-			for rows.Next() {
-				var r [2]string
-				testenv.Must(t, rows.Scan(&r[0], &r[1]), "scan")
-				out = append(out, r)
-			}
-			testenv.Must(t, rows.Err(), "rows")
-			return out
+			return scanPairs(t, rows)
 		},
 		expire: "UPDATE txbox_outbox_lanes SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND",
 		laneOf: "SELECT message_id, CAST(COALESCE(lane, -1) AS CHAR) FROM txbox_outbox",
