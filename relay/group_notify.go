@@ -159,24 +159,17 @@ func (l *dbListener) listenOnce(ctx context.Context) error {
 	if err := conn.Listen(ctx, probe); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if _, err := sl.pool.Exec(ctx, "SELECT pg_notify($1, 'probe')", probe); err != nil {
-		return fmt.Errorf("probe notification: %w", err)
-	}
-	wait, cancel := context.WithTimeout(ctx, src.r.cfg.NotifyProbeTimeout)
-	for {
-		ch, _, err := conn.Wait(wait)
-		if err != nil {
-			cancel()
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("no probe notification within %s (is the database behind a pooler in transaction mode?): %w", src.r.cfg.NotifyProbeTimeout, err)
+	// The probe notifies a channel of its own, its name as the payload.
+	err = probeNotify(ctx, sl.pool, probe, probe, src.r.cfg.NotifyProbeTimeout, func(ctx context.Context) (string, error) {
+		ch, payload, err := conn.Wait(ctx)
+		if ch != probe {
+			payload = ""
 		}
-		if ch == probe {
-			break
-		}
+		return payload, err
+	})
+	if err != nil {
+		return err
 	}
-	cancel()
 	if err := conn.Unlisten(ctx, probe); err != nil {
 		return fmt.Errorf("unlisten: %w", err)
 	}

@@ -77,10 +77,30 @@ func (d *doorbell) quiet(ctx context.Context, poll time.Duration) (time.Duration
 }
 
 // release disarms the doorbell if this loop armed it: the loop ends.
-func (d *doorbell) release(ctx context.Context) {
-	if d.armed {
-		d.l.disarm(ctx)
-		d.armed = false
+func (d *doorbell) release(ctx context.Context) { d.worked(ctx) }
+
+// probeNotify verifies that a notification sent through the pool, as the
+// writers' are, reaches a listening connection (behind PgBouncer in
+// transaction mode it does not): it notifies channel with payload, then
+// waits, up to timeout, until next returns want.
+func probeNotify(ctx context.Context, pool driver.Pool, channel, payload string, timeout time.Duration, next func(context.Context) (string, error)) error {
+	if _, err := pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload); err != nil {
+		return fmt.Errorf("probe notification: %w", err)
+	}
+	want := payload
+	wait, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		got, err := next(wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("no probe notification within %s (is the database behind a pooler in transaction mode?): %w", timeout, err)
+		}
+		if got == want {
+			return nil
+		}
 	}
 }
 
@@ -174,28 +194,10 @@ func (l *listener) listenOnce(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	// Verify that a notification sent through the pool, as the writers'
-	// are, reaches this connection (behind PgBouncer in transaction mode it
-	// does not).
 	token := fmt.Sprintf("probe-%d", time.Now().UnixNano())
-	if _, err := l.pool.Exec(ctx, "SELECT pg_notify($1, $2)", l.probe, token); err != nil {
-		return fmt.Errorf("probe notification: %w", err)
+	if err := probeNotify(ctx, l.pool, l.probe, token, l.r.cfg.NotifyProbeTimeout, conn.Wait); err != nil {
+		return err
 	}
-	wait, cancel := context.WithTimeout(ctx, l.r.cfg.NotifyProbeTimeout)
-	for {
-		payload, err := conn.Wait(wait)
-		if err != nil {
-			cancel()
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("no probe notification within %s (is the database behind a pooler in transaction mode?): %w", l.r.cfg.NotifyProbeTimeout, err)
-		}
-		if payload == token {
-			break
-		}
-	}
-	cancel()
 	l.r.notifyActive.Store(true)
 	l.r.Wake() // catch up on what was committed while nobody listened
 	l.r.log.Debug("txbox relay: listening for notifications", "channel", l.channel)

@@ -518,12 +518,7 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 		if r.tracer != nil {
 			pubCtx, end = r.tracer.StartPublish(pubCtx, out.msgs)
 		}
-		if batch.Runs() {
-			errs = r.publishRuns(pubCtx, batch, out)
-		} else {
-			errs = r.pub.Publish(pubCtx, out.msgs)
-			blameMessages(errs)
-		}
+		errs = r.publish(pubCtx, batch, out)
 		cancelPub()
 		if end != nil {
 			end(errs)

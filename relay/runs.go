@@ -9,18 +9,35 @@ import (
 )
 
 // errHeldBack is the answer of a message of a run that was not sent: the
-// message of its key before it in the batch failed, was not claimed, or
-// is invalid. It is released untouched and counts no attempt.
+// message of its key before it in the batch failed or is invalid. It is
+// released untouched and counts no attempt.
 var errHeldBack = errors.New("txbox/relay: not sent: the message of its key before it was not acknowledged")
+
+// publish publishes a batch's messages: in one call, or, when the batch
+// holds runs of a key, in waves (publishRuns).
+func (r *Relay) publish(ctx context.Context, batch *outboxsql.Batch, out prepared) []error {
+	if batch.Runs() {
+		return r.publishRuns(ctx, batch, out)
+	}
+	return r.publishWave(ctx, out.msgs)
+}
+
+// publishWave is one Publish call, its answers read on their own
+// (blameMessages).
+func (r *Relay) publishWave(ctx context.Context, msgs []txbox.Message) []error {
+	errs := r.pub.Publish(ctx, msgs)
+	blameMessages(errs)
+	return errs
+}
 
 // publishRuns publishes a batch claimed with runs (Claimed.Prev) in waves:
 // the first holds every message that follows no other of the batch, and
 // each next wave the messages whose predecessor the broker acknowledged in
 // the wave before. A key's messages thus reach the broker one after the
 // other, each only once the one before it is stored, as they would over
-// several rounds; a message whose predecessor failed, or is not in the
-// batch, is not sent (errHeldBack). Each wave's answers are read on their
-// own (blameMessages).
+// several rounds; a message whose predecessor failed, or was an invalid
+// row (not among the messages), is not sent (errHeldBack). Each wave's
+// answers are read on their own (publishWave).
 func (r *Relay) publishRuns(ctx context.Context, batch *outboxsql.Batch, out prepared) []error {
 	const (
 		waiting = iota
@@ -61,8 +78,7 @@ func (r *Relay) publishRuns(ctx context.Context, batch *outboxsql.Batch, out pre
 		for _, i := range wave {
 			msgs = append(msgs, out.msgs[i])
 		}
-		werrs := r.pub.Publish(ctx, msgs)
-		blameMessages(werrs)
+		werrs := r.publishWave(ctx, msgs)
 		for j, i := range wave {
 			state[i] = acked
 			if werrs != nil && werrs[j] != nil {

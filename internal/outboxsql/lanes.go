@@ -112,9 +112,6 @@ func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease
 	if err == nil {
 		b.Rows, err = s.scanClaimed(rows, limit, runs)
 	}
-	if runs && err == nil {
-		b.Rows = dropOrphans(b.Rows)
-	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))
 		return nil, err

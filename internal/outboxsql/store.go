@@ -26,9 +26,9 @@ type Claimed struct {
 	// the wrong type, written by plain SQL on SQLite), or is nil.
 	Invalid error
 	// Prev is, in a claim with runs (ClaimRuns), the Seq of the row of the
-	// same key that this one follows in the claim: it may be published
-	// only once Prev was acknowledged, and not at all when Prev is not in
-	// the batch. 0 for a key's head and rows without a key.
+	// same key that this one follows in the claim (always in the batch): it
+	// may be published only once Prev was acknowledged. 0 for a key's head
+	// and rows without a key.
 	Prev int64
 }
 
@@ -159,24 +159,7 @@ func (s *Store) claim(ctx context.Context, limit int, from int64, floors *Floors
 	if !slices.IsSortedFunc(b.Rows, bySeq) {
 		slices.SortFunc(b.Rows, bySeq)
 	}
-	if runs {
-		b.Rows = dropOrphans(b.Rows)
-	}
 	return b, nil
-}
-
-// dropOrphans removes, from rows sorted by Seq, the rows of a run whose
-// Prev is not among them (another claim locked it first), and so the rest
-// of that run: they stay locked until the batch ends, unsent.
-func dropOrphans(rows []Claimed) []Claimed {
-	in := make(map[int64]bool, len(rows))
-	return slices.DeleteFunc(rows, func(c Claimed) bool {
-		if c.Prev != 0 && !in[c.Prev] {
-			return true
-		}
-		in[c.Seq] = true
-		return false
-	})
 }
 
 func bySeq(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) }
