@@ -193,3 +193,36 @@ func TestRunsSeveralRelays(t *testing.T) {
 	})
 	log.check(t, keys, perKey)
 }
+
+// A row of a run that breaks the contract (headers that are not an object
+// of strings, written by plain SQL) is dead at once; the rest of its key's
+// run is not sent and then waits behind it (parked), while another key's
+// run in the same batch goes out whole.
+func TestRunsInvalidRowParksOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 8)
+	ins := func(key, payload, headers string) {
+		f.exec(t, "INSERT INTO txbox_outbox (topic, ordering_key, payload, headers) VALUES ('runs.bad', $1, $2, $3::jsonb)", key, []byte(payload), headers)
+	}
+	ins("a", "a:1", "{}")
+	ins("b", "b:1", "{}")
+	ins("a", "a:2", `{"n": 1}`)
+	ins("b", "b:2", "{}")
+	ins("a", "a:3", "{}")
+	ins("b", "b:3", "{}")
+	log := newRunLog(nil)
+	r := f.newRelay(t, log, relay.Config{BatchSize: 100, PollInterval: 5 * time.Millisecond, DisableNotify: true})
+	startRelay(t, r)
+	eventually(t, "a:2 dead, a:3 parked, b delivered", func() bool {
+		st, err := r.Stats(context.Background())
+		return err == nil && st.DeadRows == 1 && st.Parked == 1 && r.Counters().Published == 4
+	})
+	log.check(t, []string{"b"}, 3)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, e := range log.events {
+		if strings.HasPrefix(e.payload, "a:") && e.payload != "a:1" {
+			t.Fatalf("%s was sent; a:2 is invalid and a:3 waits behind it", e.payload)
+		}
+	}
+}
