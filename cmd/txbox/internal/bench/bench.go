@@ -35,6 +35,7 @@ type Config struct {
 	Rows    int           // rows queued for each drain run. Default 200,000.
 	Reps    int           // interleaved repetitions; the median is reported. Default 3.
 	AddTime time.Duration // how long each Add measurement runs. Default 3s.
+	Shapes  []string      // the backlogs of Scale (unordered, 1000-keys, skewed, 20-keys); all when empty
 
 	postmaster int // the PostgreSQL server's process id, when readable (see sampleCPU)
 }

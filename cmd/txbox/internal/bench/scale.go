@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +43,8 @@ func Scale(ctx context.Context, cfg Config) error {
 		name string
 		key  func(i int) string
 	}
-	shapes := []shape{
+	var shapes []shape
+	for _, s := range []shape{
 		{"unordered", func(int) string { return "" }},
 		{"1000 keys", func(i int) string { return "k" + strconv.Itoa(i%1000) }},
 		{"skewed", func(i int) string {
@@ -52,6 +54,15 @@ func Scale(ctx context.Context, cfg Config) error {
 			return "k" + strconv.Itoa(i%1000)
 		}},
 		{"20 keys", func(i int) string { return "k" + strconv.Itoa(i%20) }},
+	} {
+		if len(cfg.Shapes) == 0 || slices.Contains(cfg.Shapes, strings.ReplaceAll(s.name, " ", "-")) {
+			shapes = append(shapes, s)
+		}
+	}
+	for _, name := range cfg.Shapes {
+		if !slices.ContainsFunc(shapes, func(s shape) bool { return strings.ReplaceAll(s.name, " ", "-") == name }) {
+			return fmt.Errorf("unknown backlog shape %q (want unordered, 1000-keys, skewed or 20-keys)", name)
+		}
 	}
 	var runs []run
 	var pgCPU [][]float64
@@ -88,9 +99,15 @@ func Scale(ctx context.Context, cfg Config) error {
 		pg := median(pgCPU[i])
 		fmt.Fprintf(cfg.Out, "  %-34s %9.0f %8.2fx %9.1f %7.2fx\n", r.name, med.rate[i], med.rate[i]/med.rate[one], pg, pg/median(pgCPU[one]))
 	}
-	fmt.Fprintf(cfg.Out, "\nkeyed vs unordered (same relays, same mode):\n")
-	for i := 0; i < 6; i++ {
-		fmt.Fprintf(cfg.Out, "  %-34s 1000 keys %.2fx, skewed %.2fx, 20 keys %.2fx\n", runs[i].name, med.rate[6+i]/med.rate[i], med.rate[12+i]/med.rate[i], med.rate[18+i]/med.rate[i])
+	if shapes[0].name == "unordered" && len(shapes) > 1 {
+		fmt.Fprintf(cfg.Out, "\nkeyed vs unordered (same relays, same mode):\n")
+		for i := 0; i < 6; i++ {
+			fmt.Fprintf(cfg.Out, "  %-34s", runs[i].name)
+			for s := 1; s < len(shapes); s++ {
+				fmt.Fprintf(cfg.Out, " %s %.2fx", shapes[s].name, med.rate[6*s+i]/med.rate[i])
+			}
+			fmt.Fprintln(cfg.Out)
+		}
 	}
 	fmt.Fprintf(cfg.Out, "\nlanes vs no lanes:\n")
 	for s := range shapes {

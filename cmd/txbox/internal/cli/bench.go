@@ -151,5 +151,6 @@ machine are noisy: read the ratios, and the paired medians.`,
 	fs.IntVar(&cfg.Rows, "rows", 200_000, "rows queued for each drain")
 	fs.IntVar(&cfg.Reps, "reps", 3, "interleaved repetitions (medians are reported)")
 	fs.DurationVar(&cfg.AddTime, "duration", 3*time.Second, "length of each timed measurement")
+	fs.StringSliceVar(&cfg.Shapes, "shapes", nil, "bench scale: the backlogs to drain, of unordered, 1000-keys, skewed, 20-keys (default all)")
 	return cmd
 }
