@@ -36,6 +36,7 @@ type Config struct {
 	Reps    int           // interleaved repetitions; the median is reported. Default 3.
 	AddTime time.Duration // how long each Add measurement runs. Default 3s.
 	Shapes  []string      // the backlogs of Scale (unordered, 1000-keys, skewed, 20-keys); all when empty
+	Relays  []int         // the numbers of relays of Scale; 1, 2 and 4 when empty
 
 	postmaster int // the PostgreSQL server's process id, when readable (see sampleCPU)
 }

@@ -64,11 +64,21 @@ func Scale(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("unknown backlog shape %q (want unordered, 1000-keys, skewed or 20-keys)", name)
 		}
 	}
+	relays := cfg.Relays
+	if len(relays) == 0 {
+		relays = []int{1, 2, 4}
+	}
+	for _, n := range relays {
+		if n < 1 || n > 16 {
+			return fmt.Errorf("relays: %d is out of range (1 to 16)", n)
+		}
+	}
+	nr := len(relays)
 	var runs []run
 	var pgCPU [][]float64
 	for _, s := range shapes {
 		for _, lanes := range []bool{false, true} {
-			for _, n := range []int{1, 2, 4} {
+			for _, n := range relays {
 				name := fmt.Sprintf("%s, %d relays", s.name, n)
 				if lanes {
 					name += ", lanes"
@@ -93,26 +103,26 @@ func Scale(ctx context.Context, cfg Config) error {
 		return err
 	}
 	fmt.Fprintf(cfg.Out, "\nratios (medians), and the relays' PostgreSQL backends' CPU per message (µs, median):\n")
-	fmt.Fprintf(cfg.Out, "  %-34s %9s %9s %9s %8s\n", "", "msgs/s", "vs 1", "pg µs", "pg vs 1")
+	fmt.Fprintf(cfg.Out, "  %-34s %9s %9s %9s %8s\n", "", "msgs/s", fmt.Sprintf("vs %d", relays[0]), "pg µs", fmt.Sprintf("pg vs %d", relays[0]))
 	for i, r := range runs {
-		one := i - i%3
+		one := i - i%nr
 		pg := median(pgCPU[i])
 		fmt.Fprintf(cfg.Out, "  %-34s %9.0f %8.2fx %9.1f %7.2fx\n", r.name, med.rate[i], med.rate[i]/med.rate[one], pg, pg/median(pgCPU[one]))
 	}
 	if shapes[0].name == "unordered" && len(shapes) > 1 {
 		fmt.Fprintf(cfg.Out, "\nkeyed vs unordered (same relays, same mode):\n")
-		for i := 0; i < 6; i++ {
+		for i := 0; i < 2*nr; i++ {
 			fmt.Fprintf(cfg.Out, "  %-34s", runs[i].name)
 			for s := 1; s < len(shapes); s++ {
-				fmt.Fprintf(cfg.Out, " %s %.2fx", shapes[s].name, med.rate[6*s+i]/med.rate[i])
+				fmt.Fprintf(cfg.Out, " %s %.2fx", shapes[s].name, med.rate[2*nr*s+i]/med.rate[i])
 			}
 			fmt.Fprintln(cfg.Out)
 		}
 	}
 	fmt.Fprintf(cfg.Out, "\nlanes vs no lanes:\n")
 	for s := range shapes {
-		for j := 0; j < 3; j++ {
-			a, b := 6*s+j, 6*s+3+j
+		for j := 0; j < nr; j++ {
+			a, b := 2*nr*s+j, 2*nr*s+nr+j
 			fmt.Fprintf(cfg.Out, "  %-34s %.2fx (pg CPU %.2fx)\n", runs[b].name, med.rate[b]/med.rate[a], median(pgCPU[b])/median(pgCPU[a]))
 		}
 	}

@@ -152,5 +152,6 @@ machine are noisy: read the ratios, and the paired medians.`,
 	fs.IntVar(&cfg.Reps, "reps", 3, "interleaved repetitions (medians are reported)")
 	fs.DurationVar(&cfg.AddTime, "duration", 3*time.Second, "length of each timed measurement")
 	fs.StringSliceVar(&cfg.Shapes, "shapes", nil, "bench scale: the backlogs to drain, of unordered, 1000-keys, skewed, 20-keys (default all)")
+	fs.IntSliceVar(&cfg.Relays, "relays", nil, "bench scale: the numbers of relays to run, compared with the first (default 1,2,4)")
 	return cmd
 }
