@@ -50,8 +50,13 @@ SELECT * FROM {{name "claim_runs"}}($1, $2, NULL, NULL, NULL, $3, $4)
 -- rows stay until VACUUM; a plain index scan marks each one dead as it
 -- steps over it (the next probe skips it), an index-only scan does not
 -- (PostgreSQL 15) and fetches every one from the table on every probe.
+-- JIT is off: the generic plan's cost grows with the table (it cannot know
+-- the LIMIT), and past jit_above_cost (100,000 by default, a backlog of
+-- about 150,000 rows) every claim compiled its plan with LLVM, tens of
+-- milliseconds for a claim that runs in one: a relay catching up on a
+-- 400,000-row backlog drained at a sixth of its rate.
 SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('enable_indexonlyscan', 'off', true)
+       set_config('enable_indexonlyscan', 'off', true), set_config('jit', 'off', true)
 
 -- name: mark_published
 UPDATE {{table}} SET published_at = now() WHERE id = ANY($1)

@@ -18,7 +18,7 @@
 -- lock class is the outbox table's OID: unique in the database (advisory
 -- locks are per database), whatever the schema.
 SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('enable_indexonlyscan', 'off', true),
+       set_config('enable_indexonlyscan', 'off', true), set_config('jit', 'off', true),
        (SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared('{{table}}'::regclass::oid::int, l) FROM unnest($2::int[]) l) x)
 
 -- name: claim_lanes
