@@ -115,12 +115,26 @@ func (s *Store) ClaimRuns(ctx context.Context, limit int, from int64, floors Flo
 }
 
 // Floors names, for some keys, a row of the key known delivered (its mark
-// committed): the head probe of ClaimRuns looks only above it. A key's rows
-// are delivered in order, so every earlier row of the key is delivered too.
-// Optional; a floor that is too low only costs the probe time.
+// committed): the head probe of ClaimRuns looks only from it on. A key's
+// rows are delivered in order, so every earlier row of the key is
+// delivered too. The probe starts at the floor row itself, not above it: a
+// mark committed lazily (lazy_commit in sql/postgres.sql) is undone by a
+// database crash in the next few hundred milliseconds, and the row is then
+// the key's head again. Optional; a floor that is too low only costs the
+// probe time.
 type Floors struct {
 	Keys []string
 	Seqs []int64
+}
+
+// probeFrom returns the floors as claim_runs takes them: its probe looks
+// above each, so one below the floor row includes that row.
+func (f Floors) probeFrom() []int64 {
+	out := make([]int64, len(f.Seqs))
+	for i, seq := range f.Seqs {
+		out[i] = seq - 1
+	}
+	return out
 }
 
 // claim claims with runs when floors is not nil.
@@ -144,7 +158,7 @@ func (s *Store) claim(ctx context.Context, limit int, from int64, floors *Floors
 	q, args := s.d.claim(limit, from, b.token, now.Add(s.lease), now)
 	if runs {
 		q = s.d.queries().claimRuns
-		args = append(args, floors.Keys, floors.Seqs)
+		args = append(args, floors.Keys, floors.probeFrom())
 	}
 	rows, err := ex.Query(ctx, q, args...)
 	if err == nil {
@@ -218,8 +232,8 @@ func (b *Batch) Keyed() bool {
 
 // Finish marks published rows as published and records rejections; every
 // other claimed row is released untouched (no attempt counted). On
-// PostgreSQL a batch without ordering keys commits without waiting for the
-// disk (see lazy_commit in sql/postgres.sql).
+// PostgreSQL the marks commit without waiting for the disk (see
+// lazy_commit in sql/postgres.sql).
 func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Rejection, maxAttempts int) error {
 	s, tx := b.s, b.tx
 	if tx == nil {
@@ -243,7 +257,7 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rejected []Rejection, maxAttempts int) error {
 	d, q := b.s.d, b.s.d.queries()
 	now := time.Now()
-	lazy := q.lazyCommit != "" && !b.Keyed()
+	lazy := q.lazyCommit != ""
 	if len(published) > 0 {
 		sql, args := d.markPublished(published, b.token, now)
 		if b.s.deletePublished {

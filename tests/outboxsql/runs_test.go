@@ -100,6 +100,27 @@ func TestClaimRunsRules(t *testing.T) {
 	if want := "b1 u1 a3 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"; got != want {
 		t.Fatalf("with a floor claimed %q\nwant               %q", got, want)
 	}
+	// A floor whose mark a database crash undid (marks commit lazily): a2
+	// is pending again and the key's head. A claim whose scan starts above
+	// it must not take a3 as the head; one from the start takes a2 first.
+	exec("UPDATE txbox_outbox SET published_at = NULL WHERE message_id = 'a2'")
+	var a3 int64
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT id FROM txbox_outbox WHERE message_id = 'a3'").Scan(&a3), "a3")
+	for _, c := range []struct {
+		from int64
+		want string
+	}{
+		{a3, "u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"},
+		{0, "b1 u1 a2 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"},
+	} {
+		b, err = store.ClaimRuns(ctx, 100, c.from, outboxsql.Floors{Keys: []string{"a"}, Seqs: []int64{a2}})
+		testenv.Must(t, err, "claim runs with an undone floor")
+		got = describe(b)
+		testenv.Must(t, b.Release(ctx), "release")
+		if got != c.want {
+			t.Fatalf("with the floor a2 pending again, from %d, claimed %q\nwant %q", c.from, got, c.want)
+		}
+	}
 	exec("UPDATE txbox_outbox SET published_at = NULL WHERE message_id IN ('a1', 'a2')")
 
 	// The plain claim takes heads only.

@@ -67,11 +67,14 @@ UPDATE {{table}} SET published_at = now() WHERE id = ANY($1)
 DELETE FROM {{table}} WHERE id = ANY($1)
 
 -- name: lazy_commit
--- Run before committing the marks of a batch without ordering keys: the
--- commit returns before its WAL reaches the disk. A database crash in the
--- next few hundred milliseconds can undo those marks, and the rows are
--- published again: a duplicate, never a loss. Keyed batches commit durably,
--- so that a key's redelivered message can never follow its successor.
+-- Run before committing the marks of a batch: the commit returns before
+-- its WAL reaches the disk. A database crash in the next few hundred
+-- milliseconds can undo those marks, and the rows are published again: a
+-- duplicate, never a loss. What a crash undoes is always every commit after
+-- some point of the WAL, so a key's undone marks are its last ones: the key
+-- is published again from its first undone row, in order, as after a relay
+-- that died before its marks (docs/guarantees.md). The claim with runs
+-- re-checks its floors for that reason (Floors in store.go).
 SET LOCAL synchronous_commit TO OFF
 
 -- name: mark_published_lazy
