@@ -59,8 +59,10 @@ func (d *doorbell) worked(ctx context.Context) {
 // received, and returns how long to wait before the next round. Just gone
 // idle, it looks again a few times, soon, before asking writers to ring
 // (which costs them); then it arms the doorbell and returns 0, to look once
-// more (a commit may have slipped in before arming); then poll. An error
-// arming returns poll too.
+// more (a commit may have slipped in before arming); then poll. A
+// transaction whose INSERT ran before the arming (it sent nothing) and that
+// commits after that last look waits for the poll. An error arming returns
+// poll too.
 func (d *doorbell) quiet(ctx context.Context, poll time.Duration) (time.Duration, error) {
 	if d.idle < armAfter {
 		d.idle = max(minRecheck, 2*d.idle)

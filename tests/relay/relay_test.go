@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,10 +98,16 @@ func TestPlainSQLInsertIsDelivered(t *testing.T) {
 }
 
 // Four relays on one database publish each of 20,000 messages exactly once,
-// counted at the broker on a stream that does not dedupe.
+// counted at the broker on a stream that does not dedupe, and share the
+// work: each relay's publisher holds the batches it is given until all
+// four relays hold one at once, which they can only if each claim skipped
+// the rows the others hold locked; the held batches are disjoint. Which
+// relay publishes how much of the rest is up to the machine: a relay that
+// starts after the others drained the table publishes nothing, and that is
+// no fault.
 func TestFourRelaysPublishEachMessageOnce(t *testing.T) {
 	t.Parallel()
-	const total = 20000
+	const total, n = 20000, 4
 	f := pgxFixture(t, 12)
 	nc := testenv.NATS(t)
 	prefix := testenv.Subject()
@@ -116,29 +123,153 @@ func TestFourRelaysPublishEachMessageOnce(t *testing.T) {
 			msgs = msgs[:0]
 		}
 	}
+	gate := newClaimGate(n)
 	var relays []*relay.Relay
-	for i := 0; i < 4; i++ {
-		r := f.newRelay(t, noDedupe{publisher(t, nc)}, relay.Config{PollInterval: 5 * time.Millisecond, BatchSize: 100})
+	for i := 0; i < n; i++ {
+		// A held publish must not time out before the gate opens: the
+		// publish timeout only guards against hanging.
+		r := f.newRelay(t, gate.publisher(i, noDedupe{publisher(t, nc)}),
+			relay.Config{PollInterval: 5 * time.Millisecond, BatchSize: 100, PublishTimeout: 2 * time.Minute})
 		relays = append(relays, r)
 		startRelay(t, r)
 	}
-	eventually(t, "outbox drained", func() bool { return pending(t, relays[0]) == 0 })
-	var published int64
-	for _, r := range relays {
-		st, _ := r.Stats(context.Background())
-		if st.Published == 0 {
-			t.Errorf("a relay published nothing: the claims did not spread")
+	t.Cleanup(gate.open) // runs before the relays' Stop: no held publish outlives the test
+
+	held := gate.waitAll(t, 3*time.Minute)
+	seen := map[string]int{}
+	for i, batches := range held {
+		for _, batch := range batches {
+			for _, id := range batch {
+				if j, dup := seen[id]; dup {
+					t.Fatalf("message %s is held by relay %d and relay %d at once", id, j, i)
+				}
+				seen[id] = i
+			}
 		}
-		published += st.Published
+	}
+	gate.open()
+
+	counted := func() int64 {
+		var sum int64
+		for _, r := range relays {
+			sum += r.Counters().Published
+		}
+		return sum
+	}
+	// A relay counts its batch once its marks commit: wait for the counts
+	// too, not only for the table.
+	deadline := time.Now().Add(3 * time.Minute)
+	for left := pending(t, relays[0]); left > 0 || counted() < total; left = pending(t, relays[0]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3m, %d rows are still pending and the relays counted %d of %d published", left, counted(), total)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, r := range relays {
+		if r.Counters().Published == 0 {
+			t.Errorf("relay %d published nothing, though it held a batch when the gate opened", i)
+		}
 	}
 	ids := streamIDs(t, s, testIDHeader)
-	if len(ids) != total || published != total {
+	if published := counted(); len(ids) != total || published != total {
 		t.Fatalf("stream holds %d distinct ids, relays published %d; want %d", len(ids), published, total)
 	}
 	for id, n := range ids {
 		if n != 1 {
 			t.Fatalf("message %s is in the stream %d times", id, n)
 		}
+	}
+}
+
+// claimGate holds the Publish calls of n relays, each with the claimed
+// batch whose row locks its relay holds, until every relay holds one at
+// once; then until open, after which publishes go straight through.
+type claimGate struct {
+	mu       sync.Mutex
+	held     [][]*[]string // per relay, the message ids of each batch held now
+	all      chan struct{}
+	snapshot [][][]string // held when every relay first held a batch
+	opened   chan struct{}
+	once     sync.Once
+}
+
+func newClaimGate(n int) *claimGate {
+	return &claimGate{held: make([][]*[]string, n), all: make(chan struct{}), opened: make(chan struct{})}
+}
+
+func (g *claimGate) open() { g.once.Do(func() { close(g.opened) }) }
+
+// waitAll waits until every relay holds a batch and returns, per relay,
+// the ids of the batches it held then.
+func (g *claimGate) waitAll(t *testing.T, within time.Duration) [][][]string {
+	t.Helper()
+	select {
+	case <-g.all:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.snapshot
+	case <-time.After(within):
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		var none, some []int
+		for i, b := range g.held {
+			if len(b) == 0 {
+				none = append(none, i)
+			} else {
+				some = append(some, i)
+			}
+		}
+		t.Fatalf("after %s, relays %v still hold no batch while relays %v hold theirs, their rows locked: do the claims skip locked rows?", within, none, some)
+		return nil
+	}
+}
+
+func (g *claimGate) publisher(i int, p txbox.Publisher) txbox.Publisher {
+	return claimGatePublisher{Publisher: p, g: g, i: i}
+}
+
+type claimGatePublisher struct {
+	txbox.Publisher
+	g *claimGate
+	i int
+}
+
+func (p claimGatePublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	g := p.g
+	select {
+	case <-g.opened:
+		return p.Publisher.Publish(ctx, msgs)
+	default:
+	}
+	batch := make([]string, len(msgs))
+	for i, m := range msgs {
+		batch[i] = m.ID
+	}
+	g.mu.Lock()
+	g.held[p.i] = append(g.held[p.i], &batch)
+	if g.snapshot == nil && !slices.ContainsFunc(g.held, func(b []*[]string) bool { return len(b) == 0 }) {
+		g.snapshot = make([][][]string, len(g.held))
+		for i, bs := range g.held {
+			for _, b := range bs {
+				g.snapshot[i] = append(g.snapshot[i], *b)
+			}
+		}
+		close(g.all)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.opened:
+		return p.Publisher.Publish(ctx, msgs)
+	case <-ctx.Done():
+		// The relay gives the rows back: this batch is held no more.
+		g.mu.Lock()
+		g.held[p.i] = slices.DeleteFunc(g.held[p.i], func(b *[]string) bool { return b == &batch })
+		g.mu.Unlock()
+		errs := make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+		return errs
 	}
 }
 
