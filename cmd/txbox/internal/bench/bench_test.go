@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"io"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/txbox/txbox/tests/testenv"
@@ -29,5 +31,37 @@ func TestRun(t *testing.T) {
 	}
 	if which == "latency" || which == "all" {
 		testenv.Must(t, Latency(ctx, cfg), "latency bench")
+	}
+}
+
+// Scale with a subset of shapes and relay counts drains every one of them
+// (a small backlog: this checks the plumbing, not the figures), and names
+// a bad shape or relay count before it touches the database.
+func TestScaleSubset(t *testing.T) {
+	pool, _ := testenv.Postgres(t, 16)
+	ctx := context.Background()
+	var out strings.Builder
+	cfg := Config{Pool: pool, Out: &out, Rows: 300, Reps: 1, Shapes: []string{"unordered", "20-keys"}, Relays: []int{1, 2}}
+	testenv.Must(t, Scale(ctx, cfg), "scale")
+	for _, name := range []string{"unordered, 1 relays", "unordered, 2 relays, lanes", "20 keys, 2 relays", "20 keys, 1 relays, lanes"} {
+		if !strings.Contains(out.String(), "rep 1: "+name+" ") {
+			t.Errorf("no measurement of %q in:\n%s", name, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "1000 keys") || strings.Contains(out.String(), "4 relays") {
+		t.Errorf("measured a shape or relay count not asked for:\n%s", out.String())
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Shapes: []string{"unordered", "hot"}}, `unknown backlog shape "hot"`},
+		{Config{Relays: []int{1, 17}}, "relays: 17 is out of range"},
+		{Config{Relays: []int{0}}, "relays: 0 is out of range"},
+	} {
+		c.cfg.Pool, c.cfg.Out = pool, io.Discard
+		if err := Scale(ctx, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Scale(%v, %v) = %v, want an error with %q", c.cfg.Shapes, c.cfg.Relays, err, c.want)
+		}
 	}
 }

@@ -35,10 +35,6 @@ const scaleApp = "txbox-bench-scale"
 // CPU the relays' PostgreSQL backends spent per message is read from /proc.
 func Scale(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	_, ob, err := migrated(ctx, cfg.Pool)
-	if err != nil {
-		return err
-	}
 	type shape struct {
 		name string
 		key  func(i int) string
@@ -72,6 +68,10 @@ func Scale(ctx context.Context, cfg Config) error {
 		if n < 1 || n > 16 {
 			return fmt.Errorf("relays: %d is out of range (1 to 16)", n)
 		}
+	}
+	_, ob, err := migrated(ctx, cfg.Pool)
+	if err != nil {
+		return err
 	}
 	nr := len(relays)
 	var runs []run
@@ -154,12 +154,18 @@ func fillShape(ctx context.Context, cfg Config, ob *txbox.Outbox[pgx.Tx], key fu
 // PostgreSQL backends spent per message (µs; 0 where /proc does not say).
 func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, float64, error) {
 	var pools []*pgxpool.Pool
+	var rs []*relay.Relay
 	defer func() {
+		// Stop the relays before their pools close, also when the run is
+		// interrupted: a claim still running on the server would otherwise
+		// go on after its client is gone, holding back the horizon.
+		for _, r := range rs {
+			_ = r.Stop(context.WithoutCancel(ctx))
+		}
 		for _, p := range pools {
 			p.Close()
 		}
 	}()
-	var rs []*relay.Relay
 	for i := 0; i < n; i++ {
 		pc := cfg.Pool.Config().Copy()
 		pc.ConnConfig.RuntimeParams["application_name"] = scaleApp
@@ -205,9 +211,6 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, fl
 	}
 	rate := float64(published) / time.Since(start).Seconds()
 	after, ok := backendCPU(ctx, cfg.Pool)
-	for _, r := range rs {
-		_ = r.Stop(context.WithoutCancel(ctx))
-	}
 	if !ok {
 		return rate, 0, nil
 	}
