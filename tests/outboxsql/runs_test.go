@@ -121,7 +121,16 @@ func TestClaimRunsRules(t *testing.T) {
 			t.Fatalf("with the floor a2 pending again, from %d, claimed %q\nwant %q", c.from, got, c.want)
 		}
 	}
+	// Both a1 and a2 undone, the floor still a2: the walk meets a1 below
+	// the floor, drops the stale floor and takes the key from a1.
 	exec("UPDATE txbox_outbox SET published_at = NULL WHERE message_id IN ('a1', 'a2')")
+	b, err = store.ClaimRuns(ctx, 100, 0, outboxsql.Floors{Keys: []string{"a"}, Seqs: []int64{a2}})
+	testenv.Must(t, err, "claim runs with a stale floor")
+	got = describe(b)
+	testenv.Must(t, b.Release(ctx), "release")
+	if want := "a1 b1 u1 a2<a1 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"; got != want {
+		t.Fatalf("with the floor a2 and a1, a2 pending again, claimed %q\nwant %q", got, want)
+	}
 
 	// The plain claim takes heads only.
 	b, err = store.Claim(ctx, 100, 0)
