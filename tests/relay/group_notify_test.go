@@ -36,49 +36,32 @@ func groupListeners(t *testing.T, pool *pgxpool.Pool, tenants ...tenant) []int32
 	return pids
 }
 
-// doorbellArmed reports whether the doorbell of x's table is armed.
-func doorbellArmed(t *testing.T, pool *pgxpool.Pool, x tenant) bool {
-	t.Helper()
-	var armed bool
-	testenv.Must(t, pool.QueryRow(context.Background(),
-		"SELECT coalesce((SELECT armed FROM "+x.table+"_wake), false)").Scan(&armed), "doorbell of %s", x.name)
-	return armed
+// storeIdle reports whether store's last turn, per ev, succeeded and
+// claimed nothing. A turn that claims rows disarms the store's doorbell
+// before its Finished event.
+func storeIdle(ev *events, store string) bool {
+	all := ev.snapshot()
+	for i := len(all) - 1; i >= 0; i-- {
+		if e := all[i]; e.Store == store && (e.Kind == relay.EventStarted || e.Kind == relay.EventFinished) {
+			return e.Kind == relay.EventFinished && e.Rows == 0 && e.Err == nil
+		}
+	}
+	return false
 }
 
-// waitIdleArmed waits until each of tns is idle with its doorbell armed:
-// its last round claimed nothing (a round that claims rows disarms the
-// doorbell after its marks, so a doorbell read before that is stale) and,
-// read after that round, its doorbell is armed. From then on a writer's
-// INSERT notifies. A commit must not race the arming: a transaction whose
-// INSERT ran while the doorbell was disarmed sends nothing, and if it
-// commits after the store's last look it waits for the next poll, an hour
-// in these tests (see "Wake-up latency" in docs/guarantees.md).
+// wakeTable is the doorbell table of x's outbox table.
+func (x tenant) wakeTable() string { return x.table + "_wake" }
+
+// waitIdleArmed waits until each of tns, stores of groups whose events ev
+// records, is idle with its doorbell armed (testenv.WaitIdleArmed): only
+// then does a writer's commit ring it.
 func waitIdleArmed(t *testing.T, pool *pgxpool.Pool, ev *events, tns ...tenant) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		all := ev.snapshot()
-		var busy []string
-		for _, x := range tns {
-			idle := false
-			for i := len(all) - 1; i >= 0; i-- {
-				if e := all[i]; e.Store == x.name && (e.Kind == relay.EventStarted || e.Kind == relay.EventFinished) {
-					idle = e.Kind == relay.EventFinished && e.Rows == 0 && e.Err == nil
-					break
-				}
-			}
-			if !idle || !doorbellArmed(t, pool, x) {
-				busy = append(busy, x.name)
-			}
-		}
-		if len(busy) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stores %v never went idle with their doorbells armed", busy)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var bells []testenv.Doorbell
+	for _, x := range tns {
+		bells = append(bells, testenv.Doorbell{Name: x.name, Wake: x.wakeTable(), Idle: func() bool { return storeIdle(ev, x.name) }})
 	}
+	testenv.WaitIdleArmed(t, pool, bells...)
 }
 
 // waitDelivered waits until none of tns holds an undelivered row, and
@@ -90,7 +73,7 @@ func waitDelivered(t *testing.T, pool *pgxpool.Pool, what string, tns ...tenant)
 		var left []string
 		for _, x := range tns {
 			if n := x.pending(t); n > 0 {
-				left = append(left, fmt.Sprintf("%s: %d (doorbell armed %v)", x.name, n, doorbellArmed(t, pool, x)))
+				left = append(left, fmt.Sprintf("%s: %d (doorbell armed %v)", x.name, n, testenv.DoorbellArmed(t, pool, x.wakeTable())))
 			}
 		}
 		if len(left) == 0 {
