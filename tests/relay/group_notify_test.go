@@ -101,11 +101,12 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	tn := pgTenants(t, pool, prefix, 2)
 	heard, deaf := tn[0], tn[1]
 
-	g, err := relay.NewGroup(relay.GroupConfig{})
+	ev := &events{} // both groups' (the stores' names differ)
+	g, err := relay.NewGroup(relay.GroupConfig{OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
 	rh := heard.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
 	testenv.Must(t, g.Add(context.Background(), relay.Store{Name: heard.name, Relay: rh}), "add")
-	control, err := relay.NewGroup(relay.GroupConfig{DisableNotify: true})
+	control, err := relay.NewGroup(relay.GroupConfig{DisableNotify: true, OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
 	rd := deaf.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
 	testenv.Must(t, control.Add(context.Background(), relay.Store{Name: deaf.name, Relay: rd}), "add")
@@ -113,15 +114,17 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	runGroup(t, control)
 
 	eventually(t, "listening", rh.Listening)
-	// Both stores' first rounds have run (the listener's subscription
-	// queues one more); give them time to go idle.
-	time.Sleep(500 * time.Millisecond)
+	// The control store's first round has run, found nothing and left it
+	// waiting for its hourly poll; the heard store is idle with its
+	// doorbell armed, so that the commit below rings it.
+	eventually(t, "the control store's first round claimed nothing", func() bool { return storeIdle(ev, deaf.name) })
+	waitIdleArmed(t, pool, ev, heard)
 	if rd.Listening() {
 		t.Fatal("a store of a group with DisableNotify says it listens")
 	}
 	heard.add(t, 1)
 	deaf.add(t, 1)
-	eventually(t, "delivered on notification", func() bool { return heard.pending(t) == 0 })
+	waitDelivered(t, pool, "delivered on notification", heard)
 	time.Sleep(2 * time.Second)
 	if deaf.pending(t) != 1 {
 		t.Fatalf("the control store without the listener delivered its row: the test proves nothing")
@@ -129,10 +132,12 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	if got := streamMsgs(t, s); got != 1 {
 		t.Fatalf("stream holds %d messages, want 1", got)
 	}
-	// Many commits: each is heard (the doorbell is re-armed when idle).
+	// Many commits: each is heard (the doorbell is re-armed when idle, and
+	// each commit waits for that).
 	for i := range 5 {
+		waitIdleArmed(t, pool, ev, heard)
 		heard.add(t, 1)
-		eventually(t, "delivered on notification again", func() bool { return heard.pending(t) == 0 })
+		waitDelivered(t, pool, "delivered on notification again", heard)
 		if got := streamMsgs(t, s); got != uint64(2+i) {
 			t.Fatalf("stream holds %d messages, want %d", got, 2+i)
 		}
