@@ -228,7 +228,8 @@ func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
 	pub := publisher(t, nc)
 	tn := pgTenants(t, pool, prefix, 2)
 
-	g, err := relay.NewGroup(relay.GroupConfig{})
+	ev := &events{}
+	g, err := relay.NewGroup(relay.GroupConfig{OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
 	var rs []*relay.Relay
 	for _, x := range tn {
@@ -244,18 +245,35 @@ func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("%d listening connections, want 1", len(pids))
 	}
+	// tn[0]'s row commits while nobody listens, and is caught up after
+	// the reconnect. The reconnecting listener resets (disarms) each
+	// doorbell before it listens again; a transaction holding tn[0]'s
+	// doorbell table in SHARE mode keeps it from doing so, and from
+	// listening on tn[0]'s channel, until the loss has been noticed and
+	// the row committed. (A row whose INSERT ran disarmed and that
+	// committed after the caught-up store's last look would wait for the
+	// hourly poll.)
+	ctx := context.Background()
+	hold, err := pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, "LOCK TABLE "+tn[0].wakeTable()+" IN SHARE MODE")
+	testenv.Must(t, err, "lock the doorbell of %s", tn[0].name)
 	var ok bool
-	testenv.Must(t, pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pids[0]).Scan(&ok), "terminate")
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pids[0]).Scan(&ok), "terminate")
 	if !ok {
 		t.Fatal("pg_terminate_backend failed")
 	}
-	tn[0].add(t, 1) // maybe while nobody listens: caught up after reconnect
+	tn[0].add(t, 1) // nobody listens: caught up after reconnect
 	eventually(t, "the loss noticed", func() bool { return rs[0].Counters().ListenFailures >= 1 })
+	testenv.Must(t, hold.Rollback(ctx), "unlock the doorbell")
 	eventually(t, "listening again", func() bool { return rs[0].Listening() && rs[1].Listening() })
-	eventually(t, "caught up after reconnect", func() bool { return tn[0].pending(t) == 0 })
-	time.Sleep(200 * time.Millisecond)
+	waitDelivered(t, pool, "caught up after reconnect", tn[0])
+	// The listener disarmed tn[1]'s doorbell too: write once it is armed
+	// again, so that the commit rings it.
+	waitIdleArmed(t, pool, ev, tn[1])
 	tn[1].add(t, 1)
-	eventually(t, "delivered on notification after reconnect", func() bool { return tn[1].pending(t) == 0 })
+	waitDelivered(t, pool, "delivered on notification after reconnect", tn[1])
 	if got := groupListeners(t, pool, tn...); len(got) != 1 || got[0] == pids[0] {
 		t.Fatalf("listening connections after reconnect: %v (the cut one was %d)", got, pids[0])
 	}
