@@ -19,8 +19,9 @@ import (
 // PostgreSQL's 63 bytes still get their wake-up: the trigger and the relay
 // derive the same short channel. Without it the armed doorbell made
 // pg_notify fail the INSERT ("channel name too long") and the relay log
-// "notifications lost" forever. The poll interval is a minute: only a
-// notification delivers the row in time.
+// "notifications lost" forever. The poll interval is an hour: only a
+// notification delivers the rows. Each is written once the relay is idle
+// with its doorbell armed, so that its commit rings it.
 func TestLongNamesNotify(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -39,25 +40,27 @@ func TestLongNamesNotify(t *testing.T) {
 
 	var logs testenv.Buffer
 	pub := &drivertest.Recorder{}
-	r, err := relay.New(drv, pub, relay.Config{Schema: schema, Table: table, PollInterval: time.Minute,
+	rounds := &testenv.RoundWatcher{}
+	r, err := relay.New(drv, pub, relay.Config{Schema: schema, Table: table, PollInterval: time.Hour, Observer: rounds,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	testenv.Must(t, err, "relay")
 	testenv.Must(t, r.Start(ctx), "start")
 	defer func() { testenv.Must(t, r.Stop(ctx), "stop") }()
 	ob, err := txbox.New(drv, txbox.Config{Schema: schema, Table: table})
 	testenv.Must(t, err, "outbox")
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "listening for notifications"); {
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(logs.String(), "listening for notifications"); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the relay is not listening:\n%s", logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	bell := testenv.Doorbell{Name: "the relay", Wake: schema + "." + table + "_wake", Idle: rounds.Idle}
 	for i := 0; i < 3; i++ {
-		time.Sleep(200 * time.Millisecond) // the relay goes idle and arms the doorbell
+		testenv.WaitIdleArmed(t, pool, bell)
 		testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("x")})), "add %d", i)
-		for deadline := time.Now().Add(10 * time.Second); len(pub.Published()) <= i; {
+		for deadline := time.Now().Add(3 * time.Minute); len(pub.Published()) <= i; {
 			if time.Now().After(deadline) {
-				t.Fatalf("message %d not delivered within 10s of a one-minute poll interval:\n%s", i, logs.String())
+				t.Fatalf("message %d not delivered with an hour's poll interval: no notification woke the relay:\n%s", i, logs.String())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -36,49 +36,32 @@ func groupListeners(t *testing.T, pool *pgxpool.Pool, tenants ...tenant) []int32
 	return pids
 }
 
-// doorbellArmed reports whether the doorbell of x's table is armed.
-func doorbellArmed(t *testing.T, pool *pgxpool.Pool, x tenant) bool {
-	t.Helper()
-	var armed bool
-	testenv.Must(t, pool.QueryRow(context.Background(),
-		"SELECT coalesce((SELECT armed FROM "+x.table+"_wake), false)").Scan(&armed), "doorbell of %s", x.name)
-	return armed
+// storeIdle reports whether store's last turn, per ev, succeeded and
+// claimed nothing. A turn that claims rows disarms the store's doorbell
+// before its Finished event.
+func storeIdle(ev *events, store string) bool {
+	all := ev.snapshot()
+	for i := len(all) - 1; i >= 0; i-- {
+		if e := all[i]; e.Store == store && (e.Kind == relay.EventStarted || e.Kind == relay.EventFinished) {
+			return e.Kind == relay.EventFinished && e.Rows == 0 && e.Err == nil
+		}
+	}
+	return false
 }
 
-// waitIdleArmed waits until each of tns is idle with its doorbell armed:
-// its last round claimed nothing (a round that claims rows disarms the
-// doorbell after its marks, so a doorbell read before that is stale) and,
-// read after that round, its doorbell is armed. From then on a writer's
-// INSERT notifies. A commit must not race the arming: a transaction whose
-// INSERT ran while the doorbell was disarmed sends nothing, and if it
-// commits after the store's last look it waits for the next poll, an hour
-// in these tests (see "Wake-up latency" in docs/guarantees.md).
+// wakeTable is the doorbell table of x's outbox table.
+func (x tenant) wakeTable() string { return x.table + "_wake" }
+
+// waitIdleArmed waits until each of tns, stores of groups whose events ev
+// records, is idle with its doorbell armed (testenv.WaitIdleArmed): only
+// then does a writer's commit ring it.
 func waitIdleArmed(t *testing.T, pool *pgxpool.Pool, ev *events, tns ...tenant) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		all := ev.snapshot()
-		var busy []string
-		for _, x := range tns {
-			idle := false
-			for i := len(all) - 1; i >= 0; i-- {
-				if e := all[i]; e.Store == x.name && (e.Kind == relay.EventStarted || e.Kind == relay.EventFinished) {
-					idle = e.Kind == relay.EventFinished && e.Rows == 0 && e.Err == nil
-					break
-				}
-			}
-			if !idle || !doorbellArmed(t, pool, x) {
-				busy = append(busy, x.name)
-			}
-		}
-		if len(busy) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stores %v never went idle with their doorbells armed", busy)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var bells []testenv.Doorbell
+	for _, x := range tns {
+		bells = append(bells, testenv.Doorbell{Name: x.name, Wake: x.wakeTable(), Idle: func() bool { return storeIdle(ev, x.name) }})
 	}
+	testenv.WaitIdleArmed(t, pool, bells...)
 }
 
 // waitDelivered waits until none of tns holds an undelivered row, and
@@ -90,7 +73,7 @@ func waitDelivered(t *testing.T, pool *pgxpool.Pool, what string, tns ...tenant)
 		var left []string
 		for _, x := range tns {
 			if n := x.pending(t); n > 0 {
-				left = append(left, fmt.Sprintf("%s: %d (doorbell armed %v)", x.name, n, doorbellArmed(t, pool, x)))
+				left = append(left, fmt.Sprintf("%s: %d (doorbell armed %v)", x.name, n, testenv.DoorbellArmed(t, pool, x.wakeTable())))
 			}
 		}
 		if len(left) == 0 {
@@ -118,11 +101,12 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	tn := pgTenants(t, pool, prefix, 2)
 	heard, deaf := tn[0], tn[1]
 
-	g, err := relay.NewGroup(relay.GroupConfig{})
+	ev := &events{} // both groups' (the stores' names differ)
+	g, err := relay.NewGroup(relay.GroupConfig{OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
 	rh := heard.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
 	testenv.Must(t, g.Add(context.Background(), relay.Store{Name: heard.name, Relay: rh}), "add")
-	control, err := relay.NewGroup(relay.GroupConfig{DisableNotify: true})
+	control, err := relay.NewGroup(relay.GroupConfig{DisableNotify: true, OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
 	rd := deaf.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
 	testenv.Must(t, control.Add(context.Background(), relay.Store{Name: deaf.name, Relay: rd}), "add")
@@ -130,15 +114,17 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	runGroup(t, control)
 
 	eventually(t, "listening", rh.Listening)
-	// Both stores' first rounds have run (the listener's subscription
-	// queues one more); give them time to go idle.
-	time.Sleep(500 * time.Millisecond)
+	// The control store's first round has run, found nothing and left it
+	// waiting for its hourly poll; the heard store is idle with its
+	// doorbell armed, so that the commit below rings it.
+	eventually(t, "the control store's first round claimed nothing", func() bool { return storeIdle(ev, deaf.name) })
+	waitIdleArmed(t, pool, ev, heard)
 	if rd.Listening() {
 		t.Fatal("a store of a group with DisableNotify says it listens")
 	}
 	heard.add(t, 1)
 	deaf.add(t, 1)
-	eventually(t, "delivered on notification", func() bool { return heard.pending(t) == 0 })
+	waitDelivered(t, pool, "delivered on notification", heard)
 	time.Sleep(2 * time.Second)
 	if deaf.pending(t) != 1 {
 		t.Fatalf("the control store without the listener delivered its row: the test proves nothing")
@@ -146,10 +132,12 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	if got := streamMsgs(t, s); got != 1 {
 		t.Fatalf("stream holds %d messages, want 1", got)
 	}
-	// Many commits: each is heard (the doorbell is re-armed when idle).
+	// Many commits: each is heard (the doorbell is re-armed when idle, and
+	// each commit waits for that).
 	for i := range 5 {
+		waitIdleArmed(t, pool, ev, heard)
 		heard.add(t, 1)
-		eventually(t, "delivered on notification again", func() bool { return heard.pending(t) == 0 })
+		waitDelivered(t, pool, "delivered on notification again", heard)
 		if got := streamMsgs(t, s); got != uint64(2+i) {
 			t.Fatalf("stream holds %d messages, want %d", got, 2+i)
 		}
@@ -240,7 +228,8 @@ func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
 	pub := publisher(t, nc)
 	tn := pgTenants(t, pool, prefix, 2)
 
-	g, err := relay.NewGroup(relay.GroupConfig{})
+	ev := &events{}
+	g, err := relay.NewGroup(relay.GroupConfig{OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
 	var rs []*relay.Relay
 	for _, x := range tn {
@@ -256,18 +245,35 @@ func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("%d listening connections, want 1", len(pids))
 	}
+	// tn[0]'s row commits while nobody listens, and is caught up after
+	// the reconnect. The reconnecting listener resets (disarms) each
+	// doorbell before it listens again; a transaction holding tn[0]'s
+	// doorbell table in SHARE mode keeps it from doing so, and from
+	// listening on tn[0]'s channel, until the loss has been noticed and
+	// the row committed. (A row whose INSERT ran disarmed and that
+	// committed after the caught-up store's last look would wait for the
+	// hourly poll.)
+	ctx := context.Background()
+	hold, err := pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, "LOCK TABLE "+tn[0].wakeTable()+" IN SHARE MODE")
+	testenv.Must(t, err, "lock the doorbell of %s", tn[0].name)
 	var ok bool
-	testenv.Must(t, pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pids[0]).Scan(&ok), "terminate")
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pids[0]).Scan(&ok), "terminate")
 	if !ok {
 		t.Fatal("pg_terminate_backend failed")
 	}
-	tn[0].add(t, 1) // maybe while nobody listens: caught up after reconnect
+	tn[0].add(t, 1) // nobody listens: caught up after reconnect
 	eventually(t, "the loss noticed", func() bool { return rs[0].Counters().ListenFailures >= 1 })
+	testenv.Must(t, hold.Rollback(ctx), "unlock the doorbell")
 	eventually(t, "listening again", func() bool { return rs[0].Listening() && rs[1].Listening() })
-	eventually(t, "caught up after reconnect", func() bool { return tn[0].pending(t) == 0 })
-	time.Sleep(200 * time.Millisecond)
+	waitDelivered(t, pool, "caught up after reconnect", tn[0])
+	// The listener disarmed tn[1]'s doorbell too: write once it is armed
+	// again, so that the commit rings it.
+	waitIdleArmed(t, pool, ev, tn[1])
 	tn[1].add(t, 1)
-	eventually(t, "delivered on notification after reconnect", func() bool { return tn[1].pending(t) == 0 })
+	waitDelivered(t, pool, "delivered on notification after reconnect", tn[1])
 	if got := groupListeners(t, pool, tn...); len(got) != 1 || got[0] == pids[0] {
 		t.Fatalf("listening connections after reconnect: %v (the cut one was %d)", got, pids[0])
 	}

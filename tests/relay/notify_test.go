@@ -17,19 +17,29 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
+// relayDoorbell is the doorbell of the fixture's outbox table, rung for a
+// relay whose Observer is rounds (see testenv.WaitIdleArmed).
+func relayDoorbell(rounds *testenv.RoundWatcher) testenv.Doorbell {
+	return testenv.Doorbell{Name: "the relay", Wake: "txbox_outbox_wake", Idle: rounds.Idle}
+}
+
 // With a poll interval of an hour, only a notification can make the relay
-// deliver a message committed after it went idle.
+// deliver a message committed after it went idle. Each is committed once
+// the relay is idle with its doorbell armed, so that the commit rings it.
 func TestNotifyWakesIdleRelay(t *testing.T) {
 	t.Parallel()
 	f := pgxFixture(t, 8)
 	nc := testenv.NATS(t)
 	prefix := testenv.Subject()
 	s := stream(t, nc, prefix, jetstream.StreamConfig{})
-	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour})
+	rounds := &testenv.RoundWatcher{}
+	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour, Observer: rounds})
 	startRelay(t, r)
 	eventually(t, "listening", r.Listening)
+	testenv.WaitIdleArmed(t, f.pool, relayDoorbell(rounds))
 	f.add(t, true, txbox.Message{Topic: prefix + "n", Payload: []byte("1")})
 	eventually(t, "delivered on notification", func() bool { return streamMsgs(t, s) == 1 })
+	testenv.WaitIdleArmed(t, f.pool, relayDoorbell(rounds))
 	f.addNoTx(t, txbox.Message{Topic: prefix + "n", Payload: []byte("2")})
 	eventually(t, "delivered on notification", func() bool { return streamMsgs(t, s) == 2 })
 }
@@ -57,14 +67,17 @@ func TestNotifyCheckFailsThenPolls(t *testing.T) {
 }
 
 // When the listening connection dies, the relay polls until it listens
-// again, then notifications wake it again.
+// again, then notifications wake it again. The listener disarms the
+// doorbell before it listens again: the row is committed once the relay
+// has armed it again.
 func TestNotifyConnectionLostFallsBackAndRecovers(t *testing.T) {
 	t.Parallel()
 	f := pgxFixture(t, 8)
 	nc := testenv.NATS(t)
 	prefix := testenv.Subject()
 	s := stream(t, nc, prefix, jetstream.StreamConfig{})
-	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour, BackoffMax: 50 * time.Millisecond})
+	rounds := &testenv.RoundWatcher{}
+	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour, BackoffMax: 50 * time.Millisecond, Observer: rounds})
 	startRelay(t, r)
 	eventually(t, "listening", r.Listening)
 	ctx := context.Background()
@@ -77,6 +90,7 @@ func TestNotifyConnectionLostFallsBackAndRecovers(t *testing.T) {
 	}
 	eventually(t, "the loss noticed", func() bool { return r.Counters().ListenFailures >= 1 })
 	eventually(t, "listening again", r.Listening)
+	testenv.WaitIdleArmed(t, f.pool, relayDoorbell(rounds))
 	f.add(t, true, txbox.Message{Topic: prefix + "r", Payload: []byte("1")})
 	eventually(t, "delivered on notification after reconnect", func() bool { return streamMsgs(t, s) == 1 })
 }
