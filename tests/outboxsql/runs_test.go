@@ -71,71 +71,56 @@ func TestClaimRunsRules(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	b, err := store.ClaimRuns(ctx, 100, 0, outboxsql.Floors{})
-	testenv.Must(t, err, "claim runs")
-	got := describe(b)
-	testenv.Must(t, b.Release(ctx), "release")
-	want := "a1 b1 u1 a2<a1 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"
-	if got != want {
+	// runs claims with runs, releases the batch and returns what it took.
+	runs := func(limit int, from int64, floors outboxsql.Floors) string {
+		t.Helper()
+		b, err := store.ClaimRuns(ctx, limit, from, floors)
+		testenv.Must(t, err, "claim runs (limit %d, from %d, floors %v)", limit, from, floors)
+		got := describe(b)
+		testenv.Must(t, b.Release(ctx), "release")
+		return got
+	}
+	if got, want := runs(100, 0, outboxsql.Floors{}), "a1 b1 u1 a2<a1 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"; got != want {
 		t.Fatalf("claimed %q\nwant    %q", got, want)
 	}
-
 	// The walk passes the held c1 and stops at the limit.
-	b, err = store.ClaimRuns(ctx, 4, 0, outboxsql.Floors{})
-	testenv.Must(t, err, "claim runs, limit 4")
-	got = describe(b)
-	testenv.Must(t, b.Release(ctx), "release")
-	if got != "a1 b1 u1 a2<a1" {
+	if got := runs(4, 0, outboxsql.Floors{}); got != "a1 b1 u1 a2<a1" {
 		t.Fatalf("limit 4 claimed %q", got)
 	}
 	// A floor (a delivered row of the key) moves the head probe up, and a
 	// dead row above it still parks the key.
 	exec("UPDATE txbox_outbox SET published_at = now() WHERE message_id IN ('a1', 'a2')")
-	var a2 int64
+	var a2, a3 int64
 	testenv.Must(t, pool.QueryRow(ctx, "SELECT id FROM txbox_outbox WHERE message_id = 'a2'").Scan(&a2), "a2")
-	b, err = store.ClaimRuns(ctx, 100, 0, outboxsql.Floors{Keys: []string{"a"}, Seqs: []int64{a2}})
-	testenv.Must(t, err, "claim runs with a floor")
-	got = describe(b)
-	testenv.Must(t, b.Release(ctx), "release")
-	if want := "b1 u1 a3 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"; got != want {
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT id FROM txbox_outbox WHERE message_id = 'a3'").Scan(&a3), "a3")
+	floorA2 := outboxsql.Floors{Keys: []string{"a"}, Seqs: []int64{a2}}
+	if got, want := runs(100, 0, floorA2), "b1 u1 a3 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"; got != want {
 		t.Fatalf("with a floor claimed %q\nwant               %q", got, want)
 	}
 	// A floor whose mark a database crash undid (marks commit lazily): a2
 	// is pending again and the key's head. A claim whose scan starts above
 	// it must not take a3 as the head; one from the start takes a2 first.
-	exec("UPDATE txbox_outbox SET published_at = NULL WHERE message_id = 'a2'")
-	var a3 int64
-	testenv.Must(t, pool.QueryRow(ctx, "SELECT id FROM txbox_outbox WHERE message_id = 'a3'").Scan(&a3), "a3")
+	// With a1 undone too, the walk meets a1 below the floor, drops the
+	// stale floor and takes the key from a1.
 	for _, c := range []struct {
-		from int64
-		want string
+		undone string
+		from   int64
+		want   string
 	}{
-		{a3, "u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"},
-		{0, "b1 u1 a2 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"},
+		{"'a2'", a3, "u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"},
+		{"'a2'", 0, "b1 u1 a2 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"},
+		{"'a1', 'a2'", 0, "a1 b1 u1 a2<a1 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"},
 	} {
-		b, err = store.ClaimRuns(ctx, 100, c.from, outboxsql.Floors{Keys: []string{"a"}, Seqs: []int64{a2}})
-		testenv.Must(t, err, "claim runs with an undone floor")
-		got = describe(b)
-		testenv.Must(t, b.Release(ctx), "release")
-		if got != c.want {
-			t.Fatalf("with the floor a2 pending again, from %d, claimed %q\nwant %q", c.from, got, c.want)
+		exec("UPDATE txbox_outbox SET published_at = NULL WHERE message_id IN (" + c.undone + ")")
+		if got := runs(100, c.from, floorA2); got != c.want {
+			t.Fatalf("with the floor a2 and %s pending again, from %d, claimed %q\nwant %q", c.undone, c.from, got, c.want)
 		}
-	}
-	// Both a1 and a2 undone, the floor still a2: the walk meets a1 below
-	// the floor, drops the stale floor and takes the key from a1.
-	exec("UPDATE txbox_outbox SET published_at = NULL WHERE message_id IN ('a1', 'a2')")
-	b, err = store.ClaimRuns(ctx, 100, 0, outboxsql.Floors{Keys: []string{"a"}, Seqs: []int64{a2}})
-	testenv.Must(t, err, "claim runs with a stale floor")
-	got = describe(b)
-	testenv.Must(t, b.Release(ctx), "release")
-	if want := "a1 b1 u1 a2<a1 a3<a2 u2 d1 d2<d1 d3<d2 d4<d3 d5<d4 d6<d5"; got != want {
-		t.Fatalf("with the floor a2 and a1, a2 pending again, claimed %q\nwant %q", got, want)
 	}
 
 	// The plain claim takes heads only.
-	b, err = store.Claim(ctx, 100, 0)
+	b, err := store.Claim(ctx, 100, 0)
 	testenv.Must(t, err, "claim")
-	got = describe(b)
+	got := describe(b)
 	testenv.Must(t, b.Release(ctx), "release")
 	if got != "a1 b1 u1 u2 d1" {
 		t.Fatalf("the plain claim took %q", got)
