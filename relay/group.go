@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -87,9 +86,8 @@ type member struct {
 	cleanupAt, sampleAt time.Time
 	sample              txbox.RelaySample
 
-	channel  string      // its notify channel; "" when it only polls
-	bell     doorbell    // touched in its turns only
-	disarmed atomic.Bool // the listener reset its doorbell: bell is stale
+	channel string   // its notify channel; "" when it only polls
+	bell    doorbell // touched in its turns only
 }
 
 type memberState uint8
@@ -428,9 +426,6 @@ func (g *Group) turn(m *member) {
 // disarmed at work) and returns how long m, idle, waits before its next
 // round: 0 for at once.
 func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Duration {
-	if m.disarmed.Swap(false) {
-		m.bell.armed, m.bell.idle = false, 0
-	}
 	switch {
 	case err != nil || ctx.Err() != nil:
 		return m.r.cfg.PollInterval

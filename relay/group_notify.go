@@ -252,7 +252,6 @@ func (l *dbListener) sync(ctx context.Context, conn driver.Channels, heard map[s
 				m.r.log.Warn("txbox relay group: no LISTEN/NOTIFY wake-up for this store; polling", "err", err)
 				continue
 			}
-			m.disarmed.Store(true)
 			ok = true
 		}
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/txbox/txbox/driver"
@@ -22,6 +23,9 @@ type listener struct {
 	channel string // the channel the trigger notifies
 	probe   string // the channel the start-up check notifies (== channel but in tests)
 	wake    string // the quoted doorbell table
+	// wasReset is set when reset disarmed the doorbell table, which makes a
+	// doorbell's armed stale; the doorbell clears it (see doorbell.sync).
+	wasReset atomic.Bool
 }
 
 // arm asks writers to notify: the relay is idle.
@@ -46,8 +50,18 @@ type doorbell struct {
 	idle  time.Duration // how long the loop has been idle, while under armAfter
 }
 
+// sync forgets that the doorbell was armed once the listener disarmed
+// its table (a reconnect): the loop then arms it again with one more look
+// after, as when it first went idle, instead of taking it for armed.
+func (d *doorbell) sync() {
+	if d.l != nil && d.l.wasReset.Swap(false) {
+		d.armed, d.idle = false, 0
+	}
+}
+
 // worked is told that a round claimed rows: it disarms the doorbell.
 func (d *doorbell) worked(ctx context.Context) {
+	d.sync()
 	d.idle = 0
 	if d.armed {
 		d.l.disarm(ctx)
@@ -64,6 +78,7 @@ func (d *doorbell) worked(ctx context.Context) {
 // commits after that last look waits for the poll. An error arming returns
 // poll too.
 func (d *doorbell) quiet(ctx context.Context, poll time.Duration) (time.Duration, error) {
+	d.sync()
 	if d.idle < armAfter {
 		d.idle = max(minRecheck, 2*d.idle)
 		return d.idle, nil
@@ -171,6 +186,7 @@ func (l *listener) reset(ctx context.Context) error {
 	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil {
 		return fmt.Errorf("disarm the wake-up doorbell (the table comes with txbox migrate up): %w", err)
 	}
+	l.wasReset.Store(true)
 	return nil
 }
 
