@@ -270,9 +270,18 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	publishAll(t, b, ids("o", n))
 	// Batches that a cut hits are undone whole and retried: under load the
 	// flow is slow, so the bound is generous (liveness, not speed).
-	eventuallyWithin(t, 3*time.Minute, "every message applied", func() bool {
-		return direct.count(t, "SELECT count(DISTINCT id) FROM applied") == n && cuts.Load() >= 3
-	})
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		applied := direct.count(t, "SELECT count(DISTINCT id) FROM applied")
+		if applied == n && cuts.Load() >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3 min, %d of %d messages applied, %d cuts; consumer stats %+v; log tail:\n%s",
+				applied, n, cuts.Load(), c.Stats(), tail(log.String(), 40))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	close(stop)
 	flapping.Wait()
 	eventually(t, "every message settled", func() bool {
@@ -463,4 +472,10 @@ func TestHandlerErrorStillDeadLetters(t *testing.T) {
 	if got := logCount(log, "message_id=poison "); got != 4 {
 		t.Fatalf("poison failed 4 times, logged %d times:\n%s", got, grepLog(log, "message_id=poison "))
 	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
