@@ -92,10 +92,16 @@ func TestKeepAlive(t *testing.T) {
 					stream, durable, _ := natsjs.ParseBinding(b.binding("orders"))
 					cons, err := js.Consumer(ctx, stream, durable)
 					testenv.Must(t, err, "consumer")
-					info, err := cons.Info(ctx)
-					testenv.Must(t, err, "consumer info")
-					if info.NumRedelivered != 0 || info.NumAckPending != 0 {
-						t.Errorf("server: %d redelivered, %d ack pending; want 0 and 0", info.NumRedelivered, info.NumAckPending)
+					// Handled counts the run before its ack is sent: wait for
+					// the server to have the ack, then ask what it redelivered.
+					var info *jetstream.ConsumerInfo
+					eventually(t, "the server has the ack", func() bool {
+						info, err = cons.Info(ctx)
+						testenv.Must(t, err, "consumer info")
+						return info.NumAckPending == 0
+					})
+					if info.NumRedelivered != 0 {
+						t.Errorf("server: %d redelivered, want 0", info.NumRedelivered)
 					}
 				}
 			})
