@@ -106,7 +106,7 @@ func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease
 	}
 	q, args := l.q.claim, []any{limit, from, smalls, epochs, l.owner}
 	if runs {
-		q, args = l.q.claimRuns, append(args, floors.Keys, floors.probeFrom())
+		q, args = l.q.claimRuns, append(args, floors.Keys, floors.Seqs)
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err == nil {

@@ -120,21 +120,11 @@ func (s *Store) ClaimRuns(ctx context.Context, limit int, from int64, floors Flo
 // delivered too. The probe starts at the floor row itself, not above it: a
 // mark committed lazily (lazy_commit in sql/postgres.sql) is undone by a
 // database crash in the next few hundred milliseconds, and the row is then
-// the key's head again. Optional; a floor that is too low only costs the
-// probe time.
+// the key's head again (migration 008). Optional; a floor that is too low
+// only costs the probe time.
 type Floors struct {
 	Keys []string
 	Seqs []int64
-}
-
-// probeFrom returns the floors as claim_runs takes them: its probe looks
-// above each, so one below the floor row includes that row.
-func (f Floors) probeFrom() []int64 {
-	out := make([]int64, len(f.Seqs))
-	for i, seq := range f.Seqs {
-		out[i] = seq - 1
-	}
-	return out
 }
 
 // claim claims with runs when floors is not nil.
@@ -158,7 +148,7 @@ func (s *Store) claim(ctx context.Context, limit int, from int64, floors *Floors
 	q, args := s.d.claim(limit, from, b.token, now.Add(s.lease), now)
 	if runs {
 		q = s.d.queries().claimRuns
-		args = append(args, floors.Keys, floors.probeFrom())
+		args = append(args, floors.Keys, floors.Seqs)
 	}
 	rows, err := ex.Query(ctx, q, args...)
 	if err == nil {

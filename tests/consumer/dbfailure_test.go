@@ -270,18 +270,11 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	publishAll(t, b, ids("o", n))
 	// Batches that a cut hits are undone whole and retried: under load the
 	// flow is slow, so the bound is generous (liveness, not speed).
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	eventuallyWithinState(t, 3*time.Minute, "every message applied", func() (bool, string) {
 		applied := direct.count(t, "SELECT count(DISTINCT id) FROM applied")
-		if applied == n && cuts.Load() >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 3 min, %d of %d messages applied, %d cuts; consumer stats %+v; log tail:\n%s",
-				applied, n, cuts.Load(), c.Stats(), tail(log.String(), 40))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return applied == n && cuts.Load() >= 3, fmt.Sprintf("%d of %d messages applied, %d cuts; consumer stats %+v; log tail:\n%s",
+			applied, n, cuts.Load(), c.Stats(), tail(log.String(), 40))
+	})
 	close(stop)
 	flapping.Wait()
 	eventually(t, "every message settled", func() bool {

@@ -36,9 +36,23 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // assertion).
 func eventuallyWithin(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventuallyWithinState(t, limit, what, func() (bool, string) { return cond(), "" })
+}
+
+// eventuallyWithinState is eventuallyWithin whose cond also says what it
+// saw, for the failure message.
+func eventuallyWithinState(t testing.TB, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(limit)
-	for !cond() {
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
+			if state != "" {
+				t.Fatalf("timed out waiting for: %s: %s", what, state)
+			}
 			t.Fatalf("timed out waiting for: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)

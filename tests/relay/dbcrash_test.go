@@ -64,30 +64,15 @@ func TestDatabaseCrashUndoesLazyMarksInOrder(t *testing.T) {
 	testenv.Must(t, r.Start(ctx), "start")
 	defer r.Stop(context.WithoutCancel(ctx))
 
-	// Only a guard against hanging: the failure says what was missing.
-	waitFor := func(what string, done func() (bool, string)) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			ok, state := done()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 2 min, still waiting for %s: %s", what, state)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	const before = nKeys * perKey / 2
-	waitFor("half the backlog marked", func() (bool, string) {
+	eventuallyState(t, "half the backlog marked", func() (bool, string) {
 		p := r.Counters().Published
 		return p >= before, fmt.Sprintf("%d of %d marked", p, before)
 	})
 	markedBefore := r.Counters().Published
 	c.Crash()
 	c.Start()
-	waitFor("the backlog drained after the crash", func() (bool, string) {
+	eventuallyState(t, "the backlog drained after the crash", func() (bool, string) {
 		var pending int64
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL").Scan(&pending); err != nil {
 			return false, err.Error()

@@ -234,9 +234,23 @@ func streamIDs(t *testing.T, s jetstream.Stream, header string) map[string]int {
 // passed (generous: CI machines are slow and shared).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	eventuallyState(t, what, func() (bool, string) { return cond(), "" })
+}
+
+// eventuallyState is eventually whose cond also says what it saw, for the
+// failure message.
+func eventuallyState(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
-	for !cond() {
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
+			if state != "" {
+				t.Fatalf("timed out waiting for: %s: %s", what, state)
+			}
 			t.Fatalf("timed out waiting for: %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -28,6 +28,15 @@ func (nopPublisher) Publish(context.Context, []txbox.Message) []error { return n
 // their PostgreSQL backends are found for the CPU figures.
 const scaleApp = "txbox-bench-scale"
 
+// shape is a backlog that Scale drains: its name, and each row's key.
+type shape struct {
+	name string
+	key  func(i int) string
+}
+
+// flag is the shape's name as --shapes takes it.
+func (s shape) flag() string { return strings.ReplaceAll(s.name, " ", "-") }
+
 // Scale measures 1, 2 and 4 relays draining the same backlog into a no-op
 // publisher, with and without lanes, for four backlogs: unordered, 1,000
 // ordering keys, 1,000 keys where one hot key carries 1% of the rows, and
@@ -35,10 +44,6 @@ const scaleApp = "txbox-bench-scale"
 // CPU the relays' PostgreSQL backends spent per message is read from /proc.
 func Scale(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	type shape struct {
-		name string
-		key  func(i int) string
-	}
 	var shapes []shape
 	for _, s := range []shape{
 		{"unordered", func(int) string { return "" }},
@@ -51,12 +56,12 @@ func Scale(ctx context.Context, cfg Config) error {
 		}},
 		{"20 keys", func(i int) string { return "k" + strconv.Itoa(i%20) }},
 	} {
-		if len(cfg.Shapes) == 0 || slices.Contains(cfg.Shapes, strings.ReplaceAll(s.name, " ", "-")) {
+		if len(cfg.Shapes) == 0 || slices.Contains(cfg.Shapes, s.flag()) {
 			shapes = append(shapes, s)
 		}
 	}
 	for _, name := range cfg.Shapes {
-		if !slices.ContainsFunc(shapes, func(s shape) bool { return strings.ReplaceAll(s.name, " ", "-") == name }) {
+		if !slices.ContainsFunc(shapes, func(s shape) bool { return s.flag() == name }) {
 			return fmt.Errorf("unknown backlog shape %q (want unordered, 1000-keys, skewed or 20-keys)", name)
 		}
 	}

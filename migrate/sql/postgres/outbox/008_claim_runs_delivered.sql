@@ -11,11 +11,13 @@
 -- auto_explain in `txbox bench scale --shapes 1000-keys --relays 4`). Now a
 -- row found delivered is passed over and its key stays open.
 --
--- And a pending row met at or below its key's floor (p_floors: the caller
--- passes each floor one below the row it knows delivered) makes that floor
--- stale for the rest of the claim: a database crash undid the mark, and the
--- key is probed from its start, so it neither skips that row nor stays
--- blocked while the caller keeps the floor.
+-- And a key's probe starts at its floor row itself (p_floors: a row the
+-- caller knows delivered), not above it: a database crash can undo the
+-- mark, and the row is then the key's head again. A pending row met below
+-- the floor makes that floor stale for the rest of the claim (the crash
+-- undid earlier marks too): the key is probed from its start, so it
+-- neither skips that row nor stays blocked while the caller keeps the
+-- floor.
 CREATE OR REPLACE FUNCTION {{name "claim_runs"}}(p_limit int, p_from bigint, p_lanes smallint[], p_epochs bigint[], p_owner text,
                                       p_keys text[], p_floors bigint[])
 RETURNS TABLE (id bigint, message_id text, topic text, ordering_key text, payload bytea, headers text,
@@ -61,10 +63,10 @@ BEGIN
                 seen := seen || jsonb_build_object(r.k, 0);
                 CONTINUE;
             END IF;
-            -- A pending row at or below the key's floor: the floor is stale
-            -- (a mark undone by a database crash, see Floors in
-            -- internal/outboxsql/store.go); probe the key from its start.
-            bound := coalesce(last, (floor ->> r.k)::bigint, -1);
+            -- Probe from the floor row itself; a pending row below it: the
+            -- floor is stale (a mark undone by a database crash, see Floors
+            -- in internal/outboxsql/store.go); probe the key from its start.
+            bound := coalesce(last, (floor ->> r.k)::bigint - 1, -1);
             IF bound >= r.id THEN
                 floor := floor - r.k;
                 bound := -1;
