@@ -72,6 +72,12 @@ type Relay struct {
 	// from is where the next claim's scan starts (see claimFrom); fullScan
 	// is when a claim last scanned from the table's start, in Unix ns.
 	from, fullScan atomic.Int64
+	// reach is the last row of the last batch when it was full and keyed
+	// (the next claim's window reaches past it), else 0.
+	reach atomic.Int64
+	// more: the last claim stopped at the end of its window with pending
+	// rows beyond it (outboxsql.Batch.Next), short of a batch.
+	more atomic.Bool
 
 	lanes        *laneKeeper // nil without Config.Lanes
 	listen       *listener   // nil when the relay only polls
@@ -366,10 +372,10 @@ func (r *Relay) loop(ctx context.Context) error {
 			} else {
 				r.log.Warn("txbox relay: round failed", "err", err, "retry_in", wait)
 			}
-		case n > 0:
-			// There may be more (a full batch, or keys whose next message
-			// became claimable): poll again at once, and on a full batch
-			// get another loop going too.
+		case n > 0 || r.more.Load():
+			// There may be more (a full batch, keys whose next message
+			// became claimable, rows beyond the claim's window): poll again
+			// at once, and on a full batch get another loop going too.
 			backoff = 0
 			if n >= r.cfg.BatchSize {
 				r.Wake()
@@ -545,7 +551,8 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 // The plain claim takes a key's head only, and walks the backlog in id
 // order until it has a batch: when the backlog holds fewer keys than a
 // batch (one hot key, a few tenants, keys parked or in flight at other
-// relays), it walks all of it and comes back short. A claim with runs
+// relays), it comes back short. On PostgreSQL it walks one window of the
+// backlog (outboxsql.Batch.Next), elsewhere all of it. A claim with runs
 // (outboxsql.Store.ClaimRuns) takes the rows behind each head too and stops
 // at a full batch, at a higher cost per row. A relay starts with runs,
 // goes over to the plain claim once a batch comes back full without any
@@ -561,12 +568,13 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	case runs:
 		batch, err = r.store.ClaimRuns(ctx, r.cfg.BatchSize, r.claimFrom(), r.claimFloors())
 	default:
-		batch, err = r.store.Claim(ctx, r.cfg.BatchSize, r.claimFrom())
+		batch, err = r.store.ClaimReaching(ctx, r.cfg.BatchSize, r.claimFrom(), r.reach.Load())
 	}
 	if err != nil {
 		return nil, err
 	}
 	full := len(batch.Rows) >= r.cfg.BatchSize
+	var reach int64
 	if runs {
 		r.runs.Store(!full || batch.Runs())
 	} else {
@@ -581,9 +589,18 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	case full:
 		// Rows behind a head of the batch wait inside its span.
 		r.from.Store(batch.Rows[0].Seq)
+		reach = batch.Rows[len(batch.Rows)-1].Seq
+	case batch.Next != 0 && !batch.Keyed():
+		// The claim read its whole window and pending rows lie beyond it:
+		// the next claim goes on from there, at once (see loop). After a
+		// short keyed batch the next claim takes runs, at once, from the
+		// start, where the oldest heads are.
+		r.from.Store(batch.Next)
 	default:
 		r.from.Store(0) // the backlog is drained: look at everything again
 	}
+	r.reach.Store(reach)
+	r.more.Store(!full && batch.Next != 0)
 	backlog := full && !batch.Keyed()
 	r.backlog.Store(backlog)
 	if backlog {
@@ -769,6 +786,10 @@ func blameMessages(errs []error) {
 	}
 }
 
+// minFullScan is the shortest time between two claims from the table's
+// start during a drain (see claimFrom).
+const minFullScan = 250 * time.Millisecond
+
 // claimFrom returns where the next claim's scan starts. While the relay
 // drains a backlog in full batches, a claim starts past the last batch
 // (after its last id when it held no ordering key, at its first id when it
@@ -783,12 +804,17 @@ func blameMessages(errs []error) {
 // most of the scan while a large backlog drains (each is a heap fetch until
 // VACUUM removes it), and a relay polling every few milliseconds would
 // read them all on nearly every claim.
-// minFullScan is the shortest time between two claims from the table's
-// start during a drain (see claimFrom).
-const minFullScan = 250 * time.Millisecond
-
+//
+// A claim cut short by its window (outboxsql.Batch.Next) is followed by the
+// next window whatever the time: the relay sweeps the backlog to its end
+// before it starts again from the start. Were the sweep restarted every
+// minFullScan, rows lying past what a sweep reaches in that time (behind a
+// parked key's long backlog, say) would never be claimed.
 func (r *Relay) claimFrom() int64 {
 	from := r.from.Load()
+	if from != 0 && r.more.Load() {
+		return from
+	}
 	now := time.Now().UnixNano()
 	every := max(min(r.cfg.PollInterval, time.Second), minFullScan)
 	if from == 0 || now-r.fullScan.Load() >= int64(every) {

@@ -110,7 +110,11 @@ func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err == nil {
-		b.Rows, err = s.scanClaimed(rows, limit, runs)
+		ninth := ninthNone
+		if runs {
+			ninth = ninthPrev
+		}
+		b.Rows, _, err = s.scanClaimed(rows, limit, ninth)
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))

@@ -58,8 +58,8 @@ func (p *postgres) beginClaim(ctx context.Context, pool driver.Pool, lease time.
 	return tx, nil
 }
 
-func (p *postgres) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {
-	return p.q.claim, []any{limit, from}
+func (p *postgres) claim(limit int, from, reach int64, _ string, _, _ time.Time) (string, []any) {
+	return p.q.claim, []any{limit, from, claimWindow(limit), reach}
 }
 
 func (p *postgres) markPublished(seqs []int64, _ string, _ time.Time) (string, []any) {

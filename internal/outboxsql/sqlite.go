@@ -36,7 +36,7 @@ func (s *sqlite) beginClaim(context.Context, driver.Pool, time.Duration) (driver
 	return nil, nil
 }
 
-func (s *sqlite) claim(limit int, from int64, token string, until, now time.Time) (string, []any) {
+func (s *sqlite) claim(limit int, from, _ int64, token string, until, now time.Time) (string, []any) {
 	return s.q.claim, []any{token, until.UnixMicro(), now.UnixMicro(), limit, from}
 }
 

@@ -78,6 +78,10 @@ type Batch struct {
 	token string    // SQLite: the lease token
 	// Started is when Lanes.Claim began the claim (zero otherwise).
 	Started time.Time
+	// Next, when not zero, is where the next claim's scan should start:
+	// this claim came back short at the end of its window of ids
+	// (ClaimReaching), and pending rows lie beyond it, the first at Next.
+	Next int64
 }
 
 // Tx is the transaction holding the batch's row locks (PostgreSQL, MySQL),
@@ -89,9 +93,22 @@ func (b *Batch) Tx() driver.Tx { return b.tx }
 // higher from spares the scan the entries of rows delivered since the
 // table was last vacuumed, but misses rows below it (a transaction that
 // commits out of id order, a retry that came due), so callers must scan
-// from 0 regularly.
+// from 0 regularly. On PostgreSQL a claim reads a window of ids only
+// (ClaimReaching), and a short batch says in Next where the next one goes
+// on.
 func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error) {
-	return s.claim(ctx, limit, from, nil)
+	return s.claim(ctx, limit, from, from, nil)
+}
+
+// ClaimReaching is Claim whose scan, on PostgreSQL, reads a window of ids:
+// claimWindow(limit) ids past the first pending row from from on, or past
+// reach (the last row of the previous batch) if higher, and at most ten
+// windows past that first row. A keyed drain starts its scans at a batch's
+// first row, since the rows behind its heads wait inside its span: a key
+// that lags (a hot key) would otherwise hold the window back behind the
+// other keys' heads.
+func (s *Store) ClaimReaching(ctx context.Context, limit int, from, reach int64) (*Batch, error) {
+	return s.claim(ctx, limit, from, reach, nil)
 }
 
 // Runs reports whether ClaimRuns takes runs of a key (PostgreSQL); elsewhere
@@ -109,9 +126,9 @@ func (s *Store) Runs() bool {
 // Claim.
 func (s *Store) ClaimRuns(ctx context.Context, limit int, from int64, floors Floors) (*Batch, error) {
 	if !s.Runs() {
-		return s.claim(ctx, limit, from, nil)
+		return s.claim(ctx, limit, from, from, nil)
 	}
-	return s.claim(ctx, limit, from, &floors)
+	return s.claim(ctx, limit, from, from, &floors)
 }
 
 // Floors names, for some keys, a row of the key known delivered (its mark
@@ -127,8 +144,15 @@ type Floors struct {
 	Seqs []int64
 }
 
+// claimWindow is the length of a PostgreSQL claim's window of ids (see
+// ClaimReaching): ten batches, at least 1,000 ids, so that a full batch is
+// found while no more than nine in ten of the rows the scan meets are in
+// flight at other relays or queued behind a head, and one statement never
+// reads a large backlog whole.
+func claimWindow(limit int) int64 { return int64(max(10*limit, 1000)) }
+
 // claim claims with runs when floors is not nil.
-func (s *Store) claim(ctx context.Context, limit int, from int64, floors *Floors) (*Batch, error) {
+func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors *Floors) (*Batch, error) {
 	runs := floors != nil
 	// The transaction must outlive ctx: database/sql rolls a transaction
 	// back when its context ends, and a relay that is stopping still
@@ -145,14 +169,17 @@ func (s *Store) claim(ctx context.Context, limit int, from int64, floors *Floors
 		b.token = newToken()
 	}
 	now := time.Now()
-	q, args := s.d.claim(limit, from, b.token, now.Add(s.lease), now)
-	if runs {
-		q = s.d.queries().claimRuns
-		args = append(args, floors.Keys, floors.Seqs)
+	q, args := s.d.claim(limit, from, reach, b.token, now.Add(s.lease), now)
+	ninth := ninthNone
+	switch {
+	case runs:
+		q, args, ninth = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs}, ninthPrev
+	case s.Runs():
+		ninth = ninthNext // PostgreSQL's plain claim
 	}
 	rows, err := ex.Query(ctx, q, args...)
 	if err == nil {
-		b.Rows, err = s.scanClaimed(rows, limit, runs)
+		b.Rows, b.Next, err = s.scanClaimed(rows, limit, ninth)
 	}
 	if err != nil {
 		// A lease's UPDATE may have committed: release what it took.
@@ -168,7 +195,18 @@ func (s *Store) claim(ctx context.Context, limit int, from int64, floors *Floors
 
 func bySeq(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) }
 
-func (s *Store) scanClaimed(rows driver.Rows, limit int, runs bool) ([]Claimed, error) {
+// ninth says what a claim's ninth column holds, if it has one.
+type ninth int
+
+const (
+	ninthNone ninth = iota
+	ninthPrev       // the previous row of the key in a run (Claimed.Prev)
+	ninthNext       // NULL; on a last row of its own, Batch.Next
+)
+
+// scanClaimed reads the claimed rows, and Batch.Next from the last row of
+// PostgreSQL's plain claim.
+func (s *Store) scanClaimed(rows driver.Rows, limit int, col ninth) ([]Claimed, int64, error) {
 	defer rows.Close()
 	out := make([]Claimed, 0, min(limit, 4096))
 	// One row's destinations, reused for every row: the claim is the
@@ -177,13 +215,18 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int, runs bool) ([]Claimed, 
 	created, attempts := s.d.newTime(), s.d.newInt()
 	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, attempts.dest(), created.dest()}
 	var prev *int64
-	if runs {
+	if col != ninthNone {
 		dest = append(dest, &prev)
 	}
+	var next int64
 	for rows.Next() {
 		c, prev = Claimed{}, nil
 		if err := rows.Scan(dest...); err != nil {
-			return nil, err
+			return nil, 0, err
+		}
+		if prev != nil && col == ninthNext {
+			next = *prev
+			continue
 		}
 		if prev != nil {
 			c.Prev = *prev
@@ -196,7 +239,7 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int, runs bool) ([]Claimed, 
 		}
 		out = append(out, c)
 	}
-	return out, rows.Err()
+	return out, next, rows.Err()
 }
 
 // Runs reports whether any claimed row follows another of its key

@@ -166,7 +166,7 @@ func TestPostgresClaimIsPlannedOnce(t *testing.T) {
 	}
 	var generic, custom int64
 	err = drv.PgxPool().QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
-		WHERE statement LIKE '%FOR UPDATE OF o SKIP LOCKED' AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&generic, &custom)
+		WHERE statement LIKE '%FOR UPDATE OF o SKIP LOCKED%' AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&generic, &custom)
 	testenv.Must(t, err, "read the prepared claim's plans")
 	if custom != 0 || generic != claims {
 		t.Errorf("the claim ran %d generic and %d custom plans, want %d generic and no custom", generic, custom, claims)
