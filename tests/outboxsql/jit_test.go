@@ -3,12 +3,9 @@ package outboxsql_test
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
-	"github.com/txbox/txbox/txboxpgx"
 )
 
 // Every claim transaction runs with JIT off. The claim's generic plan
@@ -18,17 +15,13 @@ import (
 // off, and the connection keeps its own setting after them.
 func TestClaimsRunWithoutJIT(t *testing.T) {
 	t.Parallel()
-	pool, _ := testenv.Postgres(t, 4)
+	pool, _, store := pgClaims(t, 4)
 	ctx := context.Background()
-	drv := txboxpgx.New(pool)
-	migrated(t, drv)
 	var before string
 	testenv.Must(t, pool.QueryRow(ctx, "SELECT current_setting('jit')").Scan(&before), "session jit")
 	if before != "on" {
 		t.Skipf("the server runs with jit = %s: nothing to turn off", before)
 	}
-	store, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
-	testenv.Must(t, err, "store")
 	lanes, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-jit")
 	testenv.Must(t, err, "lanes")
 	claims := map[string]func() (*outboxsql.Batch, error){

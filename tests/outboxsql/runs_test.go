@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
-	"github.com/txbox/txbox/txboxpgx"
 )
 
 // ClaimRuns, statement by statement against PostgreSQL: a key's rows are
@@ -21,10 +19,8 @@ import (
 // row names the one it follows.
 func TestClaimRunsRules(t *testing.T) {
 	t.Parallel()
-	pool, _ := testenv.Postgres(t, 8)
-	drv := txboxpgx.New(pool)
+	pool, drv, store := pgClaims(t, 8)
 	ctx := context.Background()
-	migrated(t, drv)
 	// a1 a2 a3 [a4 dead] a5 · b1 [b2 not due] b3 · c1 c2 (c1 held by another claim) · u1 u2 (no key) · d1..d6
 	var rows []outboxsql.Row
 	add := func(id, key string) {
@@ -48,8 +44,6 @@ func TestClaimRunsRules(t *testing.T) {
 	exec("UPDATE txbox_outbox SET dead_at = now() WHERE message_id = 'a4'")
 	exec("UPDATE txbox_outbox SET next_attempt_at = now() + interval '1 hour' WHERE message_id = 'b2'")
 
-	store, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
-	testenv.Must(t, err, "store")
 	// Another relay holds c1 (a claim of one row: the oldest).
 	other, err := store.Claim(ctx, 1, 0)
 	testenv.Must(t, err, "claim c1")

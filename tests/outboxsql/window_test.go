@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
-	"github.com/txbox/txbox/txboxpgx"
 )
 
 // A plain claim on PostgreSQL reads a window of 1,000 ids (for a batch of
@@ -23,10 +21,8 @@ import (
 // statement.
 func TestClaimStopsAtItsWindow(t *testing.T) {
 	t.Parallel()
-	pool, _ := testenv.Postgres(t, 8)
-	drv := txboxpgx.New(pool)
+	pool, drv, store := pgClaims(t, 8)
 	ctx := context.Background()
-	migrated(t, drv)
 	const keyed = 1200 // a1 … a1200, then u1 … u5 without a key
 	var rows []outboxsql.Row
 	for i := 1; i <= keyed; i++ {
@@ -46,8 +42,6 @@ func TestClaimStopsAtItsWindow(t *testing.T) {
 		return id
 	}
 
-	store, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
-	testenv.Must(t, err, "store")
 	held, err := store.Claim(ctx, 1, 0)
 	testenv.Must(t, err, "claim a1")
 	if len(held.Rows) != 1 || held.Rows[0].ID != "a1" || held.Next != 0 {

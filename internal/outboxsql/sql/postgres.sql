@@ -33,13 +33,15 @@
 -- and pending rows lie past its window, a last row of its own carries the
 -- first of them in a ninth column (Batch.Next); claimed rows have NULL
 -- there.
-WITH c AS (
+WITH e AS (
+  -- The window's end.
+  SELECT least(greatest(f.id, $4) + $3, f.id + 10 * $3) AS id FROM (
+    SELECT coalesce(min(w.id), $2) AS id FROM {{table}} w
+    WHERE w.published_at IS NULL AND w.dead_at IS NULL AND w.id >= $2) f),
+c AS (
 SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, nullif(o.headers, '{}')::text, o.attempts, o.created_at
 FROM {{table}} o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
-  AND o.id < (SELECT least(greatest(f.id, $4) + $3, f.id + 10 * $3) FROM (
-        SELECT coalesce(min(w.id), $2) AS id FROM {{table}} w
-        WHERE w.published_at IS NULL AND w.dead_at IS NULL AND w.id >= $2) f)
+WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2 AND o.id < (SELECT e.id FROM e)
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
   AND (o.ordering_key IS NULL OR o.id <= (
         SELECT p.id FROM {{table}} p
@@ -52,10 +54,7 @@ SELECT c.*, NULL::bigint FROM c
 UNION ALL
 SELECT 0, '', '', '', ''::bytea, NULL, 0, now(), n.id
 FROM (SELECT x.id FROM {{table}} x
-      WHERE x.published_at IS NULL AND x.dead_at IS NULL
-        AND x.id >= (SELECT least(greatest(f.id, $4) + $3, f.id + 10 * $3) FROM (
-              SELECT coalesce(min(w.id), $2) AS id FROM {{table}} w
-              WHERE w.published_at IS NULL AND w.dead_at IS NULL AND w.id >= $2) f)
+      WHERE x.published_at IS NULL AND x.dead_at IS NULL AND x.id >= (SELECT e.id FROM e)
       ORDER BY x.id LIMIT 1) n
 WHERE (SELECT count(*) FROM c) < $1
 
