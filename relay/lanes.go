@@ -206,7 +206,7 @@ func (k *laneKeeper) leave(ctx context.Context) {
 
 // claim claims keyed rows from the active lanes while their lease holds,
 // and rows without a key from anywhere.
-func (k *laneKeeper) claim(ctx context.Context, limit int, from int64, runs bool) (*outboxsql.Batch, error) {
+func (k *laneKeeper) claim(ctx context.Context, limit int, from, reach int64, runs bool) (*outboxsql.Batch, error) {
 	k.mu.Lock()
 	var leases []outboxsql.Lease
 	if time.Now().Before(k.validUntil) {
@@ -214,7 +214,7 @@ func (k *laneKeeper) claim(ctx context.Context, limit int, from int64, runs bool
 	}
 	k.mu.Unlock()
 	if runs {
-		return k.db.ClaimRuns(ctx, limit, from, leases, k.r.claimFloors())
+		return k.db.ClaimRuns(ctx, limit, from, reach, leases, k.r.claimFloors())
 	}
 	return k.db.Claim(ctx, limit, from, leases)
 }

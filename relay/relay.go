@@ -564,9 +564,9 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	runs := r.runs.Load() && r.store.Runs()
 	switch {
 	case r.lanes != nil:
-		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize, r.claimFrom(), runs)
+		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize, r.claimFrom(), r.reach.Load(), runs)
 	case runs:
-		batch, err = r.store.ClaimRuns(ctx, r.cfg.BatchSize, r.claimFrom(), r.claimFloors())
+		batch, err = r.store.ClaimRuns(ctx, r.cfg.BatchSize, r.claimFrom(), r.reach.Load(), r.claimFloors())
 	default:
 		batch, err = r.store.ClaimReaching(ctx, r.cfg.BatchSize, r.claimFrom(), r.reach.Load())
 	}

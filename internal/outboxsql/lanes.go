@@ -73,15 +73,15 @@ func (l *Lanes) Owner() string { return l.owner }
 // nothing); rows without a key come from any lane. The transaction holds a shared lock
 // on each lane until Finish or Release, which a takeover waits for (Fence).
 func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
-	return l.claim(ctx, limit, from, leases, nil)
+	return l.claim(ctx, limit, from, from, leases, nil)
 }
 
 // ClaimRuns is Claim taking runs of a key, as Store.ClaimRuns.
-func (l *Lanes) ClaimRuns(ctx context.Context, limit int, from int64, leases []Lease, floors Floors) (*Batch, error) {
-	return l.claim(ctx, limit, from, leases, &floors)
+func (l *Lanes) ClaimRuns(ctx context.Context, limit int, from, reach int64, leases []Lease, floors Floors) (*Batch, error) {
+	return l.claim(ctx, limit, from, reach, leases, &floors)
 }
 
-func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease, floors *Floors) (*Batch, error) {
+func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases []Lease, floors *Floors) (*Batch, error) {
 	if l.my != nil {
 		return l.my.claim(ctx, l, limit, from, leases) // no runs on MySQL
 	}
@@ -106,7 +106,7 @@ func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease
 	}
 	q, args := l.q.claim, []any{limit, from, smalls, epochs, l.owner}
 	if runs {
-		q, args = l.q.claimRuns, append(args, floors.Keys, floors.Seqs)
+		q, args = l.q.claimRuns, append(args, floors.Keys, floors.Seqs, reach, claimWindow(limit))
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err == nil {
@@ -114,7 +114,7 @@ func (l *Lanes) claim(ctx context.Context, limit int, from int64, leases []Lease
 		if runs {
 			ninth = ninthPrev
 		}
-		b.Rows, _, err = s.scanClaimed(rows, limit, ninth)
+		b.Rows, b.Next, err = s.scanClaimed(rows, limit, ninth)
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))

@@ -80,7 +80,8 @@ type Batch struct {
 	Started time.Time
 	// Next, when not zero, is where the next claim's scan should start:
 	// this claim came back short at the end of its window of ids
-	// (ClaimReaching), and pending rows lie beyond it, the first at Next.
+	// (ClaimReaching, ClaimRuns), and pending rows lie beyond it, the first
+	// at Next.
 	Next int64
 }
 
@@ -118,17 +119,17 @@ func (s *Store) Runs() bool {
 	return ok
 }
 
-// ClaimRuns is Claim that also takes the rows that follow a claimed head of
-// its key, one after the other (Claimed.Prev), and stops walking the
-// backlog as soon as it has limit rows (migration 007_claim_runs). It costs
-// the database more per row than Claim, and saves it from reading the whole
-// backlog when it holds fewer keys than a batch. Where Runs is false it is
-// Claim.
-func (s *Store) ClaimRuns(ctx context.Context, limit int, from int64, floors Floors) (*Batch, error) {
+// ClaimRuns is ClaimReaching that also takes the rows that follow a claimed
+// head of its key, one after the other (Claimed.Prev), and stops walking
+// its window as soon as it has limit rows (migrations 007_claim_runs and
+// 009_claim_runs_window). It costs the database more per row than Claim,
+// and saves it from walking the window past a batch when it holds fewer
+// keys than a batch. Where Runs is false it is Claim.
+func (s *Store) ClaimRuns(ctx context.Context, limit int, from, reach int64, floors Floors) (*Batch, error) {
 	if !s.Runs() {
 		return s.claim(ctx, limit, from, from, nil)
 	}
-	return s.claim(ctx, limit, from, from, &floors)
+	return s.claim(ctx, limit, from, reach, &floors)
 }
 
 // Floors names, for some keys, a row of the key known delivered (its mark
@@ -173,7 +174,7 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 	ninth := ninthNone
 	switch {
 	case runs:
-		q, args, ninth = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs}, ninthPrev
+		q, args, ninth = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs, reach, claimWindow(limit)}, ninthPrev
 	case s.Runs():
 		ninth = ninthNext // PostgreSQL's plain claim
 	}
@@ -200,12 +201,12 @@ type ninth int
 
 const (
 	ninthNone ninth = iota
-	ninthPrev       // the previous row of the key in a run (Claimed.Prev)
+	ninthPrev       // the previous row of the key in a run (Claimed.Prev); on a last row of its own, with id 0, Batch.Next
 	ninthNext       // NULL; on a last row of its own, Batch.Next
 )
 
 // scanClaimed reads the claimed rows, and Batch.Next from the last row of
-// PostgreSQL's plain claim.
+// PostgreSQL's claims (a row of its own: see ninth).
 func (s *Store) scanClaimed(rows driver.Rows, limit int, col ninth) ([]Claimed, int64, error) {
 	defer rows.Close()
 	out := make([]Claimed, 0, min(limit, 4096))
@@ -224,7 +225,7 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int, col ninth) ([]Claimed, 
 		if err := rows.Scan(dest...); err != nil {
 			return nil, 0, err
 		}
-		if prev != nil && col == ninthNext {
+		if prev != nil && (col == ninthNext || c.Seq == 0) {
 			next = *prev
 			continue
 		}

@@ -86,7 +86,7 @@ func BenchmarkFewKeysDrain(b *testing.B) {
 				for k, seq := range floors {
 					f.Keys, f.Seqs = append(f.Keys, k), append(f.Seqs, seq)
 				}
-				bt, err := store.ClaimRuns(ctx, batch, from, f)
+				bt, err := store.ClaimRuns(ctx, batch, from, from, f)
 				testenv.Must(b, err, "claim")
 				seqs := make([]int64, len(bt.Rows))
 				for i, r := range bt.Rows {

@@ -68,7 +68,7 @@ func TestClaimRunsRules(t *testing.T) {
 	// runs claims with runs, releases the batch and returns what it took.
 	runs := func(limit int, from int64, floors outboxsql.Floors) string {
 		t.Helper()
-		b, err := store.ClaimRuns(ctx, limit, from, floors)
+		b, err := store.ClaimRuns(ctx, limit, from, from, floors)
 		testenv.Must(t, err, "claim runs (limit %d, from %d, floors %v)", limit, from, floors)
 		got := describe(b)
 		testenv.Must(t, b.Release(ctx), "release")
@@ -118,5 +118,88 @@ func TestClaimRunsRules(t *testing.T) {
 	testenv.Must(t, b.Release(ctx), "release")
 	if got != "a1 b1 u1 u2 d1" {
 		t.Fatalf("the plain claim took %q", got)
+	}
+}
+
+// A claim with runs that meets hundreds of keys (the walk's table of keys
+// grows past its first size three times here): it takes the runs of the
+// free keys in id order, each row naming the one before it, and nothing of
+// a key whose head another transaction holds; and it stops at the limit.
+// 700 keys of 3 rows each, the rows of one round of keys after another.
+func TestClaimRunsManyKeys(t *testing.T) {
+	t.Parallel()
+	pool, drv, store := pgClaims(t, 8)
+	ctx := context.Background()
+	const keys, perKey = 700, 3
+	var rows []outboxsql.Row
+	for n := 1; n <= perKey; n++ {
+		for k := range keys {
+			id := fmt.Sprintf("k%d-%d", k, n)
+			rows = append(rows, outboxsql.Row{ID: id, Topic: "t", Key: fmt.Sprintf("k%d", k), Payload: []byte(id), Headers: "{}"})
+		}
+	}
+	testenv.Must(t, outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), rows), "insert")
+	// Another transaction holds the head of every third key.
+	held, err := pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	defer held.Rollback(ctx)
+	_, err = held.Exec(ctx, `SELECT 1 FROM txbox_outbox WHERE message_id ~ '^k[0-9]+-1$' AND substr(ordering_key, 2)::int % 3 = 0 FOR UPDATE`)
+	testenv.Must(t, err, "hold every third head")
+
+	for _, limit := range []int{1000, 2000} {
+		b, err := store.ClaimRuns(ctx, limit, 0, 0, outboxsql.Floors{})
+		testenv.Must(t, err, "claim runs, limit %d", limit)
+		// What the claim must take: in id order, every row of a free key.
+		var want []string
+		for n := 1; n <= perKey && len(want) < limit; n++ {
+			for k := range keys {
+				if k%3 != 0 && len(want) < limit {
+					want = append(want, fmt.Sprintf("k%d-%d", k, n))
+				}
+			}
+		}
+		seqs := map[int64]string{}
+		var got []string
+		for _, r := range b.Rows {
+			seqs[r.Seq] = r.ID
+			got = append(got, r.ID)
+			key, n, _ := strings.Cut(r.ID, "-")
+			if wantPrev := fmt.Sprintf("%s-%c", key, n[0]-1); n != "1" && seqs[r.Prev] != wantPrev {
+				t.Fatalf("limit %d: %s follows %q (seq %d), want %s", limit, r.ID, seqs[r.Prev], r.Prev, wantPrev)
+			} else if n == "1" && r.Prev != 0 {
+				t.Fatalf("limit %d: the head %s follows seq %d", limit, r.ID, r.Prev)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("limit %d: claimed %d rows, want %d; first difference at %d", limit, len(got), len(want), firstDifference(got, want))
+		}
+		testenv.Must(t, b.Release(ctx), "release")
+	}
+}
+
+func firstDifference(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// Migration 009 adds a run claim with a window and keeps the one of 008
+// (seven arguments), which relays of the previous release call while a
+// rolling upgrade runs.
+func TestClaimRunsOfThePreviousReleaseStay(t *testing.T) {
+	t.Parallel()
+	pool, drv, _ := pgClaims(t, 2)
+	ctx := context.Background()
+	testenv.Must(t, outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), []outboxsql.Row{
+		{ID: "a1", Topic: "t", Key: "a", Payload: []byte("x"), Headers: "{}"},
+		{ID: "a2", Topic: "t", Key: "a", Payload: []byte("x"), Headers: "{}"},
+	}), "insert")
+	var n int
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM txbox_outbox_claim_runs(10, 0, NULL, NULL, NULL, NULL, NULL)`).Scan(&n), "the 7-argument run claim")
+	if n != 2 {
+		t.Fatalf("the run claim of the previous release took %d rows, want 2", n)
 	}
 }

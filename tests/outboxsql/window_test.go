@@ -10,17 +10,25 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// A plain claim on PostgreSQL reads a window of 1,000 ids (for a batch of
-// 10) from the first pending row at its start and, coming back short with
-// pending rows beyond it,
-// says where the next claim goes on (Batch.Next: the first of them);
-// claims that go on from there find the rest, and a claim that reaches the
-// backlog's end says nothing. Here the first windows hold only key a's rows
-// queued behind a head that another claim holds: without the window the
-// first claim walked on to the rows without a key and took them in the same
-// statement.
+// A claim on PostgreSQL, plain or with runs, reads a window of 1,000 ids
+// (for a batch of 10) from the first pending row at its start and, coming
+// back short with pending rows beyond it, says where the next claim goes on
+// (Batch.Next: the first of them); claims that go on from there find the
+// rest, and a claim that reaches the backlog's end says nothing. Here the
+// first windows hold only key a's rows queued behind a head that another
+// claim holds: without the window the first claim walked on to the rows
+// without a key and took them in the same statement.
 func TestClaimStopsAtItsWindow(t *testing.T) {
 	t.Parallel()
+	for _, runs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "runs"}[runs], func(t *testing.T) {
+			t.Parallel()
+			claimStopsAtItsWindow(t, runs)
+		})
+	}
+}
+
+func claimStopsAtItsWindow(t *testing.T, runs bool) {
 	pool, drv, store := pgClaims(t, 8)
 	ctx := context.Background()
 	const keyed = 1200 // a1 … a1200, then u1 … u5 without a key
@@ -36,6 +44,12 @@ func TestClaimStopsAtItsWindow(t *testing.T) {
 	_, err := pool.Exec(ctx, "ALTER TABLE txbox_outbox ALTER COLUMN id RESTART WITH 5000000")
 	testenv.Must(t, err, "restart ids")
 	testenv.Must(t, outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), rows), "insert")
+	claim := func(limit int, from, reach int64) (*outboxsql.Batch, error) {
+		if runs {
+			return store.ClaimRuns(ctx, limit, from, reach, outboxsql.Floors{})
+		}
+		return store.ClaimReaching(ctx, limit, from, reach)
+	}
 	firstAt := func(from int64) int64 {
 		var id int64
 		testenv.Must(t, pool.QueryRow(ctx, "SELECT coalesce(min(id), 0) FROM txbox_outbox WHERE id >= $1", from).Scan(&id), "first id from %d", from)
@@ -54,7 +68,7 @@ func TestClaimStopsAtItsWindow(t *testing.T) {
 	var took []string
 	from, claims := int64(0), 0
 	for {
-		b, err := store.Claim(ctx, 10, from)
+		b, err := claim(10, from, from)
 		testenv.Must(t, err, "claim from %d", from)
 		claims++
 		start := firstAt(from)
@@ -85,7 +99,7 @@ func TestClaimStopsAtItsWindow(t *testing.T) {
 	// are.
 	var u1 int64
 	testenv.Must(t, pool.QueryRow(ctx, "SELECT id FROM txbox_outbox WHERE message_id = 'u1'").Scan(&u1), "u1")
-	b, err := store.ClaimReaching(ctx, 10, 0, u1-500)
+	b, err := claim(10, 0, u1-500)
 	testenv.Must(t, err, "claim reaching %d", u1-500)
 	var got []string
 	for _, r := range b.Rows {
@@ -97,7 +111,7 @@ func TestClaimStopsAtItsWindow(t *testing.T) {
 	testenv.Must(t, b.Release(ctx), "release")
 	// A full batch says nothing, however much lies beyond it.
 	testenv.Must(t, held.Release(ctx), "release a1")
-	b, err = store.Claim(ctx, 1, 0)
+	b, err = claim(1, 0, 0)
 	testenv.Must(t, err, "claim")
 	if len(b.Rows) != 1 || b.Rows[0].ID != "a1" || b.Next != 0 {
 		t.Fatalf("a full claim took %+v, next %d; want a1, next 0", b.Rows, b.Next)

@@ -60,9 +60,12 @@ WHERE (SELECT count(*) FROM c) < $1
 
 -- name: claim_runs
 -- claim, taking also the rows that follow a claimed head of its key, one
--- after the other; the walk stops at $1 rows (migration 007_claim_runs).
--- $3 and $4: keys and a delivered row of each (Floors).
-SELECT * FROM {{name "claim_runs"}}($1, $2, NULL, NULL, NULL, $3, $4)
+-- after the other; the walk stops at $1 rows (migrations 007_claim_runs,
+-- 009_claim_runs_window). $3 and $4: keys and a delivered row of each
+-- (Floors); $5 and $6: the reach and length of the window, as $4 and $3 of
+-- claim. A short claim's last row, with id 0, says in its ninth column
+-- where pending rows go on past the window.
+SELECT * FROM {{name "claim_runs"}}($1, $2, NULL, NULL, NULL, $3, $4, $5, $6)
 
 -- name: claim_timeout
 -- Run first in each claim transaction, with the claim lease in ms: the

@@ -47,7 +47,7 @@ FOR UPDATE OF o SKIP LOCKED
 
 -- name: claim_lanes_runs
 -- claim_runs of postgres.sql with the lanes of claim_lanes.
-SELECT * FROM {{name "claim_runs"}}($1, $2, $3, $4, $5, $6, $7)
+SELECT * FROM {{name "claim_runs"}}($1, $2, $3, $4, $5, $6, $7, $8, $9)
 
 -- name: lane_join
 -- A relay's heartbeat: it is alive for $2 more, and says how many relays
