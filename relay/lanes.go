@@ -216,7 +216,7 @@ func (k *laneKeeper) claim(ctx context.Context, limit int, from, reach int64, ru
 	if runs {
 		return k.db.ClaimRuns(ctx, limit, from, reach, leases, k.r.claimFloors())
 	}
-	return k.db.Claim(ctx, limit, from, leases)
+	return k.db.ClaimReaching(ctx, limit, from, reach, leases)
 }
 
 // mayPublish reports whether a batch with ordering keys may still be

@@ -554,7 +554,7 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 // relays), it comes back short. On PostgreSQL it walks one window of the
 // backlog (outboxsql.Batch.Next), elsewhere all of it. A claim with runs
 // (outboxsql.Store.ClaimRuns) takes the rows behind each head too and stops
-// at a full batch, at a higher cost per row. A relay starts with runs,
+// at a full batch, at a higher cost per row, within the same window. A relay starts with runs,
 // goes over to the plain claim once a batch comes back full without any
 // run (heads are plenty: an unordered backlog, many keys), and back to runs
 // after a plain batch that came back short with keys in it.

@@ -73,7 +73,13 @@ func (l *Lanes) Owner() string { return l.owner }
 // nothing); rows without a key come from any lane. The transaction holds a shared lock
 // on each lane until Finish or Release, which a takeover waits for (Fence).
 func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
-	return l.claim(ctx, limit, from, from, leases, nil)
+	return l.ClaimReaching(ctx, limit, from, from, leases)
+}
+
+// ClaimReaching is Claim whose window reaches past reach, as
+// Store.ClaimReaching.
+func (l *Lanes) ClaimReaching(ctx context.Context, limit int, from, reach int64, leases []Lease) (*Batch, error) {
+	return l.claim(ctx, limit, from, reach, leases, nil)
 }
 
 // ClaimRuns is Claim taking runs of a key, as Store.ClaimRuns.
@@ -104,16 +110,12 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
 	}
-	q, args := l.q.claim, []any{limit, from, smalls, epochs, l.owner}
+	q, args, ninth := l.q.claim, []any{limit, from, smalls, epochs, l.owner, claimWindow(limit), reach}, ninthNext
 	if runs {
-		q, args = l.q.claimRuns, append(args, floors.Keys, floors.Seqs, reach, claimWindow(limit))
+		q, args, ninth = l.q.claimRuns, []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, claimWindow(limit)}, ninthPrev
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err == nil {
-		ninth := ninthNone
-		if runs {
-			ninth = ninthPrev
-		}
 		b.Rows, b.Next, err = s.scanClaimed(rows, limit, ninth)
 	}
 	if err != nil {

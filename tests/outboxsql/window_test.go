@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// A claim on PostgreSQL, plain or with runs, reads a window of 1,000 ids
+// A claim on PostgreSQL, plain or with runs, with lanes or without, reads
+// a window of 1,000 ids
 // (for a batch of 10) from the first pending row at its start and, coming
 // back short with pending rows beyond it, says where the next claim goes on
 // (Batch.Next: the first of them); claims that go on from there find the
@@ -20,15 +22,18 @@ import (
 // without a key and took them in the same statement.
 func TestClaimStopsAtItsWindow(t *testing.T) {
 	t.Parallel()
-	for _, runs := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "runs"}[runs], func(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		runs, lanes bool
+	}{{"plain", false, false}, {"runs", true, false}, {"lanes", false, true}, {"lanes runs", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			claimStopsAtItsWindow(t, runs)
+			claimStopsAtItsWindow(t, c.runs, c.lanes)
 		})
 	}
 }
 
-func claimStopsAtItsWindow(t *testing.T, runs bool) {
+func claimStopsAtItsWindow(t *testing.T, runs, withLanes bool) {
 	pool, drv, store := pgClaims(t, 8)
 	ctx := context.Background()
 	const keyed = 1200 // a1 … a1200, then u1 … u5 without a key
@@ -44,8 +49,18 @@ func claimStopsAtItsWindow(t *testing.T, runs bool) {
 	_, err := pool.Exec(ctx, "ALTER TABLE txbox_outbox ALTER COLUMN id RESTART WITH 5000000")
 	testenv.Must(t, err, "restart ids")
 	testenv.Must(t, outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), rows), "insert")
+	// With lanes, this relay owns them all.
+	lanes, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-window")
+	testenv.Must(t, err, "lanes")
+	leases, err := lanes.Acquire(ctx, time.Minute, outboxsql.NumLanes)
+	testenv.Must(t, err, "acquire the lanes")
 	claim := func(limit int, from, reach int64) (*outboxsql.Batch, error) {
-		if runs {
+		switch {
+		case withLanes && runs:
+			return lanes.ClaimRuns(ctx, limit, from, reach, leases, outboxsql.Floors{})
+		case withLanes:
+			return lanes.ClaimReaching(ctx, limit, from, reach, leases)
+		case runs:
 			return store.ClaimRuns(ctx, limit, from, reach, outboxsql.Floors{})
 		}
 		return store.ClaimReaching(ctx, limit, from, reach)
