@@ -16,6 +16,11 @@
 -- keys met are now kept in a hash table of two arrays (open addressing,
 -- doubled when half full), which PL/pgSQL updates in place.
 --
+-- And a key whose rows another relay delivered while the walk went on is
+-- probed again only at the head the probe found, not at each of its rows:
+-- each of those probes stepped over the same delivered entries, which the
+-- walk's own snapshot keeps from being marked dead.
+--
 -- The 7-argument function of 008 stays for relays of the previous release.
 CREATE OR REPLACE FUNCTION {{name "claim_runs"}}(p_limit int, p_from bigint, p_lanes smallint[], p_epochs bigint[], p_owner text,
                                       p_keys text[], p_floors bigint[], p_reach bigint, p_window bigint)
@@ -28,7 +33,9 @@ DECLARE
     prevs bigint[] := '{}';
     -- The keys met so far: ks[i] a key, vs[i] the id of its last row taken,
     -- or 0 when it is blocked (its next row must wait for a later claim),
-    -- or NULL when neither yet; n keys in size slots.
+    -- or -h when its rows below h were found delivered since the walk
+    -- began (h: the key's head then), or NULL when none of these yet; n
+    -- keys in size slots.
     size  int := 256;
     ks    text[] := array_fill(NULL::text, ARRAY[256]);
     vs    bigint[] := array_fill(NULL::bigint, ARRAY[256]);
@@ -96,6 +103,13 @@ BEGIN
             END IF;
             last := vs[i];
             CONTINUE WHEN last = 0;
+            bound := NULL;
+            IF last < 0 THEN
+                -- Delivered since the walk began, as the probe below found.
+                CONTINUE WHEN r.id < -last;
+                bound := -last - 1;
+                last := NULL;
+            END IF;
             -- Not due: the key waits.
             IF r.due > ready THEN
                 vs[i] := 0;
@@ -104,7 +118,7 @@ BEGIN
             -- Probe from the floor row itself; a pending row below it: the
             -- floor is stale (a mark undone by a database crash, see Floors
             -- in internal/outboxsql/store.go); probe the key from its start.
-            bound := coalesce(last, (floor ->> r.k)::bigint - 1, -1);
+            bound := coalesce(last, bound, (floor ->> r.k)::bigint - 1, -1);
             IF bound >= r.id THEN
                 floor := floor - r.k;
                 bound := -1;
@@ -115,8 +129,18 @@ BEGIN
                      WHERE p.ordering_key = r.k AND p.published_at IS NULL AND p.id > bound
                      ORDER BY p.ordering_key, p.id LIMIT 1);
             -- Delivered since the walk began (by another relay): the key's
-            -- head, if any, lies further on, and the key stays open.
-            CONTINUE WHEN head IS NULL OR head > r.id;
+            -- head, if any, lies further on, and the key stays open; its
+            -- rows up to that head are passed over without a probe each
+            -- (every one of them was a probe over the same delivered
+            -- entries, which the walk's own snapshot keeps from being
+            -- marked dead: 4 relays on 20 keys, 380 buffers per probe).
+            IF head IS NULL THEN
+                vs[i] := 0;
+                CONTINUE;
+            ELSIF head > r.id THEN
+                vs[i] := -head;
+                CONTINUE;
+            END IF;
             -- Blocked: an undelivered row of the key lies before it (in
             -- flight at another relay, dead, or below the window).
             IF head < r.id THEN
