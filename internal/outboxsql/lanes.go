@@ -110,9 +110,13 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
 	}
-	q, args, ninth := l.q.claim, []any{limit, from, smalls, epochs, l.owner, claimWindow(limit), reach}, ninthNext
+	// The window holds about as many rows of these lanes as a claim's
+	// without lanes holds in all: a relay that owns a quarter of the lanes
+	// reads four times the ids.
+	window := claimWindow(limit) * int64(NumLanes) / int64(max(len(leases), 1))
+	q, args, ninth := l.q.claim, []any{limit, from, smalls, epochs, l.owner, window, reach}, ninthNext
 	if runs {
-		q, args, ninth = l.q.claimRuns, []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, claimWindow(limit)}, ninthPrev
+		q, args, ninth = l.q.claimRuns, []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, window}, ninthPrev
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err == nil {
