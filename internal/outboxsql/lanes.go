@@ -114,13 +114,13 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 	// without lanes holds in all: a relay that owns a quarter of the lanes
 	// reads four times the ids.
 	window := claimWindow(limit) * int64(NumLanes) / int64(max(len(leases), 1))
-	q, args, ninth := l.q.claim, []any{limit, from, smalls, epochs, l.owner, window, reach}, ninthNext
+	q, args := l.q.claim, []any{limit, from, smalls, epochs, l.owner, window, reach}
 	if runs {
-		q, args, ninth = l.q.claimRuns, []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, window}, ninthPrev
+		q, args = l.q.claimRuns, []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, window}
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err == nil {
-		b.Rows, b.Next, err = s.scanClaimed(rows, limit, ninth)
+		b.Rows, b.Next, err = s.scanClaimed(rows, limit, true)
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))

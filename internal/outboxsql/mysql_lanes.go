@@ -75,7 +75,7 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 		var rows driver.Rows
 		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), ids...)
 		if err == nil {
-			b.Rows, _, err = s.scanClaimed(rows, limit, ninthNone)
+			b.Rows, _, err = s.scanClaimed(rows, limit, false)
 		}
 	}
 	if err != nil {

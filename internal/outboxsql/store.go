@@ -171,16 +171,12 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 	}
 	now := time.Now()
 	q, args := s.d.claim(limit, from, reach, b.token, now.Add(s.lease), now)
-	ninth := ninthNone
-	switch {
-	case runs:
-		q, args, ninth = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs, reach, claimWindow(limit)}, ninthPrev
-	case s.Runs():
-		ninth = ninthNext // PostgreSQL's plain claim
+	if runs {
+		q, args = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs, reach, claimWindow(limit)}
 	}
 	rows, err := ex.Query(ctx, q, args...)
 	if err == nil {
-		b.Rows, b.Next, err = s.scanClaimed(rows, limit, ninth)
+		b.Rows, b.Next, err = s.scanClaimed(rows, limit, s.Runs()) // PostgreSQL's claims have a ninth column
 	}
 	if err != nil {
 		// A lease's UPDATE may have committed: release what it took.
@@ -196,18 +192,11 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 
 func bySeq(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) }
 
-// ninth says what a claim's ninth column holds, if it has one.
-type ninth int
-
-const (
-	ninthNone ninth = iota
-	ninthPrev       // the previous row of the key in a run (Claimed.Prev); on a last row of its own, with id 0, Batch.Next
-	ninthNext       // NULL; on a last row of its own, Batch.Next
-)
-
-// scanClaimed reads the claimed rows, and Batch.Next from the last row of
-// PostgreSQL's claims (a row of its own: see ninth).
-func (s *Store) scanClaimed(rows driver.Rows, limit int, col ninth) ([]Claimed, int64, error) {
+// scanClaimed reads the claimed rows. PostgreSQL's claims (ninth) have a
+// ninth column: the row of the key a row of a run follows (Claimed.Prev),
+// NULL otherwise; and on a row of its own with id 0, where pending rows go
+// on past the claim's window (Batch.Next).
+func (s *Store) scanClaimed(rows driver.Rows, limit int, ninth bool) ([]Claimed, int64, error) {
 	defer rows.Close()
 	out := make([]Claimed, 0, min(limit, 4096))
 	// One row's destinations, reused for every row: the claim is the
@@ -216,7 +205,7 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int, col ninth) ([]Claimed, 
 	created, attempts := s.d.newTime(), s.d.newInt()
 	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, attempts.dest(), created.dest()}
 	var prev *int64
-	if col != ninthNone {
+	if ninth {
 		dest = append(dest, &prev)
 	}
 	var next int64
@@ -225,7 +214,7 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int, col ninth) ([]Claimed, 
 		if err := rows.Scan(dest...); err != nil {
 			return nil, 0, err
 		}
-		if prev != nil && (col == ninthNext || c.Seq == 0) {
+		if prev != nil && c.Seq == 0 {
 			next = *prev
 			continue
 		}
