@@ -103,9 +103,9 @@ type RelaySample struct {
 	// BrokerConnected is the publisher's connection state
 	// (ConnectionChecker); true when the publisher does not report one.
 	BrokerConnected bool
-	// BrokerDuplicates is the publisher's count of acks that said the
-	// broker already held the message (DuplicateCounter), since it was
-	// made; 0 when it does not count them.
+	// BrokerDuplicates counts the acks of the relay's publishes that said
+	// the broker already held the message (DuplicateCounter), since the
+	// relay was made; 0 when its publisher does not count them.
 	BrokerDuplicates int64
 }
 

@@ -314,6 +314,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 	if d, ok := ctx.Deadline(); ok {
 		stall = max(time.Until(d), time.Millisecond)
 	}
+	trace := txbox.ContextPublishTrace(ctx)
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	opts := []jetstream.PublishOpt{jetstream.WithStallWait(stall)} // one slice for the batch
 	for i := range msgs {
@@ -335,6 +336,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 			case ack := <-f.Ok():
 				if ack != nil && ack.Duplicate {
 					p.dups.Add(1)
+					if trace != nil && trace.Duplicate != nil {
+						trace.Duplicate(i)
+					}
 					p.log.Debug("natsjs: JetStream already held this message and dropped the copy",
 						"id", msgs[i].ID, "stream", ack.Stream, "seq", ack.Sequence)
 				}

@@ -57,6 +57,12 @@ type Relay struct {
 
 	published, rejected, invalid, dead, rounds, failedRounds atomic.Int64
 
+	// dups counts the acks of this relay's publishes that said the broker
+	// held the message already, told by trace (txbox.DuplicateCounter);
+	// trace is nil for a publisher that does not count them.
+	dups  atomic.Int64
+	trace *txbox.PublishTrace
+
 	// backlog is true while the last round's batch was full and held no
 	// ordering key: an unordered backlog, where a second claim in flight
 	// overlaps the wait for the broker's acks (see overlapLoop).
@@ -127,6 +133,9 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), stopped: closed,
 		obs: c.Observer, tracer: c.Tracer}
 	r.runs.Store(true) // see claim
+	if _, ok := pub.(txbox.DuplicateCounter); ok {
+		r.trace = &txbox.PublishTrace{Duplicate: func(int) { r.dups.Add(1) }}
+	}
 	if r.tracer == nil {
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
 	}
@@ -886,8 +895,8 @@ type Stats struct {
 	// Duplicates counts the acks in which the broker said it already held
 	// the message and dropped the copy (the relay's crash-after-publish
 	// copies, caught by the broker's dedupe), from publishers that report
-	// it (txbox.DuplicateCounter, e.g. natsjs); counted by the publisher,
-	// so a publisher shared by relays counts for all of them. Such
+	// it (txbox.DuplicateCounter, e.g. natsjs). Only this relay's
+	// messages count, also when it shares its publisher (a Group). Such
 	// messages are in Published too.
 	Duplicates int64
 
@@ -907,12 +916,7 @@ func (r *Relay) Counters() Stats {
 	}
 }
 
-func (r *Relay) duplicates() int64 {
-	if d, ok := r.pub.(txbox.DuplicateCounter); ok {
-		return d.Duplicates()
-	}
-	return 0
-}
+func (r *Relay) duplicates() int64 { return r.dups.Load() }
 
 // Stats returns the counters and reads the table's pending and dead counts.
 func (r *Relay) Stats(ctx context.Context) (Stats, error) {

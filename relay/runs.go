@@ -25,6 +25,9 @@ func (r *Relay) publish(ctx context.Context, batch *outboxsql.Batch, out prepare
 // publishWave is one Publish call, its answers read on their own
 // (blameMessages).
 func (r *Relay) publishWave(ctx context.Context, msgs []txbox.Message) []error {
+	if r.trace != nil {
+		ctx = txbox.WithPublishTrace(ctx, r.trace)
+	}
 	errs := r.pub.Publish(ctx, msgs)
 	blameMessages(errs)
 	return errs

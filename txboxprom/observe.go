@@ -75,8 +75,9 @@ func (o relayObserver) Sampled(s txbox.RelaySample) {
 	m.listening.Set(b2f(s.Listening))
 	m.connected.Set(b2f(s.BrokerConnected))
 	m.sampled.Store(true)
-	// A publisher rebuilt after its connection closed counts from 0 again:
-	// the counter adds what each publisher counted.
+	// A relay made anew (the CLI's, after its publisher's connection
+	// closed for good) counts from 0 again: the counter adds what each
+	// relay counted.
 	m.dupMu.Lock()
 	if d := s.BrokerDuplicates - m.dupLast; d >= 0 {
 		m.duplicates.Add(d)

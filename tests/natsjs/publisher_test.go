@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,7 +237,7 @@ func TestReconnectingFailsFastTransiently(t *testing.T) {
 
 // A message JetStream acknowledges as a duplicate (same Nats-Msg-Id inside
 // the duplicate window) counts as published, is counted by Duplicates and
-// logged at debug with its id.
+// logged at debug with its id, and told to the call's PublishTrace.
 func TestDuplicateAcksAreCounted(t *testing.T) {
 	t.Parallel()
 	_, nc := privateNATS(t)
@@ -245,13 +247,26 @@ func TestDuplicateAcksAreCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	msgs := []txbox.Message{{ID: "dup-1", Topic: "d", Payload: []byte("1")}, {ID: "dup-2", Topic: "d", Payload: []byte("2")}}
-	for range 2 {
-		if errs := p.Publish(ctx, msgs); errs != nil {
+	// The first call's trace hears of no duplicate, the second's of both,
+	// by their index in the call.
+	var told [2][]int
+	var mu sync.Mutex
+	for call := range 2 {
+		trace := &txbox.PublishTrace{Duplicate: func(i int) {
+			mu.Lock()
+			defer mu.Unlock()
+			told[call] = append(told[call], i)
+		}}
+		if errs := p.Publish(txbox.WithPublishTrace(ctx, trace), msgs); errs != nil {
 			t.Fatalf("publish: %v", errs)
 		}
 	}
 	if got := p.Duplicates(); got != 2 {
 		t.Fatalf("Duplicates() = %d, want 2", got)
+	}
+	slices.Sort(told[1])
+	if len(told[0]) != 0 || !slices.Equal(told[1], []int{0, 1}) {
+		t.Fatalf("traces told of duplicates %v (first call) and %v (second); want none and [0 1]", told[0], told[1])
 	}
 	for _, id := range []string{"id=dup-1", "id=dup-2"} {
 		if !strings.Contains(logs.String(), id) || !strings.Contains(logs.String(), "level=DEBUG") {

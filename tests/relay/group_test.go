@@ -388,3 +388,41 @@ func (p *gatedPublisher) Publish(ctx context.Context, msgs []txbox.Message) []er
 	}
 	return p.Publisher.Publish(ctx, msgs)
 }
+
+// Stores that share a publisher count only their own broker duplicates:
+// the broker already held three of store a's messages (a relay died
+// between publish and mark), none of store b's.
+func TestGroupCountsDuplicatesPerStore(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.Postgres(t, 4)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	stream(t, nc, prefix, jetstream.StreamConfig{})
+	pub := publisher(t, nc)
+	tn := pgTenants(t, pool, prefix, 2)
+	a, b := tn[0], tn[1]
+	ids := a.add(t, 5)
+	b.add(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held := msgs(a.topic, 3)
+	for i := range held {
+		held[i].ID = ids[i]
+	}
+	if errs := pub.Publish(ctx, held); errs != nil {
+		t.Fatalf("publish the copies the broker holds: %v", errs)
+	}
+
+	g, err := relay.NewGroup(relay.GroupConfig{})
+	testenv.Must(t, err, "NewGroup")
+	ra := a.newRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+	rb := b.newRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+	testenv.Must(t, g.Add(ctx, relay.Store{Name: a.name, Relay: ra}), "add a")
+	testenv.Must(t, g.Add(ctx, relay.Store{Name: b.name, Relay: rb}), "add b")
+	runGroup(t, g)
+	eventually(t, "both stores drained", func() bool { return a.pending(t) == 0 && b.pending(t) == 0 })
+	if sa, sb := ra.Counters(), rb.Counters(); sa.Duplicates != 3 || sa.Published != 5 || sb.Duplicates != 0 || sb.Published != 5 {
+		t.Fatalf("store a: %d duplicates of %d published, store b: %d of %d; want 3 of 5 and 0 of 5",
+			sa.Duplicates, sa.Published, sb.Duplicates, sb.Published)
+	}
+}
