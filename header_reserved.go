@@ -8,7 +8,7 @@ func reservedASCII(name string) (reserved, ok bool) {
 			return false, false
 		}
 	}
-	for l := range reservedHeaders {
+	for _, l := range reservedHeaders { // a slice: ranging over a map costs more than the compares
 		if foldEqual(name, l) {
 			return true, true
 		}

@@ -2,6 +2,7 @@ package txbox
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -61,7 +62,7 @@ var reservedHeaderPrefixes = []string{"nats-", "txbox-"}
 
 // reservedHeaders are header names (lower case) that carry a message's
 // identity on some broker.
-var reservedHeaders = map[string]bool{"message-id": true, "message_id": true, "messageid": true}
+var reservedHeaders = []string{"message-id", "message_id", "messageid"}
 
 // IsReservedHeader reports whether a header name is reserved for txbox and
 // the brokers (Nats-*, Txbox-*, Message-Id and its spellings).
@@ -70,7 +71,7 @@ func IsReservedHeader(name string) bool {
 		return r
 	}
 	l := strings.ToLower(name)
-	if reservedHeaders[l] {
+	if slices.Contains(reservedHeaders, l) {
 		return true
 	}
 	for _, p := range reservedHeaderPrefixes {
@@ -103,7 +104,7 @@ func (m *Message) Validate(maxBytes int) error {
 	if err := checkText("topic", m.Topic, MaxTopicLen); err != nil {
 		return m.invalid(err)
 	}
-	if i := strings.IndexAny(m.Topic, " \t\u00a0\u2028\u2029"); i >= 0 {
+	if i := indexSpace(m.Topic); i >= 0 {
 		return &InvalidMessageError{ID: m.ID, Field: "topic", Reason: fmt.Sprintf("contains white space at byte %d", i)}
 	}
 	if m.ID != "" {
@@ -185,6 +186,27 @@ func (m *Message) invalid(err error) error {
 }
 
 // checkText refuses oversized text, invalid UTF-8 and control characters.
+// topicSpaces are the white space characters a topic may not hold.
+const topicSpaces = " \t\u00a0\u2028\u2029"
+
+// indexSpace is strings.IndexAny(s, topicSpaces), byte by byte while s is
+// ASCII: IndexAny with a set of non-ASCII runes decodes every rune of s
+// (checked for every message relayed).
+func indexSpace(s string) int {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t':
+			return i
+		case c >= utf8.RuneSelf:
+			if j := strings.IndexAny(s[i:], topicSpaces); j >= 0 {
+				return i + j
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
 func checkText(field, s string, max int) error {
 	if len(s) > max {
 		return fieldError{field, fmt.Sprintf("is %d bytes, over the limit of %d", len(s), max)}

@@ -94,3 +94,27 @@ func FuzzMessageRows(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIndexSpace checks the topic's white space search against
+// strings.IndexAny.
+func FuzzIndexSpace(f *testing.F) {
+	for _, s := range []string{"orders.created", "a b", "a\tb", "é x", "a\u00a0b", "x\u2028", "日本\u2029", "", "\xff \xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := indexSpace(s), strings.IndexAny(s, topicSpaces); got != want {
+			t.Fatalf("indexSpace(%q) = %d, want %d", s, got, want)
+		}
+	})
+}
+
+// BenchmarkValidate: the relay validates every message it relays.
+func BenchmarkValidate(b *testing.B) {
+	m := Message{ID: "01J9Z3K6T1V2W3X4Y5Z6A7B8C9", Topic: "shop.orders.created", Key: "customer-42",
+		Payload: []byte(`{"order":42}`), Headers: map[string]string{"Content-Type": "application/json", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+	for b.Loop() {
+		if err := m.Validate(0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
