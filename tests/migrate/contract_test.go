@@ -1,7 +1,8 @@
 // Package migrate_test tries to break the outbox table's own checks of the
 // message contract (migrate/sql/<dialect>/outbox/*_contract.sql): plain-SQL
 // writers get an error naming the rule, and the migration succeeds on a
-// table that already holds rows breaking it.
+// table that already holds rows breaking it. The lanes migration, too, is
+// run on a table that holds rows (lanes_test.go).
 package migrate_test
 
 import (
