@@ -65,17 +65,25 @@ func up(t *testing.T, x dialectDB) *migrate.Migrator {
 	return m
 }
 
-// contractVersion is the version of the dialect's contract migration.
-func contractVersion(t *testing.T, d driver.Dialect) int {
+// version is the version of the dialect's outbox migration named name.
+func version(t *testing.T, d driver.Dialect, name string) int {
 	ms, err := migrate.Plan(d, migrate.Config{})
 	testenv.Must(t, err, "plan")
 	for _, m := range ms {
-		if m.Name == "contract" {
+		if m.Name == name {
 			return m.Version
 		}
 	}
-	t.Fatalf("no contract migration for %s", d)
+	t.Fatalf("no %s migration for %s", name, d)
 	return 0
+}
+
+// insert adds a row to the outbox table with plain SQL: cols, and a value
+// for each.
+func insert(t *testing.T, x dialectDB, cols string, vals ...any) {
+	t.Helper()
+	q := "INSERT INTO txbox_outbox (" + cols + ") VALUES (?" + strings.Repeat(", ?", len(vals)-1) + ")"
+	testenv.Must(t, exec(context.Background(), x.db, x.d, q, vals...), "insert %v", vals)
 }
 
 func TestContractRefusesBadInserts(t *testing.T) {
@@ -177,7 +185,7 @@ func dropContract(t *testing.T, x dialectDB) {
 			stmts = append(stmts, "ALTER TABLE txbox_outbox DROP CONSTRAINT txbox_outbox_"+r)
 		}
 	}
-	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", contractVersion(t, x.d)))
+	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", version(t, x.d, "contract")))
 	for _, s := range stmts {
 		testenv.Must(t, exec(ctx, x.db, x.d, s), "%s", s)
 	}
@@ -194,29 +202,24 @@ func TestContractMigratesTableWithBadRows(t *testing.T) {
 		t.Run(string(x.d), func(t *testing.T) {
 			m := up(t, x)
 			dropContract(t, x)
-			ins := func(cols string, vals ...any) {
-				t.Helper()
-				q := "INSERT INTO txbox_outbox (" + cols + ") VALUES (?" + strings.Repeat(", ?", len(vals)-1) + ")"
-				testenv.Must(t, exec(ctx, x.db, x.d, q, vals...), "insert %v", vals)
-			}
-			ins("message_id, topic, payload", "", "t", []byte("empty id"))
-			ins("message_id, topic, payload", "a\tb", "t", []byte("tab id"))
-			ins("topic, ordering_key, payload", "t", "k\n", []byte("newline key"))
-			ins("topic, payload", "a b", []byte("space topic"))
-			ins("topic, payload, headers", "t", []byte("array headers"), "[1]")
-			ins("topic, payload", "t", []byte("good"))
+			insert(t, x, "message_id, topic, payload", "", "t", []byte("empty id"))
+			insert(t, x, "message_id, topic, payload", "a\tb", "t", []byte("tab id"))
+			insert(t, x, "topic, ordering_key, payload", "t", "k\n", []byte("newline key"))
+			insert(t, x, "topic, payload", "a b", []byte("space topic"))
+			insert(t, x, "topic, payload, headers", "t", []byte("array headers"), "[1]")
+			insert(t, x, "topic, payload", "t", []byte("good"))
 			if x.d == driver.SQLite {
-				ins("topic, payload, attempts", "t", []byte("text attempts"), "abc")
-				ins("topic, payload, created_at", "t", []byte("text created_at"), "abc")
-				ins("topic, payload, next_attempt_at", "t", []byte("text next_attempt_at"), "abc")
+				insert(t, x, "topic, payload, attempts", "t", []byte("text attempts"), "abc")
+				insert(t, x, "topic, payload, created_at", "t", []byte("text created_at"), "abc")
+				insert(t, x, "topic, payload, next_attempt_at", "t", []byte("text next_attempt_at"), "abc")
 			}
 			// History: published and dead rows that break the contract.
 			now := any(time.Now().UTC())
 			if x.d == driver.SQLite {
 				now = time.Now().UnixMicro()
 			}
-			ins("message_id, topic, payload, published_at", "a\tb", "t", []byte("published"), now)
-			ins("message_id, topic, payload, dead_at", "a\tb", "t", []byte("dead"), now)
+			insert(t, x, "message_id, topic, payload, published_at", "a\tb", "t", []byte("published"), now)
+			insert(t, x, "message_id, topic, payload, dead_at", "a\tb", "t", []byte("dead"), now)
 			bad := 5
 			if x.d == driver.SQLite {
 				bad += 3

@@ -6,30 +6,15 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxsql"
 )
-
-// lanesVersion is the version of the dialect's lanes migration.
-func lanesVersion(t *testing.T, d driver.Dialect) int {
-	ms, err := migrate.Plan(d, migrate.Config{})
-	testenv.Must(t, err, "plan")
-	for _, m := range ms {
-		if m.Name == "lanes" {
-			return m.Version
-		}
-	}
-	t.Fatalf("no lanes migration for %s", d)
-	return 0
-}
 
 // dropLanes undoes the lanes migration by hand: the table is as a release
 // before lanes left it.
@@ -39,7 +24,7 @@ func dropLanes(t *testing.T, x dialectDB) {
 	if x.d == driver.MySQL {
 		stmts = append(stmts, "DROP TABLE txbox_outbox_fences", "ALTER TABLE txbox_outbox DROP COLUMN lane")
 	}
-	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", lanesVersion(t, x.d)))
+	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", version(t, x.d, "lanes")))
 	for _, s := range stmts {
 		testenv.Must(t, exec(ctx, x.db, x.d, s), "%s", s)
 	}
@@ -60,28 +45,23 @@ func TestLanesMigratesTableWithRows(t *testing.T) {
 		t.Run(string(x.d), func(t *testing.T) {
 			m := up(t, x)
 			dropLanes(t, x)
-			ins := func(cols string, vals ...any) {
-				t.Helper()
-				q := "INSERT INTO txbox_outbox (" + cols + ") VALUES (?" + strings.Repeat(", ?", len(vals)-1) + ")"
-				testenv.Must(t, exec(ctx, x.db, x.d, q, vals...), "insert %v", vals)
-			}
 			keys := []string{"alice", "bob", "carol", "日本"}
 			var want []string
 			for i := range 3 {
 				for _, k := range keys {
 					p := fmt.Sprintf("%s-%d", k, i)
-					ins("topic, ordering_key, payload", "t", k, []byte(p))
+					insert(t, x, "topic, ordering_key, payload", "t", k, []byte(p))
 					want = append(want, p)
 				}
 			}
 			for i := range 2 {
 				p := fmt.Sprintf("unkeyed-%d", i)
-				ins("topic, payload", "t", []byte(p))
+				insert(t, x, "topic, payload", "t", []byte(p))
 				want = append(want, p)
 			}
 			now := time.Now().UTC()
-			ins("topic, ordering_key, payload, published_at", "t", "alice", []byte("delivered before"), now)
-			ins("topic, ordering_key, payload, dead_at", "t", "dave", []byte("dead before"), now)
+			insert(t, x, "topic, ordering_key, payload, published_at", "t", "alice", []byte("delivered before"), now)
+			insert(t, x, "topic, ordering_key, payload, dead_at", "t", "dave", []byte("dead before"), now)
 
 			applied, err := m.Up(ctx)
 			testenv.Must(t, err, "up on a table with rows")

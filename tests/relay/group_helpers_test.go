@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
@@ -41,6 +42,18 @@ func msgs(topic string, n int) []txbox.Message {
 		out[i] = txbox.Message{Topic: topic, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
 	}
 	return out
+}
+
+// pgGroup makes n tenants in schemas of one database, reached through a
+// pool of conns connections, a JetStream stream that captures their topics,
+// and a publisher to it.
+func pgGroup(t *testing.T, conns, n int) ([]tenant, txbox.Publisher, jetstream.Stream) {
+	t.Helper()
+	pool, _ := testenv.Postgres(t, conns)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	return pgTenants(t, pool, prefix, n), publisher(t, nc), s
 }
 
 // pgTenants makes n schemas in pool's database, each with a migrated

@@ -160,12 +160,7 @@ func TestGroupAddRemoveWhileRunning(t *testing.T) {
 // with a budget of one round at a time, so the rounds are a sequence.
 func TestGroupFairness(t *testing.T) {
 	t.Parallel()
-	pool, _ := testenv.Postgres(t, 4)
-	nc := testenv.NATS(t)
-	prefix := testenv.Subject()
-	stream(t, nc, prefix, jetstream.StreamConfig{})
-	pub := publisher(t, nc)
-	tn := pgTenants(t, pool, prefix, 2)
+	tn, pub, _ := pgGroup(t, 4, 2)
 	big, small := tn[0], tn[1]
 	for range 10 {
 		big.add(t, 1000)
@@ -394,12 +389,7 @@ func (p *gatedPublisher) Publish(ctx context.Context, msgs []txbox.Message) []er
 // between publish and mark), none of store b's.
 func TestGroupCountsDuplicatesPerStore(t *testing.T) {
 	t.Parallel()
-	pool, _ := testenv.Postgres(t, 4)
-	nc := testenv.NATS(t)
-	prefix := testenv.Subject()
-	stream(t, nc, prefix, jetstream.StreamConfig{})
-	pub := publisher(t, nc)
-	tn := pgTenants(t, pool, prefix, 2)
+	tn, pub, _ := pgGroup(t, 4, 2)
 	a, b := tn[0], tn[1]
 	ids := a.add(t, 5)
 	b.add(t, 5)
