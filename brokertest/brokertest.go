@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,7 +130,13 @@ func read(t *testing.T, f Features, r Reader, topic string, n int) []Delivery {
 
 func publish(t *testing.T, p txbox.Publisher, msgs ...txbox.Message) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	publishCtx(t, context.Background(), p, msgs...)
+}
+
+// publishCtx is publish with ctx (a txbox.PublishTrace, say).
+func publishCtx(t *testing.T, ctx context.Context, p txbox.Publisher, msgs ...txbox.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if errs := p.Publish(ctx, msgs); errs != nil {
 		if len(errs) != len(msgs) {
@@ -175,7 +182,28 @@ func testDedupe(t *testing.T, newPub NewFunc, f Features) {
 	m := txbox.Message{ID: newID(), Topic: tp, Key: "k", Payload: []byte("once")}
 	publish(t, p, m)
 	read(t, f, r, tp, 1)
-	publish(t, p, m) // the relay's crash-after-publish re-send
+	// The relay's crash-after-publish re-send, which a publisher that
+	// counts duplicates (txbox.DuplicateCounter) counts, and tells the
+	// call's PublishTrace of: the relay counts only what the trace hears.
+	dc, counts := p.(txbox.DuplicateCounter)
+	var before int64
+	if counts {
+		before = dc.Duplicates()
+	}
+	var told []int
+	var mu sync.Mutex
+	trace := &txbox.PublishTrace{Duplicate: func(i int) { mu.Lock(); told = append(told, i); mu.Unlock() }}
+	publishCtx(t, txbox.WithPublishTrace(context.Background(), trace), p, m)
+	if counts && f.Dedupe {
+		if got := dc.Duplicates() - before; got != 1 {
+			t.Errorf("Duplicates() rose by %d on a re-publish, want 1", got)
+		}
+		mu.Lock()
+		if len(told) != 1 || told[0] != 0 {
+			t.Errorf("the re-publish's PublishTrace heard of duplicates %v, want [0]: a DuplicateCounter must tell the trace of each duplicate", told)
+		}
+		mu.Unlock()
+	}
 	sentinel := txbox.Message{ID: newID(), Topic: tp, Key: "k", Payload: []byte("sentinel")}
 	publish(t, p, sentinel)
 	want := 3
