@@ -35,7 +35,9 @@ func newBenchCmd() *cobra.Command {
 server, side by side in one run, repeated and interleaved, and print ratios:
 
   drain    relay drain rate (batch 100 and 1000, 1 and 4 relays) beside the raw
-           JetStream async-publish rate and the raw claim-and-mark rate
+           JetStream async-publish rate (short ids; and UUIDs with the
+           Txbox-Created-At header, as the relay sends) and the raw
+           claim-and-mark rate
   add      a business transaction with Outbox.Add against the same transaction
            with a hand-written INSERT of the same row, 1 and 8 writers
   order    drain with 1000 distinct ordering keys against unordered, 1 and 4 relays
