@@ -2,6 +2,8 @@ package txboxprom
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,17 +77,28 @@ func (o relayObserver) Sampled(s txbox.RelaySample) {
 	m.listening.Set(b2f(s.Listening))
 	m.connected.Set(b2f(s.BrokerConnected))
 	m.sampled.Store(true)
-	// A relay made anew (the CLI's, after its publisher's connection
-	// closed for good) counts from 0 again: the counter adds what each
-	// relay counted.
-	m.dupMu.Lock()
-	if d := s.BrokerDuplicates - m.dupLast; d >= 0 {
-		m.duplicates.Add(d)
+	m.dups.add(&m.duplicates, s.BrokerDuplicates)
+}
+
+// dupSeen turns a relay's running count of broker duplicates, read at each
+// sample, into additions to a counter.
+type dupSeen struct {
+	mu   sync.Mutex
+	last int64 // the relay's count at the last sample
+}
+
+// add adds to c what the relay counted since the last sample, n being its
+// count now. A relay made anew (the CLI's, after its publisher's
+// connection closed for good) counts from 0 again: then all of n is new.
+func (d *dupSeen) add(c *atomic.Int64, n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n >= d.last {
+		c.Add(n - d.last)
 	} else {
-		m.duplicates.Add(s.BrokerDuplicates)
+		c.Add(n)
 	}
-	m.dupLast = s.BrokerDuplicates
-	m.dupMu.Unlock()
+	d.last = n
 }
 
 func b2f(b bool) float64 {

@@ -86,7 +86,7 @@ func (s *Stores) Relay(store string) txbox.RelayObserver {
 		return m.Relay()
 	}
 	if store == OtherStore || len(s.stores) >= s.cfg.MaxStores {
-		return otherObserver{s.other.Relay()}
+		return &otherObserver{RelayObserver: s.other.Relay(), m: s.other}
 	}
 	m := s.newMetrics(store)
 	s.stores[store] = m
@@ -110,8 +110,14 @@ func (s *Stores) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// otherObserver counts a store past MaxStores under "other" and drops its
-// samples.
-type otherObserver struct{ txbox.RelayObserver }
+// otherObserver counts a store past MaxStores under "other". Of its
+// samples it keeps the broker duplicates its relay counted, which add up
+// there like the other counters; the gauges it drops (a gauge of several
+// tables would be any one of them).
+type otherObserver struct {
+	txbox.RelayObserver
+	m    *Metrics
+	dups dupSeen // of this store's relay
+}
 
-func (otherObserver) Sampled(txbox.RelaySample) {}
+func (o *otherObserver) Sampled(s txbox.RelaySample) { o.dups.add(&o.m.duplicates, s.BrokerDuplicates) }

@@ -53,3 +53,33 @@ txbox_relay_backlog{relay="r1",state="retrying",store="b"} 0
 		t.Fatalf("%d stores with their own series, want 2", got)
 	}
 }
+
+// Each store's broker duplicates count under its label, from its own
+// relay's samples, also past MaxStores, where they add up under "other"
+// (two relays there, one made anew and counting from 0 again).
+func TestStoresCountDuplicates(t *testing.T) {
+	s := NewStores(StoresConfig{MaxStores: 1})
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	sample := func(o txbox.RelayObserver, n int64) {
+		o.Sampled(txbox.RelaySample{At: time.Now(), BrokerDuplicates: n})
+	}
+	a, b, c := s.Relay("a"), s.Relay("b"), s.Relay("c")
+	sample(a, 1)
+	sample(a, 4)
+	sample(b, 2)
+	sample(c, 3)
+	sample(b, 5)
+	sample(c, 1) // c's relay made anew: 1 more
+	want := `
+# HELP txbox_relay_broker_duplicates_total Acks of the relay's publishes in which the broker said it already held the message (JetStream duplicates).
+# TYPE txbox_relay_broker_duplicates_total counter
+txbox_relay_broker_duplicates_total{store="a"} 4
+txbox_relay_broker_duplicates_total{store="other"} 9
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "txbox_relay_broker_duplicates_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -76,8 +76,7 @@ type Metrics struct {
 	sampleErrors                                prometheus.Counter
 	duplicatesDesc                              *prometheus.Desc
 	duplicates                                  atomic.Int64
-	dupMu                                       sync.Mutex
-	dupLast                                     int64 // the publisher's count at the last sample
+	dups                                        dupSeen // of the relay this Metrics observes
 
 	// consumer and inbox
 	received                    *prometheus.CounterVec
@@ -153,7 +152,7 @@ func New(cfg Config) *Metrics {
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_relay_sample_errors_total", Help: "Backlog samples that could not read the table.", ConstLabels: cl})
 	m.collectors = append(m.collectors, m.sampleErrors)
 	m.duplicatesDesc = prometheus.NewDesc("txbox_relay_broker_duplicates_total",
-		"Acks in which the broker said it already held the message (JetStream duplicates), as the publisher counts them.", nil, cl)
+		"Acks of the relay's publishes in which the broker said it already held the message (JetStream duplicates).", nil, cl)
 
 	m.received = counter("txbox_consumer_received_total", "Deliveries handed to a handler, by handler.", "handler")
 	m.handled = counter("txbox_consumer_handled_total", "Deliveries by handler and result (fresh, duplicate, failed, dead_lettered, released).", "handler", "result")
