@@ -96,6 +96,33 @@ type TxBeginner interface {
 	BeginTx(ctx context.Context, opts TxOptions) (Tx, error)
 }
 
+// Statement is one SQL statement and its arguments.
+type Statement struct {
+	SQL  string
+	Args []any
+}
+
+// QueryBeginner is an optional capability of a Pool: begin a transaction,
+// run setup statements in it and then a query, all sent to the server at
+// once: one round trip where there would be one per statement. txbox's
+// relay begins each claim with it where the Pool has it (txboxpgx does):
+// BEGIN, the claim transaction's settings and the claim. When BEGIN or a
+// setup statement fails, BeginQuery ends the transaction and returns the
+// error; an error of the query may also come from the Rows (Err), and the
+// caller then rolls the Tx back. The Tx outlives ctx, as Begin's does.
+type QueryBeginner interface {
+	BeginQuery(ctx context.Context, opts TxOptions, setup []Statement, query Statement) (Tx, Rows, error)
+}
+
+// ExecCommitter is an optional capability of a Tx: run a statement and
+// commit, both sent to the server at once. txbox's relay commits its marks
+// with it where the Tx has it (txboxpgx's from BeginQuery). When the
+// statement fails nothing is committed and the caller rolls back; Rollback
+// after ExecCommit is harmless either way.
+type ExecCommitter interface {
+	ExecCommit(ctx context.Context, sql string, args ...any) (int64, error)
+}
+
 // Driver adapts one database library, whose transaction type is TTx, to txbox.
 type Driver[TTx any] interface {
 	// Dialect tells which SQL to use.

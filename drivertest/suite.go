@@ -58,6 +58,7 @@ func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[
 		{"OutboxCleanup", s.testCleanup},
 		{"OutboxKeyOrder", s.testKeyOrder},
 		{"RelaysConcurrent", s.testRelaysConcurrent},
+		{"Pipelines", s.testPipelines},
 		{"InboxHandle", s.testInboxHandle},
 		{"InboxLowLevel", s.testInboxLowLevel},
 		{"InboxSweepStats", s.testInboxSweepStats},

@@ -194,6 +194,148 @@ func (p poolExec) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx
 	return txExec{tx}, nil
 }
 
+var _ driver.QueryBeginner = poolExec{}
+
+// BeginQuery implements driver.QueryBeginner with a pgx batch: BEGIN, setup
+// and query are sent together and answered together (pgx prepares each
+// statement once per connection, in a round trip of its own the first
+// time).
+func (p poolExec) BeginQuery(ctx context.Context, opts driver.TxOptions, setup []driver.Statement, query driver.Statement) (driver.Tx, driver.Rows, error) {
+	begin := "begin"
+	switch opts.Isolation {
+	case driver.LevelDefault:
+	case driver.LevelReadCommitted, driver.LevelRepeatableRead, driver.LevelSerializable:
+		begin += " isolation level " + opts.Isolation.String()
+	default:
+		return nil, nil, fmt.Errorf("txboxpgx: unknown isolation level %d", opts.Isolation)
+	}
+	conn, err := p.p.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(begin)
+	for _, s := range setup {
+		b.Queue(s.SQL, s.Args...)
+	}
+	b.Queue(query.SQL, query.Args...)
+	br := conn.SendBatch(ctx, b)
+	tx := &connTx{conn: conn}
+	fail := func(err error) (driver.Tx, driver.Rows, error) {
+		_ = br.Close()
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	for range 1 + len(setup) {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fail(err)
+	}
+	return tx, batchRows{rows, br}, nil
+}
+
+// batchRows are the rows of a batch's last query: closing them reads the
+// rest of the batch's answer, which frees the connection.
+type batchRows struct {
+	pgx.Rows
+	br pgx.BatchResults
+}
+
+func (r batchRows) Close() error {
+	r.Rows.Close()
+	err := r.br.Close()
+	if rerr := r.Rows.Err(); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// connTx is a transaction on a pooled connection begun by BeginQuery; it
+// gives the connection back when it ends (the pool closes a connection
+// that is still in a transaction or broken instead of keeping it).
+type connTx struct {
+	conn *pgxpool.Conn // nil once ended
+}
+
+var _ driver.ExecCommitter = (*connTx)(nil)
+
+func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	if t.conn == nil {
+		return 0, pgx.ErrTxClosed
+	}
+	return exec(ctx, t.conn, sql, args)
+}
+
+func (t *connTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+	if t.conn == nil {
+		return nil, pgx.ErrTxClosed
+	}
+	return query(ctx, t.conn, sql, args)
+}
+
+func (t *connTx) Commit(ctx context.Context) error {
+	if t.conn == nil {
+		return pgx.ErrTxClosed
+	}
+	tag, err := t.conn.Exec(ctx, "commit")
+	t.end()
+	return commitErr(tag, err)
+}
+
+// commitErr is pgx's reading of COMMIT's answer: a transaction that had
+// failed answers ROLLBACK.
+func commitErr(tag pgconn.CommandTag, err error) error {
+	if err == nil && tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return err
+}
+
+func (t *connTx) Rollback(ctx context.Context) error {
+	if t.conn == nil {
+		return pgx.ErrTxClosed
+	}
+	_, err := t.conn.Exec(ctx, "rollback")
+	t.end()
+	return err
+}
+
+// ExecCommit implements driver.ExecCommitter: the statement and COMMIT in
+// one batch. When the statement fails the server skips the COMMIT and the
+// transaction stays open, failed, for Rollback.
+func (t *connTx) ExecCommit(ctx context.Context, sql string, args ...any) (int64, error) {
+	if t.conn == nil {
+		return 0, pgx.ErrTxClosed
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue("commit")
+	br := t.conn.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if err != nil {
+		_ = br.Close()
+		return 0, err
+	}
+	ctag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	t.end()
+	if err := commitErr(ctag, err); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t *connTx) end() {
+	t.conn.Release()
+	t.conn = nil
+}
+
 type txExec struct{ tx pgx.Tx }
 
 func (t txExec) Exec(ctx context.Context, sql string, args ...any) (int64, error) {

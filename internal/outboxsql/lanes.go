@@ -94,22 +94,14 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 	runs := floors != nil
 	s := l.s
 	start := time.Now()
-	tx, err := s.pool.Begin(context.WithoutCancel(ctx))
-	if err != nil {
-		return nil, err
-	}
-	b := &Batch{s: s, tx: tx, Started: start}
+	b := &Batch{s: s, Started: start}
 	lanes := make([]int32, len(leases))
 	smalls := make([]int16, len(leases))
 	epochs := make([]int64, len(leases))
 	for i, ls := range leases {
 		lanes[i], smalls[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
 	}
-	ms := strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10)
-	if _, err := tx.Exec(ctx, l.q.lock, ms, lanes); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
-	}
+	lock := driver.Statement{SQL: l.q.lock, Args: []any{strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10), lanes}}
 	// The window holds about as many rows of these lanes as a claim's
 	// without lanes holds in all: a relay that owns a quarter of the lanes
 	// reads four times the ids.
@@ -118,7 +110,23 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 	if runs {
 		q, args = l.q.claimRuns, []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, window}
 	}
-	rows, err := tx.Query(ctx, q, args...)
+	var rows driver.Rows
+	var err error
+	if qb, ok := s.pool.(driver.QueryBeginner); ok {
+		// BEGIN, the lane locks and the claim in one round trip.
+		if b.tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{lock}, driver.Statement{SQL: q, Args: args}); err != nil {
+			return nil, fmt.Errorf("claim transaction: %w", err)
+		}
+	} else {
+		if b.tx, err = s.pool.Begin(context.WithoutCancel(ctx)); err != nil {
+			return nil, err
+		}
+		if _, err := b.tx.Exec(ctx, lock.SQL, lock.Args...); err != nil {
+			_ = b.tx.Rollback(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
+		}
+		rows, err = b.tx.Query(ctx, q, args...)
+	}
 	if err == nil {
 		b.Rows, b.Next, err = s.scanClaimed(rows, limit, true)
 	}

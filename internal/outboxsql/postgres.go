@@ -58,6 +58,17 @@ func (p *postgres) beginClaim(ctx context.Context, pool driver.Pool, lease time.
 	return tx, nil
 }
 
+var _ pipelinedClaim = (*postgres)(nil)
+
+// claimSetup is what beginClaim runs after BEGIN: the claim_timeout
+// settings, nothing when lease is 0.
+func (p *postgres) claimSetup(lease time.Duration) []driver.Statement {
+	if lease <= 0 {
+		return nil
+	}
+	return []driver.Statement{{SQL: p.q.claimTimeout, Args: []any{strconv.FormatInt(max(lease.Milliseconds(), 1), 10)}}}
+}
+
 func (p *postgres) claim(limit int, from, reach int64, _ string, _, _ time.Time) (string, []any) {
 	return p.q.claim, []any{limit, from, claimWindow(limit), reach}
 }

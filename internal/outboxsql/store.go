@@ -66,6 +66,21 @@ func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Durat
 	return &Store{d: dl, pool: pool, lease: lease}, nil
 }
 
+// pipelinedClaim is a dialect whose claim transaction may begin with its
+// settings and the claim in one round trip, where the Pool is a
+// driver.QueryBeginner.
+type pipelinedClaim interface {
+	// claimSetup returns what beginClaim runs after BEGIN.
+	claimSetup(lease time.Duration) []driver.Statement
+}
+
+// hasQueryBeginner reports whether the pool sends a claim in one round
+// trip (driver.QueryBeginner).
+func (s *Store) hasQueryBeginner() bool {
+	_, ok := s.pool.(driver.QueryBeginner)
+	return ok
+}
+
 // DeletePublished makes Finish delete published rows, in the transaction
 // that would have marked them, instead of keeping them for cleanup.
 func (s *Store) DeletePublished() { s.deletePublished = true }
@@ -158,23 +173,38 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 	// The transaction must outlive ctx: database/sql rolls a transaction
 	// back when its context ends, and a relay that is stopping still
 	// marks what the broker acknowledged.
-	tx, err := s.d.beginClaim(context.WithoutCancel(ctx), s.pool, s.lease)
-	if err != nil {
-		return nil, err
+	b := &Batch{s: s}
+	var q string
+	var args []any
+	query := func() {
+		now := time.Now()
+		q, args = s.d.claim(limit, from, reach, b.token, now.Add(s.lease), now)
+		if runs {
+			q, args = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs, reach, claimWindow(limit)}
+		}
 	}
-	b := &Batch{s: s, tx: tx}
-	var ex driver.Executor = s.pool
-	if tx != nil {
-		ex = tx
+	var rows driver.Rows
+	var err error
+	if pd, ok := s.d.(pipelinedClaim); ok && s.hasQueryBeginner() {
+		// BEGIN, the settings and the claim in one round trip.
+		query()
+		b.tx, rows, err = s.pool.(driver.QueryBeginner).BeginQuery(ctx, driver.TxOptions{}, pd.claimSetup(s.lease), driver.Statement{SQL: q, Args: args})
+		if err != nil {
+			return nil, err
+		}
 	} else {
-		b.token = newToken()
+		if b.tx, err = s.d.beginClaim(context.WithoutCancel(ctx), s.pool, s.lease); err != nil {
+			return nil, err
+		}
+		var ex driver.Executor = s.pool
+		if b.tx != nil {
+			ex = b.tx
+		} else {
+			b.token = newToken()
+		}
+		query()
+		rows, err = ex.Query(ctx, q, args...)
 	}
-	now := time.Now()
-	q, args := s.d.claim(limit, from, reach, b.token, now.Add(s.lease), now)
-	if runs {
-		q, args = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs, reach, claimWindow(limit)}
-	}
-	rows, err := ex.Query(ctx, q, args...)
 	if err == nil {
 		b.Rows, b.Next, err = s.scanClaimed(rows, limit, s.Runs()) // PostgreSQL's claims have a ninth column
 	}
@@ -267,6 +297,16 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 			return err
 		}
 	}
+	if ec, ok := tx.(driver.ExecCommitter); ok && b.token == "" && len(rejected) == 0 && len(published) > 0 {
+		if sql, args, ok := b.lazyMark(published); ok {
+			// The mark and COMMIT in one round trip.
+			if _, err := ec.ExecCommit(ctx, sql, args...); err != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+				return fmt.Errorf("mark published and commit: %w", err)
+			}
+			return nil
+		}
+	}
 	if err := b.finish(ctx, tx, published, rejected, maxAttempts); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
@@ -275,6 +315,17 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 		return fmt.Errorf("commit marks: %w", err)
 	}
 	return nil
+}
+
+// lazyMark returns the mark of published rows with the lazy commit folded
+// in, where the dialect has that (PostgreSQL); ok is false elsewhere.
+func (b *Batch) lazyMark(published []int64) (sql string, args []any, ok bool) {
+	lm, ok := b.s.d.(lazyMarker)
+	if !ok || b.s.d.queries().lazyCommit == "" {
+		return "", nil, false
+	}
+	sql, args = lm.markPublishedLazy(published, b.s.deletePublished)
+	return sql, args, true
 }
 
 func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rejected []Rejection, maxAttempts int) error {
@@ -286,8 +337,8 @@ func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rej
 		if b.s.deletePublished {
 			sql, args = d.deletePublished(published, b.token)
 		}
-		if lm, ok := d.(lazyMarker); ok && lazy {
-			sql, args = lm.markPublishedLazy(published, b.s.deletePublished)
+		if lsql, largs, ok := b.lazyMark(published); ok {
+			sql, args = lsql, largs
 			lazy = false // folded into the mark
 		}
 		if _, err := tx.Exec(ctx, sql, args...); err != nil {

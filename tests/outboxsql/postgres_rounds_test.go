@@ -3,12 +3,15 @@ package outboxsql_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
@@ -170,5 +173,105 @@ func TestPostgresClaimIsPlannedOnce(t *testing.T) {
 	testenv.Must(t, err, "read the prepared claim's plans")
 	if custom != 0 || generic != claims {
 		t.Errorf("the claim ran %d generic and %d custom plans, want %d generic and no custom", generic, custom, claims)
+	}
+}
+
+// tripConn counts round trips: writes that follow a read (or start the
+// connection's traffic).
+type tripConn struct {
+	net.Conn
+	trips   *atomic.Int64
+	writing bool
+}
+
+func (c *tripConn) Write(p []byte) (int, error) {
+	if !c.writing {
+		c.trips.Add(1)
+		c.writing = true
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *tripConn) Read(p []byte) (int, error) {
+	c.writing = false
+	return c.Conn.Read(p)
+}
+
+// Through pgx a claim is one round trip (BEGIN, the claim transaction's
+// settings or lane locks, and the claim, sent at once) and so is a batch's
+// end (the mark and COMMIT): with the statements prepared, a batch costs
+// the relay two round trips where it took five.
+func TestPostgresClaimAndMarkAreOneRoundTripEach(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := testenv.Postgres(t, 1)
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+	testenv.Must(t, err, "parse config")
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 1 // one connection: its statements are prepared once
+	var trips atomic.Int64
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &tripConn{Conn: c, trips: &trips}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	testenv.Must(t, err, "pool")
+	t.Cleanup(pool.Close)
+	drv := txboxpgx.New(pool)
+	migrated(t, drv)
+	ob, err := txbox.New(drv, txbox.Config{})
+	testenv.Must(t, err, "txbox.New")
+	for _, del := range []bool{false, true} {
+		store, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
+		testenv.Must(t, err, "NewStore")
+		if del {
+			store.DeletePublished()
+		}
+		lanes, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-trips")
+		testenv.Must(t, err, "NewLanes")
+		claims := []struct {
+			name  string
+			claim func() (*outboxsql.Batch, error)
+		}{
+			{"claim", func() (*outboxsql.Batch, error) { return store.Claim(ctx, 2, 0) }},
+			{"claim runs", func() (*outboxsql.Batch, error) { return store.ClaimRuns(ctx, 2, 0, 0, outboxsql.Floors{}) }},
+			{"lanes claim", func() (*outboxsql.Batch, error) { return lanes.Claim(ctx, 2, 0, nil) }},
+			{"lanes runs", func() (*outboxsql.Batch, error) {
+				return lanes.ClaimRuns(ctx, 2, 0, 0, nil, outboxsql.Floors{})
+			}},
+		}
+		for _, c := range claims {
+			for round := range 2 { // the first prepares the statements
+				key := "k" // without leases, a lanes claim takes rows without a key only
+				if strings.HasPrefix(c.name, "lanes") {
+					key = ""
+				}
+				testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("x")},
+					txbox.Message{Topic: "t", Key: key, Payload: []byte("y")})), "add")
+				start := trips.Load()
+				b, err := c.claim()
+				testenv.Must(t, err, "%s", c.name)
+				claimed := trips.Load() - start
+				if len(b.Rows) != 2 {
+					_ = b.Release(ctx)
+					t.Fatalf("%s: claimed %d rows, want 2", c.name, len(b.Rows))
+				}
+				start = trips.Load()
+				testenv.Must(t, b.Finish(ctx, []int64{b.Rows[0].Seq, b.Rows[1].Seq}, nil, 5), "%s: finish", c.name)
+				finished := trips.Load() - start
+				if round == 1 && (claimed != 1 || finished != 1) {
+					t.Errorf("delete=%v, %s: %d round trips to claim and %d to mark and commit, want 1 and 1", del, c.name, claimed, finished)
+				}
+			}
+		}
+	}
+	var pending int64
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL").Scan(&pending), "count")
+	if pending != 0 {
+		t.Errorf("%d rows still pending: a mark did not commit", pending)
 	}
 }

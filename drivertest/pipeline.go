@@ -1,0 +1,127 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+)
+
+// testPipelines checks driver.QueryBeginner and driver.ExecCommitter where
+// the driver has them: what the statements sent at once do is what they
+// would do one by one, a failure commits nothing, and no failure keeps a
+// connection from the pool.
+func (s *suite[TTx]) testPipelines(t *testing.T) {
+	// A connection kept by a failure would make a later BeginQuery wait
+	// for one: the deadline turns that into an error.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	drv := s.newDriver(t)
+	pool := drv.Pool()
+	qb, ok := pool.(driver.QueryBeginner)
+	if !ok {
+		t.Skip("the driver's Pool is not a driver.QueryBeginner")
+	}
+	ph := "?"
+	if drv.Dialect() == driver.Postgres {
+		ph = "$1"
+	}
+	_, err := pool.Exec(ctx, "CREATE TABLE drivertest_pipeline (n INT PRIMARY KEY)")
+	must(t, err, "create table")
+	insert := func(n int) driver.Statement {
+		return driver.Statement{SQL: "INSERT INTO drivertest_pipeline (n) VALUES (" + ph + ")", Args: []any{n}}
+	}
+	selectAll := driver.Statement{SQL: "SELECT n FROM drivertest_pipeline ORDER BY n"}
+	read := func(rows driver.Rows) []int {
+		t.Helper()
+		defer rows.Close()
+		var ns []int
+		for rows.Next() {
+			var n int
+			must(t, rows.Scan(&n), "scan")
+			ns = append(ns, n)
+		}
+		must(t, rows.Err(), "rows")
+		return ns
+	}
+	committed := func() []int {
+		t.Helper()
+		rows, err := pool.Query(ctx, selectAll.SQL)
+		must(t, err, "select")
+		return read(rows)
+	}
+
+	// The query sees the setup; ExecCommit commits both.
+	tx, rows, err := qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{insert(1), insert(2)}, selectAll)
+	must(t, err, "BeginQuery")
+	if got := read(rows); !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("the query saw %v, want the setup's [1 2]", got)
+	}
+	ec, ok := tx.(driver.ExecCommitter)
+	if !ok {
+		_ = tx.Rollback(ctx)
+		t.Skip("BeginQuery's Tx is not a driver.ExecCommitter")
+	}
+	n, err := ec.ExecCommit(ctx, insert(3).SQL, insert(3).Args...)
+	must(t, err, "ExecCommit")
+	if n != 1 {
+		t.Errorf("ExecCommit affected %d rows, want 1", n)
+	}
+	_ = tx.Rollback(ctx) // harmless after ExecCommit
+	if got := committed(); !slices.Equal(got, []int{1, 2, 3}) {
+		t.Fatalf("committed %v, want [1 2 3]", got)
+	}
+
+	// Rollback undoes the setup.
+	tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{Isolation: driver.LevelReadCommitted}, []driver.Statement{insert(4)}, selectAll)
+	must(t, err, "BeginQuery")
+	read(rows)
+	must(t, tx.Rollback(ctx), "Rollback")
+
+	// Failures, many more than the pool holds connections: each commits
+	// nothing and gives its connection back.
+	for i := range 20 {
+		// A setup statement fails (a duplicate key).
+		if tx, _, err := qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{insert(10 + i), insert(1)}, selectAll); err == nil {
+			_ = tx.Rollback(ctx)
+			t.Fatal("BeginQuery: no error from a setup statement that failed")
+		}
+		// The query fails: from BeginQuery or from its rows.
+		tx, rows, err := qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{insert(30 + i)}, driver.Statement{SQL: "SELECT n FROM drivertest_no_such_table"})
+		if err == nil {
+			for rows.Next() {
+			}
+			err = errors.Join(rows.Err(), rows.Close())
+			_ = tx.Rollback(ctx)
+			if err == nil {
+				t.Fatal("no error from a query of a missing table")
+			}
+		}
+		// ExecCommit's statement fails: nothing commits, Rollback ends it.
+		tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{insert(50 + i)}, selectAll)
+		must(t, err, "BeginQuery")
+		read(rows)
+		if _, err := tx.(driver.ExecCommitter).ExecCommit(ctx, insert(2).SQL, insert(2).Args...); err == nil {
+			t.Fatal("ExecCommit: no error from a duplicate key")
+		}
+		must(t, tx.Rollback(ctx), "Rollback after a failed ExecCommit statement")
+	}
+	if got := committed(); !slices.Equal(got, []int{1, 2, 3}) {
+		t.Fatalf("after the failures committed %v, want [1 2 3]", got)
+	}
+	// Every connection came back: as many transactions as the suite
+	// promises connections are open at once.
+	var txs []driver.Tx
+	for range 8 {
+		tx, rows, err := qb.BeginQuery(ctx, driver.TxOptions{}, nil, selectAll)
+		must(t, err, "BeginQuery after the failures (a connection kept?)")
+		read(rows)
+		txs = append(txs, tx)
+	}
+	for _, tx := range txs {
+		must(t, tx.Rollback(ctx), "Rollback")
+	}
+}
