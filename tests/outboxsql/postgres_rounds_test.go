@@ -274,4 +274,7 @@ func TestPostgresClaimAndMarkAreOneRoundTripEach(t *testing.T) {
 	if pending != 0 {
 		t.Errorf("%d rows still pending: a mark did not commit", pending)
 	}
+	if n := pool.Stat().NewConnsCount(); n != 1 {
+		t.Errorf("%d connections opened, want 1: a claim or a mark left its connection unfit for the pool", n)
+	}
 }

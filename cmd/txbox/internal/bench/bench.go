@@ -58,11 +58,14 @@ func (c *Config) defaults() {
 // run is one measured configuration: fn returns a rate. setup, if set,
 // runs before each measurement, outside it; n, if set, is the messages one
 // measurement moves, and its CPU cost per message is reported too.
+// teardown, if set, runs after each measurement once its CPU was sampled:
+// a database connection closed before that takes its backend's CPU with it.
 type run struct {
-	name  string
-	fn    func() (float64, error)
-	setup func() error
-	n     int
+	name     string
+	fn       func() (float64, error)
+	setup    func() error
+	teardown func()
+	n        int
 }
 
 // measured are interleave's medians, per run.
@@ -102,6 +105,9 @@ func interleave(cfg Config, runs []run, before func() error, title string) (meas
 				if b, ok := sampleCPU(cfg.postmaster); ok {
 					cpus[i] = append(cpus[i], perMessage(a, b, r.n))
 				}
+			}
+			if r.teardown != nil {
+				r.teardown()
 			}
 			rates[i] = append(rates[i], rate)
 			fmt.Fprintf(cfg.Out, "  rep %d: %-70s %9.0f msgs/s\n", rep+1, r.name, rate)

@@ -44,6 +44,7 @@ func (s shape) flag() string { return strings.ReplaceAll(s.name, " ", "-") }
 // CPU the relays' PostgreSQL backends spent per message is read from /proc.
 func Scale(ctx context.Context, cfg Config) error {
 	cfg.defaults()
+	cfg.postmaster = postmasterPID(ctx, cfg.Pool)
 	var shapes []shape
 	for _, s := range []shape{
 		{"unordered", func(int) string { return "" }},
@@ -90,15 +91,18 @@ func Scale(ctx context.Context, cfg Config) error {
 				}
 				idx := len(runs)
 				pgCPU = append(pgCPU, nil)
+				var closePools func()
 				runs = append(runs, run{
 					name:  name,
 					setup: func() error { return fillShape(ctx, cfg, ob, s.key) },
 					fn: func() (float64, error) {
-						rate, us, err := scaleDrain(ctx, cfg, lanes, n)
+						rate, us, closer, err := scaleDrain(ctx, cfg, lanes, n)
 						pgCPU[idx] = append(pgCPU[idx], us)
+						closePools = closer
 						return rate, err
 					},
-					n: cfg.Rows,
+					teardown: func() { closePools() },
+					n:        cfg.Rows,
 				})
 			}
 		}
@@ -155,11 +159,18 @@ func fillShape(ctx context.Context, cfg Config, ob *txbox.Outbox[pgx.Tx], key fu
 }
 
 // scaleDrain runs n relays, each on a pool of its own, until they have
-// published cfg.Rows messages, and returns the rate and the CPU their
-// PostgreSQL backends spent per message (µs; 0 where /proc does not say).
-func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, float64, error) {
+// published cfg.Rows messages, stops them, and returns the rate, the CPU
+// their PostgreSQL backends spent per message (µs; 0 where /proc does not
+// say) and a function that closes their pools: the backends' CPU is gone
+// from /proc once their connections close, so the caller samples it first.
+func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (_, _ float64, closer func(), err error) {
 	var pools []*pgxpool.Pool
 	var rs []*relay.Relay
+	closer = func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}
 	defer func() {
 		// Stop the relays before their pools close, also when the run is
 		// interrupted: a claim still running on the server would otherwise
@@ -167,8 +178,8 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, fl
 		for _, r := range rs {
 			_ = r.Stop(context.WithoutCancel(ctx))
 		}
-		for _, p := range pools {
-			p.Close()
+		if err != nil {
+			closer()
 		}
 	}()
 	for i := 0; i < n; i++ {
@@ -177,12 +188,12 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, fl
 		pc.MaxConns, pc.MinConns = 4, 4
 		p, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		pools = append(pools, p)
 		r, err := relay.New(txboxpgx.New(p), nopPublisher{}, relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, Lanes: lanes, LaneLease: 2 * time.Second, DisableNotify: true})
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		rs = append(rs, r)
 	}
@@ -190,7 +201,7 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, fl
 	for _, p := range pools {
 		for p.Stat().TotalConns() < 4 {
 			if err := p.Ping(ctx); err != nil {
-				return 0, 0, err
+				return 0, 0, nil, err
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -199,7 +210,7 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, fl
 	start := time.Now()
 	for _, r := range rs {
 		if err := r.Start(ctx); err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 	}
 	var published int64
@@ -210,20 +221,20 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (float64, fl
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return 0, 0, nil, ctx.Err()
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
 	rate := float64(published) / time.Since(start).Seconds()
 	after, ok := backendCPU(ctx, cfg.Pool)
 	if !ok {
-		return rate, 0, nil
+		return rate, 0, closer, nil
 	}
 	var secs float64
 	for pid, s := range after {
 		secs += s - before[pid]
 	}
-	return rate, secs / float64(published) * 1e6, nil
+	return rate, secs / float64(published) * 1e6, closer, nil
 }
 
 // backendCPU returns the CPU seconds (user + system) each PostgreSQL
