@@ -229,13 +229,23 @@ func Drain(ctx context.Context, cfg Config) error {
 	queued := refill(ctx, cfg.Pool, ob, subject, cfg.Rows)
 	runs := []run{{
 		name: "raw JetStream async publish (window 4000)",
-		fn:   func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows, false) },
-		n:    cfg.Rows,
-	}, {
-		name: "raw JetStream async publish, txbox's headers (window 4000)",
-		fn:   func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows, true) },
+		fn:   func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows, 4000, false) },
 		n:    cfg.Rows,
 	}}
+	// The relay's messages, published raw with as many in flight as the
+	// hand-written publish likes (4,000), and as a relay at batch 100 and
+	// 1,000 holds (two batches: nats-server spends more per message on a
+	// shallower stream).
+	rawTxbox := map[int]int{} // window → run
+	for _, w := range []int{4000, 200, 2000} {
+		rawTxbox[w] = len(runs)
+		runs = append(runs, run{
+			name: fmt.Sprintf("raw JetStream async publish, txbox's headers (window %d)", w),
+			fn:   func() (float64, error) { return rawPublish(ctx, cfg.NATS, subject, cfg.Rows, w, true) },
+			n:    cfg.Rows,
+		})
+	}
+	pairs := len(runs)
 	for _, batch := range []int{100, 1000} {
 		for _, workers := range []int{1, 4} {
 			runs = append(runs, run{
@@ -254,9 +264,26 @@ func Drain(ctx context.Context, cfg Config) error {
 		return err
 	}
 	fmt.Fprintln(cfg.Out, "\nrelay as a share of min(raw publish, raw claim+mark of the same shape):")
-	for i := 2; i < len(runs); i += 2 {
+	for i := pairs; i < len(runs); i += 2 {
 		base := min(med.rate[0], med.rate[i])
 		fmt.Fprintf(cfg.Out, "  %-58s %5.0f%%\n", runs[i+1].name, 100*med.rate[i+1]/base)
+	}
+	if med.cpu[0].by == nil {
+		return resetTable(ctx, cfg.Pool)
+	}
+	// One relay's CPU per message (this + postgres + broker) against its
+	// hand-written parts: the raw claim-and-mark of its batch, and the raw
+	// publish of its messages with 4,000 in flight, or with two batches.
+	fmt.Fprintln(cfg.Out, "\none relay's CPU per message (sum) against the hand-written parts (raw claim+mark + raw publish, txbox's headers):")
+	for i := pairs; i < len(runs); i += 4 { // the 1-worker pairs
+		batch := 100
+		if i > pairs {
+			batch = 1000
+		}
+		relay, claim := sum(med.cpu[i+1]), sum(med.cpu[i])
+		deep, shallow := sum(med.cpu[rawTxbox[4000]]), sum(med.cpu[rawTxbox[2*batch]])
+		fmt.Fprintf(cfg.Out, "  batch %-5d relay %5.1f µs   window 4000: %5.1f + %4.1f = %5.1f (%.2fx)   window %d: %5.1f + %4.1f = %5.1f (%.2fx)\n",
+			batch, relay, claim, deep, claim+deep, relay/(claim+deep), 2*batch, claim, shallow, claim+shallow, relay/(claim+shallow))
 	}
 	return resetTable(ctx, cfg.Pool)
 }
@@ -272,12 +299,12 @@ func refill(ctx context.Context, pool *pgxpool.Pool, ob *txbox.Outbox[pgx.Tx], t
 	}
 }
 
-// rawPublish publishes n messages with jetstream.PublishMsgAsync, 4,000 in
+// rawPublish publishes n messages with jetstream.PublishMsgAsync, window in
 // flight, each with a message id. With txboxHeaders the messages carry what
 // the relay's do beyond their rows' headers (docs/wire-format.md): a UUID
 // message id and a Txbox-Created-At header; without, a short id only.
-func rawPublish(ctx context.Context, nc *nats.Conn, subject string, n int, txboxHeaders bool) (float64, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4000))
+func rawPublish(ctx context.Context, nc *nats.Conn, subject string, n, window int, txboxHeaders bool) (float64, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(window))
 	if err != nil {
 		return 0, err
 	}

@@ -78,7 +78,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		if err != nil {
 			return err
 		}
-		targets = append(targets, target{"NATS JetStream", func(n int) (float64, error) { return rawPublish(ctx, cfg.NATS, js.subject, n, false) }, pub, js.subject, js.purge})
+		targets = append(targets, target{"NATS JetStream", func(n int) (float64, error) { return rawPublish(ctx, cfg.NATS, js.subject, n, 4000, false) }, pub, js.subject, js.purge})
 	}
 	if cfg.Redis != nil {
 		stream := "txboxbench:" + id

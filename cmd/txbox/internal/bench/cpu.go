@@ -111,3 +111,13 @@ func perMessage(a, b cpuSample, n int) cpuUse {
 	}
 	return u
 }
+
+// sum is the CPU of the measurement's own processes (this, postgres,
+// broker): the "sum" column.
+func sum(u cpuUse) float64 {
+	t := 0.0
+	for _, c := range cpuColumns {
+		t += u.by[c]
+	}
+	return t
+}
