@@ -1,10 +1,12 @@
 package drivertest_test
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
@@ -51,5 +53,23 @@ func TestMySQLClientFoundRows(t *testing.T) {
 	t.Parallel()
 	drivertest.Exercise(t, func(t *testing.T) driver.Driver[*sql.Tx] {
 		return txboxsql.New(testenv.MySQL(t, "clientFoundRows=true"), driver.MySQL)
+	})
+}
+
+// Through pgx's simple protocol (what a PgBouncer of before 1.21 in
+// transaction mode needs), statements sent at once go as one query string.
+func TestPgxSimpleProtocol(t *testing.T) {
+	t.Parallel()
+	drivertest.Exercise(t, func(t *testing.T) driver.Driver[pgx.Tx] {
+		_, schema := testenv.Postgres(t, 1)
+		cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+		testenv.Must(t, err, "parse config")
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		cfg.MaxConns = 16
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		testenv.Must(t, err, "pool")
+		t.Cleanup(pool.Close)
+		return txboxpgx.New(pool)
 	})
 }
