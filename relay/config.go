@@ -73,7 +73,9 @@ type Config struct {
 	// loop's claim scans past the others' in-flight heads, so more loops
 	// (here or in other relays) cost more than they give. Default: 1, and
 	// then, while batches come full and without ordering keys, the relay
-	// claims the next batch while it waits for the acks of the last.
+	// claims the next batch while it waits for the acks of the last. A
+	// relay's claims take turns (each starts where the last ended), while
+	// its publishes and marks overlap.
 	Concurrency int
 	// BackoffMax caps the doubling wait after failed rounds. Default: 30s.
 	BackoffMax time.Duration

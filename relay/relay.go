@@ -356,7 +356,8 @@ func (r *Relay) overlapLoop(ctx context.Context) {
 // says the publisher can never publish again. Concurrency loops run side by
 // side: while one waits for the broker's acks, another claims and marks, as
 // separate relays would (claims skip each other's rows, and a key's next
-// message is not claimable while its previous one is in flight).
+// message is not claimable while its previous one is in flight), except
+// that their claims take turns (takeTurn).
 func (r *Relay) loop(ctx context.Context) error {
 	var backoff time.Duration
 	conn, _ := r.pub.(txbox.ConnectionChecker)
