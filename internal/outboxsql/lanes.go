@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/txbox/txbox/driver"
@@ -101,7 +100,7 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 	for i, ls := range leases {
 		lanes[i], smalls[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
 	}
-	lock := driver.Statement{SQL: l.q.lock, Args: []any{strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10), lanes}}
+	lock := driver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes}}
 	// The window holds about as many rows of these lanes as a claim's
 	// without lanes holds in all: a relay that owns a quarter of the lanes
 	// reads four times the ids.

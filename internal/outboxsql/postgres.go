@@ -47,13 +47,14 @@ func (p *postgres) placeholder(n int) string { return "$" + strconv.Itoa(n) }
 // the server's side open.
 func (p *postgres) beginClaim(ctx context.Context, pool driver.Pool, lease time.Duration) (driver.Tx, error) {
 	tx, err := pool.Begin(ctx)
-	if err != nil || lease <= 0 {
-		return tx, err
+	if err != nil {
+		return nil, err
 	}
-	ms := strconv.FormatInt(max(lease.Milliseconds(), 1), 10)
-	if _, err := tx.Exec(ctx, p.q.claimTimeout, ms); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("claim transaction: idle timeout: %w", err)
+	for _, st := range p.claimSetup(lease) {
+		if _, err := tx.Exec(ctx, st.SQL, st.Args...); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, fmt.Errorf("claim transaction: idle timeout: %w", err)
+		}
 	}
 	return tx, nil
 }
@@ -66,7 +67,13 @@ func (p *postgres) claimSetup(lease time.Duration) []driver.Statement {
 	if lease <= 0 {
 		return nil
 	}
-	return []driver.Statement{{SQL: p.q.claimTimeout, Args: []any{strconv.FormatInt(max(lease.Milliseconds(), 1), 10)}}}
+	return []driver.Statement{{SQL: p.q.claimTimeout, Args: []any{leaseMillis(lease)}}}
+}
+
+// leaseMillis is lease in whole milliseconds, at least 1, as the text that
+// idle_in_transaction_session_timeout takes.
+func leaseMillis(lease time.Duration) string {
+	return strconv.FormatInt(max(lease.Milliseconds(), 1), 10)
 }
 
 func (p *postgres) claim(limit int, from, reach int64, _ string, _, _ time.Time) (string, []any) {

@@ -74,13 +74,6 @@ type pipelinedClaim interface {
 	claimSetup(lease time.Duration) []driver.Statement
 }
 
-// hasQueryBeginner reports whether the pool sends a claim in one round
-// trip (driver.QueryBeginner).
-func (s *Store) hasQueryBeginner() bool {
-	_, ok := s.pool.(driver.QueryBeginner)
-	return ok
-}
-
 // DeletePublished makes Finish delete published rows, in the transaction
 // that would have marked them, instead of keeping them for cleanup.
 func (s *Store) DeletePublished() { s.deletePublished = true }
@@ -185,11 +178,12 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 	}
 	var rows driver.Rows
 	var err error
-	if pd, ok := s.d.(pipelinedClaim); ok && s.hasQueryBeginner() {
+	pd, pipelined := s.d.(pipelinedClaim)
+	qb, ok := s.pool.(driver.QueryBeginner)
+	if pipelined && ok {
 		// BEGIN, the settings and the claim in one round trip.
 		query()
-		b.tx, rows, err = s.pool.(driver.QueryBeginner).BeginQuery(ctx, driver.TxOptions{}, pd.claimSetup(s.lease), driver.Statement{SQL: q, Args: args})
-		if err != nil {
+		if b.tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, pd.claimSetup(s.lease), driver.Statement{SQL: q, Args: args}); err != nil {
 			return nil, err
 		}
 	} else {
