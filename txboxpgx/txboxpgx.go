@@ -175,23 +175,30 @@ func (p poolExec) Begin(ctx context.Context) (driver.Tx, error) {
 var _ driver.TxBeginner = poolExec{}
 
 func (p poolExec) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	var o pgx.TxOptions
-	switch opts.Isolation {
-	case driver.LevelDefault:
-	case driver.LevelReadCommitted:
-		o.IsoLevel = pgx.ReadCommitted
-	case driver.LevelRepeatableRead:
-		o.IsoLevel = pgx.RepeatableRead
-	case driver.LevelSerializable:
-		o.IsoLevel = pgx.Serializable
-	default:
-		return nil, fmt.Errorf("txboxpgx: unknown isolation level %d", opts.Isolation)
+	iso, err := isoLevel(opts.Isolation)
+	if err != nil {
+		return nil, err
 	}
-	tx, err := p.p.BeginTx(ctx, o)
+	tx, err := p.p.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
 	if err != nil {
 		return nil, err
 	}
 	return txExec{tx}, nil
+}
+
+// isoLevel is l in pgx's terms ("" for driver.LevelDefault).
+func isoLevel(l driver.IsolationLevel) (pgx.TxIsoLevel, error) {
+	switch l {
+	case driver.LevelDefault:
+		return "", nil
+	case driver.LevelReadCommitted:
+		return pgx.ReadCommitted, nil
+	case driver.LevelRepeatableRead:
+		return pgx.RepeatableRead, nil
+	case driver.LevelSerializable:
+		return pgx.Serializable, nil
+	}
+	return "", fmt.Errorf("txboxpgx: unknown isolation level %d", l)
 }
 
 var _ driver.QueryBeginner = poolExec{}
@@ -201,13 +208,13 @@ var _ driver.QueryBeginner = poolExec{}
 // statement once per connection, in a round trip of its own the first
 // time).
 func (p poolExec) BeginQuery(ctx context.Context, opts driver.TxOptions, setup []driver.Statement, query driver.Statement) (driver.Tx, driver.Rows, error) {
+	iso, err := isoLevel(opts.Isolation)
+	if err != nil {
+		return nil, nil, err
+	}
 	begin := "begin"
-	switch opts.Isolation {
-	case driver.LevelDefault:
-	case driver.LevelReadCommitted, driver.LevelRepeatableRead, driver.LevelSerializable:
-		begin += " isolation level " + opts.Isolation.String()
-	default:
-		return nil, nil, fmt.Errorf("txboxpgx: unknown isolation level %d", opts.Isolation)
+	if iso != "" {
+		begin += " isolation level " + string(iso)
 	}
 	conn, err := p.p.Acquire(ctx)
 	if err != nil {

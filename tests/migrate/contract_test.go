@@ -175,7 +175,6 @@ func TestContractRefusesBadInserts(t *testing.T) {
 // dropContract undoes the contract migration, as if the table were
 // migrated by an older txbox.
 func dropContract(t *testing.T, x dialectDB) {
-	ctx := context.Background()
 	var stmts []string
 	switch x.d {
 	case driver.SQLite:
@@ -185,9 +184,15 @@ func dropContract(t *testing.T, x dialectDB) {
 			stmts = append(stmts, "ALTER TABLE txbox_outbox DROP CONSTRAINT txbox_outbox_"+r)
 		}
 	}
-	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", version(t, x.d, "contract")))
+	undoMigration(t, x, "contract", stmts...)
+}
+
+// undoMigration runs stmts, which undo the outbox migration name by hand,
+// and forgets that it was applied.
+func undoMigration(t *testing.T, x dialectDB, name string, stmts ...string) {
+	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", version(t, x.d, name)))
 	for _, s := range stmts {
-		testenv.Must(t, exec(ctx, x.db, x.d, s), "%s", s)
+		testenv.Must(t, exec(context.Background(), x.db, x.d, s), "%s", s)
 	}
 }
 

@@ -19,15 +19,11 @@ import (
 // dropLanes undoes the lanes migration by hand: the table is as a release
 // before lanes left it.
 func dropLanes(t *testing.T, x dialectDB) {
-	ctx := context.Background()
 	stmts := []string{"DROP TABLE txbox_outbox_lanes", "DROP TABLE txbox_outbox_relays"}
 	if x.d == driver.MySQL {
 		stmts = append(stmts, "DROP TABLE txbox_outbox_fences", "ALTER TABLE txbox_outbox DROP COLUMN lane")
 	}
-	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", version(t, x.d, "lanes")))
-	for _, s := range stmts {
-		testenv.Must(t, exec(ctx, x.db, x.d, s), "%s", s)
-	}
+	undoMigration(t, x, "lanes", stmts...)
 }
 
 // The lanes migration runs on a table that already holds rows, pending

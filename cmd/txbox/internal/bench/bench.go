@@ -134,14 +134,12 @@ func interleave(cfg Config, runs []run, before func() error, title string) (meas
 		}
 		m.cpu[i] = medianCPU(cpus[i])
 		fmt.Fprintf(cfg.Out, "  %-70s", r.name)
-		sum := 0.0
 		for _, c := range cpuColumns {
 			fmt.Fprintf(cfg.Out, " %8.1f", m.cpu[i].by[c])
-			sum += m.cpu[i].by[c]
 		}
 		// sum: the processes of the measurement alone, which a machine
 		// shared with other work does not blur.
-		fmt.Fprintf(cfg.Out, " %8.1f %8.1f\n", sum, m.cpu[i].total)
+		fmt.Fprintf(cfg.Out, " %8.1f %8.1f\n", sum(m.cpu[i]), m.cpu[i].total)
 	}
 	return m, nil
 }
