@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -62,6 +63,22 @@ func TestScaleSubset(t *testing.T) {
 		c.cfg.Pool, c.cfg.Out = pool, io.Discard
 		if err := Scale(ctx, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Scale(%v, %v) = %v, want an error with %q", c.cfg.Shapes, c.cfg.Relays, err, c.want)
+		}
+	}
+}
+
+// Latency, shortened, measures every offered rate in both wake-up modes:
+// each message committed is matched to its arrival at the broker by id
+// (it once matched none, every run ending in "no message arrived"), and
+// the writers' comparison is printed. The figures are not checked.
+func TestLatencyPlumbing(t *testing.T) {
+	pool, _ := testenv.Postgres(t, 16)
+	var out strings.Builder
+	cfg := Config{Pool: pool, NATS: testenv.NATS(t), Out: &out, Reps: 1, AddTime: 150 * time.Millisecond}
+	testenv.Must(t, Latency(context.Background(), cfg), "latency")
+	for _, want := range []string{"offered  200/s, LISTEN/NOTIFY", "offered 3000/s, polling only (1s)", "writer throughput with NOTIFY / without"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
 		}
 	}
 }

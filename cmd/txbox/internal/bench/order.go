@@ -113,7 +113,7 @@ func Latency(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer func() { _, _ = cfg.Pool.Exec(context.WithoutCancel(ctx), "DROP TABLE bench_orders") }()
-	for _, rate := range []int{1000, 3000} {
+	for _, rate := range []int{200, 1000, 3000} {
 		for _, notify := range []bool{true, false} {
 			p50, p99, got, err := latencyRun(ctx, cfg, drv, ob, subject, rate, notify)
 			if err != nil {
@@ -235,12 +235,15 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 			for time.Since(start) < duration {
 				<-tick.C
 				msg := txbox.Message{Topic: subject, Payload: []byte(`{"order":1}`)}
-				msgs := []txbox.Message{msg}
+				var id string
 				err := pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ('c-42', 1999)"); err != nil {
 						return err
 					}
-					_, err := ob.Add(ctx, tx, msgs...)
+					ids, err := ob.Add(ctx, tx, msg)
+					if err == nil {
+						id = ids[0]
+					}
 					return err
 				})
 				if err != nil {
@@ -249,11 +252,11 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 				}
 				now := time.Now()
 				mu.Lock()
-				if _, ok := arrived[msgs[0].ID]; ok {
+				if _, ok := arrived[id]; ok {
 					lat = append(lat, 0) // delivered within the commit call's return
-					delete(arrived, msgs[0].ID)
+					delete(arrived, id)
 				} else {
-					committed[msgs[0].ID] = now
+					committed[id] = now
 				}
 				mu.Unlock()
 				n++
@@ -280,8 +283,10 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(lat) == 0 {
-		return 0, 0, 0, fmt.Errorf("no message arrived")
+	if int64(len(lat)) < total {
+		// Every committed message is delivered: one missing after 30 s is
+		// a failure of the relay (or of this bench), not a figure.
+		return 0, 0, 0, fmt.Errorf("%d of %d committed messages arrived within 30 s of the last commit", len(lat), total)
 	}
 	slices.Sort(lat)
 	return lat[len(lat)/2], lat[len(lat)*99/100], float64(total) / elapsed.Seconds(), nil

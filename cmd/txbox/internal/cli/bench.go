@@ -41,7 +41,7 @@ server, side by side in one run, repeated and interleaved, and print ratios:
   add      a business transaction with Outbox.Add against the same transaction
            with a hand-written INSERT of the same row, 1 and 8 writers
   order    drain with 1000 distinct ordering keys against unordered, 1 and 4 relays
-  latency  commit-to-broker p50/p99 at 1000 and 3000 events/s offered, with
+  latency  commit-to-broker p50/p99 at 200, 1000 and 3000 events/s offered, with
            LISTEN/NOTIFY and polling only; writer throughput with and without
            the notify trigger
   brokers  relay drain into NATS, Redis Streams, asynq, RabbitMQ and Kafka
