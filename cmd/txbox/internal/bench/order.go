@@ -229,6 +229,9 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Producers tick out of step, as independent requests do: a
+			// commit every interval/producers, not eight at once.
+			time.Sleep(interval * time.Duration(p) / producers)
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
 			n := int64(0)
