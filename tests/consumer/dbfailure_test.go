@@ -227,7 +227,7 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	cfg.MaxConns = 2
 	directPool, err := pgxpool.NewWithConfig(ctx, cfg)
 	testenv.Must(t, err, "direct pool")
-	t.Cleanup(directPool.Close)
+	t.Cleanup(func() { testenv.ClosePool(t, directPool) })
 	direct := db[pgx.Tx]{name: "pgx", drv: txboxpgx.New(directPool)}
 
 	b := natsBroker(t, testenv.NATS(t), 5*time.Second)

@@ -69,7 +69,7 @@ func TestPgxSimpleProtocol(t *testing.T) {
 		cfg.MaxConns = 16
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		testenv.Must(t, err, "pool")
-		t.Cleanup(pool.Close)
+		t.Cleanup(func() { testenv.ClosePool(t, pool) })
 		return txboxpgx.New(pool)
 	})
 }

@@ -220,7 +220,7 @@ func TestPostgresClaimAndMarkAreOneRoundTripEach(t *testing.T) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	testenv.Must(t, err, "pool")
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() { testenv.ClosePool(t, pool) })
 	drv := txboxpgx.New(pool)
 	migrated(t, drv)
 	ob, err := txbox.New(drv, txbox.Config{})

@@ -122,7 +122,7 @@ func TestHalfClosedRelayFreesItsClaimOnPostgres(t *testing.T) {
 			cfg.MaxConns = 2
 			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 			testenv.Must(t, err, "proxied pool")
-			t.Cleanup(pool.Close)
+			t.Cleanup(func() { testenv.ClosePool(t, pool) })
 
 			const publishTimeout = 2 * time.Second
 			rcfg := relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: publishTimeout, DisableNotify: true, BackoffMax: 100 * time.Millisecond}

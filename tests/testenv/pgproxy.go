@@ -41,6 +41,6 @@ func PostgresThrough(t testing.TB, maxConns int) (*pgxpool.Pool, *Proxy, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close) // runs before the schema is dropped
+	t.Cleanup(func() { ClosePool(t, pool) }) // runs before the schema is dropped
 	return pool, proxy, schema
 }

@@ -90,7 +90,7 @@ func Postgres(t testing.TB, maxConns int) (*pgxpool.Pool, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		pool.Close()
+		ClosePool(t, pool)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
@@ -99,6 +99,29 @@ func Postgres(t testing.TB, maxConns int) (*pgxpool.Pool, string) {
 		admin.Close()
 	})
 	return pool, schema
+}
+
+// poolCloseWait bounds how long ClosePool waits for connections still in
+// use.
+const poolCloseWait = 10 * time.Second
+
+// ClosePool closes pool, and fails the test if some of its connections are
+// still acquired poolCloseWait later: pgxpool.Close waits for every one to
+// be released, so rows left open or a transaction never ended (after a
+// t.Fatal, say) made the test hang until go test's timeout, with no word
+// of which test held the connection. The pool is left to close alone.
+func ClosePool(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(poolCloseWait):
+		t.Errorf("%d PostgreSQL connection(s) still in use %s after the test ended: rows not closed or a transaction not ended", pool.Stat().AcquiredConns(), poolCloseWait)
+	}
 }
 
 // PostgresDB is Postgres as a *sql.DB (through pgx's stdlib).
