@@ -30,7 +30,7 @@ type listener struct {
 
 // arm asks writers to notify: the relay is idle.
 func (l *listener) arm(ctx context.Context) error {
-	_, err := l.pool.Exec(ctx, "INSERT INTO "+l.wake+" (one, armed) VALUES (true, true) ON CONFLICT (one) DO UPDATE SET armed = true")
+	_, err := l.pool.Exec(ctx, "INSERT INTO "+l.wake+" AS w (one, armed) VALUES (true, true) ON CONFLICT (one) DO UPDATE SET armed = true WHERE NOT w.armed")
 	return err
 }
 
@@ -71,12 +71,15 @@ func (d *doorbell) worked(ctx context.Context) {
 
 // quiet is told that a round claimed nothing while notifications are
 // received, and returns how long to wait before the next round. Just gone
-// idle, it looks again a few times, soon, before asking writers to ring
-// (which costs them); then it arms the doorbell and returns 0, to look once
-// more (a commit may have slipped in before arming); then poll. A
-// transaction whose INSERT ran before the arming (it sent nothing) and that
-// commits after that last look waits for the poll. An error arming returns
-// poll too.
+// idle, it looks again soon before asking writers to ring (which costs
+// them); then it arms the doorbell and returns 0, to look once more (a
+// commit may have slipped in before arming); then it looks again after
+// waits that double up to poll, arming again each time (a relay at work
+// on the same table disarms it). The looks are for a transaction whose
+// INSERT ran before the arming: it sends nothing, and its rows, committed
+// after the last look, would otherwise wait a whole poll interval; now
+// they wait about as long again as the relay had been armed when they
+// were committed. An error arming returns poll.
 func (d *doorbell) quiet(ctx context.Context, poll time.Duration) (time.Duration, error) {
 	d.sync()
 	if d.idle < armAfter {
@@ -90,7 +93,8 @@ func (d *doorbell) quiet(ctx context.Context, poll time.Duration) (time.Duration
 		d.armed = true
 		return 0, nil
 	}
-	return poll, nil
+	d.idle = min(2*d.idle, max(poll, armAfter))
+	return min(d.idle, poll), nil
 }
 
 // release disarms the doorbell if this loop armed it: the loop ends.

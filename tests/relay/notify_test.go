@@ -44,6 +44,35 @@ func TestNotifyWakesIdleRelay(t *testing.T) {
 	eventually(t, "delivered on notification", func() bool { return streamMsgs(t, s) == 2 })
 }
 
+// A transaction whose INSERT ran while the doorbell was disarmed sends no
+// notification, however late it commits. Committed after the relay armed
+// the doorbell and looked once more, its row was left for the next poll
+// (an hour here); the armed relay looks again after waits that double, and
+// delivers it.
+func TestNotifyMissedWriteIsFoundWithoutAPoll(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 8)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	s := stream(t, nc, prefix, jetstream.StreamConfig{})
+	ctx := context.Background()
+	if testenv.DoorbellArmed(t, f.pool, "txbox_outbox_wake") {
+		t.Fatal("the doorbell is armed before any relay ran")
+	}
+	tx, err := f.pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	defer func() { _ = tx.Rollback(ctx) }()
+	testenv.Must(t, testenv.Err(f.outbox.Add(ctx, tx, txbox.Message{Topic: prefix + "m", Payload: []byte("1")})), "add")
+
+	rounds := &testenv.RoundWatcher{}
+	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour, Observer: rounds})
+	startRelay(t, r)
+	eventually(t, "listening", r.Listening)
+	testenv.WaitIdleArmed(t, f.pool, relayDoorbell(rounds))
+	testenv.Must(t, tx.Commit(ctx), "commit")
+	eventually(t, "the row committed after the arming delivered", func() bool { return streamMsgs(t, s) == 1 })
+}
+
 // When the start-up check finds that notifications do not arrive, the relay
 // says so and polls.
 func TestNotifyCheckFailsThenPolls(t *testing.T) {
