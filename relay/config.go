@@ -40,7 +40,10 @@ type Config struct {
 	Table  string
 
 	// PollInterval is how long an idle relay waits before polling again
-	// after a batch that was not full. Default: 1s. Env OUTBOX_POLL_INTERVAL.
+	// after a batch that was not full. A relay woken by LISTEN/NOTIFY
+	// reaches it after looks that double from a few milliseconds (see
+	// docs/guarantees.md, Wake-up latency). Default: 1s. Env
+	// OUTBOX_POLL_INTERVAL.
 	PollInterval time.Duration
 	// BatchSize is the most rows one round claims and publishes. A full
 	// batch polls again at once. Default: 100. Env OUTBOX_BATCH_SIZE.
