@@ -82,3 +82,31 @@ func TestLatencyPlumbing(t *testing.T) {
 		}
 	}
 }
+
+// Add, Drain and Ordered, shortened, run to their summaries: `txbox bench`
+// has no other check in CI (TestRun measures only when asked), and a bench
+// that fails on every run (as latency did) must fail here first. The
+// figures are not checked.
+func TestBenchPlumbing(t *testing.T) {
+	pool, _ := testenv.Postgres(t, 16)
+	nc := testenv.NATS(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		run  func(context.Context, Config) error
+		want []string
+	}{
+		{"add", Add, []string{"1 writers: hand-written", "8 writers: hand-written"}},
+		{"drain", Drain, []string{"txbox relay → JetStream, batch 100, 1 relays", "raw JetStream async publish (window 4000)"}},
+		{"order", Ordered, []string{"1 relays: unordered", "4 relays: unordered", "scale-out 4 vs 1 relay"}},
+	} {
+		var out strings.Builder
+		cfg := Config{Pool: pool, NATS: nc, Out: &out, Rows: 1000, Reps: 1, AddTime: 150 * time.Millisecond}
+		testenv.Must(t, c.run(ctx, cfg), "bench %s", c.name)
+		for _, want := range c.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("bench %s printed no %q:\n%s", c.name, want, out.String())
+			}
+		}
+	}
+}
