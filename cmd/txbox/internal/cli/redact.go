@@ -42,13 +42,59 @@ var (
 func redact(s string, sources ...string) string { return mask(s, secretsOf(sources...)) }
 
 // mask masks the known secrets of secretsOf, then the patterns of redact.
+// The secrets' occurrences are found in s as given and each run of
+// overlapping ones masked as one: masked one after the other, a secret
+// could cut another that overlaps it (a lenient reading of a key/value DSN
+// such as "host=[::1] password=a@b" finds ":1] password=a" beside "a@b",
+// and masking the first left "b" in the output).
 func mask(s string, secrets []string) string {
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, secretMask)
-	}
+	s = maskSpans(s, secrets)
 	s = urlPassword.ReplaceAllString(s, "${1}"+secretMask+"@")
 	s = dsnPassword.ReplaceAllString(s, "${1}${2}"+secretMask+"@${3}")
 	return kvPassword.ReplaceAllString(s, "${1}"+secretMask)
+}
+
+// maskSpans replaces every occurrence of each of secrets in s with
+// secretMask, occurrences that overlap or touch as one.
+func maskSpans(s string, secrets []string) string {
+	type span struct{ from, to int }
+	var spans []span
+	for _, sec := range secrets {
+		if sec == "" {
+			continue
+		}
+		for at := 0; ; {
+			i := strings.Index(s[at:], sec)
+			if i < 0 {
+				break
+			}
+			spans = append(spans, span{at + i, at + i + len(sec)})
+			at += i + 1
+		}
+	}
+	if len(spans) == 0 {
+		return s
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
+	var b strings.Builder
+	last := 0 // s[:last] is written
+	cur := spans[0]
+	flush := func() {
+		b.WriteString(s[last:cur.from])
+		b.WriteString(secretMask)
+		last = cur.to
+	}
+	for _, sp := range spans[1:] {
+		if sp.from <= cur.to {
+			cur.to = max(cur.to, sp.to)
+			continue
+		}
+		flush()
+		cur = sp
+	}
+	flush()
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 // secretsOf returns the passwords in values, leniently, so that it finds
