@@ -70,6 +70,13 @@ const maxStoreName = 200
 // was not given.
 func groupStores(f *relayFlags) ([]storeSpec, error) {
 	var specs []storeSpec
+	if f.storesFile != "" && !f.tables.fs.Changed("db") {
+		for _, name := range []string{"schema", "table"} {
+			if f.tables.fs.Changed(name) {
+				return nil, fmt.Errorf("%w: --%s applies to the stores of --db, and none is given: give each store of --stores its %s in the file", txbox.ErrInvalidConfig, name, name)
+			}
+		}
+	}
 	if f.storesFile != "" {
 		raw, err := os.ReadFile(f.storesFile)
 		if err != nil {
@@ -153,6 +160,9 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 			return err
 		}
 	}
+	if cmd.Flags().Changed("concurrency") {
+		return fmt.Errorf("%w: --concurrency does not apply with several stores: a group runs one round of a store at a time (--db-budget bounds the rounds of one database at once)", txbox.ErrInvalidConfig)
+	}
 	budget := relay.DefaultDatabaseBudget
 	if err := dbBudgetSetting.resolve(cmd.Flags(), f.dbBudget, &budget); err != nil {
 		return err
@@ -179,42 +189,20 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	}
 	defer f.served.close()
 
-	// One pool per distinct URL, shared by its stores (and their budget).
-	dbs := map[string]*database{}
+	// One pool per distinct URL, shared by its stores (and their budget),
+	// opened in the background: a store runs once its database is open.
+	sctx, stop := context.WithCancel(ctx)
+	starts := startStores(sctx, log, specs, f.migrate)
 	defer func() {
-		for _, db := range dbs {
-			db.Close()
-		}
+		stop()
+		starts.close()
 	}()
-	for _, s := range specs {
-		key := dbKey(s.target)
-		if _, ok := dbs[key]; ok {
-			continue
-		}
-		db, err := untilReachable(ctx, log, "database "+s.target.String(), dbRetryable,
-			func(ctx context.Context) (*database, error) { return openTarget(ctx, s.target, createFile) })
-		if err != nil || db == nil {
-			return err
-		}
-		dbs[key] = db
-		if f.migrate {
-			for _, o := range specs {
-				if o.target == s.target {
-					if err := migrateStore(ctx, log, db, o); err != nil {
-						return err
-					}
-				}
-			}
-		}
-	}
-
+	f.served.setStarts(starts)
 	if f.ui {
-		if err := f.served.mountGroupUI(log, specs, dbs, uiToken(f.uiToken)); err != nil {
-			return err
-		}
+		f.served.mountGroupUI(log, specs, starts, uiToken(f.uiToken))
 	}
 	return reconnecting(ctx, log, out, f, func(br *broker) error {
-		return groupWith(ctx, log, out, f, specs, dbs, br, base, budget)
+		return groupWith(ctx, log, out, f, specs, starts, br, base, budget)
 	})
 }
 
@@ -237,10 +225,11 @@ func migrateStore(ctx context.Context, log *slog.Logger, db *database, s storeSp
 	return nil
 }
 
-// groupWith runs the group of specs on br until ctx ends (nil) or the
-// publisher closes for good (txbox.ErrPublisherClosed).
+// groupWith runs the group of specs on br until ctx ends (nil), the
+// publisher closes for good (txbox.ErrPublisherClosed) or no store can run.
+// Each store joins the group once starts has opened its database.
 func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byte) (int, error) }, f *relayFlags,
-	specs []storeSpec, dbs map[string]*database, br *broker, base relay.Config, budget int) error {
+	specs []storeSpec, starts *storeStarts, br *broker, base relay.Config, budget int) error {
 	pub, err := br.publisher(f.broker.subjectPrefix)
 	if err != nil {
 		return err
@@ -249,35 +238,98 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 	if err != nil {
 		return err
 	}
-	relays := make([]*relay.Relay, 0, len(specs))
-	for _, s := range specs {
-		db := dbs[dbKey(s.target)]
-		cfg := base
-		cfg.Schema, cfg.Table = s.Schema, s.Table
-		cfg.Logger = log
-		if f.served != nil {
-			cfg.Observer = f.served.storeObserver(s.Name)
+	var relays []*relay.Relay
+	j := joiner{retryAt: map[string]time.Time{}, wait: map[string]time.Duration{}}
+	// join adds each store whose database is open and which is not in the
+	// group yet; one whose table is not migrated is left out, one whose
+	// database failed again is tried again after a backoff. It returns
+	// when the next try is due (zero: none).
+	join := func() (time.Time, error) {
+		var next time.Time
+		for _, s := range specs {
+			if j.added(s.Name) || starts.isLeftOut(s.Name) {
+				continue
+			}
+			db := starts.db(s)
+			if db == nil {
+				continue
+			}
+			if at := j.retryAt[s.Name]; time.Now().Before(at) {
+				next = earliest(next, at)
+				continue
+			}
+			cfg := base
+			cfg.Schema, cfg.Table = s.Schema, s.Table
+			cfg.Logger = log
+			if f.served != nil {
+				cfg.Observer = f.served.storeObserver(s.Name)
+			}
+			r, err := db.relay(pub, cfg)
+			if err != nil {
+				return next, fmt.Errorf("store %q: %w", s.Name, err)
+			}
+			err = g.Add(ctx, relay.Store{Name: s.Name, Database: s.target.String(), Relay: r})
+			switch {
+			case err == nil:
+			case ctx.Err() != nil:
+				return next, nil
+			case transient(err):
+				w := j.failed(s.Name)
+				log.Warn("store not started; trying again", "store", s.Name, "retry_in", w, "err", err)
+				starts.setWhy([]storeSpec{s}, fmt.Errorf("waiting for its database: %w", err))
+				next = earliest(next, j.retryAt[s.Name])
+				continue
+			default:
+				starts.leaveOut([]storeSpec{s}, err)
+				continue
+			}
+			j.join(s.Name)
+			relays = append(relays, r)
+			starts.running(s.Name)
+			f.served.setStore(s.Name, r)
+			log.Info("store added", "store", s.Name, "db", s.target.String(), "schema", cmp.Or(s.Schema, "(the connection's default)"), "table", cmp.Or(s.Table, txbox.DefaultTable))
+			if len(relays) == 1 {
+				cfg := r.Config()
+				log.Info("relay settings", "poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize,
+					"retention", cfg.Retention, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
+			}
 		}
-		r, err := db.relay(pub, cfg)
-		if err != nil {
-			return fmt.Errorf("store %q: %w", s.Name, err)
-		}
-		if err := g.Add(ctx, relay.Store{Name: s.Name, Database: s.target.String(), Relay: r}); err != nil {
-			return err
-		}
-		relays = append(relays, r)
-		f.served.setStore(s.Name, r)
-		defer f.served.setStore(s.Name, nil)
-		log.Info("store added", "store", s.Name, "db", s.target.String(), "schema", cmp.Or(s.Schema, "(the connection's default)"), "table", cmp.Or(s.Table, txbox.DefaultTable))
+		return next, starts.allLeftOut()
 	}
-	cfg := relays[0].Config()
-	log.Info("relay started", "stores", len(specs), "databases", len(dbs), "db_budget", budget, "broker", br.desc,
-		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
+	log.Info("relay started", "stores", len(specs), "broker", br.desc, "db_budget", budget)
 
+	defer func() {
+		for _, r := range relays {
+			f.served.clearStore(r)
+		}
+	}()
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- g.Run(gctx) }()
+	var retry *time.Timer
+	retryC := func() <-chan time.Time {
+		if retry == nil {
+			return nil
+		}
+		return retry.C
+	}
+	rejoin := func() error {
+		next, err := join()
+		if retry != nil {
+			retry.Stop()
+			retry = nil
+		}
+		if !next.IsZero() {
+			retry = time.NewTimer(time.Until(next))
+		}
+		return err
+	}
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	var tick <-chan time.Time
 	if f.statsInterval > 0 {
 		t := time.NewTicker(f.statsInterval)
@@ -300,12 +352,18 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 		last = st.Published
 	}
 	var closed error
+	closed = rejoin()
 loop:
-	for {
+	for closed == nil {
 		select {
 		case <-ctx.Done():
 			log.Info("stopping relay", "cause", context.Cause(ctx))
 			break loop
+		case <-starts.changed:
+			closed = rejoin()
+		case <-retryC():
+			retry = nil
+			closed = rejoin()
 		case err := <-done:
 			printStats()
 			return err
@@ -322,10 +380,12 @@ loop:
 		if err != nil {
 			return err
 		}
-	case <-time.After(cfg.PublishTimeout + 10*time.Second):
+	case <-time.After(cmp.Or(base.PublishTimeout, relay.DefaultPublishTimeout) + 10*time.Second):
 		return errors.New("relay did not stop in time")
 	}
-	printStats()
+	if f.statsInterval > 0 {
+		printStats()
+	}
 	if closed != nil {
 		return closed
 	}

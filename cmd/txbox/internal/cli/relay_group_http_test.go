@@ -86,7 +86,7 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitFor("relay started", func() bool { return strings.Contains(errOut.String(), "relay started") })
+	waitFor("both stores added", func() bool { return strings.Count(errOut.String(), `msg="store added"`) == 2 })
 	for i, s := range []string{s1, s2} {
 		for range 2 + i { // acme 2 dead rows, globex 3
 			_, err := admin.Exec(ctx, `INSERT INTO `+s+`.txbox_outbox (topic, payload, dead_at) VALUES ($1, 'x', now())`, prefix+"dead")
@@ -195,4 +195,179 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 	}
 	checkRedacted(t, "served pages", served.String(), `data-name="acme"`)
 	checkRedacted(t, "relay output", out.String()+errOut.String(), "relay started")
+}
+
+// A store whose database is down when the relay starts holds up no other
+// store: acme's message is relayed while globex's database refuses
+// connections, /readyz names globex as waiting for its database, and the
+// store list says so; a store whose database does not exist is left out
+// (logged, and named in /readyz) without stopping the relay; once globex's
+// database answers, its table is migrated and its message relayed too.
+func TestRelayGroupStoreDownAtStart(t *testing.T) {
+	t.Parallel()
+	admin, s1 := pgSchema(t)
+	_, s2 := pgSchema(t)
+	testenv.NATS(t)
+	pgURL := strings.Replace(testenv.PostgresURL(), "postgres@", "postgres:"+secret+"@", 1)
+	u, err := url.Parse(pgURL)
+	testenv.Must(t, err, "parse url")
+	proxy := testenv.NewProxy(t, u.Host)
+	proxy.Cut()
+	u.Host = proxy.Addr()
+	globexURL := u.String()
+	u, _ = url.Parse(pgURL)
+	u.Path = "/" + testenv.Name("nosuchdb")
+	goneURL := u.String()
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "stores.json")
+	testenv.Must(t, os.WriteFile(file, []byte(fmt.Sprintf(`{"stores": [
+		{"name": "acme", "db": %q, "schema": %q},
+		{"name": "globex", "db": %q, "schema": %q},
+		{"name": "gone", "db": %q}
+	]}`, pgURL, s1, globexURL, s2, goneURL)), 0o600), "write stores file")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "free port")
+	addr := ln.Addr().String()
+	_ = ln.Close()
+
+	prefix := testenv.Subject()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut testenv.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"relay", "--migrate", "--stores", file, "--http", addr, "--ui",
+			"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPD")), "--stream-subjects", prefix + ">",
+			"--poll-interval", "50ms"}, &out, &errOut)
+	}()
+	var served strings.Builder
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		served.Write(b)
+		return resp.StatusCode, string(b)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			select {
+			case err := <-done:
+				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s\n%s", what, errOut.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	delivered := func(schema string) func() bool {
+		return func() bool {
+			var n int
+			err := admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox WHERE published_at IS NULL`).Scan(&n)
+			return err == nil && n == 0
+		}
+	}
+	waitFor("acme added", func() bool { return strings.Contains(errOut.String(), `msg="store added" store=acme`) })
+	_, err = admin.Exec(ctx, `INSERT INTO `+s1+`.txbox_outbox (topic, payload) VALUES ($1, 'a')`, prefix+"acme")
+	testenv.Must(t, err, "insert")
+	waitFor("acme's row delivered while globex's database is down", delivered(s1))
+
+	checks := func() map[string]string {
+		code, body := get("/readyz")
+		var ready struct {
+			Checks []struct {
+				Name  string `json:"name"`
+				Ready bool   `json:"ready"`
+				Error string `json:"error"`
+			} `json:"checks"`
+		}
+		testenv.Must(t, json.Unmarshal([]byte(body), &ready), "readyz %d %s", code, body)
+		got := map[string]string{}
+		for _, c := range ready.Checks {
+			got[c.Name] = c.Error
+			if c.Ready {
+				got[c.Name] = "ready"
+			}
+		}
+		if (code == http.StatusOK) != (got["globex"] == "ready" && got["gone"] == "ready") {
+			t.Fatalf("/readyz %d with checks %v", code, got)
+		}
+		return got
+	}
+	waitFor("globex named as waiting", func() bool {
+		return strings.HasPrefix(checks()["globex"], "waiting for its database: connect to")
+	})
+	got := checks()
+	if got["acme"] != "ready" || !strings.Contains(got["gone"], "not running until the relay restarts") || !strings.Contains(got["gone"], "does not exist") {
+		t.Fatalf("/readyz checks %v: want acme ready, gone left out as its database does not exist", got)
+	}
+	if strings.Contains(got["globex"], "\n") {
+		t.Errorf("globex's reason spans lines: %q", got["globex"])
+	}
+	_, index := get("/ui/")
+	row := index[strings.Index(index, `data-name="globex"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	if !strings.Contains(row, "unavailable: waiting for its database") {
+		t.Fatalf("/ui/ row of globex does not say it waits for its database:\n%s", row)
+	}
+	if code, page := get("/ui/store/1/"); code != http.StatusServiceUnavailable || !strings.Contains(page, "waiting for its database") {
+		t.Fatalf("/ui/store/1/ (globex) %d %q, want 503 saying why", code, page)
+	}
+	if code, page := get("/ui/store/0/"); code != http.StatusOK || !strings.Contains(page, `id="backlog"`) {
+		t.Fatalf("/ui/store/0/ (acme) %d, want its dashboard:\n%s", code, page)
+	}
+
+	proxy.Resume()
+	waitFor("globex added", func() bool { return checks()["globex"] == "ready" })
+	_, err = admin.Exec(ctx, `INSERT INTO `+s2+`.txbox_outbox (topic, payload) VALUES ($1, 'g')`, prefix+"globex")
+	testenv.Must(t, err, "insert")
+	waitFor("globex's row delivered", delivered(s2))
+	if _, index := get("/ui/"); !strings.Contains(index, `<a href="store/1/">globex</a></td>
+<td class="pending">0</td>`) {
+		t.Fatalf("/ui/ does not show globex's backlog once it runs:\n%s", index)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		testenv.Must(t, err, "relay")
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not stop")
+	}
+	logs := errOut.String()
+	for _, want := range []string{"unreachable; its stores wait for it, the others run", "stores left out", "database postgres://postgres:xxxxx@" + proxy.Addr()} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs)
+		}
+	}
+	checkRedacted(t, "served pages", served.String(), `data-name="acme"`)
+	checkRedacted(t, "relay output", out.String()+logs, "relay started")
+}
+
+// A relay whose every store is left out (no database exists) exits with
+// an error naming each store and why.
+func TestRelayGroupNoStoreCanRun(t *testing.T) {
+	t.Parallel()
+	testenv.NATS(t)
+	u, err := url.Parse(strings.Replace(testenv.PostgresURL(), "postgres@", "postgres:"+secret+"@", 1))
+	testenv.Must(t, err, "parse url")
+	u.Path = "/" + testenv.Name("nosuchdb")
+	gone := u.String()
+	u.Path = "/" + testenv.Name("nosuchdb")
+	gone2 := u.String()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut testenv.Buffer
+	err = cli.Run(ctx, []string{"relay", "--db", gone, "--db", gone2,
+		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPN")), "--stream-subjects", testenv.Subject() + ">"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "no store can run") || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("relay: %v, want no store can run as the database does not exist\n%s", err, errOut.String())
+	}
+	checkRedacted(t, "relay error", err.Error()+out.String()+errOut.String(), "no store can run")
 }

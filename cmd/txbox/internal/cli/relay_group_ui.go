@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -21,38 +23,59 @@ import (
 // /ui/?store=NAME redirects there.
 type storesUI struct {
 	token  string
+	log    *slog.Logger
+	h      *relayHTTP
+	starts *storeStarts
+
+	mu     sync.Mutex
 	stores []storeUI
 }
 
 type storeUI struct {
-	name    string
-	url     string // the database's, to redact from errors
+	spec    storeSpec
 	backlog txboxui.BacklogFunc
-	ui      *txboxui.Handler
+	ui      *txboxui.Handler // nil until the store's database is open
 }
 
 // mountGroupUI serves the dashboards of the group's stores under /ui/.
 // They read their figures when watched only (no background sampling, which
-// would cost every store's database a query every few seconds).
-func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, dbs map[string]*database, token string) error {
-	s := &storesUI{token: token}
+// would cost every store's database a query every few seconds). A store's
+// dashboard is made once its database is open.
+func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, starts *storeStarts, token string) {
+	s := &storesUI{token: token, log: log, h: h, starts: starts}
 	for _, sp := range specs {
-		db := dbs[dbKey(sp.target)]
-		cfg, err := db.uiConfig(sp.Schema, cmp.Or(sp.Table, txbox.DefaultTable), nil)
-		if err != nil {
-			return err
-		}
-		cfg.Title, cfg.Token, cfg.Logger = sp.Name, token, log.With("store", sp.Name)
-		cfg.Relays = []txboxui.RelayRef{{Name: sp.Name, Current: h.group[sp.Name].Load}}
-		ui, err := txboxui.New(cfg)
-		if err != nil {
-			return err
-		}
-		s.stores = append(s.stores, storeUI{name: sp.Name, url: sp.target.url, backlog: cfg.Backlog, ui: ui})
+		s.stores = append(s.stores, storeUI{spec: sp})
 	}
 	h.ui.Store(&uiMount{s})
 	log.Info("serving the dashboard", "url", "http://"+h.srv.Addr+"/ui/", "stores", len(specs))
-	return nil
+}
+
+// store returns the i-th store's dashboard, made now if its database has
+// just opened, or why there is none yet.
+func (s *storesUI) store(i int) (storeUI, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stores[i]
+	if st.ui != nil {
+		return st, nil
+	}
+	db := s.starts.db(st.spec)
+	if db == nil {
+		return st, cmp.Or(s.starts.wait(st.spec.Name), errNotOpenYet)
+	}
+	cfg, err := db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), nil)
+	if err != nil {
+		return st, err
+	}
+	name := st.spec.Name
+	cfg.Title, cfg.Token, cfg.Logger = name, s.token, s.log.With("store", name)
+	cfg.Relays = []txboxui.RelayRef{{Name: name, Current: s.h.group[name].Load}}
+	if st.ui, err = txboxui.New(cfg); err != nil {
+		return st, err
+	}
+	st.backlog = cfg.Backlog
+	s.stores[i] = st
+	return st, nil
 }
 
 // authenticated is txboxui's rule: with a token, every request carries it
@@ -85,7 +108,12 @@ func (s *storesUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			seeOther(w, num+"/")
 			return
 		}
-		http.StripPrefix("/store/"+num, s.stores[i].ui).ServeHTTP(w, r)
+		st, err := s.store(i)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("store %q does not run: %v", st.spec.Name, redactErr(err, st.spec.target.url)), http.StatusServiceUnavailable)
+			return
+		}
+		http.StripPrefix("/store/"+num, st.ui).ServeHTTP(w, r)
 		return
 	}
 	if r.URL.Path != "/" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
@@ -94,7 +122,7 @@ func (s *storesUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if name, ok := r.URL.Query()["store"]; ok {
 		for i, st := range s.stores {
-			if len(name) == 1 && st.name == name[0] {
+			if len(name) == 1 && st.spec.Name == name[0] {
 				seeOther(w, "store/"+strconv.Itoa(i)+"/")
 				return
 			}
@@ -138,13 +166,17 @@ func (s *storesUI) serveIndex(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	rows := make([]storeRow, len(s.stores))
-	for i, st := range s.stores {
-		row := storeRow{I: i, Name: st.name}
-		one, cancel := context.WithTimeout(ctx, 2*time.Second)
-		b, err := st.backlog(one)
-		cancel()
+	for i := range s.stores {
+		st, err := s.store(i)
+		row := storeRow{I: i, Name: st.spec.Name}
+		var b txboxui.Backlog
+		if err == nil {
+			one, cancel := context.WithTimeout(ctx, 2*time.Second)
+			b, err = st.backlog(one)
+			cancel()
+		}
 		if err != nil {
-			row.Err = redactErr(err, st.url).Error()
+			row.Err = redactErr(err, st.spec.target.url).Error()
 		} else {
 			row.Pending, row.Retrying, row.Parked, row.Dead = b.Pending, b.Retrying, b.Parked, b.Dead
 			row.OldestClaimable = b.OldestClaimableAge.Round(time.Second).String()

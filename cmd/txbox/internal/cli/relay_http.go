@@ -30,6 +30,7 @@ type relayHTTP struct {
 
 	stores *txboxprom.Stores                       // several stores
 	group  map[string]*atomic.Pointer[relay.Relay] // their relays running now, by name
+	starts atomic.Pointer[storeStarts]             // why those not running do not
 
 	ui  atomic.Pointer[uiMount] // --ui, once the databases are open
 	srv *http.Server
@@ -64,7 +65,15 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public b
 		for _, name := range stores {
 			p := new(atomic.Pointer[relay.Relay])
 			h.group[name] = p
-			checks = append(checks, health.RelayCheck(name, p.Load))
+			check := health.RelayCheck(name, p.Load)
+			checks = append(checks, func(ctx context.Context) health.Result {
+				if p.Load() == nil {
+					if err := h.starts.Load().wait(name); err != nil {
+						return health.Result{Name: name, Error: err.Error()}
+					}
+				}
+				return check(ctx)
+			})
 		}
 	}
 	mux := http.NewServeMux()
@@ -151,10 +160,28 @@ func (h *relayHTTP) storeObserver(name string) txbox.RelayObserver {
 	return h.stores.Relay(name)
 }
 
-// setStore records the relay of a group's store running now (nil: none).
+// setStore records the relay of a group's store running now.
 func (h *relayHTTP) setStore(name string, r *relay.Relay) {
 	if h != nil {
 		h.group[name].Store(r)
+	}
+}
+
+// clearStore records that r, a group's store's relay, no longer runs.
+func (h *relayHTTP) clearStore(r *relay.Relay) {
+	if h == nil {
+		return
+	}
+	for _, p := range h.group {
+		p.CompareAndSwap(r, nil)
+	}
+}
+
+// setStarts gives the readiness checks of a group's stores the reason why
+// a store does not run yet.
+func (h *relayHTTP) setStarts(s *storeStarts) {
+	if h != nil {
+		h.starts.Store(s)
 	}
 }
 
