@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -101,7 +103,7 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.stream, "stream", envOr(EnvStream, ""),
 		"JetStream stream to use: created with --stream-subjects if missing, else it must exist (default "+DefaultStream+" when --stream-subjects is given) (env "+EnvStream+")")
 	fs.StringVar(&f.streamSubjects, "stream-subjects", envOr(EnvStreamSubjects, ""),
-		`comma-separated subjects the stream captures, e.g. "orders.>,billing.>"; required with the embedded server unless --stream names a stream it already has (env `+EnvStreamSubjects+")")
+		`comma-separated subjects the stream captures, e.g. "orders.>,billing.>": the stream is created with them if missing (an existing one is used as it is, with a warning if it does not capture them); with the embedded server and neither --stream nor this, stream `+DefaultStream+` captures `+DefaultSubjectPrefix+`> (env `+EnvStreamSubjects+")")
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", envOr(EnvSubjectPrefix, ""),
 		"prefix put before every topic to form the NATS subject, the RabbitMQ routing key, the Redis stream or the Kafka topic (env "+EnvSubjectPrefix+")")
 	f.amqp.register(fs)
@@ -375,7 +377,17 @@ func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Wri
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "stream %s captures %s\n", cell(name), cell(strings.Join(s.CachedInfo().Config.Subjects, ", ")))
+		have := s.CachedInfo().Config.Subjects
+		fmt.Fprintf(out, "stream %s captures %s\n", cell(name), cell(strings.Join(have, ", ")))
+		if missing := uncaptured(subjects, have); len(missing) > 0 {
+			msg := fmt.Sprintf("stream %s already exists and does not capture %s of --stream-subjects: messages to such subjects are rejected by the broker and retried until dead; add them to the stream (nats stream edit %s --subjects …) or name another --stream",
+				cell(name), cell(strings.Join(missing, ", ")), cell(name))
+			if f.events != nil {
+				f.events.Warn(msg)
+			} else {
+				fmt.Fprintln(out, "warning: "+msg)
+			}
+		}
 	case name != "":
 		js, err := jetstream.New(nc)
 		if err != nil {
@@ -388,6 +400,18 @@ func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Wri
 		fmt.Fprintf(out, "stream %s captures %s\n", cell(name), cell(strings.Join(s.CachedInfo().Config.Subjects, ", ")))
 	}
 	return nil
+}
+
+// uncaptured returns the subjects of want that no subject of have
+// captures (wildcards on either side: "orders.*" is captured by "orders.>").
+func uncaptured(want, have []string) []string {
+	var missing []string
+	for _, w := range want {
+		if !slices.ContainsFunc(have, func(h string) bool { return server.SubjectMatchesFilter(w, h) }) {
+			missing = append(missing, w)
+		}
+	}
+	return missing
 }
 
 // Close closes the connection and stops the embedded server.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -26,6 +27,39 @@ func TestEmbeddedDefaultStream(t *testing.T) {
 	f = brokerFlags{natsListen: DefaultNATSListen, subjectPrefix: "shop."}
 	if err := f.check(); err != nil || f.streamSubjects != "shop.>" {
 		t.Fatalf("prefix shop.: subjects %q, err %v", f.streamSubjects, err)
+	}
+}
+
+// A stream that exists and does not capture every --stream-subjects value
+// is used as it is, with a warning naming the subjects it lacks; subjects
+// it captures through a wildcard are not named.
+func TestExistingStreamLacksSubjects(t *testing.T) {
+	t.Parallel()
+	nc := testenv.NATS(t)
+	p := testenv.Subject()
+	name := strings.ToUpper(testenv.Name("LACK"))
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if js, err := jetstream.New(nc); err == nil {
+			_ = js.DeleteStream(context.Background(), name)
+		}
+	})
+	var out strings.Builder
+	f := &brokerFlags{stream: name, streamSubjects: p + "a.>," + p + "b.*"}
+	if err := ensureStream(ctx, nc, f, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "warning") {
+		t.Fatalf("creating the stream warned:\n%s", out.String())
+	}
+	out.Reset()
+	f.streamSubjects = p + "a.x.>," + p + "b.*," + p + "b.>," + p + "c"
+	if err := ensureStream(ctx, nc, f, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "warning: stream " + name + " already exists and does not capture " + p + "b.>, " + p + "c of --stream-subjects"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, out.String())
 	}
 }
 

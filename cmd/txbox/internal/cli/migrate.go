@@ -37,7 +37,7 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 		fs = cmd.PersistentFlags()
 	}
 	f.fs = fs
-	dbUsage := "database URL: postgres://user:pass@host:5432/db, postgresql://…, sqlite://path/to/file.db or sqlite:file.db (env " + EnvDB + ")"
+	dbUsage := "database URL: postgres://user:pass@host:5432/db (or postgresql://…), mysql://user:pass@host:3306/db, sqlite://path/to/file.db or sqlite:file.db (env " + EnvDB + ")"
 	if f.multiDB {
 		f.db = envOr(EnvDB, DefaultDB)
 		fs.Var(&repeatedDB{f: f}, "db", dbUsage+"; repeat it to relay several databases from one process")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -238,7 +239,36 @@ func redactErr(err error, sources ...string) error {
 		}
 		msg = strings.Replace(msg, ue.Error(), fmt.Sprintf("%s %q: %s", ue.Op, raw, parseErrorWhy(raw, ue.Err)), 1)
 	}
-	return &redactedError{msg: redact(msg, sources...), err: err}
+	return &redactedError{msg: redact(oneLine(msg), sources...), err: err}
+}
+
+// oneLine joins the lines of a message that spans several, as pgx's
+// connect error does (one line per address and TLS mode tried, each
+// indented by a tab), with "; ", dropping repeated lines: an error is one
+// line of a log or of the CLI's output.
+func oneLine(msg string) string {
+	if !strings.Contains(msg, "\n") {
+		return msg
+	}
+	var parts []string
+	for line := range strings.SplitSeq(msg, "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !slices.Contains(parts, line) {
+			parts = append(parts, line)
+		}
+	}
+	out := ""
+	for i, p := range parts {
+		switch {
+		case i == 0:
+		case strings.HasSuffix(parts[i-1], ":"):
+			out += " "
+		default:
+			out += "; "
+		}
+		out += p
+	}
+	return out
 }
 
 // parseURL parses raw, the value of the flag or variable name, with

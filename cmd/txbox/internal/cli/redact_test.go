@@ -91,6 +91,24 @@ func TestURLPasswordsNeverPrinted(t *testing.T) {
 	}
 }
 
+// pgx's connect error, one line per address and TLS mode tried (with the
+// default sslmode=prefer, the same refusal twice), is printed as one line,
+// without tabs and without repeating itself.
+func TestConnectErrorOneLine(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, code := mainOutput(ctx, "stats", "--db", "postgres://u:"+secret+"@127.0.0.1:1/db")
+	if code == 0 {
+		t.Fatalf("stats on a closed port succeeded:\n%s", out)
+	}
+	checkRedacted(t, "stats", out, "connect to postgres://u:xxxxx@127.0.0.1:1/db")
+	if strings.Count(strings.TrimSpace(out), "\n") != 0 || strings.Contains(out, "\t") || strings.Contains(out, `\t`) ||
+		strings.Count(out, "connection refused") != 1 {
+		t.Fatalf("the error is not one line naming the refusal once:\n%s", out)
+	}
+}
+
 // TXBOX_DB and TXBOX_BROKER are redacted like the flags.
 func TestEnvURLPasswordsNeverPrinted(t *testing.T) {
 	t.Setenv("TXBOX_DB", "postgres://u:"+secret+"@host:badport/db")

@@ -234,6 +234,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	if err := checkLanes(cfg, target.dialect, "--db"); err != nil {
 		return err
 	}
+	if f.noNotify && target.dialect != driver.Postgres {
+		log.Warn("--no-notify has no effect: only a PostgreSQL relay is woken by LISTEN/NOTIFY; this one polls every --poll-interval", "db", target.String())
+	}
 	if err := f.broker.check(); err != nil {
 		return err
 	}
@@ -432,7 +435,9 @@ loop:
 	if err := r.Stop(stopCtx); err != nil {
 		return fmt.Errorf("relay did not stop in time: %w", err)
 	}
-	printStats(stopCtx)
+	if f.statsInterval > 0 {
+		printStats(stopCtx)
+	}
 	if err := r.Err(); err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func TestRelayGroupStoresFile(t *testing.T) {
 			"--poll-interval", "50ms", "--stats-interval", "100ms", "--db-budget", "1"}, &out, &errOut)
 	}()
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(errOut.String(), "relay started") {
+	for strings.Count(errOut.String(), `msg="store added"`) < 3 {
 		select {
 		case err := <-done:
 			t.Fatalf("relay exited early: %v\n%s", err, errOut.String())
@@ -119,6 +119,24 @@ func TestRelayGroupStoresFileErrors(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error()+errOut, secret) {
 			t.Errorf("%s: the error shows the password: %v", tc.file, err)
+		}
+	}
+	// Flags that cannot apply to a relay of several stores are refused
+	// rather than ignored.
+	file := filepath.Join(dir, "ok.json")
+	testenv.Must(t, os.WriteFile(file, []byte(`{"stores": [{"name": "a", "db": "sqlite://a.db"}]}`), 0o600), "write")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--stores", file, "--schema", "acme"}, "--schema applies to the stores of --db, and none is given"},
+		{[]string{"--stores", file, "--table", "events"}, "--table applies to the stores of --db"},
+		{[]string{"--stores", file, "--concurrency", "4"}, "--concurrency does not apply with several stores"},
+		{[]string{"--db", "sqlite://a.db", "--db", "sqlite://b.db", "--concurrency", "2"}, "--concurrency does not apply with several stores"},
+	} {
+		_, _, err := run(context.Background(), append([]string{"relay", "--broker", "nats://127.0.0.1:1"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
 }
