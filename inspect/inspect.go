@@ -98,7 +98,8 @@ type Row struct {
 	State    State
 	Attempts int
 	// NextAttemptAt is when a retrying row is tried again; zero for a row
-	// never attempted.
+	// never attempted and for a dead one (never tried again unless
+	// redriven).
 	NextAttemptAt time.Time
 	LastError     string // the broker's last rejection
 	CreatedAt     time.Time
@@ -226,7 +227,7 @@ func row(r outboxsql.PendingRow, now time.Time) Row {
 	}
 	switch {
 	case !r.DeadAt.IsZero():
-		out.State = Dead
+		out.State, out.NextAttemptAt = Dead, time.Time{}
 	case r.Parked:
 		out.State = Parked
 	case r.Attempts > 0:

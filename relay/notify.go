@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -188,7 +189,10 @@ func (l *listener) run(ctx context.Context) {
 // with migration 3, and without it writers never notify.
 func (l *listener) reset(ctx context.Context) error {
 	if _, err := l.pool.Exec(ctx, "UPDATE "+l.wake+" SET armed = false WHERE armed"); err != nil {
-		return fmt.Errorf("disarm the wake-up doorbell (the table comes with txbox migrate up): %w", err)
+		if strings.Contains(err.Error(), "42P01") { // undefined_table
+			return fmt.Errorf("disarm the wake-up doorbell: its table is missing (it comes with txbox migrate up): %w", err)
+		}
+		return fmt.Errorf("disarm the wake-up doorbell: %w", err)
 	}
 	l.wasReset.Store(true)
 	return nil

@@ -45,9 +45,10 @@ type StoresConfig struct {
 type Stores struct {
 	cfg StoresConfig
 
-	mu     sync.Mutex
-	stores map[string]*Metrics
-	other  *Metrics
+	mu        sync.Mutex
+	stores    map[string]*Metrics
+	other     *Metrics
+	otherUsed bool // a store was counted under other: its series are collected
 }
 
 var _ prometheus.Collector = (*Stores)(nil)
@@ -86,6 +87,7 @@ func (s *Stores) Relay(store string) txbox.RelayObserver {
 		return m.Relay()
 	}
 	if store == OtherStore || len(s.stores) >= s.cfg.MaxStores {
+		s.otherUsed = true
 		return &otherObserver{RelayObserver: s.other.Relay(), m: s.other}
 	}
 	m := s.newMetrics(store)
@@ -103,8 +105,10 @@ func (s *Stores) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range s.stores {
 		ms = append(ms, m)
 	}
+	if s.otherUsed {
+		ms = append(ms, s.other)
+	}
 	s.mu.Unlock()
-	ms = append(ms, s.other)
 	for _, m := range ms {
 		m.Collect(ch)
 	}

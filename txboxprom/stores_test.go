@@ -54,6 +54,35 @@ txbox_relay_backlog{relay="r1",state="retrying",store="b"} 0
 	}
 }
 
+// With no more stores than MaxStores, no store="other" series is served.
+func TestStoresNoOtherUnlessUsed(t *testing.T) {
+	s := NewStores(StoresConfig{MaxStores: 3})
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		s.Relay(name).Settled("orders", txbox.OutcomePublished, time.Millisecond)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == DefaultStoreLabel {
+					stores[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if len(stores) != 3 || stores[OtherStore] {
+		t.Fatalf("series of stores %v, want a, b and c only", stores)
+	}
+}
+
 // Each store's broker duplicates count under its label, from its own
 // relay's samples, also past MaxStores, where they add up under "other"
 // (two relays there, one made anew and counting from 0 again).

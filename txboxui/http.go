@@ -1,6 +1,8 @@
 package txboxui
 
 import (
+	"github.com/txbox/txbox/internal/printable"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -30,6 +32,11 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"spark":     spark,
 	"sparkLast": sparkLast,
 	"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	// vis and vistext show text read from the database (topics, keys,
+	// ids, errors, sources) with what is not printable escaped: a bidi
+	// override cannot reorder the page around it.
+	"vis":     printable.Cell,
+	"vistext": printable.Text,
 }).ParseFS(assets, "assets/page.html"))
 
 // csrfCookie is the cookie that must match the form's token.
@@ -85,6 +92,10 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.ParseInt(q.Get("n"), 10, 64)
 		verb := map[string]string{"redrive": "Redrove", "discard": "Discarded"}[a]
 		v.Done = fmt.Sprintf("%s %d dead message(s).", verb, n)
+		if missed, _ := strconv.ParseInt(q.Get("missed"), 10, 64); missed > 0 {
+			v.Done += fmt.Sprintf(" %d of the messages asked for were no longer dead (redriven, discarded or delivered meanwhile).", missed)
+			v.Failed = n == 0
+		}
 	}
 	if q.Get("failed") != "" {
 		v.Done, v.Failed = "The action failed; see the server's log.", true
@@ -166,6 +177,7 @@ func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []by
 type actionResult struct {
 	Action string `json:"action"`
 	Count  int64  `json:"count"`
+	Missed int64  `json:"missed,omitempty"` // seqs given that were not dead messages
 	Error  string `json:"error,omitempty"`
 }
 
@@ -215,11 +227,24 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("txboxui: "+action, "seqs", seqs, "count", n, "remote", r.RemoteAddr)
+	// Seqs that are not dead (any more) are not an error of the server,
+	// but the client is told: 404 when none was, else the count missed.
+	var missed int64
+	if len(seqs) > 0 {
+		missed = int64(len(seqs)) - n
+	}
 	if api {
-		writeJSON(w, http.StatusOK, actionResult{Action: action, Count: n})
+		res, code := actionResult{Action: action, Count: n, Missed: missed}, http.StatusOK
+		if missed > 0 {
+			res.Error = fmt.Sprintf("%d of the %d seqs given are not dead messages", missed, len(seqs))
+			if n == 0 {
+				code = http.StatusNotFound
+			}
+		}
+		writeJSON(w, code, res)
 		return
 	}
-	seeOther(w, "../?done="+action+"&n="+strconv.FormatInt(n, 10))
+	seeOther(w, "../?done="+action+"&n="+strconv.FormatInt(n, 10)+"&missed="+strconv.FormatInt(missed, 10))
 }
 
 // seeOther redirects to the relative loc as is: http.Redirect would make

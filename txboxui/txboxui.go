@@ -295,7 +295,9 @@ type DeadJSON struct {
 	Parked    int64     `json:"parked"`
 }
 
-// ParkedKey is a key whose later messages wait behind a dead one.
+// ParkedKey is a key a dead message parks: its later messages wait behind
+// the dead one DeadSeq (Parked of them now, perhaps none yet) until it is
+// redriven or discarded.
 type ParkedKey struct {
 	Key     string `json:"key"`
 	Topic   string `json:"topic"`
@@ -382,11 +384,25 @@ func (h *Handler) read(ctx context.Context) *State {
 		if err != nil {
 			s.DeadError = h.failed("list the dead messages", err)
 		}
+		// A dead row parks its key whether or not a later message of
+		// the key waits yet (as the backlog's parked-keys count says): one
+		// entry per key, behind its first dead row.
+		at := map[string]int{}
 		for _, m := range list {
 			s.Dead = append(s.Dead, DeadJSON(m))
-			if m.Parked > 0 {
-				s.ParkedKeys = append(s.ParkedKeys, ParkedKey{Key: m.Key, Topic: m.Topic, DeadSeq: m.Seq, Parked: m.Parked})
+			if m.Key == "" {
+				continue
 			}
+			if i, ok := at[m.Key]; ok {
+				pk := &s.ParkedKeys[i]
+				if m.Seq < pk.DeadSeq {
+					pk.DeadSeq, pk.Topic = m.Seq, m.Topic
+				}
+				pk.Parked = max(pk.Parked, m.Parked)
+				continue
+			}
+			at[m.Key] = len(s.ParkedKeys)
+			s.ParkedKeys = append(s.ParkedKeys, ParkedKey{Key: m.Key, Topic: m.Topic, DeadSeq: m.Seq, Parked: m.Parked})
 		}
 	}
 	for _, ref := range h.cfg.Inboxes {

@@ -57,8 +57,8 @@ func TestScaleSubset(t *testing.T) {
 		want string
 	}{
 		{Config{Shapes: []string{"unordered", "hot"}}, `unknown backlog shape "hot"`},
-		{Config{Relays: []int{1, 17}}, "relays: 17 is out of range"},
-		{Config{Relays: []int{0}}, "relays: 0 is out of range"},
+		{Config{Relays: []int{1, 17}}, "--relays 17 is out of range"},
+		{Config{Relays: []int{0}}, "--relays 0 is out of range"},
 	} {
 		c.cfg.Pool, c.cfg.Out = pool, io.Discard
 		if err := Scale(ctx, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -28,23 +28,15 @@ func (nopPublisher) Publish(context.Context, []txbox.Message) []error { return n
 // their PostgreSQL backends are found for the CPU figures.
 const scaleApp = "txbox-bench-scale"
 
-// shape is a backlog that Scale drains: its name, and each row's key.
-type shape struct {
-	name string
-	key  func(i int) string
+// CheckScale checks Scale's --shapes and --relays, so that a command can
+// refuse them before it prints or opens anything.
+func CheckScale(cfg Config) error {
+	_, _, err := scaleRuns(cfg)
+	return err
 }
 
-// flag is the shape's name as --shapes takes it.
-func (s shape) flag() string { return strings.ReplaceAll(s.name, " ", "-") }
-
-// Scale measures 1, 2 and 4 relays draining the same backlog into a no-op
-// publisher, with and without lanes, for four backlogs: unordered, 1,000
-// ordering keys, 1,000 keys where one hot key carries 1% of the rows, and
-// 20 keys (fewer than a batch: the relay claims runs of a key). Each relay has a pool of its own (as separate processes would); the
-// CPU the relays' PostgreSQL backends spent per message is read from /proc.
-func Scale(ctx context.Context, cfg Config) error {
-	cfg.defaults()
-	cfg.postmaster = postmasterPID(ctx, cfg.Pool)
+// scaleRuns returns the shapes and relay counts cfg asks Scale for.
+func scaleRuns(cfg Config) ([]shape, []int, error) {
 	var shapes []shape
 	for _, s := range []shape{
 		{"unordered", func(int) string { return "" }},
@@ -63,7 +55,7 @@ func Scale(ctx context.Context, cfg Config) error {
 	}
 	for _, name := range cfg.Shapes {
 		if !slices.ContainsFunc(shapes, func(s shape) bool { return s.flag() == name }) {
-			return fmt.Errorf("unknown backlog shape %q (want unordered, 1000-keys, skewed or 20-keys)", name)
+			return nil, nil, fmt.Errorf("--shapes: unknown backlog shape %q (want unordered, 1000-keys, skewed or 20-keys)", name)
 		}
 	}
 	relays := cfg.Relays
@@ -72,8 +64,32 @@ func Scale(ctx context.Context, cfg Config) error {
 	}
 	for _, n := range relays {
 		if n < 1 || n > 16 {
-			return fmt.Errorf("relays: %d is out of range (1 to 16)", n)
+			return nil, nil, fmt.Errorf("--relays %d is out of range (1 to 16)", n)
 		}
+	}
+	return shapes, relays, nil
+}
+
+// shape is a backlog that Scale drains: its name, and each row's key.
+type shape struct {
+	name string
+	key  func(i int) string
+}
+
+// flag is the shape's name as --shapes takes it.
+func (s shape) flag() string { return strings.ReplaceAll(s.name, " ", "-") }
+
+// Scale measures 1, 2 and 4 relays draining the same backlog into a no-op
+// publisher, with and without lanes, for four backlogs: unordered, 1,000
+// ordering keys, 1,000 keys where one hot key carries 1% of the rows, and
+// 20 keys (fewer than a batch: the relay claims runs of a key). Each relay has a pool of its own (as separate processes would); the
+// CPU the relays' PostgreSQL backends spent per message is read from /proc.
+func Scale(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	cfg.postmaster = postmasterPID(ctx, cfg.Pool)
+	shapes, relays, err := scaleRuns(cfg)
+	if err != nil {
+		return err
 	}
 	_, ob, err := migrated(ctx, cfg.Pool)
 	if err != nil {

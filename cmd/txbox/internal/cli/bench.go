@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -55,7 +56,12 @@ server, side by side in one run, repeated and interleaved, and print ratios:
 Everything runs in a new schema (txbox_bench_<time>) that is dropped at the end;
 streams are created and deleted on the NATS server. Durable numbers on a shared
 machine are noisy: read the ratios, and the paired medians.`,
-		Args:      cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return errors.New("give one benchmark: drain, add, order, latency, brokers, scale or all (txbox bench --help says what each measures)")
+			}
+			return nil
+		},
 		ValidArgs: []string{"drain", "add", "order", "latency", "brokers", "scale", "all"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			which := args[0]
@@ -82,6 +88,13 @@ machine are noisy: read the ratios, and the paired medians.`,
 				order = []string{which}
 			} else {
 				return fmt.Errorf("unknown benchmark %q (want drain, add, order, latency, brokers, scale or all)", which)
+			}
+			if which == "scale" {
+				if err := bench.CheckScale(cfg); err != nil {
+					return fmt.Errorf("bench scale: %w", err)
+				}
+			} else if fs := cmd.Flags(); fs.Changed("shapes") || fs.Changed("relays") {
+				return fmt.Errorf("--shapes and --relays apply to bench scale only, not bench %s", which)
 			}
 			for _, err := range []error{
 				benchRowsSetting.resolve(cmd.Flags(), cfg.Rows, &cfg.Rows),

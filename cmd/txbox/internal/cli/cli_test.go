@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -57,6 +60,35 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
+	}
+}
+
+// A demo stopped by a signal (its context ends) says so and exits 0, not
+// with the error of the order it was placing.
+func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut testenv.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main(ctx, []string{"demo", "--orders", "1000000", "--progress", "50ms", "--dir", filepath.Join(t.TempDir(), "shop")}, &out, &errOut)
+	}()
+	for !strings.Contains(out.String(), "progress: orders committed") {
+		select {
+		case code := <-done:
+			t.Fatalf("demo exited with %d before it placed orders:\n%s%s", code, out.String(), errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(out.String(), "demo interrupted") || strings.Contains(errOut.String(), "error") {
+			t.Fatalf("interrupted demo: exit %d, want 0 and a line saying so:\n%s%s", code, out.String(), errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("demo did not stop")
 	}
 }
 
@@ -394,5 +426,20 @@ func testRelay(t *testing.T, dbArgs []string, insertRow func(topic string, paylo
 	}
 	if !strings.Contains(out.String(), fmt.Sprintf("relay: published %d", n)) {
 		t.Errorf("stdout lacks the final stats line with %d published:\n%s\nstderr:\n%s", n, out.String(), errOut.String())
+	}
+}
+
+// relay without --migrate does not create a SQLite file that is not there
+// (a mistyped path would relay from a new empty table forever): it fails
+// at once, saying how to create it; with --migrate it creates it.
+func TestRelayMissingSQLiteFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "typo.db")
+	_, _, err := run(context.Background(), "relay", "--db", "sqlite://"+path, "--broker", "nats://127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "the file does not exist") || !strings.Contains(err.Error(), "txbox migrate up creates it") {
+		t.Fatalf("relay on a missing file: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("relay created %s: %v", path, err)
 	}
 }

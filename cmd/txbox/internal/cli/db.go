@@ -183,7 +183,7 @@ func openDB(ctx context.Context, raw string) (*database, error) {
 // Whether openTarget may create a missing SQLite file.
 const (
 	mustExist  = false // every command but migrate up: a mistyped path is an error, not a new empty file
-	createFile = true  // migrate up, and relay (which refuses an unmigrated file at start-up)
+	createFile = true  // migrate up, and relay --migrate
 )
 
 // openTarget opens and pings the database t. Unless create is set, a

@@ -114,7 +114,10 @@ func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
 		Use:   action + " [SEQ...]",
 		Short: short,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if all == (len(args) > 0) {
+			if all && len(args) > 0 {
+				return fmt.Errorf("give the SEQs of the dead messages or --all, not both (%s every dead message with --all alone)", action)
+			}
+			if !all && len(args) == 0 {
 				return errors.New("give the SEQs of the dead messages (see txbox dead list), or --all")
 			}
 			seqs := make([]int64, len(args))
@@ -139,9 +142,12 @@ func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
 				return fmt.Errorf("%s: %w", action, err)
 			}
 			verb := map[string]string{"redrive": "redrove", "discard": "discarded"}[action]
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %d dead message(s)\n", verb, n)
+			if n > 0 || len(seqs) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %d dead message(s)\n", verb, n)
+			}
 			if len(seqs) > 0 && n < int64(len(seqs)) {
-				return fmt.Errorf("%d of the %d SEQs given are not dead messages", int64(len(seqs))-n, len(seqs))
+				return fmt.Errorf("%d of the %d SEQs given are not dead messages (no such row, or pending, delivered, redriven or discarded already: see txbox dead list)",
+					int64(len(seqs))-n, len(seqs))
 			}
 			return nil
 		},

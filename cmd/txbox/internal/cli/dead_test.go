@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -38,6 +39,15 @@ func TestDeadCommands(t *testing.T) {
 	if _, _, err := run(t.Context(), "dead", "discard", "--db", db, "x"); err == nil || !strings.Contains(err.Error(), "not a SEQ") {
 		t.Fatalf("discard x: %v", err)
 	}
+	if _, _, err := run(t.Context(), "dead", "redrive", "--db", db, "3", "--all"); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("redrive 3 --all: %v", err)
+	}
+	// m2 (seq 2) is pending, not dead: nothing is redriven, and the
+	// output does not claim "redrove 0" before the error.
+	out, _, err = run(t.Context(), "dead", "redrive", "--db", db, "2")
+	if err == nil || !strings.Contains(err.Error(), "1 of the 1 SEQs given are not dead messages") || strings.Contains(out, "redrove") {
+		t.Fatalf("redrive of a pending row: %q, %v", out, err)
+	}
 	if out := mustRun(t, "dead", "redrive", "--db", db, "1"); !strings.Contains(out, "redrove 1") {
 		t.Fatalf("redrive: %s", out)
 	}
@@ -52,6 +62,12 @@ func TestDeadCommands(t *testing.T) {
 	}
 	if out := mustRun(t, "dead", "list", "--db", db); !strings.Contains(out, "no dead messages") {
 		t.Fatalf("list after discard: %s", out)
+	}
+	// A table that is not there: the error says how to create it.
+	var out2, errOut testenv.Buffer
+	if code := cli.Main(t.Context(), []string{"dead", "list", "--db", db, "--table", "nope"}, &out2, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "no such table") || !strings.Contains(errOut.String(), "hint: the table (or its schema) does not exist: create it with `txbox migrate up`") {
+		t.Fatalf("dead list of a missing table: exit %d:\n%s", code, errOut.String())
 	}
 }
 

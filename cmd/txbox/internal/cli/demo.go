@@ -109,6 +109,12 @@ func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error
 		d.produce, d.awaitDelivery, d.verdict,
 	} {
 		if err := phase(); err != nil {
+			if ctx.Err() != nil {
+				// Interrupted (Ctrl-C): not a failure of the demo.
+				fmt.Fprintf(out, "demo interrupted (%v) after %d orders committed and %d rolled back; run it again with a fresh --dir\n",
+					context.Cause(ctx), d.committed.Load(), d.rolledBack.Load())
+				return nil
+			}
 			return err
 		}
 	}

@@ -308,7 +308,9 @@ func (d *demo) producer(restartAt int64, restart chan struct{}) {
 		}
 		rollback := d.f.rollbackEvery > 0 && n%int64(d.f.rollbackEvery) == 0
 		if err := placeOrder(d.ctx, d.db, d.ob, n, rollback); err != nil {
-			d.fail(fmt.Errorf("order %d: %w", n, err))
+			if d.ctx.Err() == nil {
+				d.fail(fmt.Errorf("order %d: %w", n, err))
+			}
 			return
 		}
 		if rollback {

@@ -53,11 +53,21 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"bench", "drain", "--rows", "0"}, "--rows 0: must be a positive integer"},
 		{[]string{"bench", "drain", "--reps", "1000"}, "--reps 1000: must be at most 100"},
 		{[]string{"bench", "drain", "--duration", "1ns"}, "--duration 1ns: must be at least 100ms"},
+		{[]string{"bench"}, "give one benchmark: drain, add, order, latency, brokers, scale or all"},
+		{[]string{"bench", "drain", "--relays", "2"}, "--shapes and --relays apply to bench scale only"},
+		{[]string{"bench", "scale", "--relays", "0"}, "--relays 0 is out of range"},
+		{[]string{"migrate", "up", "--db", "mysql://root@127.0.0.1:1/test", "--schema", "s"}, `--schema "s": a schema is only supported on PostgreSQL, not mysql`},
+		{[]string{"stats", "--db", db, "--schema", "s"}, `--schema "s": a schema is only supported on PostgreSQL, not sqlite`},
 	} {
 		_, _, err := run(context.Background(), tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("txbox %q: err = %v, want %q", tc.args, err, tc.want)
 		}
+	}
+	// A bad --shapes is refused before anything is printed or opened.
+	out, _, err := run(context.Background(), "bench", "scale", "--shapes", "bogus", "--db", "postgres://u@127.0.0.1:1/x")
+	if err == nil || !strings.Contains(err.Error(), `unknown backlog shape "bogus"`) || out != "" {
+		t.Errorf("bench scale --shapes bogus: %v, printed %q", err, out)
 	}
 }
 

@@ -151,7 +151,7 @@ func printBacklog(out io.Writer, b inspect.Backlog, asJSON bool) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "pending\t%d\n", b.Pending)
 	fmt.Fprintf(tw, "retrying\t%d\n", b.Retrying)
-	fmt.Fprintf(tw, "parked\t%d\t(%d key(s) parked by dead messages)\n", b.Parked, b.ParkedKeys)
+	fmt.Fprintf(tw, "parked\t%d\t(waiting behind a dead message of their key; dead messages park %d key(s))\n", b.Parked, b.ParkedKeys)
 	fmt.Fprintf(tw, "dead\t%d\n", b.Dead)
 	fmt.Fprintf(tw, "undelivered\t%d\n", b.Undelivered())
 	fmt.Fprintf(tw, "oldest pending age\t%s\n", age(b.OldestPendingAge))

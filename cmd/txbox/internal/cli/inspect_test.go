@@ -43,7 +43,7 @@ func TestInspectCommands(t *testing.T) {
 		testenv.Must(t, err, "open")
 		t.Cleanup(func() { _ = conn.Close() })
 		_, err = conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES
-			('m1', ?1, 'K', ?2, '{"h":"v\u001b"}', 10, ?3, NULL, 1),
+			('m1', ?1, 'K', ?2, '{"h":"v\u001b"}', 10, ?3, 9999999999999999, 1),
 			('m2', 't', 'K', x'00', '{}', 0, NULL, NULL, NULL),
 			('m3', 'f', NULL, x'00', '{}', 2, 'nope', 9999999999999999, NULL),
 			('m4', 'u', NULL, x'00', '{}', 0, NULL, NULL, NULL),
@@ -66,7 +66,7 @@ func TestInspectCommands(t *testing.T) {
 		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
 		mustRun(t, append([]string{"migrate", "up"}, args...)...)
 		_, err := conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES
-			('m1', ?, 'K', ?, '{"h":"v\\u001b"}', 10, ?, NULL, UTC_TIMESTAMP(6)),
+			('m1', ?, 'K', ?, '{"h":"v\\u001b"}', 10, ?, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, UTC_TIMESTAMP(6)),
 			('m2', 't', 'K', x'00', '{}', 0, NULL, NULL, NULL),
 			('m3', 'f', NULL, x'00', '{}', 2, 'nope', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, NULL),
 			('m4', 'u', NULL, x'00', '{}', 0, NULL, NULL, NULL),
@@ -89,7 +89,7 @@ func TestInspectCommands(t *testing.T) {
 		ctx := context.Background()
 		table := schema + ".txbox_outbox"
 		_, err := admin.Exec(ctx, `INSERT INTO `+table+` (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES
-			('m1', $1, 'K', $2, '{"h":"v\u001b"}', 10, $3, NULL, now()),
+			('m1', $1, 'K', $2, '{"h":"v\u001b"}', 10, $3, now() + interval '1 hour', now()),
 			('m2', 't', 'K', '\x00', '{}', 0, NULL, NULL, NULL),
 			('m3', 'f', NULL, '\x00', '{}', 2, 'nope', now() + interval '1 hour', NULL),
 			('m4', 'u', NULL, '\x00', '{}', 0, NULL, NULL, NULL),
@@ -197,6 +197,19 @@ func checkInspect(t *testing.T, d inspectDB) {
 	}
 	if pj[1].ID != "m3" || pj[1].State != "retrying" || pj[1].LastError != "nope" || pj[0].State != "parked" {
 		t.Errorf("pending list --json: %+v", pj)
+	}
+	// A dead row is never tried again unless redriven: no next attempt is
+	// shown for it, whatever its next_attempt_at holds.
+	out = cmd("pending", "list", "--dead", "--json")
+	var deadRows []struct {
+		ID   string  `json:"message_id"`
+		Next *string `json:"next_attempt_at"`
+	}
+	testenv.Must(t, json.Unmarshal([]byte(out), &deadRows), "pending list --dead --json")
+	for _, r := range deadRows {
+		if r.ID == "m1" && r.Next != nil {
+			t.Errorf("the dead row m1 shows a next attempt at %s", *r.Next)
+		}
 	}
 	out = cmd("pending", "list", "--min-attempts", "1", "--dead")
 	noRawControls(t, "pending list", out)

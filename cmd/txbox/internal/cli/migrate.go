@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/migrate"
 )
@@ -54,9 +55,19 @@ func (f *tableFlags) migrateConfig() migrate.Config {
 	return migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, NoOutbox: f.noOutbox}
 }
 
-// target parses --db (or TXBOX_DB).
+// target parses --db (or TXBOX_DB), and refuses --schema (or
+// OUTBOX_SCHEMA) off PostgreSQL.
 func (f *tableFlags) target() (dbTarget, error) {
-	return parseDBFrom(sourceOf(f.fs, "db", EnvDB), f.db)
+	t, err := parseDBFrom(sourceOf(f.fs, "db", EnvDB), f.db)
+	if err == nil && f.schema != "" && t.dialect != driver.Postgres {
+		hint := ""
+		if t.dialect == driver.MySQL {
+			hint = " (on MySQL, name the database in the --db URL)"
+		}
+		err = fmt.Errorf("%w: %s %q: a schema is only supported on PostgreSQL, not %s%s",
+			txbox.ErrInvalidConfig, sourceOf(f.fs, "schema", EnvSchema), f.schema, t.dialect, hint)
+	}
+	return t, err
 }
 
 // open opens and pings --db, which must exist: only migrate up creates a

@@ -219,7 +219,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 			return err
 		}
 	}
-	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, nil); err != nil {
+	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, f.ui, nil); err != nil {
 		return err
 	}
 	defer f.served.close()
@@ -245,7 +245,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	// An unreachable database or broker is waited for; a wrong setting
 	// or an unmigrated table is an error at once.
 	db, err := untilReachable(ctx, log, "database "+target.String(), dbRetryable,
-		func(ctx context.Context) (*database, error) { return openTarget(ctx, target, createFile) })
+		func(ctx context.Context) (*database, error) { return openTarget(ctx, target, f.migrate) })
 	if err != nil || db == nil {
 		return err
 	}

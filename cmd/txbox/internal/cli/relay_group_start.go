@@ -70,7 +70,7 @@ func (s *storeStarts) open(ctx context.Context, key string, stores []storeSpec) 
 	what := "database " + t.String()
 	var wait time.Duration
 	for try := 1; ; try++ {
-		db, err := openTarget(ctx, t, createFile)
+		db, err := openTarget(ctx, t, s.migrate)
 		if err == nil && s.migrate {
 			if stores, err = s.migrateAll(ctx, db, stores); err != nil {
 				db.Close()

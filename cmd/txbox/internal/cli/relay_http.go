@@ -38,12 +38,13 @@ type relayHTTP struct {
 
 type uiMount struct{ h http.Handler }
 
-// serveRelayHTTP listens on addr and serves in the background; addr ""
+// serveRelayHTTP listens on addr and serves in the background (the
+// dashboard under /ui/ if ui, once mounted); addr ""
 // serves nothing (a nil *relayHTTP, whose methods do nothing). An address
 // that is not loopback is refused unless public. With stores (the names of
 // a group's stores) it serves each store's metrics, labelled store=NAME,
 // and one readiness check per store, named after it.
-func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public bool, stores []string) (*relayHTTP, error) {
+func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, ui bool, stores []string) (*relayHTTP, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -79,12 +80,16 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public b
 	mux := http.NewServeMux()
 	mux.Handle("/", health.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), checks...))
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
-		ui := h.ui.Load()
-		if ui == nil {
-			http.Error(w, "the dashboard is not served (txbox relay --ui), or the database is not open yet", http.StatusServiceUnavailable)
+		if !ui {
+			http.Error(w, "the dashboard is not served: start the relay with --ui", http.StatusNotFound)
 			return
 		}
-		http.StripPrefix("/ui", ui.h).ServeHTTP(w, r)
+		m := h.ui.Load()
+		if m == nil {
+			http.Error(w, "the dashboard is not served yet: the database is not open", http.StatusServiceUnavailable)
+			return
+		}
+		http.StripPrefix("/ui", m.h).ServeHTTP(w, r)
 	})
 	handler := mux
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)

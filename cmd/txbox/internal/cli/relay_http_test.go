@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -35,6 +36,17 @@ func TestRelayHTTPRefusesNonLoopback(t *testing.T) {
 // and /metrics with the relay's metrics.
 func TestRelayHTTPServesProbesAndMetrics(t *testing.T) {
 	t.Parallel()
+	for _, ui := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ui=%v", ui), func(t *testing.T) {
+			t.Parallel()
+			relayHTTP(t, ui)
+		})
+	}
+}
+
+// relayHTTP runs the relay with --http (and --ui if ui) and checks what it
+// serves; without --ui, /ui/ is not found and says how to serve it.
+func relayHTTP(t *testing.T, ui bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	testenv.Must(t, err, "free port")
 	addr := ln.Addr().String()
@@ -45,8 +57,12 @@ func TestRelayHTTPServesProbesAndMetrics(t *testing.T) {
 	var out, errOut testenv.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- cli.Run(ctx, []string{"relay", "--db", "sqlite://" + filepath.Join(dir, "x.db"), "--migrate",
-			"--nats-dir", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0", "--http", addr, "--ui"}, &out, &errOut)
+		args := []string{"relay", "--db", "sqlite://" + filepath.Join(dir, "x.db"), "--migrate",
+			"--nats-dir", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0", "--http", addr}
+		if ui {
+			args = append(args, "--ui")
+		}
+		done <- cli.Run(ctx, args, &out, &errOut)
 	}()
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
@@ -79,8 +95,10 @@ func TestRelayHTTPServesProbesAndMetrics(t *testing.T) {
 	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "txbox_relay_claim_duration_seconds_count") {
 		t.Fatalf("/metrics %d without the relay's metrics:\n%s", code, body)
 	}
-	if code, body := get("/ui/"); code != http.StatusOK || !strings.Contains(body, `id="backlog"`) || !strings.Contains(body, `data-name="relay"`) {
+	if code, body := get("/ui/"); ui && (code != http.StatusOK || !strings.Contains(body, `id="backlog"`) || !strings.Contains(body, `data-name="relay"`)) {
 		t.Fatalf("/ui/ %d without the dashboard:\n%s", code, body)
+	} else if !ui && (code != http.StatusNotFound || !strings.Contains(body, "start the relay with --ui")) {
+		t.Fatalf("/ui/ without --ui: %d %q, want 404 saying how to serve it", code, body)
 	}
 	cancel()
 	if err := <-done; err != nil {

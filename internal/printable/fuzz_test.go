@@ -1,4 +1,4 @@
-package cli
+package printable
 
 import (
 	"strconv"
@@ -7,12 +7,12 @@ import (
 	"unicode/utf8"
 )
 
-// FuzzEscape checks cell and text, through which the CLI prints values
-// from the database: their output is valid UTF-8 and holds no control
-// character (C0, DEL, C1) and no other rune strconv.IsPrint refuses (bidi
-// overrides), but for text's line feeds; cell's output reads back, as a Go
-// string literal, as the value it escapes, so that two values never print
-// alike.
+// FuzzEscape checks Cell and Text, through which the CLI and the dashboard
+// show values from the database: their output is valid UTF-8 and holds no
+// control character (C0, DEL, C1) and no other rune strconv.IsPrint refuses
+// (bidi overrides), but for Text's line feeds; Cell's output reads back, as
+// a Go string literal, as the value it escapes, so that two values never
+// print alike.
 func FuzzEscape(f *testing.F) {
 	for _, s := range []string{
 		"", "plain", "m\x1b]0;evil\x07", "order\r\n9\tfake-id\tfake.topic",
@@ -37,10 +37,10 @@ func FuzzEscape(f *testing.F) {
 				}
 			}
 		}
-		out := cell(s)
+		out := Cell(s)
 		back, err := strconv.Unquote(`"` + strings.ReplaceAll(out, `"`, `\"`) + `"`)
 		if err != nil || back != s {
-			t.Fatalf("cell(%q) = %q reads back as %q (%v)", s, out, back, err)
+			t.Fatalf("Cell(%q) = %q reads back as %q (%v)", s, out, back, err)
 		}
 	})
 }
