@@ -95,6 +95,15 @@ func (s *Stores) Relay(store string) txbox.RelayObserver {
 	return m.Relay()
 }
 
+// Remove drops the named store's series (a store taken out of the group):
+// they are no longer collected, and its label value is free for another
+// store. Its observer, if still used, counts into nothing collected.
+func (s *Stores) Remove(store string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.stores, store)
+}
+
 // Describe sends nothing: Stores is an unchecked collector.
 func (s *Stores) Describe(chan<- *prometheus.Desc) {}
 

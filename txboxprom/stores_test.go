@@ -81,6 +81,23 @@ func TestStoresNoOtherUnlessUsed(t *testing.T) {
 	if len(stores) != 3 || stores[OtherStore] {
 		t.Fatalf("series of stores %v, want a, b and c only", stores)
 	}
+	// A removed store's series go, and its place is free: a fourth store
+	// gets series of its own, not "other".
+	s.Remove("b")
+	s.Relay("d").Settled("orders", txbox.OutcomePublished, time.Millisecond)
+	want := `
+# HELP txbox_relay_published_total Messages the broker acknowledged and the relay marked, by topic.
+# TYPE txbox_relay_published_total counter
+txbox_relay_published_total{store="a",topic="orders"} 1
+txbox_relay_published_total{store="a",topic="other"} 0
+txbox_relay_published_total{store="c",topic="orders"} 1
+txbox_relay_published_total{store="c",topic="other"} 0
+txbox_relay_published_total{store="d",topic="orders"} 1
+txbox_relay_published_total{store="d",topic="other"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "txbox_relay_published_total"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Each store's broker duplicates count under its label, from its own

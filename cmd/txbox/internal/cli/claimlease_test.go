@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,7 @@ import (
 // exceed the publish timeout in force, whichever source set each; the flag
 // wins over the variable, which is then not read.
 func TestClaimLeaseSetting(t *testing.T) {
-	db := "sqlite://" + filepath.Join(t.TempDir(), "l.db")
+	db := emptySQLite(t, "l.db")
 	relay := []string{"relay", "--db", db, "--broker", "nats://127.0.0.1:1"}
 	for _, tc := range []struct {
 		env  string // OUTBOX_CLAIM_LEASE, or ""

@@ -443,3 +443,13 @@ func TestRelayMissingSQLiteFile(t *testing.T) {
 		t.Fatalf("relay created %s: %v", path, err)
 	}
 }
+
+// emptySQLite creates an empty SQLite file (an unmigrated database: the
+// relay opens it, where it refuses a file that is not there) and returns
+// its URL.
+func emptySQLite(t *testing.T, name string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	testenv.Must(t, os.WriteFile(path, nil, 0o600), "create %s", path)
+	return "sqlite://" + path
+}

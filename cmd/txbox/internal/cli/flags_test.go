@@ -74,7 +74,7 @@ func TestFlagBounds(t *testing.T) {
 // A variable's bad value is an error naming the variable, unless the flag
 // it is the default of is given: then the variable is not read at all.
 func TestFlagsOverrideEnv(t *testing.T) {
-	db := "sqlite://" + filepath.Join(t.TempDir(), "e.db")
+	db := emptySQLite(t, "e.db")
 	relay := []string{"relay", "--db", db, "--broker", "nats://127.0.0.1:1"}
 	for _, tc := range []struct {
 		env, val string

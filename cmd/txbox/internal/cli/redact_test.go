@@ -40,7 +40,7 @@ func checkRedacted(t *testing.T, what, output, want string) {
 // Kafka errors.
 func TestURLPasswordsNeverPrinted(t *testing.T) {
 	t.Parallel()
-	sqlite := "sqlite://" + filepath.Join(t.TempDir(), "r.db")
+	sqlite := emptySQLite(t, "r.db")
 	for _, tc := range []struct {
 		args []string
 		want string

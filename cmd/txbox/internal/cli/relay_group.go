@@ -10,7 +10,10 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/signal"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,7 +51,7 @@ func (r *repeatedDB) Type() string { return "string" }
 var dbBudgetSetting = setting[int]{flag: "db-budget", min: 1, max: 64}
 
 func registerGroupFlags(fs *pflag.FlagSet, f *relayFlags) {
-	fs.StringVar(&f.storesFile, "stores", "", `JSON file listing the outbox tables to relay from this process: {"stores":[{"name":"acme","db":"postgres://…","schema":"acme","table":"txbox_outbox"}]}; --db values are added to them`)
+	fs.StringVar(&f.storesFile, "stores", "", `JSON file listing the outbox tables to relay from this process: {"stores":[{"name":"acme","db":"postgres://…","schema":"acme","table":"txbox_outbox"}]}; --db values are added to them; SIGHUP reads it again (stores added, removed or changed join or leave without a restart)`)
 	fs.IntVar(&f.dbBudget, "db-budget", relay.DefaultDatabaseBudget, "with several stores (--db repeated or --stores): rounds that may hold a connection of one database at once, 1 to 64")
 }
 
@@ -201,8 +204,28 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	if f.ui {
 		f.served.mountGroupUI(log, specs, starts, uiToken(f.uiToken))
 	}
+	// SIGHUP reads --stores again: stores added, removed or changed join
+	// or leave the running group.
+	var hup chan os.Signal
+	if f.storesFile != "" {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
+	load := func() ([]storeSpec, error) {
+		specs, err := groupStores(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range specs {
+			if err := checkLanes(base, s.target.dialect, "store "+s.Name); err != nil {
+				return nil, err
+			}
+		}
+		return specs, nil
+	}
 	return reconnecting(ctx, log, out, f, func(br *broker) error {
-		return groupWith(ctx, log, out, f, specs, starts, br, base, budget)
+		return groupWith(ctx, log, out, f, starts, br, base, budget, hup, load)
 	})
 }
 
@@ -225,11 +248,13 @@ func migrateStore(ctx context.Context, log *slog.Logger, db *database, s storeSp
 	return nil
 }
 
-// groupWith runs the group of specs on br until ctx ends (nil), the
-// publisher closes for good (txbox.ErrPublisherClosed) or no store can run.
-// Each store joins the group once starts has opened its database.
+// groupWith runs the group of starts' stores on br until ctx ends (nil),
+// the publisher closes for good (txbox.ErrPublisherClosed) or no store can
+// run. Each store joins the group once starts has opened its database; on
+// a signal from reload, load lists the stores again, and those removed or
+// changed leave the group.
 func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byte) (int, error) }, f *relayFlags,
-	specs []storeSpec, starts *storeStarts, br *broker, base relay.Config, budget int) error {
+	starts *storeStarts, br *broker, base relay.Config, budget int, reload <-chan os.Signal, load func() ([]storeSpec, error)) error {
 	pub, err := br.publisher(f.broker.subjectPrefix)
 	if err != nil {
 		return err
@@ -238,7 +263,8 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 	if err != nil {
 		return err
 	}
-	var relays []*relay.Relay
+	relays := map[string]*relay.Relay{}
+	var settingsLogged bool
 	j := joiner{retryAt: map[string]time.Time{}, wait: map[string]time.Duration{}}
 	// join adds each store whose database is open and which is not in the
 	// group yet; one whose table is not migrated is left out, one whose
@@ -246,7 +272,7 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 	// when the next try is due (zero: none).
 	join := func() (time.Time, error) {
 		var next time.Time
-		for _, s := range specs {
+		for _, s := range starts.current() {
 			if j.added(s.Name) || starts.isLeftOut(s.Name) {
 				continue
 			}
@@ -284,11 +310,12 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 				continue
 			}
 			j.join(s.Name)
-			relays = append(relays, r)
+			relays[s.Name] = r
 			starts.running(s.Name)
 			f.served.setStore(s.Name, r)
 			log.Info("store added", "store", s.Name, "db", s.target.String(), "schema", cmp.Or(s.Schema, "(the connection's default)"), "table", cmp.Or(s.Table, txbox.DefaultTable))
-			if len(relays) == 1 {
+			if !settingsLogged {
+				settingsLogged = true
 				cfg := r.Config()
 				log.Info("relay settings", "poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize,
 					"retention", cfg.Retention, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
@@ -296,7 +323,7 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 		}
 		return next, starts.allLeftOut()
 	}
-	log.Info("relay started", "stores", len(specs), "broker", br.desc, "db_budget", budget)
+	log.Info("relay started", "stores", len(starts.current()), "broker", br.desc, "db_budget", budget)
 
 	defer func() {
 		for _, r := range relays {
@@ -351,6 +378,44 @@ func groupWith(ctx context.Context, log *slog.Logger, out interface{ Write([]byt
 			len(relays), st.Published, st.Published-last, st.Rejected, st.Dead, st.Rounds, st.FailedRounds)
 		last = st.Published
 	}
+	// reloadStores reads the stores again: those removed, changed or left
+	// out leave the group (each after its round in flight) and the set;
+	// those added, changed or left out are opened and join. A list that
+	// does not load leaves the stores as they were.
+	reloadStores := func() {
+		specs, err := load()
+		if err != nil {
+			log.Error("reload of --stores refused; the stores run as they were", "err", err)
+			return
+		}
+		drop, add := starts.diff(specs)
+		for _, name := range drop {
+			if r, ok := relays[name]; ok {
+				rctx, cancel := context.WithTimeout(ctx, cmp.Or(base.PublishTimeout, relay.DefaultPublishTimeout)+10*time.Second)
+				if err := g.Remove(rctx, name); err != nil {
+					log.Warn("store removed before its round ended", "store", name, "err", err)
+				}
+				cancel()
+				f.served.clearStore(r)
+				delete(relays, name)
+			}
+			j.forget(name)
+		}
+		starts.drop(drop)
+		starts.add(add)
+		starts.order(specs)
+		f.served.reloaded(specs)
+		var added, removed []string
+		for _, sp := range add {
+			added = append(added, sp.Name)
+		}
+		for _, name := range drop {
+			if !slices.Contains(added, name) {
+				removed = append(removed, name)
+			}
+		}
+		log.Info("reloaded --stores", "stores", len(specs), "added_or_changed", strings.Join(added, ","), "removed", strings.Join(removed, ","))
+	}
 	var closed error
 	closed = rejoin()
 loop:
@@ -363,6 +428,9 @@ loop:
 			closed = rejoin()
 		case <-retryC():
 			retry = nil
+			closed = rejoin()
+		case <-reload:
+			reloadStores()
 			closed = rejoin()
 		case err := <-done:
 			printStats()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -370,4 +371,146 @@ func TestRelayGroupNoStoreCanRun(t *testing.T) {
 		t.Fatalf("relay: %v, want no store can run as the database does not exist\n%s", err, errOut.String())
 	}
 	checkRedacted(t, "relay error", err.Error()+out.String()+errOut.String(), "no store can run")
+}
+
+// SIGHUP reads --stores again: a store removed leaves (its readiness check
+// and series go), a store added joins and relays, a store unchanged runs
+// on without a restart; a file that does not load is refused and leaves
+// the stores as they were.
+func TestRelayGroupReloadStores(t *testing.T) {
+	t.Parallel()
+	admin, s1 := pgSchema(t)
+	_, s2 := pgSchema(t)
+	_, s3 := pgSchema(t)
+	testenv.NATS(t)
+	pgURL := strings.Replace(testenv.PostgresURL(), "postgres@", "postgres:"+secret+"@", 1)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "stores.json")
+	write := func(stores ...[2]string) {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString(`{"stores": [`)
+		for i, s := range stores {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"name": %q, "db": %q, "schema": %q}`, s[0], pgURL, s[1])
+		}
+		b.WriteString("]}")
+		testenv.Must(t, os.WriteFile(file, []byte(b.String()), 0o600), "write stores file")
+	}
+	write([2]string{"acme", s1}, [2]string{"globex", s2})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "free port")
+	addr := ln.Addr().String()
+	_ = ln.Close()
+
+	prefix := testenv.Subject()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut testenv.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"relay", "--migrate", "--stores", file, "--http", addr, "--ui",
+			"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPR")), "--stream-subjects", prefix + ">",
+			"--poll-interval", "50ms"}, &out, &errOut)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			select {
+			case err := <-done:
+				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s\n%s", what, errOut.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	delivered := func(schema string) func() bool {
+		return func() bool {
+			var n int
+			err := admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox WHERE published_at IS NULL`).Scan(&n)
+			return err == nil && n == 0
+		}
+	}
+	insert := func(schema string) {
+		t.Helper()
+		_, err := admin.Exec(ctx, `INSERT INTO `+schema+`.txbox_outbox (topic, payload) VALUES ($1, 'x')`, prefix+"t")
+		testenv.Must(t, err, "insert into %s", schema)
+	}
+	checks := func() []string {
+		_, body := get("/readyz")
+		var ready struct {
+			Checks []struct {
+				Name string `json:"name"`
+			} `json:"checks"`
+		}
+		testenv.Must(t, json.Unmarshal([]byte(body), &ready), "readyz %s", body)
+		var names []string
+		for _, c := range ready.Checks {
+			names = append(names, c.Name)
+		}
+		return names
+	}
+	hup := func() {
+		t.Helper()
+		testenv.Must(t, syscall.Kill(os.Getpid(), syscall.SIGHUP), "SIGHUP")
+	}
+	waitFor("both stores added", func() bool { return strings.Count(errOut.String(), `msg="store added"`) == 2 })
+	insert(s1)
+	insert(s2)
+	waitFor("both stores' rows delivered", func() bool { return delivered(s1)() && delivered(s2)() })
+
+	// globex leaves, initech joins, acme stays.
+	write([2]string{"acme", s1}, [2]string{"initech", s3})
+	hup()
+	waitFor("initech added", func() bool { return strings.Contains(errOut.String(), `msg="store added" store=initech`) })
+	if got := checks(); strings.Join(got, ",") != "acme,initech" {
+		t.Fatalf("/readyz checks %v after the reload, want acme,initech", got)
+	}
+	insert(s3)
+	insert(s1)
+	waitFor("initech's and acme's rows delivered", func() bool { return delivered(s3)() && delivered(s1)() })
+	if n := strings.Count(errOut.String(), `msg="store added" store=acme`); n != 1 {
+		t.Fatalf("acme was added %d times, want once (it did not change)", n)
+	}
+	_, metrics := get("/metrics")
+	if strings.Contains(metrics, `store="globex"`) || !strings.Contains(metrics, `store="initech"`) {
+		t.Fatalf("/metrics after globex left and initech joined:\n%s", metrics)
+	}
+	if _, index := get("/ui/"); strings.Contains(index, "globex") || !strings.Contains(index, `data-name="initech"`) {
+		t.Fatalf("/ui/ after the reload:\n%s", index)
+	}
+
+	// A file that does not load changes nothing.
+	testenv.Must(t, os.WriteFile(file, []byte(`{"stores": [`), 0o600), "write a broken file")
+	hup()
+	waitFor("the bad reload refused", func() bool { return strings.Contains(errOut.String(), "reload of --stores refused") })
+	if got := checks(); strings.Join(got, ",") != "acme,initech" {
+		t.Fatalf("/readyz checks %v after a refused reload, want acme,initech", got)
+	}
+	insert(s3)
+	waitFor("initech's row delivered after the refused reload", delivered(s3))
+
+	cancel()
+	select {
+	case err := <-done:
+		testenv.Must(t, err, "relay")
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not stop")
+	}
+	checkRedacted(t, "relay output", out.String()+errOut.String(), "reloaded --stores")
 }

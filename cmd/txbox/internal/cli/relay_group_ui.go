@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxui"
 )
 
@@ -46,8 +48,39 @@ func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, starts *st
 	for _, sp := range specs {
 		s.stores = append(s.stores, storeUI{spec: sp})
 	}
+	h.groupUI = s
 	h.ui.Store(&uiMount{s})
 	log.Info("serving the dashboard", "url", "http://"+h.srv.Addr+"/ui/", "stores", len(specs))
+}
+
+var errNoSuchStore = errors.New("no such store")
+
+// names returns the names of the stores listed, in order.
+func (s *storesUI) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, len(s.stores))
+	for i, st := range s.stores {
+		names[i] = st.spec.Name
+	}
+	return names
+}
+
+// setSpecs sets the stores listed (after a reload of --stores), keeping
+// the dashboards of the stores that did not change.
+func (s *storesUI) setSpecs(specs []storeSpec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stores := make([]storeUI, len(specs))
+	for i, sp := range specs {
+		stores[i] = storeUI{spec: sp}
+		for _, old := range s.stores {
+			if sameStore(old.spec, sp) {
+				stores[i] = old
+			}
+		}
+	}
+	s.stores = stores
 }
 
 // store returns the i-th store's dashboard, made now if its database has
@@ -55,6 +88,9 @@ func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, starts *st
 func (s *storesUI) store(i int) (storeUI, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if i < 0 || i >= len(s.stores) {
+		return storeUI{}, errNoSuchStore
+	}
 	st := s.stores[i]
 	if st.ui != nil {
 		return st, nil
@@ -69,7 +105,7 @@ func (s *storesUI) store(i int) (storeUI, error) {
 	}
 	name := st.spec.Name
 	cfg.Title, cfg.Token, cfg.Logger = name, s.token, s.log.With("store", name)
-	cfg.Relays = []txboxui.RelayRef{{Name: name, Current: s.h.group[name].Load}}
+	cfg.Relays = []txboxui.RelayRef{{Name: name, Current: func() *relay.Relay { return s.h.relayOf(name) }}}
 	if st.ui, err = txboxui.New(cfg); err != nil {
 		return st, err
 	}
@@ -100,7 +136,7 @@ func (s *storesUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rest, ok := strings.CutPrefix(r.URL.Path, "/store/"); ok {
 		num, _, slash := strings.Cut(rest, "/")
 		i, err := strconv.Atoi(num)
-		if err != nil || i < 0 || i >= len(s.stores) || strconv.Itoa(i) != num {
+		if err != nil || i < 0 || i >= len(s.names()) || strconv.Itoa(i) != num {
 			http.NotFound(w, r)
 			return
 		}
@@ -109,6 +145,10 @@ func (s *storesUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		st, err := s.store(i)
+		if errors.Is(err, errNoSuchStore) {
+			http.NotFound(w, r)
+			return
+		}
 		if err != nil {
 			http.Error(w, fmt.Sprintf("store %q does not run: %v", st.spec.Name, redactErr(err, st.spec.target.url)), http.StatusServiceUnavailable)
 			return
@@ -121,8 +161,8 @@ func (s *storesUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if name, ok := r.URL.Query()["store"]; ok {
-		for i, st := range s.stores {
-			if len(name) == 1 && st.spec.Name == name[0] {
+		for i, st := range s.names() {
+			if len(name) == 1 && st == name[0] {
 				seeOther(w, "store/"+strconv.Itoa(i)+"/")
 				return
 			}
@@ -165,9 +205,13 @@ var storesPage = template.Must(template.New("stores").Parse(`<!doctype html>
 func (s *storesUI) serveIndex(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	rows := make([]storeRow, len(s.stores))
-	for i := range s.stores {
+	names := s.names()
+	rows := make([]storeRow, 0, len(names))
+	for i := range names {
 		st, err := s.store(i)
+		if errors.Is(err, errNoSuchStore) {
+			break // the list changed meanwhile
+		}
 		row := storeRow{I: i, Name: st.spec.Name}
 		var b txboxui.Backlog
 		if err == nil {
@@ -181,7 +225,7 @@ func (s *storesUI) serveIndex(w http.ResponseWriter, r *http.Request) {
 			row.Pending, row.Retrying, row.Parked, row.Dead = b.Pending, b.Retrying, b.Parked, b.Dead
 			row.OldestClaimable = b.OldestClaimableAge.Round(time.Second).String()
 		}
-		rows[i] = row
+		rows = append(rows, row)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

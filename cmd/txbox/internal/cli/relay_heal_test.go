@@ -217,7 +217,7 @@ func TestRelayUnmigratedDatabaseExits1(t *testing.T) {
 	srv := testenv.EmbeddedNATS(t)
 	for name, db := range map[string]func(t *testing.T) []string{
 		"sqlite": func(t *testing.T) []string {
-			return []string{"--db", "sqlite://" + filepath.Join(t.TempDir(), "empty.db")}
+			return []string{"--db", emptySQLite(t, "empty.db")}
 		},
 		"postgres": func(t *testing.T) []string {
 			_, schema := pgSchema(t)

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,9 +30,14 @@ type relayHTTP struct {
 	metrics *txboxprom.Metrics // one store
 	current atomic.Pointer[relay.Relay]
 
-	stores *txboxprom.Stores                       // several stores
-	group  map[string]*atomic.Pointer[relay.Relay] // their relays running now, by name
-	starts atomic.Pointer[storeStarts]             // why those not running do not
+	stores *txboxprom.Stores           // several stores
+	starts atomic.Pointer[storeStarts] // why those not running do not
+
+	groupUI *storesUI // --ui with several stores
+
+	mu    sync.Mutex
+	names []string                // the stores, in order
+	group map[string]*relay.Relay // their relays running now, by name
 
 	ui  atomic.Pointer[uiMount] // --ui, once the databases are open
 	srv *http.Server
@@ -54,31 +61,24 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, 
 	h := &relayHTTP{}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var checks []health.Check
+	var checks func() []health.Check
 	if stores == nil {
 		h.metrics = txboxprom.New(txboxprom.Config{})
 		reg.MustRegister(h.metrics)
-		checks = append(checks, health.RelayCheck("relay", h.current.Load))
+		one := []health.Check{health.RelayCheck("relay", h.current.Load)}
+		checks = func() []health.Check { return one }
 	} else {
 		h.stores = txboxprom.NewStores(txboxprom.StoresConfig{})
 		reg.MustRegister(h.stores)
-		h.group = make(map[string]*atomic.Pointer[relay.Relay], len(stores))
-		for _, name := range stores {
-			p := new(atomic.Pointer[relay.Relay])
-			h.group[name] = p
-			check := health.RelayCheck(name, p.Load)
-			checks = append(checks, func(ctx context.Context) health.Result {
-				if p.Load() == nil {
-					if err := h.starts.Load().wait(name); err != nil {
-						return health.Result{Name: name, Error: err.Error()}
-					}
-				}
-				return check(ctx)
-			})
-		}
+		h.group = map[string]*relay.Relay{}
+		h.setNames(stores)
+		checks = h.storeChecks
 	}
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	mux := http.NewServeMux()
-	mux.Handle("/", health.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), checks...))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		health.Handler(metrics, checks()...).ServeHTTP(w, r) // the stores of now
+	})
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		if !ui {
 			http.Error(w, "the dashboard is not served: start the relay with --ui", http.StatusNotFound)
@@ -167,8 +167,13 @@ func (h *relayHTTP) storeObserver(name string) txbox.RelayObserver {
 
 // setStore records the relay of a group's store running now.
 func (h *relayHTTP) setStore(name string, r *relay.Relay) {
-	if h != nil {
-		h.group[name].Store(r)
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if slices.Contains(h.names, name) {
+		h.group[name] = r
 	}
 }
 
@@ -177,9 +182,74 @@ func (h *relayHTTP) clearStore(r *relay.Relay) {
 	if h == nil {
 		return
 	}
-	for _, p := range h.group {
-		p.CompareAndSwap(r, nil)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name, cur := range h.group {
+		if cur == r {
+			delete(h.group, name)
+		}
 	}
+}
+
+// relayOf returns the relay of the named store running now, or nil.
+func (h *relayHTTP) relayOf(name string) *relay.Relay {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.group[name]
+}
+
+// setNames sets the group's stores (after a reload of --stores): a store
+// no longer named loses its relay, its readiness check and its series.
+func (h *relayHTTP) setNames(names []string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, old := range h.names {
+		if !slices.Contains(names, old) {
+			delete(h.group, old)
+			h.stores.Remove(old)
+		}
+	}
+	h.names = slices.Clone(names)
+}
+
+// reloaded sets the group's stores after a reload of --stores.
+func (h *relayHTTP) reloaded(specs []storeSpec) {
+	if h == nil {
+		return
+	}
+	names := make([]string, len(specs))
+	for i, sp := range specs {
+		names[i] = sp.Name
+	}
+	h.setNames(names)
+	if h.groupUI != nil {
+		h.groupUI.setSpecs(specs)
+	}
+}
+
+// storeChecks returns one readiness check per store: its relay's, or why
+// it does not run.
+func (h *relayHTTP) storeChecks() []health.Check {
+	h.mu.Lock()
+	names := slices.Clone(h.names)
+	h.mu.Unlock()
+	checks := make([]health.Check, len(names))
+	for i, name := range names {
+		current := func() *relay.Relay { return h.relayOf(name) }
+		check := health.RelayCheck(name, current)
+		checks[i] = func(ctx context.Context) health.Result {
+			if current() == nil {
+				if err := h.starts.Load().wait(name); err != nil {
+					return health.Result{Name: name, Error: err.Error()}
+				}
+			}
+			return check(ctx)
+		}
+	}
+	return checks
 }
 
 // setStarts gives the readiness checks of a group's stores the reason why
