@@ -24,7 +24,7 @@ import (
 // group once its database is open (and, with --migrate, its table
 // migrated). A database that refuses for good (bad credentials, no such
 // database) or a table that cannot be migrated or is not migrated leaves
-// its stores out until the relay restarts or reloads --stores; the relay
+// its stores out until the relay restarts or their entries change; the relay
 // exits when every store is left out. Stores are added and dropped while
 // it runs (a reload of --stores).
 type storeStarts struct {
@@ -131,14 +131,15 @@ func (s *storeStarts) current() []storeSpec {
 }
 
 // diff compares the set with specs, a new list of the stores: it returns
-// the names to drop (gone, changed, or left out: a reload tries them
-// again) and the stores to add (new, changed, or left out).
+// the names to drop (gone or changed) and the stores to add (new or
+// changed). A list that did not change changes nothing: a store left out
+// stays out until its entry changes or the relay restarts.
 func (s *storeStarts) diff(specs []storeSpec) (drop []string, add []storeSpec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, old := range s.specs {
 		i := slices.IndexFunc(specs, func(sp storeSpec) bool { return sp.Name == old.Name })
-		if i < 0 || !sameStore(specs[i], old) || s.leftOut[old.Name] {
+		if i < 0 || !sameStore(specs[i], old) {
 			drop = append(drop, old.Name)
 		}
 	}
@@ -274,11 +275,11 @@ func (s *storeStarts) has(sp storeSpec) bool {
 func (s *storeStarts) leaveOut(stores []storeSpec, err error) {
 	s.mu.Lock()
 	for _, sp := range stores {
-		s.why[sp.Name] = fmt.Errorf("not running until the relay restarts or reloads --stores: %w", err)
+		s.why[sp.Name] = fmt.Errorf("not running until the relay restarts or its entry in --stores changes: %w", err)
 		s.leftOut[sp.Name] = true
 	}
 	s.mu.Unlock()
-	s.log.Error("stores left out: they will not run until the relay restarts or reloads --stores; the others run",
+	s.log.Error("stores left out: they will not run until the relay restarts or their entry in --stores changes; the others run",
 		"stores", storeNames(stores), "err", err)
 	s.signal()
 }
