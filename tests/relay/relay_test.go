@@ -560,7 +560,9 @@ func TestStopMidBatchLosesNothing(t *testing.T) {
 		}
 		f.add(t, true, msgs...)
 		slow := &halfPublisher{started: make(chan struct{})}
-		r := f.newRelay(t, slow, relay.Config{PollInterval: 10 * time.Millisecond, ClaimLease: 11 * time.Second})
+		// The publish ends at its timeout; the claim's lease outlasts it by
+		// far, so that a slow mark on a loaded machine is not fenced off.
+		r := f.newRelay(t, slow, relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: 2 * time.Second, ClaimLease: time.Minute})
 		testenv.Must(t, r.Start(context.Background()), "start")
 		<-slow.started
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -46,48 +46,13 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 		{"name": "acme", "db": %q, "schema": %q},
 		{"name": %q, "db": %q, "schema": %q}
 	]}`, pgURL, s1, globex, globexURL, s2)), 0o600), "write stores file")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err, "free port")
-	addr := ln.Addr().String()
-	_ = ln.Close()
 
 	prefix := testenv.Subject()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut testenv.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- cli.Run(ctx, []string{"relay", "--migrate", "--stores", file, "--http", addr, "--ui",
-			"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRP")), "--stream-subjects", prefix + ">",
-			"--poll-interval", "50ms"}, &out, &errOut)
-	}()
-	var served strings.Builder
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		served.Write(b)
-		return resp.StatusCode, string(b)
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			select {
-			case err := <-done:
-				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s\n%s", what, errOut.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitFor("both stores added", func() bool { return strings.Count(errOut.String(), `msg="store added"`) == 2 })
+	ctx := context.Background()
+	r := startGroupRelay(t, "--migrate", "--stores", file, "--ui",
+		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRP")), "--stream-subjects", prefix+">",
+		"--poll-interval", "50ms")
+	r.waitFor("both stores added", func() bool { return strings.Count(r.errOut.String(), `msg="store added"`) == 2 })
 	for i, s := range []string{s1, s2} {
 		for range 2 + i { // acme 2 dead rows, globex 3
 			_, err := admin.Exec(ctx, `INSERT INTO `+s+`.txbox_outbox (topic, payload, dead_at) VALUES ($1, 'x', now())`, prefix+"dead")
@@ -96,15 +61,15 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 		_, err := admin.Exec(ctx, `INSERT INTO `+s+`.txbox_outbox (topic, payload) VALUES ($1, 'y')`, prefix+"live")
 		testenv.Must(t, err, "insert")
 	}
-	waitFor("/readyz 200", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
-	waitFor("both stores' live rows delivered", func() bool {
+	r.waitFor("/readyz 200", func() bool { code, _ := r.get("/readyz"); return code == http.StatusOK })
+	r.waitFor("both stores' live rows delivered", func() bool {
 		var n int
 		testenv.Must(t, admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+s1+`.txbox_outbox WHERE published_at IS NULL AND dead_at IS NULL)
 			+ (SELECT count(*) FROM `+s2+`.txbox_outbox WHERE published_at IS NULL AND dead_at IS NULL)`).Scan(&n), "count")
 		return n == 0
 	})
 
-	code, metrics := get("/metrics")
+	code, metrics := r.get("/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics %d", code)
 	}
@@ -115,7 +80,7 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 	}
 
 	// The store list shows each store's backlog.
-	code, index := get("/ui/")
+	code, index := r.get("/ui/")
 	if code != http.StatusOK {
 		t.Fatalf("/ui/ %d:\n%s", code, index)
 	}
@@ -133,11 +98,11 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 	if strings.Contains(index, globex) {
 		t.Fatalf("/ui/ prints a store's name unescaped:\n%s", index)
 	}
-	code, page := get("/ui/?store=" + url.QueryEscape(globex))
+	code, page := r.get("/ui/?store=" + url.QueryEscape(globex))
 	if code != http.StatusOK || !strings.Contains(page, `id="backlog"`) || !strings.Contains(page, `data-name="`+globexHTML+`"`) || strings.Contains(page, globex) {
 		t.Fatalf("/ui/?store=globex %d is not globex's dashboard:\n%s", code, page)
 	}
-	_, state := get("/ui/store/1/api/state")
+	_, state := r.get("/ui/store/1/api/state")
 	var st struct {
 		Title   string `json:"title"`
 		Backlog struct {
@@ -148,7 +113,7 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 	if st.Title != globex || st.Backlog.Dead != 3 {
 		t.Fatalf("store 1's state: %+v, want globex with 3 dead", st)
 	}
-	if code, _ := get("/ui/?store=nobody"); code != http.StatusNotFound {
+	if code, _ := r.get("/ui/?store=nobody"); code != http.StatusNotFound {
 		t.Fatalf("/ui/?store=nobody: %d, want 404", code)
 	}
 
@@ -162,8 +127,8 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 			Error string `json:"error"`
 		} `json:"checks"`
 	}
-	waitFor("/readyz 503 naming globex", func() bool {
-		code, body := get("/readyz")
+	r.waitFor("/readyz 503 naming globex", func() bool {
+		code, body := r.get("/readyz")
 		if code != http.StatusServiceUnavailable {
 			return false
 		}
@@ -180,22 +145,16 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 	if len(got) != 2 || !got["acme"] || got[globex] {
 		t.Fatalf("/readyz checks %+v, want acme ready and globex not", ready.Checks)
 	}
-	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
+	if code, body := r.get("/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz %d %q with one store down, want ok", code, body)
 	}
-	if _, index := get("/ui/"); !strings.Contains(index, "unavailable:") {
+	if _, index := r.get("/ui/"); !strings.Contains(index, "unavailable:") {
 		t.Fatalf("/ui/ does not show globex as unavailable:\n%s", index)
 	}
 	proxy.Resume()
-	cancel()
-	select {
-	case err := <-done:
-		testenv.Must(t, err, "relay")
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not stop")
-	}
-	checkRedacted(t, "served pages", served.String(), `data-name="acme"`)
-	checkRedacted(t, "relay output", out.String()+errOut.String(), "relay started")
+	r.stop()
+	checkRedacted(t, "served pages", r.served.String(), `data-name="acme"`)
+	checkRedacted(t, "relay output", r.out.String()+r.errOut.String(), "relay started")
 }
 
 // A store whose database is down when the relay starts holds up no other
@@ -227,47 +186,12 @@ func TestRelayGroupStoreDownAtStart(t *testing.T) {
 		{"name": "globex", "db": %q, "schema": %q},
 		{"name": "gone", "db": %q}
 	]}`, pgURL, s1, globexURL, s2, goneURL)), 0o600), "write stores file")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err, "free port")
-	addr := ln.Addr().String()
-	_ = ln.Close()
 
 	prefix := testenv.Subject()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut testenv.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- cli.Run(ctx, []string{"relay", "--migrate", "--stores", file, "--http", addr, "--ui",
-			"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPD")), "--stream-subjects", prefix + ">",
-			"--poll-interval", "50ms"}, &out, &errOut)
-	}()
-	var served strings.Builder
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		served.Write(b)
-		return resp.StatusCode, string(b)
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			select {
-			case err := <-done:
-				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s\n%s", what, errOut.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	ctx := context.Background()
+	r := startGroupRelay(t, "--migrate", "--stores", file, "--ui",
+		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPD")), "--stream-subjects", prefix+">",
+		"--poll-interval", "50ms")
 	delivered := func(schema string) func() bool {
 		return func() bool {
 			var n int
@@ -275,13 +199,13 @@ func TestRelayGroupStoreDownAtStart(t *testing.T) {
 			return err == nil && n == 0
 		}
 	}
-	waitFor("acme added", func() bool { return strings.Contains(errOut.String(), `msg="store added" store=acme`) })
+	r.waitFor("acme added", func() bool { return strings.Contains(r.errOut.String(), `msg="store added" store=acme`) })
 	_, err = admin.Exec(ctx, `INSERT INTO `+s1+`.txbox_outbox (topic, payload) VALUES ($1, 'a')`, prefix+"acme")
 	testenv.Must(t, err, "insert")
-	waitFor("acme's row delivered while globex's database is down", delivered(s1))
+	r.waitFor("acme's row delivered while globex's database is down", delivered(s1))
 
 	checks := func() map[string]string {
-		code, body := get("/readyz")
+		code, body := r.get("/readyz")
 		var ready struct {
 			Checks []struct {
 				Name  string `json:"name"`
@@ -302,7 +226,7 @@ func TestRelayGroupStoreDownAtStart(t *testing.T) {
 		}
 		return got
 	}
-	waitFor("globex named as waiting", func() bool {
+	r.waitFor("globex named as waiting", func() bool {
 		return strings.HasPrefix(checks()["globex"], "waiting for its database: connect to")
 	})
 	got := checks()
@@ -312,43 +236,37 @@ func TestRelayGroupStoreDownAtStart(t *testing.T) {
 	if strings.Contains(got["globex"], "\n") {
 		t.Errorf("globex's reason spans lines: %q", got["globex"])
 	}
-	_, index := get("/ui/")
+	_, index := r.get("/ui/")
 	row := index[strings.Index(index, `data-name="globex"`):]
 	row = row[:strings.Index(row, "</tr>")]
 	if !strings.Contains(row, "unavailable: waiting for its database") {
 		t.Fatalf("/ui/ row of globex does not say it waits for its database:\n%s", row)
 	}
-	if code, page := get("/ui/store/1/"); code != http.StatusServiceUnavailable || !strings.Contains(page, "waiting for its database") {
+	if code, page := r.get("/ui/store/1/"); code != http.StatusServiceUnavailable || !strings.Contains(page, "waiting for its database") {
 		t.Fatalf("/ui/store/1/ (globex) %d %q, want 503 saying why", code, page)
 	}
-	if code, page := get("/ui/store/0/"); code != http.StatusOK || !strings.Contains(page, `id="backlog"`) {
+	if code, page := r.get("/ui/store/0/"); code != http.StatusOK || !strings.Contains(page, `id="backlog"`) {
 		t.Fatalf("/ui/store/0/ (acme) %d, want its dashboard:\n%s", code, page)
 	}
 
 	proxy.Resume()
-	waitFor("globex added", func() bool { return checks()["globex"] == "ready" })
+	r.waitFor("globex added", func() bool { return checks()["globex"] == "ready" })
 	_, err = admin.Exec(ctx, `INSERT INTO `+s2+`.txbox_outbox (topic, payload) VALUES ($1, 'g')`, prefix+"globex")
 	testenv.Must(t, err, "insert")
-	waitFor("globex's row delivered", delivered(s2))
-	if _, index := get("/ui/"); !strings.Contains(index, `<a href="store/1/">globex</a></td>
+	r.waitFor("globex's row delivered", delivered(s2))
+	if _, index := r.get("/ui/"); !strings.Contains(index, `<a href="store/1/">globex</a></td>
 <td class="pending">0</td>`) {
 		t.Fatalf("/ui/ does not show globex's backlog once it runs:\n%s", index)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		testenv.Must(t, err, "relay")
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not stop")
-	}
-	logs := errOut.String()
+	r.stop()
+	logs := r.errOut.String()
 	for _, want := range []string{"unreachable; its stores wait for it, the others run", "stores left out", "database postgres://postgres:xxxxx@" + proxy.Addr()} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the log lacks %q:\n%s", want, logs)
 		}
 	}
-	checkRedacted(t, "served pages", served.String(), `data-name="acme"`)
-	checkRedacted(t, "relay output", out.String()+logs, "relay started")
+	checkRedacted(t, "served pages", r.served.String(), `data-name="acme"`)
+	checkRedacted(t, "relay output", r.out.String()+logs, "relay started")
 }
 
 // A relay whose every store is left out (no database exists) exits with
@@ -400,45 +318,12 @@ func TestRelayGroupReloadStores(t *testing.T) {
 		testenv.Must(t, os.WriteFile(file, []byte(b.String()), 0o600), "write stores file")
 	}
 	write([2]string{"acme", s1}, [2]string{"globex", s2})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err, "free port")
-	addr := ln.Addr().String()
-	_ = ln.Close()
 
 	prefix := testenv.Subject()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut testenv.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- cli.Run(ctx, []string{"relay", "--migrate", "--stores", file, "--http", addr, "--ui",
-			"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPR")), "--stream-subjects", prefix + ">",
-			"--poll-interval", "50ms"}, &out, &errOut)
-	}()
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			select {
-			case err := <-done:
-				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s\n%s", what, errOut.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	ctx := context.Background()
+	r := startGroupRelay(t, "--migrate", "--stores", file, "--ui",
+		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPR")), "--stream-subjects", prefix+">",
+		"--poll-interval", "50ms")
 	delivered := func(schema string) func() bool {
 		return func() bool {
 			var n int
@@ -452,7 +337,7 @@ func TestRelayGroupReloadStores(t *testing.T) {
 		testenv.Must(t, err, "insert into %s", schema)
 	}
 	checks := func() []string {
-		_, body := get("/readyz")
+		_, body := r.get("/readyz")
 		var ready struct {
 			Checks []struct {
 				Name string `json:"name"`
@@ -469,48 +354,111 @@ func TestRelayGroupReloadStores(t *testing.T) {
 		t.Helper()
 		testenv.Must(t, syscall.Kill(os.Getpid(), syscall.SIGHUP), "SIGHUP")
 	}
-	waitFor("both stores added", func() bool { return strings.Count(errOut.String(), `msg="store added"`) == 2 })
+	r.waitFor("both stores added", func() bool { return strings.Count(r.errOut.String(), `msg="store added"`) == 2 })
 	insert(s1)
 	insert(s2)
-	waitFor("both stores' rows delivered", func() bool { return delivered(s1)() && delivered(s2)() })
+	r.waitFor("both stores' rows delivered", func() bool { return delivered(s1)() && delivered(s2)() })
 
 	// globex leaves, initech joins, acme stays.
 	write([2]string{"acme", s1}, [2]string{"initech", s3})
 	hup()
-	waitFor("initech added", func() bool { return strings.Contains(errOut.String(), `msg="store added" store=initech`) })
+	r.waitFor("initech added", func() bool { return strings.Contains(r.errOut.String(), `msg="store added" store=initech`) })
 	if got := checks(); strings.Join(got, ",") != "acme,initech" {
 		t.Fatalf("/readyz checks %v after the reload, want acme,initech", got)
 	}
 	insert(s3)
 	insert(s1)
-	waitFor("initech's and acme's rows delivered", func() bool { return delivered(s3)() && delivered(s1)() })
-	if n := strings.Count(errOut.String(), `msg="store added" store=acme`); n != 1 {
+	r.waitFor("initech's and acme's rows delivered", func() bool { return delivered(s3)() && delivered(s1)() })
+	if n := strings.Count(r.errOut.String(), `msg="store added" store=acme`); n != 1 {
 		t.Fatalf("acme was added %d times, want once (it did not change)", n)
 	}
-	_, metrics := get("/metrics")
+	_, metrics := r.get("/metrics")
 	if strings.Contains(metrics, `store="globex"`) || !strings.Contains(metrics, `store="initech"`) {
 		t.Fatalf("/metrics after globex left and initech joined:\n%s", metrics)
 	}
-	if _, index := get("/ui/"); strings.Contains(index, "globex") || !strings.Contains(index, `data-name="initech"`) {
+	if _, index := r.get("/ui/"); strings.Contains(index, "globex") || !strings.Contains(index, `data-name="initech"`) {
 		t.Fatalf("/ui/ after the reload:\n%s", index)
 	}
 
 	// A file that does not load changes nothing.
 	testenv.Must(t, os.WriteFile(file, []byte(`{"stores": [`), 0o600), "write a broken file")
 	hup()
-	waitFor("the bad reload refused", func() bool { return strings.Contains(errOut.String(), "reload of --stores refused") })
+	r.waitFor("the bad reload refused", func() bool { return strings.Contains(r.errOut.String(), "reload of --stores refused") })
 	if got := checks(); strings.Join(got, ",") != "acme,initech" {
 		t.Fatalf("/readyz checks %v after a refused reload, want acme,initech", got)
 	}
 	insert(s3)
-	waitFor("initech's row delivered after the refused reload", delivered(s3))
+	r.waitFor("initech's row delivered after the refused reload", delivered(s3))
 
-	cancel()
-	select {
-	case err := <-done:
-		testenv.Must(t, err, "relay")
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not stop")
+	r.stop()
+	checkRedacted(t, "relay output", r.out.String()+r.errOut.String(), "reloaded --stores")
+}
+
+// groupRelay is `txbox relay` run in the background with --http on a free
+// port, for the tests of a relay with several stores.
+type groupRelay struct {
+	t           *testing.T
+	addr        string
+	out, errOut testenv.Buffer
+	served      strings.Builder // every page served, to check for passwords
+	cancel      context.CancelFunc
+	done        chan error
+}
+
+// startGroupRelay runs `txbox relay ARGS --http ADDR`; the relay is
+// stopped when the test ends if stop was not called.
+func startGroupRelay(t *testing.T, args ...string) *groupRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "free port")
+	r := &groupRelay{t: t, addr: ln.Addr().String(), done: make(chan error, 1)}
+	_ = ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	t.Cleanup(cancel)
+	args = append(append([]string{"relay"}, args...), "--http", r.addr)
+	go func() { r.done <- cli.Run(ctx, args, &r.out, &r.errOut) }()
+	return r
+}
+
+// get fetches path from the relay's --http address.
+func (r *groupRelay) get(path string) (int, string) {
+	resp, err := http.Get("http://" + r.addr + path)
+	if err != nil {
+		return 0, err.Error()
 	}
-	checkRedacted(t, "relay output", out.String()+errOut.String(), "reloaded --stores")
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r.served.Write(b)
+	return resp.StatusCode, string(b)
+}
+
+// waitFor polls cond, failing the test if the relay exits first or cond
+// does not hold within two minutes.
+func (r *groupRelay) waitFor(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		select {
+		case err := <-r.done:
+			r.t.Fatalf("relay exited: %v\n%s", err, r.errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("timed out waiting for %s\n%s", what, r.errOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop stops the relay and fails the test unless it exits cleanly.
+func (r *groupRelay) stop() {
+	r.t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		testenv.Must(r.t, err, "relay")
+	case <-time.After(30 * time.Second):
+		r.t.Fatal("relay did not stop")
+	}
 }
