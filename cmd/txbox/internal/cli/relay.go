@@ -81,9 +81,15 @@ With no --broker, an embedded NATS server with JetStream is started (data in
 --nats-dir, listening on --nats-listen); unless --stream or --stream-subjects
 say otherwise, topics get the prefix "txbox." and the stream TXBOX captures
 "txbox.>". Logs go to stderr; a stats line goes to stdout every
---stats-interval.`,
+--stats-interval.
+
+Several stores (--db repeated, or --stores FILE) run in one process: each
+store starts as soon as its own database answers, and one that can never
+start (bad credentials, no such database or table) is left out while the
+others run. With --stores, SIGHUP reads the file again: stores added, removed
+or changed join or leave without a restart.`,
 		Example: `  txbox relay --db postgres://app@localhost:5432/app --broker nats://localhost:4222
-  txbox relay                                        # SQLite txbox.db + embedded NATS
+  txbox relay --migrate                              # SQLite txbox.db + embedded NATS
   OUTBOX_BATCH_SIZE=500 txbox relay --db sqlite://app.db --broker nats://nats:4222 \
       --stream ORDERS --stream-subjects 'order.>'`,
 		Args: cobra.NoArgs,
