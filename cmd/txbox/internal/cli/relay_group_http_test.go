@@ -293,18 +293,24 @@ func TestRelayGroupNoStoreCanRun(t *testing.T) {
 
 // SIGHUP reads --stores again: a store removed leaves (its readiness check
 // and series go), a store added joins and relays, a store unchanged runs
-// on without a restart; a file that does not load is refused and leaves
-// the stores as they were.
+// on without a restart, a store left out (its database does not exist)
+// joins once its entry is fixed; a file that does not load is refused and
+// leaves the stores as they were.
 func TestRelayGroupReloadStores(t *testing.T) {
 	t.Parallel()
 	admin, s1 := pgSchema(t)
 	_, s2 := pgSchema(t)
 	_, s3 := pgSchema(t)
+	_, s4 := pgSchema(t)
 	testenv.NATS(t)
 	pgURL := strings.Replace(testenv.PostgresURL(), "postgres@", "postgres:"+secret+"@", 1)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "stores.json")
-	write := func(stores ...[2]string) {
+	u, err := url.Parse(pgURL)
+	testenv.Must(t, err, "parse url")
+	u.Path = "/" + testenv.Name("nosuchdb")
+	goneURL := u.String()
+	write := func(stores ...[3]string) { // name, db, schema
 		t.Helper()
 		var b strings.Builder
 		b.WriteString(`{"stores": [`)
@@ -312,12 +318,12 @@ func TestRelayGroupReloadStores(t *testing.T) {
 			if i > 0 {
 				b.WriteString(",")
 			}
-			fmt.Fprintf(&b, `{"name": %q, "db": %q, "schema": %q}`, s[0], pgURL, s[1])
+			fmt.Fprintf(&b, `{"name": %q, "db": %q, "schema": %q}`, s[0], s[1], s[2])
 		}
 		b.WriteString("]}")
 		testenv.Must(t, os.WriteFile(file, []byte(b.String()), 0o600), "write stores file")
 	}
-	write([2]string{"acme", s1}, [2]string{"globex", s2})
+	write([3]string{"acme", pgURL, s1}, [3]string{"globex", pgURL, s2}, [3]string{"gone", goneURL, ""})
 
 	prefix := testenv.Subject()
 	ctx := context.Background()
@@ -354,21 +360,26 @@ func TestRelayGroupReloadStores(t *testing.T) {
 		t.Helper()
 		testenv.Must(t, syscall.Kill(os.Getpid(), syscall.SIGHUP), "SIGHUP")
 	}
-	r.waitFor("both stores added", func() bool { return strings.Count(r.errOut.String(), `msg="store added"`) == 2 })
+	r.waitFor("two stores added, one left out", func() bool {
+		return strings.Count(r.errOut.String(), `msg="store added"`) == 2 && strings.Contains(r.errOut.String(), "stores left out")
+	})
 	insert(s1)
 	insert(s2)
 	r.waitFor("both stores' rows delivered", func() bool { return delivered(s1)() && delivered(s2)() })
 
-	// globex leaves, initech joins, acme stays.
-	write([2]string{"acme", s1}, [2]string{"initech", s3})
+	// globex leaves, initech joins, acme stays, gone's entry is fixed.
+	write([3]string{"acme", pgURL, s1}, [3]string{"initech", pgURL, s3}, [3]string{"gone", pgURL, s4})
 	hup()
-	r.waitFor("initech added", func() bool { return strings.Contains(r.errOut.String(), `msg="store added" store=initech`) })
-	if got := checks(); strings.Join(got, ",") != "acme,initech" {
-		t.Fatalf("/readyz checks %v after the reload, want acme,initech", got)
+	r.waitFor("initech and gone added", func() bool {
+		return strings.Contains(r.errOut.String(), `msg="store added" store=initech`) && strings.Contains(r.errOut.String(), `msg="store added" store=gone`)
+	})
+	if got := checks(); strings.Join(got, ",") != "acme,initech,gone" {
+		t.Fatalf("/readyz checks %v after the reload, want acme,initech,gone", got)
 	}
 	insert(s3)
 	insert(s1)
-	r.waitFor("initech's and acme's rows delivered", func() bool { return delivered(s3)() && delivered(s1)() })
+	insert(s4)
+	r.waitFor("initech's, acme's and gone's rows delivered", func() bool { return delivered(s3)() && delivered(s1)() && delivered(s4)() })
 	if n := strings.Count(r.errOut.String(), `msg="store added" store=acme`); n != 1 {
 		t.Fatalf("acme was added %d times, want once (it did not change)", n)
 	}
@@ -384,8 +395,8 @@ func TestRelayGroupReloadStores(t *testing.T) {
 	testenv.Must(t, os.WriteFile(file, []byte(`{"stores": [`), 0o600), "write a broken file")
 	hup()
 	r.waitFor("the bad reload refused", func() bool { return strings.Contains(r.errOut.String(), "reload of --stores refused") })
-	if got := checks(); strings.Join(got, ",") != "acme,initech" {
-		t.Fatalf("/readyz checks %v after a refused reload, want acme,initech", got)
+	if got := checks(); strings.Join(got, ",") != "acme,initech,gone" {
+		t.Fatalf("/readyz checks %v after a refused reload, want acme,initech,gone", got)
 	}
 	insert(s3)
 	r.waitFor("initech's row delivered after the refused reload", delivered(s3))
