@@ -271,14 +271,21 @@ func (s *storeStarts) has(sp storeSpec) bool {
 	return slices.ContainsFunc(s.specs, func(o storeSpec) bool { return sameStore(o, sp) })
 }
 
-// leaveOut records that stores will not run, and why.
+// leaveOut records that stores will not run, and why (those still in the
+// set: a reload may have dropped them meanwhile).
 func (s *storeStarts) leaveOut(stores []storeSpec, err error) {
 	s.mu.Lock()
+	stores = slices.DeleteFunc(slices.Clone(stores), func(sp storeSpec) bool {
+		return !slices.ContainsFunc(s.specs, func(o storeSpec) bool { return sameStore(o, sp) })
+	})
 	for _, sp := range stores {
 		s.why[sp.Name] = fmt.Errorf("not running until the relay restarts or its entry in --stores changes: %w", err)
 		s.leftOut[sp.Name] = true
 	}
 	s.mu.Unlock()
+	if len(stores) == 0 {
+		return
+	}
 	s.log.Error("stores left out: they will not run until the relay restarts or their entry in --stores changes; the others run",
 		"stores", storeNames(stores), "err", err)
 	s.signal()
@@ -342,7 +349,7 @@ func (s *storeStarts) isLeftOut(name string) bool {
 func (s *storeStarts) allLeftOut() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.specs) == 0 || len(s.leftOut) < len(s.specs) {
+	if len(s.specs) == 0 || slices.ContainsFunc(s.specs, func(sp storeSpec) bool { return !s.leftOut[sp.Name] }) {
 		return nil
 	}
 	var errs []error
