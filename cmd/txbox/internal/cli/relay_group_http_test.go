@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -47,11 +49,8 @@ func TestRelayGroupHTTPAndUI(t *testing.T) {
 		{"name": %q, "db": %q, "schema": %q}
 	]}`, pgURL, s1, globex, globexURL, s2)), 0o600), "write stores file")
 
-	prefix := testenv.Subject()
 	ctx := context.Background()
-	r := startGroupRelay(t, "--migrate", "--stores", file, "--ui",
-		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRP")), "--stream-subjects", prefix+">",
-		"--poll-interval", "50ms")
+	r, prefix := startStoresRelay(t, file, "GRP")
 	r.waitFor("both stores added", func() bool { return strings.Count(r.errOut.String(), `msg="store added"`) == 2 })
 	for i, s := range []string{s1, s2} {
 		for range 2 + i { // acme 2 dead rows, globex 3
@@ -187,18 +186,9 @@ func TestRelayGroupStoreDownAtStart(t *testing.T) {
 		{"name": "gone", "db": %q}
 	]}`, pgURL, s1, globexURL, s2, goneURL)), 0o600), "write stores file")
 
-	prefix := testenv.Subject()
 	ctx := context.Background()
-	r := startGroupRelay(t, "--migrate", "--stores", file, "--ui",
-		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPD")), "--stream-subjects", prefix+">",
-		"--poll-interval", "50ms")
-	delivered := func(schema string) func() bool {
-		return func() bool {
-			var n int
-			err := admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox WHERE published_at IS NULL`).Scan(&n)
-			return err == nil && n == 0
-		}
-	}
+	r, prefix := startStoresRelay(t, file, "GRPD")
+	delivered := func(schema string) func() bool { return allDelivered(admin, schema) }
 	r.waitFor("acme added", func() bool { return strings.Contains(r.errOut.String(), `msg="store added" store=acme`) })
 	_, err = admin.Exec(ctx, `INSERT INTO `+s1+`.txbox_outbox (topic, payload) VALUES ($1, 'a')`, prefix+"acme")
 	testenv.Must(t, err, "insert")
@@ -325,18 +315,9 @@ func TestRelayGroupReloadStores(t *testing.T) {
 	}
 	write([3]string{"acme", pgURL, s1}, [3]string{"globex", pgURL, s2}, [3]string{"gone", goneURL, ""})
 
-	prefix := testenv.Subject()
 	ctx := context.Background()
-	r := startGroupRelay(t, "--migrate", "--stores", file, "--ui",
-		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRPR")), "--stream-subjects", prefix+">",
-		"--poll-interval", "50ms")
-	delivered := func(schema string) func() bool {
-		return func() bool {
-			var n int
-			err := admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox WHERE published_at IS NULL`).Scan(&n)
-			return err == nil && n == 0
-		}
-	}
+	r, prefix := startStoresRelay(t, file, "GRPR")
+	delivered := func(schema string) func() bool { return allDelivered(admin, schema) }
 	insert := func(schema string) {
 		t.Helper()
 		_, err := admin.Exec(ctx, `INSERT INTO `+schema+`.txbox_outbox (topic, payload) VALUES ($1, 'x')`, prefix+"t")
@@ -403,6 +384,26 @@ func TestRelayGroupReloadStores(t *testing.T) {
 
 	r.stop()
 	checkRedacted(t, "relay output", r.out.String()+r.errOut.String(), "reloaded --stores")
+}
+
+// startStoresRelay runs `txbox relay --migrate --stores FILE --ui` on the
+// test NATS server, into a stream of its own named after tag; topics are
+// to start with the prefix it returns.
+func startStoresRelay(t *testing.T, file, tag string) (*groupRelay, string) {
+	t.Helper()
+	prefix := testenv.Subject()
+	return startGroupRelay(t, "--migrate", "--stores", file, "--ui", "--broker", testenv.NATSURL(),
+		"--stream", strings.ToUpper(testenv.Name(tag)), "--stream-subjects", prefix+">", "--poll-interval", "50ms"), prefix
+}
+
+// allDelivered returns the condition that schema's outbox holds no
+// undelivered row.
+func allDelivered(admin *pgxpool.Pool, schema string) func() bool {
+	return func() bool {
+		var n int
+		err := admin.QueryRow(context.Background(), `SELECT count(*) FROM `+schema+`.txbox_outbox WHERE published_at IS NULL`).Scan(&n)
+		return err == nil && n == 0
+	}
 }
 
 // groupRelay is `txbox relay` run in the background with --http on a free
