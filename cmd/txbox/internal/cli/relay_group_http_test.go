@@ -238,9 +238,20 @@ func TestRelayGroupStoreDownAtStart(t *testing.T) {
 	if code, page := r.get("/ui/store/0/"); code != http.StatusOK || !strings.Contains(page, `id="backlog"`) {
 		t.Fatalf("/ui/store/0/ (acme) %d, want its dashboard:\n%s", code, page)
 	}
+	storeStates := func(running, waiting, leftOut int) {
+		t.Helper()
+		_, metrics := r.get("/metrics")
+		for state, n := range map[string]int{"running": running, "waiting": waiting, "left_out": leftOut} {
+			if want := fmt.Sprintf(`txbox_relay_stores{state=%q} %d`, state, n); !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	}
+	storeStates(1, 1, 1)
 
 	proxy.Resume()
 	r.waitFor("globex added", func() bool { return checks()["globex"] == "ready" })
+	storeStates(2, 0, 1)
 	_, err = admin.Exec(ctx, `INSERT INTO `+s2+`.txbox_outbox (topic, payload) VALUES ($1, 'g')`, prefix+"globex")
 	testenv.Must(t, err, "insert")
 	r.waitFor("globex's row delivered", delivered(s2))

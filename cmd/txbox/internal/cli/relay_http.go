@@ -70,6 +70,12 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, 
 	} else {
 		h.stores = txboxprom.NewStores(txboxprom.StoresConfig{})
 		reg.MustRegister(h.stores)
+		for _, state := range []string{storeRunning, storeWaiting, storeLeftOut} {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "txbox_relay_stores", ConstLabels: prometheus.Labels{"state": state},
+				Help: "The stores of a relay with several, by state: running (in the group), waiting (for their database, or to be migrated), left_out (until a restart or a change of their entry in --stores).",
+			}, func() float64 { return float64(h.storeStates()[state]) }))
+		}
 		h.group = map[string]*relay.Relay{}
 		h.setNames(stores)
 		checks = h.storeChecks
@@ -213,6 +219,32 @@ func (h *relayHTTP) setNames(names []string) {
 		}
 	}
 	h.names = slices.Clone(names)
+}
+
+// The states of txbox_relay_stores.
+const (
+	storeRunning = "running"
+	storeWaiting = "waiting"
+	storeLeftOut = "left_out"
+)
+
+// storeStates counts the group's stores by state.
+func (h *relayHTTP) storeStates() map[string]int {
+	starts := h.starts.Load()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := map[string]int{}
+	for _, name := range h.names {
+		switch {
+		case h.group[name] != nil:
+			n[storeRunning]++
+		case starts != nil && starts.isLeftOut(name):
+			n[storeLeftOut]++
+		default:
+			n[storeWaiting]++
+		}
+	}
+	return n
 }
 
 // reloaded sets the group's stores after a reload of --stores.
