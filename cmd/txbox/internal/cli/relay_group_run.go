@@ -195,9 +195,9 @@ func (r *groupRun) join() (time.Time, error) {
 	return next, r.starts.allLeftOut()
 }
 
-// reload reads the stores again: those removed or changed leave the group
-// (each after its round in flight) and the set; those added or changed are
-// opened and join at the next rejoin. A list that
+// reload reads the stores again: those removed, changed or left out leave
+// the group (each after its round in flight) and the set; those added,
+// changed or left out are opened and join at the next rejoin. A list that
 // does not load leaves the stores as they were.
 func (r *groupRun) reload(load func() ([]storeSpec, error)) {
 	specs, err := load()

@@ -24,7 +24,7 @@ import (
 // group once its database is open (and, with --migrate, its table
 // migrated). A database that refuses for good (bad credentials, no such
 // database) or a table that cannot be migrated or is not migrated leaves
-// its stores out until the relay restarts or their entries change; the relay
+// its stores out until the relay restarts or reloads --stores; the relay
 // exits when every store is left out. Stores are added and dropped while
 // it runs (a reload of --stores).
 type storeStarts struct {
@@ -131,15 +131,15 @@ func (s *storeStarts) current() []storeSpec {
 }
 
 // diff compares the set with specs, a new list of the stores: it returns
-// the names to drop (gone or changed) and the stores to add (new or
-// changed). A list that did not change changes nothing: a store left out
-// stays out until its entry changes or the relay restarts.
+// the names to drop (gone, changed, or left out) and the stores to add
+// (new, changed, or left out: a reload tries again a store whose database
+// or table has been fixed since).
 func (s *storeStarts) diff(specs []storeSpec) (drop []string, add []storeSpec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, old := range s.specs {
 		i := slices.IndexFunc(specs, func(sp storeSpec) bool { return sp.Name == old.Name })
-		if i < 0 || !sameStore(specs[i], old) {
+		if i < 0 || !sameStore(specs[i], old) || s.leftOut[old.Name] {
 			drop = append(drop, old.Name)
 		}
 	}
@@ -279,14 +279,14 @@ func (s *storeStarts) leaveOut(stores []storeSpec, err error) {
 		return !slices.ContainsFunc(s.specs, func(o storeSpec) bool { return sameStore(o, sp) })
 	})
 	for _, sp := range stores {
-		s.why[sp.Name] = fmt.Errorf("not running until the relay restarts or its entry in --stores changes: %w", err)
+		s.why[sp.Name] = fmt.Errorf("not running until the relay restarts or reloads --stores: %w", err)
 		s.leftOut[sp.Name] = true
 	}
 	s.mu.Unlock()
 	if len(stores) == 0 {
 		return
 	}
-	s.log.Error("stores left out: they will not run until the relay restarts or their entry in --stores changes; the others run",
+	s.log.Error("stores left out: they will not run until the relay restarts or reloads --stores (SIGHUP); the others run",
 		"stores", storeNames(stores), "err", err)
 	s.signal()
 }
