@@ -170,7 +170,7 @@ func (r *groupRun) join() (time.Time, error) {
 		case err == nil:
 		case r.ctx.Err() != nil:
 			return next, nil
-		case transient(err):
+		case db.transient(err):
 			w := r.j.failed(s.Name)
 			r.log.Warn("store not started; trying again", "store", s.Name, "retry_in", w, "err", err)
 			r.starts.setWhy([]storeSpec{s}, fmt.Errorf("waiting for its database: %w", err))

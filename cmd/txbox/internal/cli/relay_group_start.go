@@ -11,10 +11,6 @@ import (
 	"sync"
 	"time"
 
-	mysqldrv "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 )
 
@@ -240,7 +236,7 @@ func (s *storeStarts) prepare(sp storeSpec, db *database) {
 		if err == nil || s.ctx.Err() != nil {
 			break
 		}
-		if !transient(err) {
+		if !db.transient(err) {
 			s.leaveOut([]storeSpec{sp}, err)
 			return
 		}
@@ -379,36 +375,6 @@ func storeNames(stores []storeSpec) string {
 		names[i] = sp.Name
 	}
 	return strings.Join(names, ",")
-}
-
-// transient reports whether a failure of a statement (a migration, a
-// store's validation) may go away by itself: the connection was lost, the
-// server is shutting down or short of resources, a lock or a deadlock. A
-// missing table, a missing privilege or a refused setting is not.
-func transient(err error) bool {
-	var pg *pgconn.PgError
-	var my *mysqldrv.MySQLError
-	switch {
-	case errors.Is(err, txbox.ErrStartup), errors.Is(err, txbox.ErrInvalidConfig):
-		return false
-	case errors.As(err, &pg):
-		switch pg.Code[:2] {
-		case "08", "40", "53", "57": // connection, rollback, resources, operator intervention
-			return true
-		}
-		return pg.Code == "55P03" // lock not available
-	case errors.As(err, &my):
-		switch my.Number {
-		case 1040, 1205, 1213, 2006, 2013: // too many connections, lock wait, deadlock, gone away, lost
-			return true
-		}
-		return false
-	case strings.Contains(err.Error(), "SQLITE_BUSY"), strings.Contains(err.Error(), "database is locked"):
-		return true
-	case strings.Contains(err.Error(), "sqlite"):
-		return false
-	}
-	return true // a network error
 }
 
 // joiner is what groupWith knows of the stores it added, and of those

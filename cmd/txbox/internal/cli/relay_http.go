@@ -35,6 +35,9 @@ type relayHTTP struct {
 
 	groupUI *storesUI // --ui with several stores
 
+	metricsHandler http.Handler
+	probes         atomic.Pointer[http.Handler] // /metrics, /healthz, /readyz with a check per store of now
+
 	mu    sync.Mutex
 	names []string                // the stores, in order
 	group map[string]*relay.Relay // their relays running now, by name
@@ -61,29 +64,27 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, 
 	h := &relayHTTP{}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var checks func() []health.Check
+	h.metricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if stores == nil {
 		h.metrics = txboxprom.New(txboxprom.Config{})
 		reg.MustRegister(h.metrics)
-		one := []health.Check{health.RelayCheck("relay", h.current.Load)}
-		checks = func() []health.Check { return one }
+		probes := health.Handler(h.metricsHandler, health.RelayCheck("relay", h.current.Load))
+		h.probes.Store(&probes)
 	} else {
 		h.stores = txboxprom.NewStores(txboxprom.StoresConfig{})
 		reg.MustRegister(h.stores)
 		for _, state := range []string{storeRunning, storeWaiting, storeLeftOut} {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "txbox_relay_stores", ConstLabels: prometheus.Labels{"state": state},
-				Help: "The stores of a relay with several, by state: running (in the group), waiting (for their database, or to be migrated), left_out (until a restart or a change of their entry in --stores).",
+				Help: "The stores of a relay with several, by state: running (in the group), waiting (for their database, or to be migrated), left_out (until a restart or a reload of --stores).",
 			}, func() float64 { return float64(h.storeStates()[state]) }))
 		}
 		h.group = map[string]*relay.Relay{}
 		h.setNames(stores)
-		checks = h.storeChecks
 	}
-	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		health.Handler(metrics, checks()...).ServeHTTP(w, r) // the stores of now
+		(*h.probes.Load()).ServeHTTP(w, r)
 	})
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		if !ui {
@@ -219,6 +220,8 @@ func (h *relayHTTP) setNames(names []string) {
 		}
 	}
 	h.names = slices.Clone(names)
+	probes := health.Handler(h.metricsHandler, h.storeChecks(h.names)...)
+	h.probes.Store(&probes)
 }
 
 // The states of txbox_relay_stores.
@@ -262,12 +265,9 @@ func (h *relayHTTP) reloaded(specs []storeSpec) {
 	}
 }
 
-// storeChecks returns one readiness check per store: its relay's, or why
-// it does not run.
-func (h *relayHTTP) storeChecks() []health.Check {
-	h.mu.Lock()
-	names := slices.Clone(h.names)
-	h.mu.Unlock()
+// storeChecks returns one readiness check per store of names: its relay's,
+// or why it does not run.
+func (h *relayHTTP) storeChecks(names []string) []health.Check {
 	checks := make([]health.Check, len(names))
 	for i, name := range names {
 		current := func() *relay.Relay { return h.relayOf(name) }
