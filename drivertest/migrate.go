@@ -2,6 +2,7 @@ package drivertest
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/txbox/txbox"
@@ -53,5 +54,23 @@ func (s *suite[TTx]) testMigrate(t *testing.T) {
 		if err != nil || res != inbox.Fresh {
 			t.Fatalf("%s: Handle = %v, %v", table, res, err)
 		}
+	}
+	// Down through the driver: refused while the tables hold a message and
+	// receipts, then forced; Up brings every migration back.
+	if _, err := m.Down(ctx, migrate.DownOptions{}); !errors.Is(err, migrate.ErrDataLoss) {
+		t.Fatalf("Down to 0 with a pending message: %v, want migrate.ErrDataLoss", err)
+	}
+	reverted, err := m.Down(ctx, migrate.DownOptions{Force: true})
+	must(t, err, "forced down")
+	if len(reverted) != len(st) {
+		t.Fatalf("Down reverted %d of %d migrations", len(reverted), len(st))
+	}
+	if pending, err = m.Pending(ctx); err != nil || len(pending) != len(st) {
+		t.Fatalf("after Down to 0: %d of %d migrations pending (%v)", len(pending), len(st), err)
+	}
+	applied, err = m.Up(ctx)
+	must(t, err, "up after down")
+	if len(applied) != len(st) {
+		t.Fatalf("Up after Down applied %d of %d migrations", len(applied), len(st))
 	}
 }

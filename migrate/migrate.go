@@ -1,6 +1,8 @@
-// Package migrate creates and upgrades txbox's tables: numbered migrations,
-// embedded per dialect, applied from Go, from `txbox migrate up`, or printed
-// with SQL for teams that run goose, atlas or another migration tool.
+// Package migrate creates, upgrades and reverts txbox's tables: numbered
+// migrations, embedded per dialect, applied from Go, from `txbox migrate
+// up`, or printed with SQL for teams that run goose, atlas or another
+// migration tool. Every migration has a down migration (Migrator.Down,
+// `txbox migrate down`), for going back to an earlier txbox release.
 //
 // Applied versions are recorded in the table txbox_migrations (in the
 // configured schema on PostgreSQL), one row per (target, version), where a
@@ -13,7 +15,9 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"math"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +65,9 @@ type Migration struct {
 	Version int
 	Name    string // from the file name: "create_outbox"
 	SQL     string // rendered for the configured table
+	// Down is the SQL that reverts it (Migrator.Down), from the file
+	// NNN_name.down.sql beside it.
+	Down string
 }
 
 // Status is a migration and when it was applied (zero if not yet).
@@ -148,8 +155,10 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 	}
 	names := sqltext.Names(d, schema, table)
 	var out []Migration
+	downs := map[int]string{}
 	for _, e := range entries {
-		num, name, ok := strings.Cut(strings.TrimSuffix(e.Name(), ".sql"), "_")
+		base, down := strings.CutSuffix(strings.TrimSuffix(e.Name(), ".sql"), ".down")
+		num, name, ok := strings.Cut(base, "_")
 		v, err := strconv.Atoi(num)
 		if !ok || err != nil {
 			return nil, fmt.Errorf("txbox: bad migration file name %s", e.Name())
@@ -162,10 +171,43 @@ func render(d driver.Dialect, schema, kind, table string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
+		if down {
+			downs[v] = sql
+			continue
+		}
 		out = append(out, Migration{Target: kind + ":" + table, Version: v, Name: name, SQL: sql})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i := range out {
+		down, ok := downs[out[i].Version]
+		if !ok {
+			return nil, fmt.Errorf("txbox: migration %s/%03d_%s has no down migration", dir, out[i].Version, out[i].Name)
+		}
+		if out[i].Down, err = reapply(down, out[:i]); err != nil {
+			return nil, fmt.Errorf("txbox: down migration %s/%03d_%s: %w", dir, out[i].Version, out[i].Name, err)
+		}
+	}
 	return out, nil
+}
+
+// reapply replaces each line "-- txbox:up N" of a down migration with the
+// SQL of the earlier migration N (in earlier): a down that restores what N
+// created, such as a function's earlier body, without a copy of it.
+func reapply(down string, earlier []Migration) (string, error) {
+	lines := strings.Split(down, "\n")
+	for i, line := range lines {
+		num, ok := strings.CutPrefix(strings.TrimSpace(line), "-- txbox:up ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.Atoi(num)
+		j := slices.IndexFunc(earlier, func(m Migration) bool { return m.Version == v })
+		if err != nil || j < 0 {
+			return "", fmt.Errorf("%q names no earlier migration", strings.TrimSpace(line))
+		}
+		lines[i] = earlier[j].SQL
+	}
+	return strings.Join(lines, "\n"), nil
 }
 
 // SQL returns every migration as one script, with comments naming each, for
@@ -181,11 +223,8 @@ func PlanSQL(d driver.Dialect, cfg Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sql, err := migratesql.New(d, cfg.Schema, trackingTable)
-	if err != nil {
-		return "", err
-	}
-	return schemaScript(sql, cfg.Schema) + Script(ms), nil
+	head, err := SchemaSQL(d, cfg.Schema)
+	return head + Script(ms), err
 }
 
 // schemaScript is the statement creating schema, for the head of a script,
@@ -195,6 +234,17 @@ func schemaScript(sql migratesql.Dialect, schema string) string {
 		return ""
 	}
 	return fmt.Sprintf("-- txbox schema %s (created before any migration)\n%s;\n\n", schema, sql.CreateSchema())
+}
+
+// SchemaSQL returns what a script of migrations in schema begins with, as
+// PlanSQL's does: CREATE SCHEMA IF NOT EXISTS, or "" without a schema. The
+// schema must be valid (Plan checks it).
+func SchemaSQL(d driver.Dialect, schema string) (string, error) {
+	sql, err := migratesql.New(d, schema, trackingTable)
+	if err != nil {
+		return "", err
+	}
+	return schemaScript(sql, schema), nil
 }
 
 // Script joins migrations into one SQL script.
@@ -317,11 +367,20 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 // tracking table under an advisory lock, then serialise on a lock of the
 // tracking table.
 func (m *Migrator) Up(ctx context.Context) ([]Migration, error) {
+	return m.UpTo(ctx, math.MaxInt)
+}
+
+// UpTo is Up for the migrations numbered up to version only: every
+// configured table is taken to version at most.
+func (m *Migrator) UpTo(ctx context.Context, version int) ([]Migration, error) {
 	if err := m.ensureTracking(ctx); err != nil {
 		return nil, err
 	}
 	var applied []Migration
 	for _, mg := range m.migrations {
+		if mg.Version > version {
+			continue
+		}
 		did, err := m.apply(ctx, mg)
 		if err != nil {
 			return applied, fmt.Errorf("txbox: migration %s version %d (%s): %w", mg.Target, mg.Version, mg.Name, err)

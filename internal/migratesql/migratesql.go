@@ -34,6 +34,8 @@ type Dialect interface {
 	Lock(ctx context.Context, tx driver.Tx) (unlock func(context.Context) error, err error)
 	// Record inserts the tracking row of one applied migration.
 	Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error
+	// Forget deletes the tracking row of one reverted migration.
+	Forget(ctx context.Context, ex driver.Executor, target string, version int) error
 }
 
 // New returns the tracking SQL of dialect d for table in schema (both
@@ -56,11 +58,11 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 // queries are the tracking statements, rendered for one table, and the
 // methods whose arguments are the same in every dialect.
 type queries struct {
-	setupLock, createSchema, createTracking, applied, record string
+	setupLock, createSchema, createTracking, applied, record, forget string
 }
 
 func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
-	dest := map[string]*string{"create_tracking": &q.createTracking, "applied": &q.applied, "record": &q.record}
+	dest := map[string]*string{"create_tracking": &q.createTracking, "applied": &q.applied, "record": &q.record, "forget": &q.forget}
 	return sqltext.Load("migrate/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
 }
 
@@ -71,6 +73,11 @@ func (q *queries) Applied() string        { return q.applied }
 
 func (q *queries) Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error {
 	_, err := ex.Exec(ctx, q.record, target, version, name, at.UTC())
+	return err
+}
+
+func (q *queries) Forget(ctx context.Context, ex driver.Executor, target string, version int) error {
+	_, err := ex.Exec(ctx, q.forget, target, version)
 	return err
 }
 

@@ -24,3 +24,7 @@ DO RELEASE_LOCK('txbox_migrate')
 
 -- name: record
 INSERT INTO {{table}} (target, version, name, applied_at) VALUES (?, ?, ?, ?)
+
+-- Migrator.Down removes the row of a migration it reverted.
+-- name: forget
+DELETE FROM {{table}} WHERE target = ? AND version = ?

@@ -30,3 +30,7 @@ LOCK TABLE {{table}} IN EXCLUSIVE MODE
 
 -- name: record
 INSERT INTO {{table}} (target, version, name, applied_at) VALUES ($1, $2, $3, $4)
+
+-- Migrator.Down removes the row of a migration it reverted.
+-- name: forget
+DELETE FROM {{table}} WHERE target = $1 AND version = $2

@@ -16,3 +16,7 @@ SELECT target, version, applied_at FROM {{table}}
 
 -- name: record
 INSERT INTO {{table}} (target, version, name, applied_at) VALUES (?, ?, ?, ?)
+
+-- Migrator.Down removes the row of a migration it reverted.
+-- name: forget
+DELETE FROM {{table}} WHERE target = ? AND version = ?

@@ -185,7 +185,7 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Errorf("version: %q", out)
 	}
 	for _, args := range [][]string{{"--help"}, {"migrate", "--help"}, {"migrate", "up", "--help"}, {"migrate", "status", "--help"},
-		{"migrate", "sql", "--help"}, {"relay", "--help"}, {"demo", "--help"}, {"version", "--help"},
+		{"migrate", "sql", "--help"}, {"migrate", "down", "--help"}, {"relay", "--help"}, {"demo", "--help"}, {"version", "--help"},
 		{"dead", "--help"}, {"dead", "list", "--help"}, {"dead", "redrive", "--help"}, {"dead", "discard", "--help"}, {"bench", "--help"}} {
 		out := mustRun(t, args...)
 		if !strings.Contains(out, "Usage:") {
@@ -452,4 +452,75 @@ func emptySQLite(t *testing.T, name string) string {
 	path := filepath.Join(t.TempDir(), name)
 	testenv.Must(t, os.WriteFile(path, nil, 0o600), "create %s", path)
 	return "sqlite://" + path
+}
+
+// migrate down reverts the migrations above --to and refuses, before
+// changing anything, to drop an outbox table with undelivered messages;
+// --force drops it; migrate up brings everything back.
+func TestMigrateDown(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db := "sqlite://" + path
+	mustRun(t, "migrate", "up", "--db", db, "--inbox-table", "orders_inbox")
+	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Exec(`INSERT INTO txbox_outbox (topic, payload) VALUES ('t', x'00')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give --to VERSION"},
+		{[]string{"--to", "-1"}, "want 0 or more"},
+		{[]string{"--to", "0"}, `outbox table "txbox_outbox" holds 1 undelivered messages (pending or dead), which dropping it deletes; --force drops them anyway`},
+	} {
+		_, _, err := run(context.Background(), append([]string{"migrate", "down", "--db", db, "--inbox-table", "orders_inbox"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("migrate down %v: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+	statusAll := mustRun(t, "migrate", "status", "--db", db, "--inbox-table", "orders_inbox")
+	if strings.Contains(statusAll, "pending") {
+		t.Fatalf("a refused down reverted something:\n%s", statusAll)
+	}
+
+	if out := mustRun(t, "migrate", "down", "--db", db, "--to", "1"); out != "reverted outbox:txbox_outbox 002 contract\n" {
+		t.Fatalf("migrate down --to 1: %q", out)
+	}
+	if out := mustRun(t, "migrate", "status", "--db", db); !regexp.MustCompile(`002\s+contract\s+pending`).MatchString(out) {
+		t.Fatalf("status after down --to 1:\n%s", out)
+	}
+	if out := mustRun(t, "migrate", "down", "--db", db, "--to", "1"); !strings.Contains(out, "nothing applied above version 1") {
+		t.Fatalf("second migrate down --to 1: %q", out)
+	}
+	out := mustRun(t, "migrate", "down", "--db", db, "--to", "0", "--force", "--inbox-table", "orders_inbox")
+	if out != "reverted inbox:orders_inbox 001 create_inbox\nreverted outbox:txbox_outbox 001 create_outbox\n" {
+		t.Fatalf("migrate down --to 0 --force: %q", out)
+	}
+	var n int
+	if err := conn.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name IN ('txbox_outbox', 'orders_inbox')`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("tables left after down --to 0: %d (%v)", n, err)
+	}
+	if out := mustRun(t, "migrate", "up", "--db", db); !strings.Contains(out, "applied outbox:txbox_outbox 002 contract") {
+		t.Fatalf("migrate up after down: %q", out)
+	}
+}
+
+// migrate sql --down prints the down migrations above --to, newest first;
+// --to alone prints the migrations up to it.
+func TestMigrateSQLDown(t *testing.T) {
+	t.Parallel()
+	out := mustRun(t, "migrate", "sql", "--dialect", "postgres", "--down", "--to", "7", "--schema", "shop")
+	i9, i8 := strings.Index(out, "revert outbox:txbox_outbox version 9"), strings.Index(out, "revert outbox:txbox_outbox version 8")
+	if i9 < 0 || i8 < i9 || strings.Contains(out, "version 7 ") || !strings.Contains(out, `DROP FUNCTION IF EXISTS "shop"."txbox_outbox_claim_runs"`) {
+		t.Fatalf("migrate sql --down --to 7:\n%s", out)
+	}
+	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--to", "2", "--schema", "shop")
+	if !strings.HasPrefix(out, "-- txbox schema shop") || !strings.Contains(out, "version 2 (key_order)") || strings.Contains(out, "version 3 ") {
+		t.Fatalf("migrate sql --to 2:\n%s", out)
+	}
 }

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -108,10 +110,11 @@ func newMigrateCmd() *cobra.Command {
 	var f tableFlags
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Create and upgrade txbox's tables (up, status, sql)",
-		Long: `Create and upgrade txbox's tables with numbered, embedded migrations.
+		Short: "Create, upgrade and revert txbox's tables (up, down, status, sql)",
+		Long: `Create, upgrade and revert txbox's tables with numbered, embedded migrations.
 
   txbox migrate up      apply the pending migrations
+  txbox migrate down    revert the migrations above a version
   txbox migrate status  list every migration and when it was applied
   txbox migrate sql     print the SQL, for goose, atlas or another tool
 
@@ -125,7 +128,7 @@ PostgreSQL). Nothing in txbox ever creates a table implicitly.`,
 		"inbox table to migrate too (repeat or comma-separate for several)")
 	cmd.PersistentFlags().BoolVar(&f.noOutbox, "no-outbox", false,
 		"leave out the outbox table (a consumer-only service)")
-	cmd.AddCommand(newMigrateUpCmd(&f), newMigrateStatusCmd(&f), newMigrateSQLCmd(&f))
+	cmd.AddCommand(newMigrateUpCmd(&f), newMigrateDownCmd(&f), newMigrateStatusCmd(&f), newMigrateSQLCmd(&f))
 	return cmd
 }
 
@@ -161,6 +164,61 @@ no-op; concurrent runs on PostgreSQL are safe.`,
 			return nil
 		},
 	}
+}
+
+func newMigrateDownCmd(f *tableFlags) *cobra.Command {
+	var to int
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "down --to VERSION",
+		Short: "Revert the migrations above a version",
+		Long: `Revert, newest first, every applied migration numbered above --to, for each
+table the flags name (the outbox table, and --inbox-table ones), each in its
+own transaction with the removal of its row in txbox_migrations: what going
+back to an earlier txbox release needs. --to 0 drops the tables.
+
+Stop the relays and consumers of these tables first: a release that needs a
+reverted migration refuses to start, and one already running fails its
+rounds. It refuses, before changing anything, to drop an outbox table that
+holds undelivered messages (pending or dead) or an inbox table that holds
+receipts, unless --force. Rows an up migration parked dead stay dead.
+` + "`txbox migrate sql --down --to VERSION`" + ` prints the same SQL instead.`,
+		Example: `  txbox migrate down --to 6
+  txbox migrate down --to 0 --inbox-table orders_inbox --force`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("to") {
+				return fmt.Errorf("%w: give --to VERSION, the version to go back to (0 drops the tables; migrate status lists the versions)", txbox.ErrInvalidConfig)
+			}
+			if to < 0 {
+				return fmt.Errorf("%w: --to %d: want 0 or more", txbox.ErrInvalidConfig, to)
+			}
+			ctx := cmd.Context()
+			db, m, err := f.openMigrator(ctx, mustExist)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			reverted, err := m.Down(ctx, migrate.DownOptions{To: to, Force: force})
+			out := cmd.OutOrStdout()
+			for _, mg := range reverted {
+				fmt.Fprintf(out, "reverted %s %03d %s\n", mg.Target, mg.Version, mg.Name)
+			}
+			if errors.Is(err, migrate.ErrDataLoss) {
+				return fmt.Errorf("migrate down on %s: %w; --force drops them anyway", db.target, err)
+			}
+			if err != nil {
+				return fmt.Errorf("migrate down on %s: %w", db.target, err)
+			}
+			if len(reverted) == 0 {
+				fmt.Fprintf(out, "%s: nothing applied above version %d\n", db.target, to)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&to, "to", 0, "the version to go back to; 0 drops the tables (required)")
+	cmd.Flags().BoolVar(&force, "force", false, "drop an outbox table with undelivered messages, or an inbox table with receipts")
+	return cmd
 }
 
 // statusJSON is one row of migrate status --json.
@@ -216,6 +274,8 @@ yet). It changes nothing in the database.`,
 
 func newMigrateSQLCmd(f *tableFlags) *cobra.Command {
 	var dialect string
+	var down bool
+	var to int
 	cmd := &cobra.Command{
 		Use:   "sql",
 		Short: "Print the migrations' SQL, for goose, atlas or another tool",
@@ -223,9 +283,14 @@ func newMigrateSQLCmd(f *tableFlags) *cobra.Command {
 that apply migrations with their own tool. It connects to no database: the
 dialect comes from --dialect, or from the scheme of --db. With --schema it
 begins with CREATE SCHEMA IF NOT EXISTS. The script does not include txbox's
-own tracking table (your tool keeps its own records).`,
+own tracking table (your tool keeps its own records).
+
+--to VERSION prints the migrations up to that version only. --down prints the
+down migrations instead, newest first: those above --to (default 0, all of
+them), what ` + "`txbox migrate down --to VERSION`" + ` runs.`,
 		Example: `  txbox migrate sql --dialect postgres --schema txbox > 001_txbox.sql
-  txbox migrate sql --db sqlite://app.db`,
+  txbox migrate sql --db sqlite://app.db
+  txbox migrate sql --dialect postgres --down --to 6`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var d driver.Dialect
@@ -245,14 +310,33 @@ own tracking table (your tool keeps its own records).`,
 			default:
 				return fmt.Errorf("--dialect %q: want postgres, sqlite or mysql", dialect)
 			}
-			script, err := migrate.PlanSQL(d, f.migrateConfig())
+			if to < 0 {
+				return fmt.Errorf("%w: --to %d: want 0 or more", txbox.ErrInvalidConfig, to)
+			}
+			ms, err := migrate.Plan(d, f.migrateConfig())
 			if err != nil {
 				return err
+			}
+			var script string
+			switch {
+			case down:
+				ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= to })
+				script = migrate.DownScript(ms)
+			default:
+				if cmd.Flags().Changed("to") {
+					ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version > to })
+				}
+				if script, err = migrate.SchemaSQL(d, f.schema); err != nil {
+					return err
+				}
+				script += migrate.Script(ms)
 			}
 			_, err = fmt.Fprint(cmd.OutOrStdout(), script)
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&dialect, "dialect", "", "SQL dialect: postgres, sqlite or mysql (default: from the scheme of --db)")
+	cmd.Flags().BoolVar(&down, "down", false, "print the down migrations, newest first")
+	cmd.Flags().IntVar(&to, "to", 0, "up to this version only; with --down, the version to go back to (default: every migration)")
 	return cmd
 }

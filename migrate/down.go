@@ -1,0 +1,170 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/sqlname"
+)
+
+// ErrDataLoss is what Down returns, wrapped, instead of dropping an outbox
+// table that holds undelivered messages or an inbox table that holds
+// receipts (without them, a redelivered message is handled again).
+// DownOptions.Force drops them anyway.
+var ErrDataLoss = errors.New("reverting would lose data")
+
+// DownOptions says how far Down goes.
+type DownOptions struct {
+	// To is the version every configured table goes back to: each applied
+	// migration above it is reverted, the newest first. 0 drops the
+	// tables. The txbox_migrations table itself stays.
+	To int
+	// Force drops an outbox table with undelivered messages in it (pending
+	// or dead) and an inbox table with receipts in it.
+	Force bool
+}
+
+// Down reverts the applied migrations numbered above opts.To, the newest
+// first, each in its own transaction with the removal of its tracking row
+// (on MySQL, whose DDL commits implicitly, the row goes after the DDL, and
+// a down interrupted in between is finished by the next Down). It returns
+// the migrations it reverted. Stop the relays and consumers of the tables
+// first: a release that needs a reverted migration refuses to start, and
+// one already running fails its rounds.
+//
+// Down undoes the schema, not the data: rows that an up migration parked
+// dead (the contract migrations) stay dead.
+func (m *Migrator) Down(ctx context.Context, opts DownOptions) ([]Migration, error) {
+	if opts.To < 0 {
+		return nil, fmt.Errorf("txbox: down to version %d: want 0 or more", opts.To)
+	}
+	done, err := m.applied(ctx, m.pool)
+	if err != nil {
+		if isMissingTable(err) {
+			return nil, nil // nothing was ever applied
+		}
+		return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
+	}
+	var todo []Migration
+	for _, mg := range slices.Backward(m.migrations) {
+		if _, ok := done[key(mg.Target, mg.Version)]; ok && mg.Version > opts.To {
+			todo = append(todo, mg)
+		}
+	}
+	// Refuse before reverting anything; revert checks again under the lock.
+	for _, mg := range todo {
+		if mg.Version == 1 && !opts.Force {
+			if err := m.refuseLoss(ctx, m.pool, mg.Target); err != nil {
+				return nil, fmt.Errorf("txbox: down to version %d: %w", opts.To, err)
+			}
+		}
+	}
+	var reverted []Migration
+	for _, mg := range todo {
+		did, err := m.revert(ctx, mg, opts.Force)
+		if err != nil {
+			return reverted, fmt.Errorf("txbox: revert migration %s version %d (%s): %w", mg.Target, mg.Version, mg.Name, err)
+		}
+		if did {
+			reverted = append(reverted, mg)
+		}
+	}
+	return reverted, nil
+}
+
+func (m *Migrator) revert(ctx context.Context, mg Migration, force bool) (bool, error) {
+	tx, err := m.pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	unlock, err := m.sql.Lock(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = unlock(context.WithoutCancel(ctx)) }()
+	done, err := m.applied(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := done[key(mg.Target, mg.Version)]; !ok {
+		return false, nil // another Down reverted it meanwhile
+	}
+	if mg.Version == 1 && !force {
+		if err := m.refuseLoss(ctx, tx, mg.Target); err != nil {
+			return false, err
+		}
+	}
+	for _, stmt := range splitStatements(mg.Down) {
+		if _, err := tx.Exec(ctx, stmt); err != nil && !m.alreadyGone(err) {
+			return false, err
+		}
+	}
+	if err := m.sql.Forget(ctx, tx, mg.Target, mg.Version); err != nil {
+		return false, err
+	}
+	if err := unlock(ctx); err != nil {
+		return false, err
+	}
+	return true, tx.Commit(ctx)
+}
+
+// refuseLoss returns an ErrDataLoss when target's table holds rows that
+// dropping it would lose: undelivered messages (outbox), receipts (inbox).
+func (m *Migrator) refuseLoss(ctx context.Context, ex driver.Executor, target string) error {
+	kind, table, _ := strings.Cut(target, ":")
+	q := "SELECT count(*) FROM " + sqlname.Qualified(m.dialect, m.schema, table)
+	what := "receipts (without them a redelivered message is handled again)"
+	if kind == KindOutbox {
+		q += " WHERE published_at IS NULL"
+		what = "undelivered messages (pending or dead)"
+	}
+	rows, err := ex.Query(ctx, q)
+	if err != nil {
+		if isMissingTable(err) {
+			return nil
+		}
+		return err
+	}
+	defer rows.Close()
+	var n int64
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: %s table %q holds %d %s, which dropping it deletes", ErrDataLoss, kind, m.name(table), n, what)
+	}
+	return nil
+}
+
+// alreadyGone reports whether a down statement failed only because what it
+// drops is gone already: on MySQL, whose DDL has no IF EXISTS for
+// constraints and columns (1091 "Can't DROP …; check that it exists", 3940
+// "Constraint … does not exist"), after a down interrupted before its
+// tracking row went. Elsewhere the down SQL says IF EXISTS.
+func (m *Migrator) alreadyGone(err error) bool {
+	if m.dialect != driver.MySQL {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Error 1091") || strings.Contains(msg, "Error 3940")
+}
+
+// DownScript joins the down migrations of ms, the newest first, into one
+// SQL script: what Down runs for ms, for another migration tool.
+func DownScript(ms []Migration) string {
+	var b strings.Builder
+	for _, mg := range slices.Backward(ms) {
+		fmt.Fprintf(&b, "-- txbox revert %s version %d (%s)\n%s\n\n", mg.Target, mg.Version, mg.Name, strings.TrimSpace(mg.Down))
+	}
+	return b.String()
+}

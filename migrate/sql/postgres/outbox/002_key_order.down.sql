@@ -1,0 +1,2 @@
+DROP TRIGGER IF EXISTS {{ident "key_order"}} ON {{table}};
+DROP FUNCTION IF EXISTS {{name "key_order"}}();

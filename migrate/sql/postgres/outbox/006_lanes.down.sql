@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS {{name "relays"}};
+DROP TABLE IF EXISTS {{name "lanes"}};

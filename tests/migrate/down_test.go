@@ -1,0 +1,333 @@
+package migrate_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
+)
+
+// namespace is one place to migrate: a PostgreSQL schema, a MySQL database,
+// a SQLite file. name is what the catalog prints of it (replaced before
+// comparing two namespaces' catalogs).
+type namespace struct {
+	d      driver.Dialect
+	db     *sql.DB
+	schema string
+	name   string
+}
+
+// namespaces returns two fresh namespaces of dialect d.
+func namespaces(t *testing.T, d driver.Dialect) [2]namespace {
+	var out [2]namespace
+	for i := range out {
+		switch d {
+		case driver.Postgres:
+			db, _ := testenv.PostgresDB(t, 4)
+			schema := testenv.Name("txdown")
+			t.Cleanup(func() {
+				if _, err := db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
+					t.Logf("drop schema %s: %v", schema, err)
+				}
+			})
+			out[i] = namespace{d: d, db: db, schema: schema, name: schema}
+		case driver.MySQL:
+			db := testenv.MySQL(t)
+			var name string
+			testenv.Must(t, db.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
+			out[i] = namespace{d: d, db: db, name: name}
+		case driver.SQLite:
+			out[i] = namespace{d: d, db: testenv.SQLite(t)}
+		}
+	}
+	return out
+}
+
+func (n namespace) migrator(t *testing.T) *migrate.Migrator {
+	t.Helper()
+	m, err := migrate.New(txboxsql.New(n.db, n.d), migrate.Config{Schema: n.schema, InboxTables: []string{"inbox"}})
+	testenv.Must(t, err, "migrate.New")
+	return m
+}
+
+// catalogQueries read what the migrations create, one line per object
+// or column, in a stable order.
+var catalogQueries = map[driver.Dialect][]string{
+	driver.Postgres: {
+		`SELECT c.relname || ' ' || c.relkind::text || ' ' || c.relpersistence::text FROM pg_class c
+		 WHERE c.relnamespace = $1::regnamespace ORDER BY 1`,
+		`SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
+		        || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '-') || ' ' || a.attidentity::text || a.attgenerated::text
+		 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		 WHERE c.relnamespace = $1::regnamespace AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1`,
+		`SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		 WHERE c.relnamespace = $1::regnamespace ORDER BY 1`,
+		`SELECT conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid) || ' ' || convalidated
+		 FROM pg_constraint WHERE connamespace = $1::regnamespace ORDER BY 1`,
+		`SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		 WHERE c.relnamespace = $1::regnamespace AND NOT t.tgisinternal ORDER BY 1`,
+		`SELECT proname || '(' || pg_get_function_identity_arguments(oid) || ') ' || md5(replace(prosrc, $1, 'NS'))
+		 FROM pg_proc WHERE pronamespace = $1::regnamespace ORDER BY 1`,
+	},
+	driver.MySQL: {
+		`SELECT CONCAT_WS(' ', table_name, table_type, engine) FROM information_schema.tables
+		 WHERE table_schema = DATABASE() ORDER BY 1`,
+		`SELECT CONCAT_WS(' ', table_name, column_name, column_type, is_nullable, IFNULL(column_default, '-'),
+		        extra, IFNULL(generation_expression, '-'), IFNULL(collation_name, '-'))
+		 FROM information_schema.columns WHERE table_schema = DATABASE() ORDER BY 1`,
+		`SELECT CONCAT_WS(' ', table_name, index_name, seq_in_index, column_name, non_unique)
+		 FROM information_schema.statistics WHERE table_schema = DATABASE() ORDER BY 1`,
+		`SELECT CONCAT_WS(' ', constraint_name, check_clause) FROM information_schema.check_constraints
+		 WHERE constraint_schema = DATABASE() ORDER BY 1`,
+		`SELECT CONCAT_WS(' ', trigger_name, event_object_table, action_timing, event_manipulation, MD5(REPLACE(action_statement, DATABASE(), 'NS')))
+		 FROM information_schema.triggers WHERE trigger_schema = DATABASE() ORDER BY 1`,
+	},
+	driver.SQLite: {
+		`SELECT type || ' ' || name || ' ' || tbl_name || ' ' || coalesce(sql, '-') FROM sqlite_master
+		 WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY 1`,
+	},
+}
+
+// catalog returns the namespace's objects, its own name replaced by "NS".
+func (n namespace) catalog(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, q := range catalogQueries[n.d] {
+		var args []any
+		if n.d == driver.Postgres {
+			args = []any{n.schema}
+		}
+		rows, err := n.db.Query(q, args...)
+		testenv.Must(t, err, "catalog %s", q)
+		for rows.Next() {
+			var s string
+			testenv.Must(t, rows.Scan(&s), "scan catalog")
+			if n.name != "" {
+				s = strings.ReplaceAll(s, n.name, "NS")
+			}
+			out = append(out, s)
+		}
+		testenv.Must(t, rows.Err(), "catalog rows")
+		rows.Close()
+	}
+	return out
+}
+
+// applied lists the applied migrations' targets and versions.
+func applied(t *testing.T, m *migrate.Migrator) []string {
+	t.Helper()
+	st, err := m.Status(context.Background())
+	testenv.Must(t, err, "status")
+	var out []string
+	for _, s := range st {
+		if !s.AppliedAt.IsZero() {
+			out = append(out, fmt.Sprintf("%s#%d", s.Target, s.Version))
+		}
+	}
+	return out
+}
+
+// Down to version K leaves exactly what Up to version K creates, for every
+// K of every dialect: the same tables, columns, defaults, indexes,
+// constraints, triggers and functions (bodies compared by hash), and the
+// same migrations recorded. One namespace goes up step by step; the other
+// goes all the way up, then down to each K in turn, so each down is also
+// followed by a full Up again.
+func TestDownRestoresEachVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ns := namespaces(t, d)
+			stepped, roundTrip := ns[0].migrator(t), ns[1].migrator(t)
+			plan, err := migrate.Plan(d, migrate.Config{InboxTables: []string{"inbox"}})
+			testenv.Must(t, err, "plan")
+			top := slices.MaxFunc(plan, func(a, b migrate.Migration) int { return a.Version - b.Version }).Version
+			for k := 0; k < top; k++ {
+				_, err := stepped.UpTo(ctx, k)
+				testenv.Must(t, err, "up to %d", k)
+				_, err = roundTrip.Up(ctx)
+				testenv.Must(t, err, "up (before down to %d)", k)
+				reverted, err := roundTrip.Down(ctx, migrate.DownOptions{To: k})
+				testenv.Must(t, err, "down to %d", k)
+				for _, r := range reverted {
+					if r.Version <= k {
+						t.Fatalf("down to %d reverted version %d", k, r.Version)
+					}
+				}
+				if got, want := applied(t, roundTrip), applied(t, stepped); !slices.Equal(got, want) {
+					t.Fatalf("down to %d: applied %v, want %v", k, got, want)
+				}
+				if got, want := ns[1].catalog(t), ns[0].catalog(t); !slices.Equal(got, want) {
+					t.Fatalf("down to %d: the catalog differs from up to %d:\n%s", k, k, diff(want, got))
+				}
+			}
+			_, err = roundTrip.Down(ctx, migrate.DownOptions{To: 0})
+			testenv.Must(t, err, "down to 0")
+			again, err := roundTrip.Down(ctx, migrate.DownOptions{To: 0})
+			testenv.Must(t, err, "down to 0 twice")
+			if len(again) != 0 {
+				t.Fatalf("a second down to 0 reverted %d migrations", len(again))
+			}
+		})
+	}
+}
+
+// diff lists the lines only in want ("-") and only in got ("+").
+func diff(want, got []string) string {
+	var b strings.Builder
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			fmt.Fprintf(&b, "- %s\n", w)
+		}
+	}
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			fmt.Fprintf(&b, "+ %s\n", g)
+		}
+	}
+	return b.String()
+}
+
+// Down refuses to drop an outbox table holding undelivered messages, or an
+// inbox table holding receipts, before it reverts anything; delivered rows
+// are no obstacle, and Force drops the tables anyway.
+func TestDownRefusesToLoseData(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, x := range databases(t) {
+		t.Run(string(x.d), func(t *testing.T) {
+			m, err := migrate.New(txboxsql.New(x.db, x.d), migrate.Config{InboxTables: []string{"inbox"}})
+			testenv.Must(t, err, "migrate.New")
+			_, err = m.Up(ctx)
+			testenv.Must(t, err, "up")
+			before := applied(t, m)
+			insert(t, x, "topic, payload", "t", []byte("pending"))
+			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO inbox (source, message_id) VALUES (?, ?)", "s", "m1"), "receipt")
+
+			for _, c := range []struct {
+				cfg  migrate.Config
+				want string
+			}{
+				{migrate.Config{}, `outbox table "txbox_outbox" holds 1 undelivered messages`},
+				{migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipts`},
+			} {
+				only, err := migrate.New(txboxsql.New(x.db, x.d), c.cfg)
+				testenv.Must(t, err, "migrate.New")
+				reverted, err := only.Down(ctx, migrate.DownOptions{})
+				if !errors.Is(err, migrate.ErrDataLoss) || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("down to 0: %v, want ErrDataLoss saying %q", err, c.want)
+				}
+				if len(reverted) != 0 {
+					t.Fatalf("down reverted %d migrations before refusing", len(reverted))
+				}
+			}
+			if got := applied(t, m); !slices.Equal(got, before) {
+				t.Fatalf("after the refusals applied %v, want %v", got, before)
+			}
+
+			// Delivered rows do not hold the outbox back.
+			testenv.Must(t, exec(ctx, x.db, x.d, "UPDATE txbox_outbox SET published_at = created_at"), "deliver")
+			outbox, err := migrate.New(txboxsql.New(x.db, x.d), migrate.Config{})
+			testenv.Must(t, err, "migrate.New")
+			_, err = outbox.Down(ctx, migrate.DownOptions{})
+			testenv.Must(t, err, "down of the outbox, delivered")
+			_, err = m.Down(ctx, migrate.DownOptions{})
+			if !errors.Is(err, migrate.ErrDataLoss) {
+				t.Fatalf("down of the inbox with a receipt: %v, want ErrDataLoss", err)
+			}
+			_, err = m.Down(ctx, migrate.DownOptions{Force: true})
+			testenv.Must(t, err, "forced down")
+			if got := applied(t, m); len(got) != 0 {
+				t.Fatalf("after a forced down to 0, applied %v", got)
+			}
+			var n int
+			if err := x.db.QueryRow("SELECT count(*) FROM inbox").Scan(&n); err == nil {
+				t.Fatal("the inbox table is still there after a forced down to 0")
+			}
+		})
+	}
+}
+
+// MySQL's DDL commits on its own, so a down can stop between dropping the
+// contract's constraints and removing its txbox_migrations row (no DROP
+// CONSTRAINT IF EXISTS there). The next down goes on and ends where a
+// clean one would.
+func TestMySQLDownInterruptedAfterDDL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := namespaces(t, driver.MySQL)
+	clean, interrupted := ns[0].migrator(t), ns[1].migrator(t)
+	plan, err := migrate.Plan(driver.MySQL, migrate.Config{})
+	testenv.Must(t, err, "plan")
+	for _, m := range []*migrate.Migrator{clean, interrupted} {
+		_, err := m.Up(ctx)
+		testenv.Must(t, err, "up")
+	}
+	// What a down of the lanes and contract migrations runs before the
+	// interruption: their DDL, not the removal of their rows.
+	for _, mg := range slices.Backward(plan) {
+		if mg.Name != "lanes" && mg.Name != "contract" {
+			continue
+		}
+		for _, stmt := range strings.Split(mg.Down, ";") {
+			if s := strings.TrimSpace(stripComments(stmt)); s != "" {
+				_, err := ns[1].db.ExecContext(ctx, s)
+				testenv.Must(t, err, "%s", s)
+			}
+		}
+	}
+	to := version(t, driver.MySQL, "contract") - 1
+	for _, m := range []*migrate.Migrator{clean, interrupted} {
+		_, err := m.Down(ctx, migrate.DownOptions{To: to})
+		testenv.Must(t, err, "down to %d", to)
+	}
+	if got, want := ns[1].catalog(t), ns[0].catalog(t); !slices.Equal(got, want) {
+		t.Fatalf("after an interrupted down the catalog differs:\n%s", diff(want, got))
+	}
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// A down migration file exists for every migration of every dialect and
+// kind (Plan refuses otherwise), and none is empty.
+func TestEveryMigrationHasADown(t *testing.T) {
+	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite} {
+		plan, err := migrate.Plan(d, migrate.Config{InboxTables: []string{"inbox"}})
+		testenv.Must(t, err, "plan %s", d)
+		for _, mg := range plan {
+			if strings.TrimSpace(stripComments(mg.Down)) == "" {
+				t.Errorf("%s %s %d (%s): empty down migration", d, mg.Target, mg.Version, mg.Name)
+			}
+		}
+	}
+	files, err := filepath.Glob("../../migrate/sql/*/*/*.sql")
+	testenv.Must(t, err, "glob")
+	for _, f := range files {
+		if strings.HasSuffix(f, ".down.sql") {
+			if _, err := os.Stat(strings.TrimSuffix(f, ".down.sql") + ".sql"); err != nil {
+				t.Errorf("%s reverts no migration", f)
+			}
+		}
+	}
+}
