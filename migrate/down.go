@@ -168,3 +168,29 @@ func DownScript(ms []Migration) string {
 	}
 	return b.String()
 }
+
+// GooseScript returns ms as one goose migration file: head (SchemaSQL) and
+// the migrations under "-- +goose Up", their down migrations, newest first,
+// under "-- +goose Down", each statement between "-- +goose StatementBegin"
+// and "-- +goose StatementEnd" (PL/pgSQL and trigger bodies hold
+// semicolons of their own).
+func GooseScript(head string, ms []Migration) string {
+	var b strings.Builder
+	section := func(sql string) {
+		for _, stmt := range splitStatements(sql) {
+			fmt.Fprintf(&b, "-- +goose StatementBegin\n%s;\n-- +goose StatementEnd\n", stmt)
+		}
+	}
+	b.WriteString("-- +goose Up\n")
+	section(head)
+	for _, mg := range ms {
+		fmt.Fprintf(&b, "\n-- txbox migration %s version %d (%s)\n", mg.Target, mg.Version, mg.Name)
+		section(mg.SQL)
+	}
+	b.WriteString("\n-- +goose Down\n")
+	for _, mg := range slices.Backward(ms) {
+		fmt.Fprintf(&b, "\n-- txbox revert %s version %d (%s)\n", mg.Target, mg.Version, mg.Name)
+		section(mg.Down)
+	}
+	return b.String()
+}

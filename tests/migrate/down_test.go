@@ -331,3 +331,82 @@ func TestEveryMigrationHasADown(t *testing.T) {
 		}
 	}
 }
+
+// gooseStatements reads a goose migration file as goose does with
+// StatementBegin/End: the statements of its Up and Down sections.
+func gooseStatements(t *testing.T, file string) (up, down []string) {
+	t.Helper()
+	var cur *[]string
+	var stmt strings.Builder
+	in := false
+	for _, line := range strings.Split(file, "\n") {
+		switch strings.TrimSpace(line) {
+		case "-- +goose Up":
+			cur = &up
+		case "-- +goose Down":
+			cur = &down
+		case "-- +goose StatementBegin":
+			in = true
+			stmt.Reset()
+		case "-- +goose StatementEnd":
+			in = false
+			if cur == nil {
+				t.Fatal("a statement before -- +goose Up")
+			}
+			*cur = append(*cur, strings.TrimSuffix(strings.TrimSpace(stmt.String()), ";"))
+		default:
+			if in {
+				stmt.WriteString(line + "\n")
+			} else if s := strings.TrimSpace(line); s != "" && !strings.HasPrefix(s, "--") {
+				t.Fatalf("SQL outside StatementBegin/End: %q", line)
+			}
+		}
+	}
+	return up, down
+}
+
+// The goose file (`txbox migrate sql --goose`), applied statement by
+// statement as goose would, creates what Migrator.Up creates, and its Down
+// section leaves nothing behind.
+func TestGooseScriptAppliesAndReverts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ns := namespaces(t, d)
+			cfg := migrate.Config{Schema: ns[1].schema, InboxTables: []string{"inbox"}}
+			plan, err := migrate.Plan(d, cfg)
+			testenv.Must(t, err, "plan")
+			head, err := migrate.SchemaSQL(d, cfg.Schema)
+			testenv.Must(t, err, "schema SQL")
+			up, down := gooseStatements(t, migrate.GooseScript(head, plan))
+			if len(up) == 0 || len(down) == 0 {
+				t.Fatalf("goose file with %d up and %d down statements", len(up), len(down))
+			}
+			_, err = ns[0].migrator(t).Up(ctx)
+			testenv.Must(t, err, "Migrator.Up")
+			// goose runs a file's section in one transaction.
+			inTx := func(what string, stmts []string) {
+				tx, err := ns[1].db.BeginTx(ctx, nil)
+				testenv.Must(t, err, "begin")
+				for _, s := range stmts {
+					_, err := tx.ExecContext(ctx, s)
+					testenv.Must(t, err, "goose %s: %s", what, s)
+				}
+				testenv.Must(t, tx.Commit(), "commit")
+			}
+			inTx("up", up)
+			withoutTracking := func(lines []string) []string {
+				return slices.DeleteFunc(lines, func(l string) bool { return strings.Contains(l, "txbox_migrations") })
+			}
+			if got, want := withoutTracking(ns[1].catalog(t)), withoutTracking(ns[0].catalog(t)); !slices.Equal(got, want) {
+				t.Fatalf("goose up differs from Migrator.Up:\n%s", diff(want, got))
+			}
+			inTx("down", down)
+			if left := ns[1].catalog(t); len(left) != 0 {
+				t.Fatalf("after goose down:\n%s", strings.Join(left, "\n"))
+			}
+		})
+	}
+}

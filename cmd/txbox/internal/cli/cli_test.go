@@ -511,7 +511,8 @@ func TestMigrateDown(t *testing.T) {
 }
 
 // migrate sql --down prints the down migrations above --to, newest first;
-// --to alone prints the migrations up to it.
+// --to alone prints the migrations up to it; --goose prints both in one
+// goose file.
 func TestMigrateSQLDown(t *testing.T) {
 	t.Parallel()
 	out := mustRun(t, "migrate", "sql", "--dialect", "postgres", "--down", "--to", "7", "--schema", "shop")
@@ -522,5 +523,14 @@ func TestMigrateSQLDown(t *testing.T) {
 	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--to", "2", "--schema", "shop")
 	if !strings.HasPrefix(out, "-- txbox schema shop") || !strings.Contains(out, "version 2 (key_order)") || strings.Contains(out, "version 3 ") {
 		t.Fatalf("migrate sql --to 2:\n%s", out)
+	}
+	out = mustRun(t, "migrate", "sql", "--dialect", "sqlite", "--goose")
+	up, down, ok := strings.Cut(out, "-- +goose Down\n")
+	if !ok || !strings.HasPrefix(up, "-- +goose Up\n") || !strings.Contains(up, "CREATE TABLE") || !strings.Contains(down, "DROP TABLE IF EXISTS") ||
+		strings.Count(out, "-- +goose StatementBegin") != strings.Count(out, "-- +goose StatementEnd") {
+		t.Fatalf("migrate sql --goose:\n%s", out)
+	}
+	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "sqlite", "--goose", "--down"); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("--goose --down: err = %v", err)
 	}
 }

@@ -274,7 +274,7 @@ yet). It changes nothing in the database.`,
 
 func newMigrateSQLCmd(f *tableFlags) *cobra.Command {
 	var dialect string
-	var down bool
+	var down, goose bool
 	var to int
 	cmd := &cobra.Command{
 		Use:   "sql",
@@ -287,10 +287,14 @@ own tracking table (your tool keeps its own records).
 
 --to VERSION prints the migrations up to that version only. --down prints the
 down migrations instead, newest first: those above --to (default 0, all of
-them), what ` + "`txbox migrate down --to VERSION`" + ` runs.`,
+them), what ` + "`txbox migrate down --to VERSION`" + ` runs. --goose prints
+one goose migration file: the migrations under -- +goose Up and their down
+migrations under -- +goose Down, each statement between StatementBegin and
+StatementEnd.`,
 		Example: `  txbox migrate sql --dialect postgres --schema txbox > 001_txbox.sql
   txbox migrate sql --db sqlite://app.db
-  txbox migrate sql --dialect postgres --down --to 6`,
+  txbox migrate sql --dialect postgres --down --to 6
+  txbox migrate sql --dialect postgres --goose > migrations/20260101000000_txbox.sql`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var d driver.Dialect
@@ -319,6 +323,17 @@ them), what ` + "`txbox migrate down --to VERSION`" + ` runs.`,
 			}
 			var script string
 			switch {
+			case goose && down:
+				return fmt.Errorf("%w: --goose prints the down migrations already (under -- +goose Down): give --goose or --down, not both", txbox.ErrInvalidConfig)
+			case goose:
+				if cmd.Flags().Changed("to") {
+					ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version > to })
+				}
+				head, err := migrate.SchemaSQL(d, f.schema)
+				if err != nil {
+					return err
+				}
+				script = migrate.GooseScript(head, ms)
 			case down:
 				ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= to })
 				script = migrate.DownScript(ms)
@@ -337,6 +352,7 @@ them), what ` + "`txbox migrate down --to VERSION`" + ` runs.`,
 	}
 	cmd.Flags().StringVar(&dialect, "dialect", "", "SQL dialect: postgres, sqlite or mysql (default: from the scheme of --db)")
 	cmd.Flags().BoolVar(&down, "down", false, "print the down migrations, newest first")
+	cmd.Flags().BoolVar(&goose, "goose", false, "print one goose migration file: the migrations under -- +goose Up, their down migrations under -- +goose Down")
 	cmd.Flags().IntVar(&to, "to", 0, "up to this version only; with --down, the version to go back to (default: every migration)")
 	return cmd
 }
