@@ -400,6 +400,9 @@ func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("inbox table %q: %v", table, err)}
 	}
+	if note := m.CheckNewer(ctx); note != "" {
+		c.log.Warn("txbox consumer: " + note)
+	}
 	return m.Check(ctx)
 }
 

@@ -52,6 +52,30 @@ func (m *Migrator) Check(ctx context.Context) []string {
 	return problems
 }
 
+// CheckNewer says, when a newer txbox release has migrated the configured
+// tables further than this one knows, which migrations and how to go back;
+// "" otherwise, and when the tracking table cannot be read (Check says
+// so). The relay and the consumer log it at start-up as a warning, not an
+// error: during a rolling upgrade, instances of the earlier release start
+// against tables the new one has migrated.
+func (m *Migrator) CheckNewer(ctx context.Context) string {
+	done, err := m.applied(ctx, m.pool)
+	if err != nil {
+		return ""
+	}
+	newer := m.newer(done)
+	if len(newer) == 0 {
+		return ""
+	}
+	names := make([]string, len(newer))
+	for i, n := range newer {
+		kind, table, _ := strings.Cut(n.Target, ":")
+		names[i] = fmt.Sprintf("%s table %q %d (%s)", kind, m.name(table), n.Version, n.Name)
+	}
+	return fmt.Sprintf("a newer txbox release applied migration(s) this one does not know: %s; to go back to this release for good, revert them with the newer release's `txbox migrate down`",
+		strings.Join(names, ", "))
+}
+
 // name is table as users write it: schema.table, or table.
 func (m *Migrator) name(table string) string {
 	if m.schema != "" {

@@ -49,6 +49,11 @@ func (m *Migrator) Down(ctx context.Context, opts DownOptions) ([]Migration, err
 		}
 		return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
 	}
+	for _, n := range m.newer(done) {
+		if n.Version > opts.To {
+			return nil, fmt.Errorf("txbox: down to version %d: %s version %d (%s) was applied by a newer txbox release, which alone can revert it: run its migrate down first", opts.To, n.Target, n.Version, n.Name)
+		}
+	}
 	var todo []Migration
 	for _, mg := range slices.Backward(m.migrations) {
 		if _, ok := done[key(mg.Target, mg.Version)]; ok && mg.Version > opts.To {

@@ -74,6 +74,9 @@ type Migration struct {
 type Status struct {
 	Migration
 	AppliedAt time.Time
+	// Newer says a newer txbox release applied it: this one has no such
+	// migration (no SQL, no Down). Only that release can revert it.
+	Newer bool
 }
 
 // Migrator applies migrations through a caller-owned pool.
@@ -281,21 +284,29 @@ func (m *Migrator) ensureTracking(ctx context.Context) error {
 	return tx.Commit(ctx)
 }
 
-func (m *Migrator) applied(ctx context.Context, ex driver.Executor) (map[string]time.Time, error) {
+// record is a row of the tracking table.
+type record struct {
+	target  string
+	version int
+	name    string
+	at      time.Time
+}
+
+func (m *Migrator) applied(ctx context.Context, ex driver.Executor) (map[string]record, error) {
 	rows, err := ex.Query(ctx, m.sql.Applied())
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]time.Time{}
+	out := map[string]record{}
 	for rows.Next() {
-		var target string
+		var target, name string
 		var version int
 		var at any
-		if err := rows.Scan(&target, &version, &at); err != nil {
+		if err := rows.Scan(&target, &version, &at, &name); err != nil {
 			return nil, err
 		}
-		out[key(target, version)] = parseTime(at)
+		out[key(target, version)] = record{target, version, name, parseTime(at)}
 	}
 	return out, rows.Err()
 }
@@ -316,21 +327,49 @@ func parseTime(v any) time.Time {
 	return time.Time{}
 }
 
-// Status lists every configured migration and when it was applied. It
-// changes nothing: without the tracking table every migration is pending.
+// Status lists every configured migration and when it was applied, then
+// the migrations of the configured tables that a newer txbox release
+// applied (Status.Newer). It changes nothing: without the tracking table
+// every migration is pending.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
 		if !isMissingTable(err) {
 			return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
 		}
-		done = map[string]time.Time{}
+		done = map[string]record{}
 	}
 	out := make([]Status, len(m.migrations))
 	for i, mg := range m.migrations {
-		out[i] = Status{Migration: mg, AppliedAt: done[key(mg.Target, mg.Version)]}
+		out[i] = Status{Migration: mg, AppliedAt: done[key(mg.Target, mg.Version)].at}
 	}
-	return out, nil
+	return append(out, m.newer(done)...), nil
+}
+
+// newer returns the applied migrations of the configured targets that this
+// release does not have, by target (in configured order) and version.
+func (m *Migrator) newer(done map[string]record) []Status {
+	known := map[string]bool{}
+	var targets []string
+	for _, mg := range m.migrations {
+		if !slices.Contains(targets, mg.Target) {
+			targets = append(targets, mg.Target)
+		}
+		known[key(mg.Target, mg.Version)] = true
+	}
+	var out []Status
+	for k, r := range done {
+		if !known[k] && slices.Contains(targets, r.target) {
+			out = append(out, Status{Migration: Migration{Target: r.target, Version: r.version, Name: r.name}, AppliedAt: r.at, Newer: true})
+		}
+	}
+	slices.SortFunc(out, func(a, b Status) int {
+		if c := slices.Index(targets, a.Target) - slices.Index(targets, b.Target); c != 0 {
+			return c
+		}
+		return a.Version - b.Version
+	})
+	return out
 }
 
 // isMissingTable reports whether err says a table does not exist
@@ -349,7 +388,7 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 		if !isMissingTable(err) {
 			return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
 		}
-		done = map[string]time.Time{}
+		done = map[string]record{}
 	}
 	var out []Migration
 	for _, mg := range m.migrations {

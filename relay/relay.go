@@ -147,6 +147,9 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 		if err != nil {
 			return []string{err.Error()}
 		}
+		if note := m.CheckNewer(ctx); note != "" {
+			r.log.Warn("txbox relay: " + note)
+		}
 		return m.Check(ctx)
 	}
 	capable := any(drv)

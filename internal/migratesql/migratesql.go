@@ -25,8 +25,8 @@ type Dialect interface {
 	// CreateTracking returns the statement creating the tracking table
 	// if it is missing.
 	CreateTracking() string
-	// Applied returns the query of the tracking rows: target, version and
-	// applied_at (a time.Time, or RFC 3339 text).
+	// Applied returns the query of the tracking rows: target, version,
+	// applied_at (a time.Time, or RFC 3339 text) and name.
 	Applied() string
 	// Lock serialises concurrent Ups from inside tx. The lock lasts until
 	// tx ends or unlock runs, whichever comes first; run unlock before

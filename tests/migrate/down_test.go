@@ -5,14 +5,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/drivertest"
 	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -406,6 +410,56 @@ func TestGooseScriptAppliesAndReverts(t *testing.T) {
 			inTx("down", down)
 			if left := ns[1].catalog(t); len(left) != 0 {
 				t.Fatalf("after goose down:\n%s", strings.Join(left, "\n"))
+			}
+		})
+	}
+}
+
+// Tables a newer txbox release migrated further: Status lists its
+// migrations as Newer, Down refuses to go below them (only that release
+// can revert them), and the relay starts with a warning naming them.
+func TestNewerReleaseMigrations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, x := range databases(t) {
+		t.Run(string(x.d), func(t *testing.T) {
+			m := up(t, x)
+			plan, err := migrate.Plan(x.d, migrate.Config{})
+			testenv.Must(t, err, "plan")
+			top := plan[len(plan)-1].Version
+			var now any = time.Now().UTC()
+			if x.d == driver.SQLite {
+				now = time.Now().UTC().Format(time.RFC3339Nano) // as Record writes it there
+			}
+			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO txbox_migrations (target, version, name, applied_at) VALUES (?, ?, ?, ?)",
+				"outbox:txbox_outbox", top+1, "future", now), "record a newer migration")
+			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO txbox_migrations (target, version, name, applied_at) VALUES (?, ?, ?, ?)",
+				"outbox:other_outbox", 1, "create_outbox", now), "record another table's migration")
+			before := applied(t, m)
+
+			st, err := m.Status(ctx)
+			testenv.Must(t, err, "status")
+			last := st[len(st)-1]
+			if len(st) != len(plan)+1 || !last.Newer || last.Version != top+1 || last.Name != "future" || last.AppliedAt.IsZero() || last.Down != "" {
+				t.Fatalf("status ends with %+v (%d rows for %d migrations), want the newer migration %d", last, len(st), len(plan), top+1)
+			}
+			if _, err := m.Down(ctx, migrate.DownOptions{To: top - 1}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("version %d (future) was applied by a newer txbox release", top+1)) {
+				t.Fatalf("down below a newer migration: %v", err)
+			}
+			if got := applied(t, m); !slices.Equal(got, before) || len(got) != len(plan)+1 {
+				t.Fatalf("a refused down changed the applied migrations: %v, want %v", got, before)
+			}
+			if rev, err := m.Down(ctx, migrate.DownOptions{To: top + 1}); err != nil || len(rev) != 0 {
+				t.Fatalf("down to the newer version: %v, %v; want nothing to do", rev, err)
+			}
+
+			var logs testenv.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			r, err := relay.New(txboxsql.New(x.db, x.d), &drivertest.Recorder{}, relay.Config{Logger: log, DisableNotify: true})
+			testenv.Must(t, err, "relay")
+			testenv.Must(t, r.Validate(ctx), "validate: a newer release's migrations do not stop this one")
+			if want := fmt.Sprintf(`outbox table \"txbox_outbox\" %d (future)`, top+1); !strings.Contains(logs.String(), want) || strings.Contains(logs.String(), "other_outbox") {
+				t.Fatalf("relay start-up log lacks %s (or names another table):\n%s", want, logs.String())
 			}
 		})
 	}

@@ -11,7 +11,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 )
 
 -- name: applied
-SELECT target, version, applied_at FROM {{table}}
+SELECT target, version, applied_at, name FROM {{table}}
 
 -- DDL commits implicitly, so a table lock would not last: a named lock of
 -- the connection serialises concurrent Ups instead. lock returns 1 when it

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 )
 
 -- name: applied
-SELECT target, version, applied_at FROM {{table}}
+SELECT target, version, applied_at, name FROM {{table}}
 
 -- Concurrent Ups serialise on the tracking table, until the migration's
 -- transaction ends.

@@ -12,7 +12,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 )
 
 -- name: applied
-SELECT target, version, applied_at FROM {{table}}
+SELECT target, version, applied_at, name FROM {{table}}
 
 -- name: record
 INSERT INTO {{table}} (target, version, name, applied_at) VALUES (?, ?, ?, ?)

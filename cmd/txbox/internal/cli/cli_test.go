@@ -508,6 +508,21 @@ func TestMigrateDown(t *testing.T) {
 	if out := mustRun(t, "migrate", "up", "--db", db); !strings.Contains(out, "applied outbox:txbox_outbox 002 contract") {
 		t.Fatalf("migrate up after down: %q", out)
 	}
+
+	// A migration a newer release applied: listed, and not gone below.
+	if _, err := conn.Exec(`INSERT INTO txbox_migrations VALUES ('outbox:txbox_outbox', 3, 'fut' || char(27) || 'ure', '2030-01-02T03:04:05Z')`); err != nil {
+		t.Fatal(err)
+	}
+	out = mustRun(t, "migrate", "status", "--db", db)
+	if !regexp.MustCompile(`(?m)^outbox:txbox_outbox\s+003\s+fut\\x1bure\s+2030-01-02T03:04:05Z \(by a newer txbox release\)$`).MatchString(out) {
+		t.Fatalf("status with a newer release's migration:\n%s", out)
+	}
+	if out := mustRun(t, "migrate", "status", "--db", db, "--json"); !strings.Contains(out, `"version": 3,`) || !strings.Contains(out, `"newer": true`) {
+		t.Fatalf("status --json with a newer release's migration:\n%s", out)
+	}
+	if _, _, err := run(context.Background(), "migrate", "down", "--db", db, "--to", "1"); err == nil || !strings.Contains(err.Error(), "applied by a newer txbox release") {
+		t.Fatalf("down below a newer release's migration: %v", err)
+	}
 }
 
 // migrate sql --down prints the down migrations above --to, newest first;

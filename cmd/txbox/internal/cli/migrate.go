@@ -227,6 +227,8 @@ type statusJSON struct {
 	Version   int        `json:"version"`
 	Name      string     `json:"name"`
 	AppliedAt *time.Time `json:"applied_at"` // null: pending
+	// Newer: applied by a newer txbox release, unknown to this one.
+	Newer bool `json:"newer,omitempty"`
 }
 
 func newMigrateStatusCmd(f *tableFlags) *cobra.Command {
@@ -236,7 +238,9 @@ func newMigrateStatusCmd(f *tableFlags) *cobra.Command {
 		Short: "List every migration and when it was applied",
 		Long: `Print a table of every migration txbox has for the configured tables: its
 target (kind:table), version, name, and when it was applied ("pending" if not
-yet). It changes nothing in the database.`,
+yet); then the migrations of those tables that a newer txbox release applied,
+marked "(by a newer txbox release)": only that release can revert them. It
+changes nothing in the database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -252,7 +256,7 @@ yet). It changes nothing in the database.`,
 			if asJSON {
 				js := make([]statusJSON, len(st))
 				for i, s := range st {
-					js[i] = statusJSON{Target: s.Target, Version: s.Version, Name: s.Name, AppliedAt: timeOrNil(s.AppliedAt)}
+					js[i] = statusJSON{Target: s.Target, Version: s.Version, Name: s.Name, AppliedAt: timeOrNil(s.AppliedAt), Newer: s.Newer}
 				}
 				return writeJSON(cmd.OutOrStdout(), js)
 			}
@@ -263,12 +267,15 @@ yet). It changes nothing in the database.`,
 				if !s.AppliedAt.IsZero() {
 					at = s.AppliedAt.UTC().Format(time.RFC3339)
 				}
+				if s.Newer {
+					at += " (by a newer txbox release)"
+				}
 				fmt.Fprintf(tw, "%s\t%03d\t%s\t%s\n", cell(s.Target), s.Version, cell(s.Name), at)
 			}
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (applied_at null: pending)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (applied_at null: pending; newer true: applied by a newer txbox release)")
 	return cmd
 }
 
