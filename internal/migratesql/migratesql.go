@@ -1,5 +1,5 @@
 // Package migratesql holds package migrate's own SQL for each dialect: the
-// tracking table and the lock that serialises concurrent Ups. Each dialect
+// tracking table and the lock that serialises concurrent Ups and Downs. Each dialect
 // is one type (postgres.go, sqlite.go, mysql.go) that owns its embedded SQL
 // file and its arguments. The migrations themselves are in migrate/sql.
 package migratesql
@@ -28,7 +28,7 @@ type Dialect interface {
 	// Applied returns the query of the tracking rows: target, version,
 	// applied_at (a time.Time, or RFC 3339 text) and name.
 	Applied() string
-	// Lock serialises concurrent Ups from inside tx. The lock lasts until
+	// Lock serialises concurrent Ups and Downs from inside tx. The lock lasts until
 	// tx ends or unlock runs, whichever comes first; run unlock before
 	// the commit.
 	Lock(ctx context.Context, tx driver.Tx) (unlock func(context.Context) error, err error)

@@ -36,7 +36,7 @@ func (m *mysql) Lock(ctx context.Context, tx driver.Tx) (func(context.Context) e
 		return nil, err
 	}
 	if got == nil || *got != 1 {
-		return nil, errors.New("another txbox migrate up holds the lock txbox_migrate")
+		return nil, errors.New("another txbox migrate up or down holds the lock txbox_migrate")
 	}
 	return func(ctx context.Context) error {
 		_, err := tx.Exec(ctx, m.unlock)
