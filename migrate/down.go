@@ -82,40 +82,19 @@ func (m *Migrator) Down(ctx context.Context, opts DownOptions) ([]Migration, err
 }
 
 func (m *Migrator) revert(ctx context.Context, mg Migration, force bool) (bool, error) {
-	tx, err := m.pool.Begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	unlock, err := m.sql.Lock(ctx, tx)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = unlock(context.WithoutCancel(ctx)) }()
-	done, err := m.applied(ctx, tx)
-	if err != nil {
-		return false, err
-	}
-	if _, ok := done[key(mg.Target, mg.Version)]; !ok {
-		return false, nil // another Down reverted it meanwhile
-	}
-	if mg.Version == 1 && !force {
-		if err := m.refuseLoss(ctx, tx, mg.Target); err != nil {
-			return false, err
+	return m.step(ctx, mg, true, func(tx driver.Tx) error {
+		if mg.Version == 1 && !force {
+			if err := m.refuseLoss(ctx, tx, mg.Target); err != nil {
+				return err
+			}
 		}
-	}
-	for _, stmt := range splitStatements(mg.Down) {
-		if _, err := tx.Exec(ctx, stmt); err != nil && !m.alreadyGone(err) {
-			return false, err
+		for _, stmt := range splitStatements(mg.Down) {
+			if _, err := tx.Exec(ctx, stmt); err != nil && !m.alreadyGone(err) {
+				return err
+			}
 		}
-	}
-	if err := m.sql.Forget(ctx, tx, mg.Target, mg.Version); err != nil {
-		return false, err
-	}
-	if err := unlock(ctx); err != nil {
-		return false, err
-	}
-	return true, tx.Commit(ctx)
+		return m.sql.Forget(ctx, tx, mg.Target, mg.Version)
+	})
 }
 
 // refuseLoss returns an ErrDataLoss when target's table holds rows that

@@ -432,6 +432,21 @@ func (m *Migrator) UpTo(ctx context.Context, version int) ([]Migration, error) {
 }
 
 func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
+	return m.step(ctx, mg, false, func(tx driver.Tx) error {
+		for _, stmt := range splitStatements(mg.SQL) {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return m.sql.Record(ctx, tx, mg.Target, mg.Version, mg.Name, time.Now())
+	})
+}
+
+// step runs body, which applies or reverts mg, in a transaction holding
+// the migration lock, if mg's applied state is still wasApplied once the
+// lock is held (a concurrent Up or Down may have done it meanwhile). It
+// reports whether body ran and committed.
+func (m *Migrator) step(ctx context.Context, mg Migration, wasApplied bool, body func(driver.Tx) error) (bool, error) {
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -446,15 +461,10 @@ func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, ok := done[key(mg.Target, mg.Version)]; ok {
+	if _, ok := done[key(mg.Target, mg.Version)]; ok != wasApplied {
 		return false, nil
 	}
-	for _, stmt := range splitStatements(mg.SQL) {
-		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return false, err
-		}
-	}
-	if err := m.sql.Record(ctx, tx, mg.Target, mg.Version, mg.Name, time.Now()); err != nil {
+	if err := body(tx); err != nil {
 		return false, err
 	}
 	// Before the commit: after it the transaction can run nothing.

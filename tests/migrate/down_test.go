@@ -31,6 +31,8 @@ type namespace struct {
 	name   string
 }
 
+var dialects = []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite}
+
 // namespaces returns two fresh namespaces of dialect d.
 func namespaces(t *testing.T, d driver.Dialect) [2]namespace {
 	var out [2]namespace
@@ -151,7 +153,7 @@ func applied(t *testing.T, m *migrate.Migrator) []string {
 func TestDownRestoresEachVersion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite} {
+	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			ns := namespaces(t, d)
@@ -316,7 +318,7 @@ func stripComments(s string) string {
 // A down migration file exists for every migration of every dialect and
 // kind (Plan refuses otherwise), and none is empty.
 func TestEveryMigrationHasADown(t *testing.T) {
-	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite} {
+	for _, d := range dialects {
 		plan, err := migrate.Plan(d, migrate.Config{InboxTables: []string{"inbox"}})
 		testenv.Must(t, err, "plan %s", d)
 		for _, mg := range plan {
@@ -375,7 +377,7 @@ func gooseStatements(t *testing.T, file string) (up, down []string) {
 func TestGooseScriptAppliesAndReverts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite} {
+	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			ns := namespaces(t, d)
