@@ -60,13 +60,22 @@ func (m *Migrator) Down(ctx context.Context, opts DownOptions) ([]Migration, err
 			todo = append(todo, mg)
 		}
 	}
-	// Refuse before reverting anything; revert checks again under the lock.
+	// Refuse before reverting anything, naming every table that would lose
+	// rows; revert checks again under the lock.
+	var losses []string
 	for _, mg := range todo {
 		if mg.Version == 1 && !opts.Force {
-			if err := m.refuseLoss(ctx, m.pool, mg.Target); err != nil {
+			loss, err := m.loss(ctx, m.pool, mg.Target)
+			if err != nil {
 				return nil, fmt.Errorf("txbox: down to version %d: %w", opts.To, err)
 			}
+			if loss != "" {
+				losses = append(losses, loss)
+			}
 		}
+	}
+	if len(losses) > 0 {
+		return nil, fmt.Errorf("txbox: down to version %d: %w: %s", opts.To, ErrDataLoss, strings.Join(losses, "; "))
 	}
 	var reverted []Migration
 	for _, mg := range todo {
@@ -84,8 +93,12 @@ func (m *Migrator) Down(ctx context.Context, opts DownOptions) ([]Migration, err
 func (m *Migrator) revert(ctx context.Context, mg Migration, force bool) (bool, error) {
 	return m.step(ctx, mg, true, func(tx driver.Tx) error {
 		if mg.Version == 1 && !force {
-			if err := m.refuseLoss(ctx, tx, mg.Target); err != nil {
+			loss, err := m.loss(ctx, tx, mg.Target)
+			if err != nil {
 				return err
+			}
+			if loss != "" {
+				return fmt.Errorf("%w: %s", ErrDataLoss, loss)
 			}
 		}
 		for _, stmt := range splitStatements(mg.Down) {
@@ -97,37 +110,34 @@ func (m *Migrator) revert(ctx context.Context, mg Migration, force bool) (bool, 
 	})
 }
 
-// refuseLoss returns an ErrDataLoss when target's table holds rows that
-// dropping it would lose: undelivered messages (outbox), receipts (inbox).
-func (m *Migrator) refuseLoss(ctx context.Context, ex driver.Executor, target string) error {
+// loss says which rows dropping target's table would lose: undelivered
+// messages (outbox), receipts (inbox); "" when none.
+func (m *Migrator) loss(ctx context.Context, ex driver.Executor, target string) (string, error) {
 	kind, table, _ := strings.Cut(target, ":")
 	q := "SELECT count(*) FROM " + sqlname.Qualified(m.dialect, m.schema, table)
-	what := "receipts (without them a redelivered message is handled again)"
+	what := "receipt(s) (without them a redelivered message is handled again)"
 	if kind == KindOutbox {
 		q += " WHERE published_at IS NULL"
-		what = "undelivered messages (pending or dead)"
+		what = "undelivered message(s) (pending or dead)"
 	}
 	rows, err := ex.Query(ctx, q)
 	if err != nil {
 		if isMissingTable(err) {
-			return nil
+			return "", nil
 		}
-		return err
+		return "", err
 	}
 	defer rows.Close()
 	var n int64
 	if rows.Next() {
 		if err := rows.Scan(&n); err != nil {
-			return err
+			return "", err
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return err
+	if err := rows.Err(); err != nil || n == 0 {
+		return "", err
 	}
-	if n > 0 {
-		return fmt.Errorf("%w: %s table %q holds %d %s, which dropping it deletes", ErrDataLoss, kind, m.name(table), n, what)
-	}
-	return nil
+	return fmt.Sprintf("%s table %q holds %d %s, which dropping it deletes", kind, m.name(table), n, what), nil
 }
 
 // alreadyGone reports whether a down statement failed only because what it

@@ -227,8 +227,10 @@ func TestDownRefusesToLoseData(t *testing.T) {
 				cfg  migrate.Config
 				want string
 			}{
-				{migrate.Config{}, `outbox table "txbox_outbox" holds 1 undelivered messages`},
-				{migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipts`},
+				{migrate.Config{}, `outbox table "txbox_outbox" holds 1 undelivered message(s)`},
+				{migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipt(s)`},
+				// Both named, in one line.
+				{migrate.Config{InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipt(s) (without them a redelivered message is handled again), which dropping it deletes; outbox table "txbox_outbox" holds 1 undelivered message(s)`},
 			} {
 				only, err := migrate.New(txboxsql.New(x.db, x.d), c.cfg)
 				testenv.Must(t, err, "migrate.New")

@@ -36,9 +36,12 @@ const DefaultDB = "sqlite://txbox.db"
 // stderr.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := Run(ctx, args, stdout, stderr); err != nil {
-		// Errors from txbox's packages start with "txbox: " already. Run
-		// redacted the message; text escapes what could reach the terminal.
-		fmt.Fprintf(stderr, "txbox: error: %s\n", text(strings.TrimPrefix(err.Error(), "txbox: ")))
+		// Errors from txbox's packages start with "txbox: " already, also
+		// when a command wrapped them ("migrate up on …: txbox: …"): the
+		// line says it once. Run redacted the message; text escapes what
+		// could reach the terminal.
+		msg := strings.ReplaceAll(strings.TrimPrefix(err.Error(), "txbox: "), ": txbox: ", ": ")
+		fmt.Fprintf(stderr, "txbox: error: %s\n", text(msg))
 		if missingTable(err) {
 			fmt.Fprintln(stderr, "txbox: hint: the table (or its schema) does not exist: create it with `txbox migrate up` and the same --db, --schema and --table (--inbox-table for an inbox), or check those flags")
 		}
