@@ -146,11 +146,31 @@ func (m *Migrator) loss(ctx context.Context, ex driver.Executor, target string) 
 // "Constraint … does not exist"), after a down interrupted before its
 // tracking row went. Elsewhere the down SQL says IF EXISTS.
 func (m *Migrator) alreadyGone(err error) bool {
+	return m.mysqlError(err, 1091, 3940)
+}
+
+// alreadyThere is alreadyGone for up statements: on MySQL, whose DDL has no
+// IF NOT EXISTS for columns and constraints, a column (1060), an index
+// (1061) or a CHECK constraint (MySQL 3822, MariaDB 1826) that an Up
+// interrupted before its tracking row added already. Each such ALTER TABLE
+// is one statement, done whole or not at all.
+func (m *Migrator) alreadyThere(err error) bool {
+	return m.mysqlError(err, 1060, 1061, 3822, 1826)
+}
+
+// mysqlError reports whether err is, on MySQL, one of the errors numbered
+// codes (as go-sql-driver prints them: "Error 1091 (42000): …").
+func (m *Migrator) mysqlError(err error, codes ...int) bool {
 	if m.dialect != driver.MySQL {
 		return false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "Error 1091") || strings.Contains(msg, "Error 3940")
+	for _, c := range codes {
+		if strings.Contains(msg, fmt.Sprintf("Error %d ", c)) || strings.Contains(msg, fmt.Sprintf("Error %d:", c)) {
+			return true
+		}
+	}
+	return false
 }
 
 // DownScript joins the down migrations of ms, the newest first, into one

@@ -401,7 +401,7 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 
 // Up applies every pending migration, each in its own transaction with its
 // tracking row (on MySQL, whose DDL commits implicitly, the row follows the
-// DDL). It returns the migrations it applied. Concurrent Ups are safe on
+// DDL, and an Up interrupted in between is finished by the next one). It returns the migrations it applied. Concurrent Ups are safe on
 // PostgreSQL, on a fresh schema too: they create the schema and the
 // tracking table under an advisory lock, then serialise on a lock of the
 // tracking table.
@@ -434,7 +434,7 @@ func (m *Migrator) UpTo(ctx context.Context, version int) ([]Migration, error) {
 func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 	return m.step(ctx, mg, false, func(tx driver.Tx) error {
 		for _, stmt := range splitStatements(mg.SQL) {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
+			if _, err := tx.Exec(ctx, stmt); err != nil && !m.alreadyThere(err) {
 				return err
 			}
 		}
