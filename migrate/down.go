@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqlname"
 )
@@ -40,7 +41,7 @@ type DownOptions struct {
 // dead (the contract migrations) stay dead.
 func (m *Migrator) Down(ctx context.Context, opts DownOptions) ([]Migration, error) {
 	if opts.To < 0 {
-		return nil, fmt.Errorf("txbox: down to version %d: want 0 or more", opts.To)
+		return nil, fmt.Errorf("%w: down to version %d: want 0 or more", txbox.ErrInvalidConfig, opts.To)
 	}
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
 	"github.com/txbox/txbox/migrate"
@@ -220,6 +221,9 @@ func TestDownRefusesToLoseData(t *testing.T) {
 			_, err = m.Up(ctx)
 			testenv.Must(t, err, "up")
 			before := applied(t, m)
+			if _, err := m.Down(ctx, migrate.DownOptions{To: -1}); !errors.Is(err, txbox.ErrInvalidConfig) {
+				t.Fatalf("down to -1: %v, want txbox.ErrInvalidConfig", err)
+			}
 			insert(t, x, "topic, payload", "t", []byte("pending"))
 			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO inbox (source, message_id) VALUES (?, ?)", "s", "m1"), "receipt")
 
