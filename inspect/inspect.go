@@ -167,6 +167,49 @@ func (in *Inspector) Backlog(ctx context.Context) (Backlog, error) {
 	return out, nil
 }
 
+// Table is the outbox table's upkeep on PostgreSQL, which the relay's speed
+// depends on: each delivered row leaves a dead row version, and an index
+// entry that every claim steps over until VACUUM removes it; VACUUM can
+// remove none made after the oldest snapshot still open in the database.
+type Table struct {
+	Size, IndexSize    int64 // bytes: the table with indexes and TOAST; its indexes
+	LiveRows, DeadRows int64 // row versions, PostgreSQL's estimates
+	// SinceVacuum is the time since the table's last VACUUM, manual or
+	// auto; Vacuumed is false when it never had one.
+	SinceVacuum time.Duration
+	Vacuumed    bool
+	// Oldest is what holds the database's horizon furthest back (a
+	// session's transaction, a prepared transaction, a replication slot),
+	// or nil: the inspector's own session excepted.
+	Oldest *Snapshot
+}
+
+// Snapshot is what holds back the horizon up to which VACUUM may remove
+// row versions.
+type Snapshot struct {
+	Kind    string        // "transaction", "prepared transaction" or "replication slot"
+	Holder  string        // a pid and its application name, a gid, a slot name
+	State   string        // a session's state ("idle in transaction", "active"…), a slot's ("active", "inactive")
+	Age     time.Duration // since the transaction began; 0 for a slot
+	XminAge int64         // transactions begun since the snapshot's xmin
+}
+
+// Table reads the table's size, dead row versions and last VACUUM, and the
+// oldest snapshot of the database. PostgreSQL only: elsewhere it returns an
+// error wrapping errors.ErrUnsupported.
+func (in *Inspector) Table(ctx context.Context) (Table, error) {
+	h, err := in.store.Health(ctx)
+	if err != nil {
+		return Table{}, fmt.Errorf("txbox/inspect: %w", err)
+	}
+	t := Table{Size: h.Size, IndexSize: h.IndexSize, LiveRows: h.LiveRows, DeadRows: h.DeadRows, SinceVacuum: h.SinceVacuum, Vacuumed: h.Vacuumed}
+	if h.Oldest != nil {
+		o := Snapshot(*h.Oldest)
+		t.Oldest = &o
+	}
+	return t, nil
+}
+
 // Pending returns the undelivered rows f selects, oldest first: pending,
 // retrying and parked ones, and dead ones with f.Dead. A row the broker
 // keeps rejecting shows here, with its attempts and last error, before it

@@ -208,3 +208,40 @@ DELETE FROM {{table}} WHERE dead_at IS NOT NULL
 -- Outbox.Add's multi-row INSERT: {{list}} repeats one row's values, up to
 -- 1000 rows (see Inserter.Insert).
 INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES {{list "(?,?,?,?,?)"}}
+
+-- name: table_health
+-- The table's upkeep (Store.Health): its size with indexes and TOAST, its
+-- indexes' size, the statistics collector's estimates of live and dead
+-- row versions, and the seconds since its last VACUUM, manual or auto
+-- (NULL: never).
+SELECT pg_total_relation_size(c.oid), pg_indexes_size(c.oid),
+       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),
+       extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
+FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid = '{{table}}'::regclass
+
+-- name: oldest_snapshot
+-- What holds the database's horizon furthest back (Store.Health): the
+-- oldest xmin of a session's snapshot, a prepared transaction or a
+-- replication slot, this session's excepted. VACUUM keeps every row
+-- version deleted or updated after it, so that while a transaction stays
+-- open, every delivered row's index entry stays too and the relay's claims
+-- step over them all (docs/operability.md). Seconds: since the
+-- transaction began (NULL for a slot). Zero rows: nothing holds it.
+SELECT h.kind, h.holder, h.state, h.seconds, h.xmin_age FROM (
+    SELECT 'transaction' AS kind,
+           a.pid::text || coalesce(' (' || nullif(a.application_name, '') || ')', '') AS holder,
+           coalesce(a.state, '') AS state,
+           extract(epoch FROM now() - a.xact_start)::float8 AS seconds,
+           age(a.backend_xmin)::bigint AS xmin_age
+    FROM pg_stat_activity a
+    WHERE a.datname = current_database() AND a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
+    UNION ALL
+    SELECT 'prepared transaction', p.gid, '', extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint
+    FROM pg_prepared_xacts p WHERE p.database = current_database()
+    UNION ALL
+    SELECT 'replication slot', r.slot_name, CASE WHEN r.active THEN 'active' ELSE 'inactive' END, NULL, age(r.xmin)::bigint
+    FROM pg_replication_slots r WHERE r.xmin IS NOT NULL AND (r.database IS NULL OR r.database = current_database())
+) h
+ORDER BY h.xmin_age DESC
+LIMIT 1

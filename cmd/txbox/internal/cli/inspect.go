@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
@@ -85,13 +86,17 @@ interval.`,
 					}
 					return fmt.Errorf("stats: %w", err)
 				}
+				t, terr := in.Table(ctx)
+				if errors.Is(terr, errors.ErrUnsupported) {
+					terr = errNoTable
+				}
 				if watch && tty && !asJSON {
 					fmt.Fprint(out, "\x1b[H\x1b[2J")
 				}
 				if watch && !asJSON {
 					fmt.Fprintf(out, "%s  %s\n", cell(f.table), time.Now().UTC().Format(time.RFC3339))
 				}
-				if err := printBacklog(out, b, asJSON); err != nil {
+				if err := printBacklog(out, b, t, terr, asJSON); err != nil {
 					return err
 				}
 				if !watch || n == count {
@@ -117,6 +122,10 @@ interval.`,
 	return cmd
 }
 
+// errNoTable stands for Inspector.Table's errors.ErrUnsupported: stats
+// prints no table section off PostgreSQL.
+var errNoTable = errors.New("no table health on this database")
+
 // backlogJSON is stats --json.
 type backlogJSON struct {
 	Pending                   int64       `json:"pending"`
@@ -128,6 +137,26 @@ type backlogJSON struct {
 	OldestPendingAgeSeconds   float64     `json:"oldest_pending_age_seconds"`
 	OldestClaimableAgeSeconds float64     `json:"oldest_claimable_age_seconds"`
 	Topics                    []topicJSON `json:"topics"`
+	// Table: PostgreSQL only; TableError when it could not be read.
+	Table      *tableJSON `json:"table,omitempty"`
+	TableError string     `json:"table_error,omitempty"`
+}
+
+type tableJSON struct {
+	SizeBytes          int64         `json:"size_bytes"`
+	IndexSizeBytes     int64         `json:"index_size_bytes"`
+	LiveRows           int64         `json:"live_rows"`
+	DeadRows           int64         `json:"dead_rows"`
+	SinceVacuumSeconds *float64      `json:"since_vacuum_seconds"` // null: never vacuumed
+	OldestSnapshot     *snapshotJSON `json:"oldest_snapshot"`      // null: none
+}
+
+type snapshotJSON struct {
+	Kind       string  `json:"kind"`
+	Holder     string  `json:"holder"`
+	State      string  `json:"state"`
+	AgeSeconds float64 `json:"age_seconds"`
+	XminAge    int64   `json:"xmin_age"`
 }
 
 type topicJSON struct {
@@ -136,7 +165,8 @@ type topicJSON struct {
 	Dead        int64  `json:"dead"`
 }
 
-func printBacklog(out io.Writer, b inspect.Backlog, asJSON bool) error {
+// printBacklog prints b, and t unless terr is errNoTable.
+func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, asJSON bool) error {
 	if asJSON {
 		j := backlogJSON{
 			Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
@@ -145,6 +175,20 @@ func printBacklog(out io.Writer, b inspect.Backlog, asJSON bool) error {
 		}
 		for _, t := range b.Topics {
 			j.Topics = append(j.Topics, topicJSON(t))
+		}
+		switch {
+		case terr == errNoTable:
+		case terr != nil:
+			j.TableError = terr.Error()
+		default:
+			j.Table = &tableJSON{SizeBytes: t.Size, IndexSizeBytes: t.IndexSize, LiveRows: t.LiveRows, DeadRows: t.DeadRows}
+			if t.Vacuumed {
+				secs := t.SinceVacuum.Seconds()
+				j.Table.SinceVacuumSeconds = &secs
+			}
+			if o := t.Oldest; o != nil {
+				j.Table.OldestSnapshot = &snapshotJSON{Kind: o.Kind, Holder: o.Holder, State: o.State, AgeSeconds: o.Age.Seconds(), XminAge: o.XminAge}
+			}
 		}
 		return writeJSON(out, j)
 	}
@@ -156,6 +200,7 @@ func printBacklog(out io.Writer, b inspect.Backlog, asJSON bool) error {
 	fmt.Fprintf(tw, "undelivered\t%d\n", b.Undelivered())
 	fmt.Fprintf(tw, "oldest pending age\t%s\n", age(b.OldestPendingAge))
 	fmt.Fprintf(tw, "oldest claimable age\t%s\n", age(b.OldestClaimableAge))
+	printTable(tw, t, terr)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -169,6 +214,37 @@ func printBacklog(out io.Writer, b inspect.Backlog, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", cell(t.Topic), t.Undelivered, t.Dead)
 	}
 	return tw.Flush()
+}
+
+// printTable prints the table's upkeep lines of stats (PostgreSQL).
+func printTable(tw io.Writer, t inspect.Table, terr error) {
+	switch {
+	case terr == errNoTable:
+		return
+	case terr != nil:
+		fmt.Fprintf(tw, "table\tunavailable: %s\n", text(terr.Error()))
+		return
+	}
+	fmt.Fprintf(tw, "table size\t%s\t(indexes %s)\n", humanize.Bytes(uint64(max(t.Size, 0))), humanize.Bytes(uint64(max(t.IndexSize, 0))))
+	vacuum := "never vacuumed"
+	if t.Vacuumed {
+		vacuum = "last VACUUM " + age(t.SinceVacuum) + " ago"
+	}
+	fmt.Fprintf(tw, "row versions\t%d live, %d dead\t(%s)\n", t.LiveRows, t.DeadRows, vacuum)
+	o := t.Oldest
+	if o == nil {
+		fmt.Fprintf(tw, "oldest snapshot\tnone\n")
+		return
+	}
+	what := o.Kind + " " + o.Holder
+	if o.State != "" {
+		what += ", " + o.State
+	}
+	if o.Age > 0 {
+		fmt.Fprintf(tw, "oldest snapshot\t%s\t(%s; %d transactions behind)\n", age(o.Age), cell(what), o.XminAge)
+	} else {
+		fmt.Fprintf(tw, "oldest snapshot\t%d transactions behind\t(%s)\n", o.XminAge, cell(what))
+	}
 }
 
 func newPendingCmd() *cobra.Command {
