@@ -107,6 +107,21 @@ type RelaySample struct {
 	// the broker already held the message (DuplicateCounter), since the
 	// relay was made; 0 when its publisher does not count them.
 	BrokerDuplicates int64
+
+	// Upkeep says the two figures below were read: on PostgreSQL, where
+	// each sample reads them too (one more statement), unless they
+	// could not be read. A replication slot may hold the horizon back
+	// too: txbox stats names it.
+	Upkeep bool
+	// OldestTransactionAge is how long the oldest transaction of the database
+	// (a session's or a prepared one, the relay's own sampling session
+	// excepted) has been open, zero when none: VACUUM removes no row
+	// version newer than its snapshot, so while it stays open every
+	// delivered row's index entry stays in the way of the claims
+	// (docs/operability.md). DeadRows is the table's dead row versions,
+	// PostgreSQL's estimate.
+	OldestTransactionAge time.Duration
+	DeadRows             int64
 }
 
 // BaseRelayObserver implements RelayObserver with no-ops; embed it.

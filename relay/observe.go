@@ -149,11 +149,32 @@ func (r *Relay) Sample(ctx context.Context, prev txbox.RelaySample) txbox.RelayS
 	} else {
 		s.Pending, s.Retrying, s.Parked, s.Dead, s.OldestClaimableAge = b.Pending, b.Retrying, b.Parked, b.Dead, b.OldestClaimableAge
 	}
+	r.sampleUpkeep(ctx, &s)
 	s.OldestInFlightAge = r.inFlight.oldest(s.At)
 	s.Listening = r.Listening()
 	s.BrokerConnected = r.brokerConnected()
 	s.BrokerDuplicates = r.duplicates()
 	return s
+}
+
+// sampleUpkeep reads, on PostgreSQL, the table's dead row versions and the
+// age of the database's oldest open transaction into s. Where it cannot be
+// read it says so once, at warn, and s.Upkeep is false.
+func (r *Relay) sampleUpkeep(ctx context.Context, s *txbox.RelaySample) {
+	if !r.store.CanReadHealth() {
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.SampleInterval, time.Second))
+	h, err := r.store.TableHealth(qctx)
+	cancel()
+	s.Upkeep = err == nil
+	if err != nil {
+		if ctx.Err() == nil && r.upkeepWarned.CompareAndSwap(false, true) {
+			r.log.Warn("txbox relay: cannot read the table's upkeep (dead row versions, oldest snapshot); its metrics stay absent", "err", err)
+		}
+		return
+	}
+	s.DeadRows, s.OldestTransactionAge = h.DeadRows, h.OldestTransaction
 }
 
 func (r *Relay) brokerConnected() bool {

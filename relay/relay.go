@@ -99,7 +99,10 @@ type Relay struct {
 	tracer   txbox.RelayTracer   // nil: no tracer calls
 	inFlight inFlight            // claim times of the batches held, with obs
 	lastGood atomic.Int64        // when a round last succeeded, Unix ns
-	running  atomic.Bool         // run is running
+	// upkeepWarned: the sample said once that it cannot read the
+	// table's upkeep (sampleUpkeep).
+	upkeepWarned atomic.Bool
+	running      atomic.Bool // run is running
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc

@@ -73,6 +73,11 @@ func (o relayObserver) Sampled(s txbox.RelaySample) {
 		m.oldestClaimable.Set(s.OldestClaimableAge.Seconds())
 		m.lastSample.Set(float64(s.At.UnixNano()) / 1e9)
 	}
+	if s.Upkeep {
+		m.oldestSnapshot.Set(s.OldestTransactionAge.Seconds())
+		m.deadRows.Set(float64(s.DeadRows))
+		m.upkept.Store(true)
+	}
 	m.oldestInFlight.Set(s.OldestInFlightAge.Seconds())
 	m.listening.Set(b2f(s.Listening))
 	m.connected.Set(b2f(s.BrokerConnected))

@@ -94,6 +94,11 @@ type Metrics struct {
 	// there has been one: absent, not 0, while the figures are unknown.
 	sampledOnes []prometheus.Collector
 	sampled     atomic.Bool
+	// upkeepOnes are the gauges of RelaySample.Upkeep's figures (PostgreSQL),
+	// collected only once a sample had them.
+	upkeepOnes               []prometheus.Collector
+	upkept                   atomic.Bool
+	oldestSnapshot, deadRows prometheus.Gauge
 }
 
 // New returns the metrics, unregistered.
@@ -149,6 +154,12 @@ func New(cfg Config) *Metrics {
 	m.lastSample = gauge("txbox_relay_last_sample_timestamp_seconds", "Unix time of the last successful backlog sample.")
 	m.sampledOnes = append([]prometheus.Collector{m.backlog}, m.collectors[sampledFrom:]...)
 	m.collectors = slices.Clip(m.collectors[:sampledFrom])
+	upkeepFrom := len(m.collectors)
+	m.oldestSnapshot = gauge("txbox_relay_oldest_transaction_age_seconds",
+		"PostgreSQL: how long the database's oldest transaction holding a snapshot has been open (0: none); VACUUM removes no row version newer than it, so delivered rows' index entries stay in the claims' way.")
+	m.deadRows = gauge("txbox_relay_table_dead_rows", "PostgreSQL: the outbox table's dead row versions, awaiting VACUUM (PostgreSQL's estimate).")
+	m.upkeepOnes = slices.Clone(m.collectors[upkeepFrom:])
+	m.collectors = slices.Clip(m.collectors[:upkeepFrom])
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_relay_sample_errors_total", Help: "Backlog samples that could not read the table.", ConstLabels: cl})
 	m.collectors = append(m.collectors, m.sampleErrors)
 	m.duplicatesDesc = prometheus.NewDesc("txbox_relay_broker_duplicates_total",
@@ -181,6 +192,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.sampledOnes {
 		c.Describe(ch)
 	}
+	for _, c := range m.upkeepOnes {
+		c.Describe(ch)
+	}
 	ch <- m.duplicatesDesc
 }
 
@@ -191,6 +205,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m.sampled.Load() {
 		for _, c := range m.sampledOnes {
+			c.Collect(ch)
+		}
+	}
+	if m.upkept.Load() {
+		for _, c := range m.upkeepOnes {
 			c.Collect(ch)
 		}
 	}

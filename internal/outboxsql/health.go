@@ -17,6 +17,9 @@ type Health struct {
 	// auto; Vacuumed is false when it never had one.
 	SinceVacuum time.Duration
 	Vacuumed    bool
+	// OldestTransaction is how long the oldest transaction holding a
+	// snapshot (a session's, a prepared one) has been open; 0: none.
+	OldestTransaction time.Duration
 	// Oldest is what holds the database's horizon furthest back, or nil.
 	Oldest *Snapshot
 }
@@ -32,33 +35,52 @@ type Snapshot struct {
 	XminAge int64         // transactions since the snapshot's xmin
 }
 
+// CanReadHealth reports whether Health is supported: PostgreSQL.
+func (s *Store) CanReadHealth() bool {
+	_, ok := s.d.(*postgres)
+	return ok
+}
+
 // Health reads the table's size, its dead row versions, its last VACUUM,
 // and the oldest snapshot of the database: PostgreSQL only (elsewhere an
 // error wrapping errors.ErrUnsupported).
 func (s *Store) Health(ctx context.Context) (Health, error) {
+	h, err := s.TableHealth(ctx)
+	if err != nil {
+		return Health{}, err
+	}
+	p := s.d.(*postgres)
+	var o Snapshot
+	var secs *float64
+	switch err := queryRow(ctx, s, p.oldestSnapshot, &o.Kind, &o.Holder, &o.State, &secs, &o.XminAge); {
+	case errors.Is(err, driver.ErrNoRows):
+	case err != nil:
+		return Health{}, fmt.Errorf("oldest snapshot: %w", err)
+	default:
+		if secs != nil {
+			o.Age = seconds(*secs)
+		}
+		h.Oldest = &o
+	}
+	return h, nil
+}
+
+// TableHealth is Health without Oldest: one statement.
+func (s *Store) TableHealth(ctx context.Context) (Health, error) {
 	p, ok := s.d.(*postgres)
 	if !ok {
 		return Health{}, fmt.Errorf("table health: %w on this database", errors.ErrUnsupported)
 	}
 	var h Health
-	var since *float64
-	if err := queryRow(ctx, s, p.tableHealth, &h.Size, &h.IndexSize, &h.LiveRows, &h.DeadRows, &since); err != nil {
+	var since, oldest *float64
+	if err := queryRow(ctx, s, p.tableHealth, &h.Size, &h.IndexSize, &h.LiveRows, &h.DeadRows, &since, &oldest); err != nil {
 		return Health{}, err
 	}
 	if since != nil {
-		h.Vacuumed, h.SinceVacuum = true, time.Duration(*since*float64(time.Second))
+		h.Vacuumed, h.SinceVacuum = true, seconds(*since)
 	}
-	var o Snapshot
-	var seconds *float64
-	switch err := queryRow(ctx, s, p.oldestSnapshot, &o.Kind, &o.Holder, &o.State, &seconds, &o.XminAge); {
-	case errors.Is(err, driver.ErrNoRows):
-	case err != nil:
-		return Health{}, fmt.Errorf("oldest snapshot: %w", err)
-	default:
-		if seconds != nil {
-			o.Age = time.Duration(*seconds * float64(time.Second))
-		}
-		h.Oldest = &o
+	if oldest != nil {
+		h.OldestTransaction = seconds(*oldest)
 	}
 	return h, nil
 }
@@ -82,3 +104,5 @@ func queryRow(ctx context.Context, s *Store, q string, dest ...any) error {
 	}
 	return rows.Err()
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

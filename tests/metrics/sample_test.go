@@ -80,3 +80,53 @@ func TestSampleEachDialect(t *testing.T) {
 		})
 	}
 }
+
+// On PostgreSQL each sample also reads the table's dead row versions and
+// how long the database's oldest open transaction has been open: here one
+// left open by another session, which the age covers. Elsewhere the
+// sample has no upkeep figures.
+func TestSampleUpkeep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		d    driver.Dialect
+		open func(t *testing.T) *sql.DB
+	}{
+		{driver.Postgres, func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t, 4); return db }},
+		{driver.SQLite, func(t *testing.T) *sql.DB { return testenv.SQLite(t) }},
+		{driver.MySQL, func(t *testing.T) *sql.DB { return testenv.MySQL(t) }},
+	} {
+		t.Run(string(c.d), func(t *testing.T) {
+			t.Parallel()
+			db := c.open(t)
+			drv := txboxsql.New(db, c.d)
+			m, err := migrate.New(drv, migrate.Config{})
+			testenv.Must(t, err, "migrate.New")
+			_, err = m.Up(ctx)
+			testenv.Must(t, err, "migrate up")
+			r, err := relay.New[*sql.Tx](drv, &ackAll{}, relay.Config{})
+			testenv.Must(t, err, "relay.New")
+			if c.d != driver.Postgres {
+				if s := r.Sample(ctx, txbox.RelaySample{}); s.Upkeep || s.Err != nil {
+					t.Fatalf("sample on %s: %+v, want no upkeep figures", c.d, s)
+				}
+				return
+			}
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+			testenv.Must(t, err, "begin")
+			defer tx.Rollback()
+			var one int
+			testenv.Must(t, tx.QueryRow("SELECT 1").Scan(&one), "snapshot")
+			begun := time.Now() // the transaction began before this
+			time.Sleep(100 * time.Millisecond)
+			open := time.Since(begun)
+			s := r.Sample(ctx, txbox.RelaySample{})
+			if s.Err != nil || !s.Upkeep || s.DeadRows < 0 {
+				t.Fatalf("sample: %+v, want upkeep figures", s)
+			}
+			if s.OldestTransactionAge < open {
+				t.Fatalf("oldest transaction age %s, but one has been open for %s", s.OldestTransactionAge, open)
+			}
+		})
+	}
+}

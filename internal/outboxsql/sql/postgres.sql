@@ -212,13 +212,22 @@ INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES
 -- name: table_health
 -- The table's upkeep (Store.Health): its size with indexes and TOAST, its
 -- indexes' size, the statistics collector's estimates of live and dead
--- row versions, and the seconds since its last VACUUM, manual or auto
--- (NULL: never).
-SELECT pg_total_relation_size(c.oid), pg_indexes_size(c.oid),
-       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),
-       extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
-FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-WHERE c.oid = '{{table}}'::regclass
+-- row versions, the seconds since its last VACUUM, manual or auto (NULL:
+-- never), and since the oldest transaction of the database holding a
+-- snapshot began, a session's or a prepared one, this session's excepted
+-- (NULL: none).
+-- The statistics are read with the functions behind pg_stat_user_tables:
+-- the view reads every table of the database to return one.
+SELECT pg_total_relation_size(t.oid), pg_indexes_size(t.oid),
+       pg_stat_get_live_tuples(t.oid), pg_stat_get_dead_tuples(t.oid),
+       extract(epoch FROM now() - greatest(pg_stat_get_last_vacuum_time(t.oid), pg_stat_get_last_autovacuum_time(t.oid)))::float8,
+       (SELECT max(x.seconds) FROM (
+            SELECT extract(epoch FROM now() - a.xact_start)::float8 AS seconds FROM pg_stat_activity a
+            WHERE a.datname = current_database() AND a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
+            UNION ALL
+            SELECT extract(epoch FROM now() - p.prepared)::float8 FROM pg_prepared_xacts p
+            WHERE p.database = current_database()) x)
+FROM (SELECT '{{table}}'::regclass::oid AS oid) t
 
 -- name: oldest_snapshot
 -- What holds the database's horizon furthest back (Store.Health): the
