@@ -178,6 +178,10 @@ type Table struct {
 	// auto; Vacuumed is false when it never had one.
 	SinceVacuum time.Duration
 	Vacuumed    bool
+	// OldestTransaction is how long the database's oldest transaction
+	// holding a snapshot (a session's or a prepared one) has been open;
+	// 0: none.
+	OldestTransaction time.Duration
 	// Oldest is what holds the database's horizon furthest back (a
 	// session's transaction, a prepared transaction, a replication slot),
 	// or nil: the inspector's own session excepted.
@@ -202,7 +206,8 @@ func (in *Inspector) Table(ctx context.Context) (Table, error) {
 	if err != nil {
 		return Table{}, fmt.Errorf("txbox/inspect: %w", err)
 	}
-	t := Table{Size: h.Size, IndexSize: h.IndexSize, LiveRows: h.LiveRows, DeadRows: h.DeadRows, SinceVacuum: h.SinceVacuum, Vacuumed: h.Vacuumed}
+	t := Table{Size: h.Size, IndexSize: h.IndexSize, LiveRows: h.LiveRows, DeadRows: h.DeadRows, SinceVacuum: h.SinceVacuum, Vacuumed: h.Vacuumed,
+		OldestTransaction: h.OldestTransaction}
 	if h.Oldest != nil {
 		o := Snapshot(*h.Oldest)
 		t.Oldest = &o

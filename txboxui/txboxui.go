@@ -43,6 +43,17 @@ type Backlog struct {
 	// Topics are the topics with the most undelivered rows, most first;
 	// nil when the source does not count them.
 	Topics []TopicBacklog
+	// Upkeep is the table's upkeep on PostgreSQL, nil elsewhere or when
+	// it could not be read.
+	Upkeep *Upkeep
+}
+
+// Upkeep is what keeps VACUUM from the outbox table (docs/operability.md):
+// the database's oldest open transaction, and the dead row versions
+// waiting.
+type Upkeep struct {
+	OldestTransactionAge time.Duration // 0: none
+	DeadRows             int64
 }
 
 // TopicBacklog counts the undelivered rows of one topic.
@@ -68,6 +79,9 @@ func InspectBacklog(in *inspect.Inspector) BacklogFunc {
 		for _, t := range b.Topics {
 			out.Topics = append(out.Topics, TopicBacklog{Topic: t.Topic, Undelivered: t.Undelivered, Dead: t.Dead})
 		}
+		if t, err := in.Table(ctx); err == nil { // PostgreSQL only
+			out.Upkeep = &Upkeep{OldestTransactionAge: t.OldestTransaction, DeadRows: t.DeadRows}
+		}
 		return out, nil
 	}
 }
@@ -80,7 +94,11 @@ func RelayBacklog(r *relay.Relay) BacklogFunc {
 		if s.Err != nil {
 			return Backlog{}, s.Err
 		}
-		return Backlog{Pending: s.Pending, Retrying: s.Retrying, Parked: s.Parked, Dead: s.Dead, ParkedKeys: -1, OldestClaimableAge: s.OldestClaimableAge}, nil
+		b := Backlog{Pending: s.Pending, Retrying: s.Retrying, Parked: s.Parked, Dead: s.Dead, ParkedKeys: -1, OldestClaimableAge: s.OldestClaimableAge}
+		if s.Upkeep {
+			b.Upkeep = &Upkeep{OldestTransactionAge: s.OldestTransactionAge, DeadRows: s.DeadRows}
+		}
+		return b, nil
 	}
 }
 
@@ -271,6 +289,14 @@ type BacklogJSON struct {
 	Undelivered        int64   `json:"undelivered"` // pending + retrying + parked + dead, as txbox stats
 	OldestClaimableSec float64 `json:"oldest_claimable_seconds"`
 	OldestPendingSec   float64 `json:"oldest_pending_seconds"`
+	// Upkeep: PostgreSQL only (Backlog.Upkeep), absent elsewhere.
+	Upkeep *UpkeepJSON `json:"upkeep,omitempty"`
+}
+
+// UpkeepJSON is Upkeep with the age in seconds.
+type UpkeepJSON struct {
+	OldestTransactionSec float64 `json:"oldest_transaction_seconds"` // 0: none
+	DeadRowVersions      int64   `json:"dead_row_versions"`
 }
 
 // Throughput is derived from the last two samples: the relays' published
@@ -373,6 +399,9 @@ func (h *Handler) read(ctx context.Context) *State {
 		} else {
 			s.Backlog = BacklogJSON{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Undelivered: b.Pending + b.Retrying + b.Parked + b.Dead,
 				OldestClaimableSec: b.OldestClaimableAge.Seconds(), OldestPendingSec: b.OldestPendingAge.Seconds()}
+			if u := b.Upkeep; u != nil {
+				s.Backlog.Upkeep = &UpkeepJSON{OldestTransactionSec: u.OldestTransactionAge.Seconds(), DeadRowVersions: u.DeadRows}
+			}
 			if b.Topics != nil {
 				s.Topics = b.Topics
 			}

@@ -1,6 +1,10 @@
 package txboxui
 
 import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +43,52 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	for _, c := range []Config{{Interval: -1}, {Relays: []RelayRef{{Name: "x"}}}, {Inboxes: []InboxRef{{Name: "x"}}}} {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}
+
+// The table's upkeep (PostgreSQL) shows as two cards and in api/state when
+// the backlog source reads it, the oldest transaction marked past 10
+// minutes; nothing of it shows without it.
+func TestUpkeepCards(t *testing.T) {
+	for _, c := range []struct {
+		upkeep            *Upkeep
+		cards, warn, json bool
+	}{
+		{nil, false, false, false},
+		{&Upkeep{OldestTransactionAge: 3 * time.Second, DeadRows: 42}, true, false, true},
+		{&Upkeep{OldestTransactionAge: 11 * time.Minute, DeadRows: 9000}, true, true, true},
+	} {
+		h, err := New(Config{Backlog: func(context.Context) (Backlog, error) {
+			return Backlog{Pending: 1, ParkedKeys: -1, Upkeep: c.upkeep}, nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(path string) string {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			if rec.Code != 200 {
+				t.Fatalf("GET %s: %d", path, rec.Code)
+			}
+			return rec.Body.String()
+		}
+		page, state := get("/"), get("/api/state")
+		card := regexp.MustCompile(`<div class="card( warn)?"[^>]*><span class="label">oldest transaction</span>`).FindStringSubmatch(page)
+		if (card != nil) != c.cards || strings.Contains(page, "dead row versions") != c.cards || (card != nil && (card[1] != "") != c.warn) {
+			t.Errorf("upkeep %+v: oldest transaction card %q, want shown %v, warn %v", c.upkeep, card, c.cards, c.warn)
+		}
+		var st struct {
+			Backlog struct {
+				Upkeep *UpkeepJSON `json:"upkeep"`
+			} `json:"backlog"`
+		}
+		if err := json.Unmarshal([]byte(state), &st); err != nil {
+			t.Fatal(err)
+		}
+		if (st.Backlog.Upkeep != nil) != c.json || c.json && (st.Backlog.Upkeep.DeadRowVersions != c.upkeep.DeadRows ||
+			st.Backlog.Upkeep.OldestTransactionSec != c.upkeep.OldestTransactionAge.Seconds()) {
+			t.Errorf("upkeep %+v: api/state upkeep %+v", c.upkeep, st.Backlog.Upkeep)
 		}
 	}
 }
