@@ -511,7 +511,16 @@ func TestMigrateDown(t *testing.T) {
 	if err := conn.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name IN ('txbox_outbox', 'orders_inbox')`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("tables left after down --to 0: %d (%v)", n, err)
 	}
-	if out := mustRun(t, "migrate", "up", "--db", db); !strings.Contains(out, "applied outbox:txbox_outbox 002 contract") {
+	if out := mustRun(t, "migrate", "up", "--db", db, "--to", "1"); out != "applied outbox:txbox_outbox 001 create_outbox\n" {
+		t.Fatalf("migrate up --to 1 after down: %q", out)
+	}
+	if out := mustRun(t, "migrate", "up", "--db", db, "--to", "1"); !strings.Contains(out, "nothing pending up to version 1") {
+		t.Fatalf("second migrate up --to 1: %q", out)
+	}
+	if _, _, err := run(context.Background(), "migrate", "up", "--db", db, "--to", "0"); err == nil || !strings.Contains(err.Error(), "want 1 or more") {
+		t.Fatalf("migrate up --to 0: %v", err)
+	}
+	if out := mustRun(t, "migrate", "up", "--db", db); out != "applied outbox:txbox_outbox 002 contract\n" {
 		t.Fatalf("migrate up after down: %q", out)
 	}
 

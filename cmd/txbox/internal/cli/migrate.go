@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -133,24 +134,32 @@ PostgreSQL). Nothing in txbox ever creates a table implicitly.`,
 }
 
 func newMigrateUpCmd(f *tableFlags) *cobra.Command {
-	return &cobra.Command{
+	var to int
+	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Apply the pending migrations",
 		Long: `Apply every pending migration to the database given by --db, each in its own
 transaction together with its row in txbox_migrations. Running it again is a
-no-op; concurrent runs on PostgreSQL are safe.`,
+no-op; concurrent runs on PostgreSQL are safe. --to VERSION applies those up to
+that version only (migrate status lists them).`,
 		Example: `  txbox migrate up
   txbox migrate up --db postgres://app@localhost:5432/app --schema txbox
-  txbox migrate up --inbox-table orders_inbox`,
+  txbox migrate up --inbox-table orders_inbox
+  txbox migrate up --to 6`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("to") {
+				to = math.MaxInt
+			} else if to < 1 {
+				return fmt.Errorf("%w: --to %d: want 1 or more", txbox.ErrInvalidConfig, to)
+			}
 			ctx := cmd.Context()
 			db, m, err := f.openMigrator(ctx, createFile)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			applied, err := m.Up(ctx)
+			applied, err := m.UpTo(ctx, to)
 			out := cmd.OutOrStdout()
 			for _, mg := range applied {
 				fmt.Fprintf(out, "applied %s %03d %s\n", mg.Target, mg.Version, mg.Name)
@@ -158,12 +167,18 @@ no-op; concurrent runs on PostgreSQL are safe.`,
 			if err != nil {
 				return fmt.Errorf("migrate up on %s: %w", db.target, err)
 			}
-			if len(applied) == 0 {
+			switch {
+			case len(applied) > 0:
+			case cmd.Flags().Changed("to"):
+				fmt.Fprintf(out, "%s: nothing pending up to version %d\n", db.target, to)
+			default:
 				fmt.Fprintf(out, "%s is up to date\n", db.target)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().IntVar(&to, "to", 0, "apply the migrations up to this version only (default: all)")
+	return cmd
 }
 
 func newMigrateDownCmd(f *tableFlags) *cobra.Command {
