@@ -111,7 +111,7 @@ settings also come from the OUTBOX_* environment variables. See docs/cli.md.`,
 		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
 	})
 	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
-		newDemoCmd(), newBenchCmd(), newVersionCmd())
+		newDemoCmd(), newBenchCmd(), newHealthCmd(), newVersionCmd())
 	return root
 }
 

@@ -186,7 +186,7 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--help"}, {"migrate", "--help"}, {"migrate", "up", "--help"}, {"migrate", "status", "--help"},
 		{"migrate", "sql", "--help"}, {"migrate", "down", "--help"}, {"relay", "--help"}, {"demo", "--help"}, {"version", "--help"},
-		{"dead", "--help"}, {"dead", "list", "--help"}, {"dead", "redrive", "--help"}, {"dead", "discard", "--help"}, {"bench", "--help"}} {
+		{"health", "--help"}, {"dead", "--help"}, {"dead", "list", "--help"}, {"dead", "redrive", "--help"}, {"dead", "discard", "--help"}, {"bench", "--help"}} {
 		out := mustRun(t, args...)
 		if !strings.Contains(out, "Usage:") {
 			t.Errorf("txbox %v: no usage:\n%s", args, out)

@@ -92,6 +92,9 @@ func relayHTTP(t *testing.T, ui bool) {
 	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz %d %q", code, body)
 	}
+	if out := mustRun(t, "health", "--http", addr); out != "ready\n" {
+		t.Fatalf("txbox health against the running relay: %q", out)
+	}
 	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "txbox_relay_claim_duration_seconds_count") {
 		t.Fatalf("/metrics %d without the relay's metrics:\n%s", code, body)
 	}
