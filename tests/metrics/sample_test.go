@@ -33,11 +33,7 @@ func TestSampleEachDialect(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := c.open(t)
-			drv := txboxsql.New(db, c.d)
-			m, err := migrate.New(drv, migrate.Config{})
-			testenv.Must(t, err, "migrate.New")
-			_, err = m.Up(ctx)
-			testenv.Must(t, err, "migrate up")
+			drv := migrated(t, db, c.d)
 			ob, err := txbox.New(drv, txbox.Config{})
 			testenv.Must(t, err, "txbox.New")
 			r, err := relay.New[*sql.Tx](drv, &ackAll{}, relay.Config{})
@@ -99,11 +95,7 @@ func TestSampleUpkeep(t *testing.T) {
 		t.Run(string(c.d), func(t *testing.T) {
 			t.Parallel()
 			db := c.open(t)
-			drv := txboxsql.New(db, c.d)
-			m, err := migrate.New(drv, migrate.Config{})
-			testenv.Must(t, err, "migrate.New")
-			_, err = m.Up(ctx)
-			testenv.Must(t, err, "migrate up")
+			drv := migrated(t, db, c.d)
 			r, err := relay.New[*sql.Tx](drv, &ackAll{}, relay.Config{})
 			testenv.Must(t, err, "relay.New")
 			if c.d != driver.Postgres {
@@ -129,4 +121,15 @@ func TestSampleUpkeep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// migrated returns a driver on db whose outbox table is migrated.
+func migrated(t *testing.T, db *sql.DB, d driver.Dialect) *txboxsql.Driver {
+	t.Helper()
+	drv := txboxsql.New(db, d)
+	m, err := migrate.New(drv, migrate.Config{})
+	testenv.Must(t, err, "migrate.New")
+	_, err = m.Up(context.Background())
+	testenv.Must(t, err, "migrate up")
+	return drv
 }
