@@ -165,7 +165,7 @@ func (r *Relay) sampleUpkeep(ctx context.Context, s *txbox.RelaySample) {
 		return
 	}
 	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.SampleInterval, time.Second))
-	h, err := r.store.TableHealth(qctx)
+	h, err := r.store.Health(qctx)
 	cancel()
 	s.Upkeep = err == nil
 	if err != nil {

@@ -76,12 +76,12 @@ func (o relayObserver) Sampled(s txbox.RelaySample) {
 	if s.Upkeep {
 		m.oldestSnapshot.Set(s.OldestTransactionAge.Seconds())
 		m.deadRows.Set(float64(s.DeadRows))
-		m.upkept.Store(true)
+		m.upkept.on.Store(true)
 	}
 	m.oldestInFlight.Set(s.OldestInFlightAge.Seconds())
 	m.listening.Set(b2f(s.Listening))
 	m.connected.Set(b2f(s.BrokerConnected))
-	m.sampled.Store(true)
+	m.sampled.on.Store(true)
 	m.dups.add(&m.duplicates, s.BrokerDuplicates)
 }
 

@@ -90,14 +90,11 @@ type Metrics struct {
 	inboxSampleErrors           prometheus.Counter
 
 	collectors []prometheus.Collector
-	// sampledOnes are the gauges of the relay's sample, collected only once
-	// there has been one: absent, not 0, while the figures are unknown.
-	sampledOnes []prometheus.Collector
-	sampled     atomic.Bool
-	// upkeepOnes are the gauges of RelaySample.Upkeep's figures (PostgreSQL),
-	// collected only once a sample had them.
-	upkeepOnes               []prometheus.Collector
-	upkept                   atomic.Bool
+	// sampled are the gauges of the relay's sample, collected only once
+	// there has been one: absent, not 0, while the figures are unknown;
+	// upkept those of RelaySample.Upkeep (PostgreSQL), once a sample had
+	// them.
+	sampled, upkept          gated
 	oldestSnapshot, deadRows prometheus.Gauge
 }
 
@@ -152,13 +149,13 @@ func New(cfg Config) *Metrics {
 	m.listening = gauge("txbox_relay_listening", "1 while the relay receives LISTEN/NOTIFY wake-ups, 0 while it polls.")
 	m.connected = gauge("txbox_relay_broker_connected", "1 while the publisher's broker connection is up (always 1 for publishers that do not report it).")
 	m.lastSample = gauge("txbox_relay_last_sample_timestamp_seconds", "Unix time of the last successful backlog sample.")
-	m.sampledOnes = append([]prometheus.Collector{m.backlog}, m.collectors[sampledFrom:]...)
+	m.sampled.cs = append([]prometheus.Collector{m.backlog}, m.collectors[sampledFrom:]...)
 	m.collectors = slices.Clip(m.collectors[:sampledFrom])
 	upkeepFrom := len(m.collectors)
 	m.oldestSnapshot = gauge("txbox_relay_oldest_transaction_age_seconds",
 		"PostgreSQL: how long the database's oldest transaction holding a snapshot has been open (0: none); VACUUM removes no row version newer than it, so delivered rows' index entries stay in the claims' way.")
 	m.deadRows = gauge("txbox_relay_table_dead_rows", "PostgreSQL: the outbox table's dead row versions, awaiting VACUUM (PostgreSQL's estimate).")
-	m.upkeepOnes = slices.Clone(m.collectors[upkeepFrom:])
+	m.upkept.cs = slices.Clone(m.collectors[upkeepFrom:])
 	m.collectors = slices.Clip(m.collectors[:upkeepFrom])
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_relay_sample_errors_total", Help: "Backlog samples that could not read the table.", ConstLabels: cl})
 	m.collectors = append(m.collectors, m.sampleErrors)
@@ -189,12 +186,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors {
 		c.Describe(ch)
 	}
-	for _, c := range m.sampledOnes {
-		c.Describe(ch)
-	}
-	for _, c := range m.upkeepOnes {
-		c.Describe(ch)
-	}
+	m.sampled.describe(ch)
+	m.upkept.describe(ch)
 	ch <- m.duplicatesDesc
 }
 
@@ -203,17 +196,29 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors {
 		c.Collect(ch)
 	}
-	if m.sampled.Load() {
-		for _, c := range m.sampledOnes {
-			c.Collect(ch)
-		}
-	}
-	if m.upkept.Load() {
-		for _, c := range m.upkeepOnes {
-			c.Collect(ch)
-		}
-	}
+	m.sampled.collect(ch)
+	m.upkept.collect(ch)
 	ch <- prometheus.MustNewConstMetric(m.duplicatesDesc, prometheus.CounterValue, float64(m.duplicates.Load()))
+}
+
+// gated are collectors served only once on is set.
+type gated struct {
+	cs []prometheus.Collector
+	on atomic.Bool
+}
+
+func (g *gated) describe(ch chan<- *prometheus.Desc) {
+	for _, c := range g.cs {
+		c.Describe(ch)
+	}
+}
+
+func (g *gated) collect(ch chan<- prometheus.Metric) {
+	if g.on.Load() {
+		for _, c := range g.cs {
+			c.Collect(ch)
+		}
+	}
 }
 
 // topicSeries are one topic label value's counters, resolved once.

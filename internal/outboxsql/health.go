@@ -41,39 +41,20 @@ func (s *Store) CanReadHealth() bool {
 	return ok
 }
 
-// Health reads the table's size, its dead row versions, its last VACUUM,
-// and the oldest snapshot of the database: PostgreSQL only (elsewhere an
-// error wrapping errors.ErrUnsupported).
+// Health reads, in one statement, the table's size, its dead row
+// versions, its last VACUUM, and what holds the database's horizon back:
+// PostgreSQL only (elsewhere an error wrapping errors.ErrUnsupported).
 func (s *Store) Health(ctx context.Context) (Health, error) {
-	h, err := s.TableHealth(ctx)
-	if err != nil {
-		return Health{}, err
-	}
-	p := s.d.(*postgres)
-	var o Snapshot
-	var secs *float64
-	switch err := queryRow(ctx, s, p.oldestSnapshot, &o.Kind, &o.Holder, &o.State, &secs, &o.XminAge); {
-	case errors.Is(err, driver.ErrNoRows):
-	case err != nil:
-		return Health{}, fmt.Errorf("oldest snapshot: %w", err)
-	default:
-		if secs != nil {
-			o.Age = seconds(*secs)
-		}
-		h.Oldest = &o
-	}
-	return h, nil
-}
-
-// TableHealth is Health without Oldest: one statement.
-func (s *Store) TableHealth(ctx context.Context) (Health, error) {
 	p, ok := s.d.(*postgres)
 	if !ok {
 		return Health{}, fmt.Errorf("table health: %w on this database", errors.ErrUnsupported)
 	}
 	var h Health
-	var since, oldest *float64
-	if err := queryRow(ctx, s, p.tableHealth, &h.Size, &h.IndexSize, &h.LiveRows, &h.DeadRows, &since, &oldest); err != nil {
+	var since, oldest, secs *float64
+	var kind, holder, state *string
+	var xminAge *int64
+	if err := queryRow(ctx, s, p.tableHealth, &h.Size, &h.IndexSize, &h.LiveRows, &h.DeadRows, &since, &oldest,
+		&kind, &holder, &state, &secs, &xminAge); err != nil {
 		return Health{}, err
 	}
 	if since != nil {
@@ -81,6 +62,12 @@ func (s *Store) TableHealth(ctx context.Context) (Health, error) {
 	}
 	if oldest != nil {
 		h.OldestTransaction = seconds(*oldest)
+	}
+	if kind != nil {
+		h.Oldest = &Snapshot{Kind: *kind, Holder: *holder, State: *state, XminAge: *xminAge}
+		if secs != nil {
+			h.Oldest.Age = seconds(*secs)
+		}
 	}
 	return h, nil
 }

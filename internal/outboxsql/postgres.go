@@ -20,8 +20,8 @@ type postgres struct {
 	// markLazy and deleteLazy are markPublished and deletePublished with
 	// lazy_commit folded in (see lazyMarker).
 	markLazy, deleteLazy string
-	// tableHealth and oldestSnapshot are Store.Health's.
-	tableHealth, oldestSnapshot string
+	// tableHealth is Store.Health's statement.
+	tableHealth string
 }
 
 var _ dialect = (*postgres)(nil)
@@ -31,7 +31,7 @@ func newPostgres(table string) (*postgres, error) {
 	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{
 		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout, "claim_runs": &p.q.claimRuns,
 		"mark_published_lazy": &p.markLazy, "delete_published_lazy": &p.deleteLazy,
-		"table_health": &p.tableHealth, "oldest_snapshot": &p.oldestSnapshot,
+		"table_health": &p.tableHealth,
 	})
 	return p, err
 }

@@ -210,34 +210,21 @@ DELETE FROM {{table}} WHERE dead_at IS NOT NULL
 INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES {{list "(?,?,?,?,?)"}}
 
 -- name: table_health
--- The table's upkeep (Store.Health): its size with indexes and TOAST, its
--- indexes' size, the statistics collector's estimates of live and dead
--- row versions, the seconds since its last VACUUM, manual or auto (NULL:
--- never), and since the oldest transaction of the database holding a
--- snapshot began, a session's or a prepared one, this session's excepted
--- (NULL: none).
--- The statistics are read with the functions behind pg_stat_user_tables:
--- the view reads every table of the database to return one.
-SELECT pg_total_relation_size(t.oid), pg_indexes_size(t.oid),
-       pg_stat_get_live_tuples(t.oid), pg_stat_get_dead_tuples(t.oid),
-       extract(epoch FROM now() - greatest(pg_stat_get_last_vacuum_time(t.oid), pg_stat_get_last_autovacuum_time(t.oid)))::float8,
-       (SELECT max(x.seconds) FROM (
-            SELECT extract(epoch FROM now() - a.xact_start)::float8 AS seconds FROM pg_stat_activity a
-            WHERE a.datname = current_database() AND a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
-            UNION ALL
-            SELECT extract(epoch FROM now() - p.prepared)::float8 FROM pg_prepared_xacts p
-            WHERE p.database = current_database()) x)
-FROM (SELECT '{{table}}'::regclass::oid AS oid) t
-
--- name: oldest_snapshot
--- What holds the database's horizon furthest back (Store.Health): the
--- oldest xmin of a session's snapshot, a prepared transaction or a
--- replication slot, this session's excepted. VACUUM keeps every row
--- version deleted or updated after it, so that while a transaction stays
--- open, every delivered row's index entry stays too and the relay's claims
--- step over them all (docs/operability.md). Seconds: since the
--- transaction began (NULL for a slot). Zero rows: nothing holds it.
-SELECT h.kind, h.holder, h.state, h.seconds, h.xmin_age FROM (
+-- The table's upkeep (Store.Health), in one statement: its size with
+-- indexes and TOAST, its indexes' size, the statistics collector's
+-- estimates of live and dead row versions, the seconds since its last
+-- VACUUM, manual or auto (NULL: never); then what holds the database's
+-- horizon back (h), this session excepted: each session's snapshot, each
+-- prepared transaction, each replication slot with an xmin. VACUUM keeps
+-- every row version deleted or updated after the oldest of them, so that
+-- while a transaction stays open every delivered row's index entry stays
+-- too and the relay's claims step over them all (docs/operability.md).
+-- From h: the seconds since the oldest transaction began (slots have
+-- none: NULL, which max passes over; NULL with no transaction), and the
+-- holder furthest back (NULLs when none). The statistics are read with the
+-- functions behind pg_stat_user_tables: the view reads every table of the
+-- database to return one.
+WITH h AS (
     SELECT 'transaction' AS kind,
            a.pid::text || coalesce(' (' || nullif(a.application_name, '') || ')', '') AS holder,
            coalesce(a.state, '') AS state,
@@ -251,6 +238,12 @@ SELECT h.kind, h.holder, h.state, h.seconds, h.xmin_age FROM (
     UNION ALL
     SELECT 'replication slot', r.slot_name, CASE WHEN r.active THEN 'active' ELSE 'inactive' END, NULL, age(r.xmin)::bigint
     FROM pg_replication_slots r WHERE r.xmin IS NOT NULL AND (r.database IS NULL OR r.database = current_database())
-) h
-ORDER BY h.xmin_age DESC
-LIMIT 1
+), top AS (
+    SELECT * FROM h ORDER BY xmin_age DESC LIMIT 1
+)
+SELECT pg_total_relation_size(t.oid), pg_indexes_size(t.oid),
+       pg_stat_get_live_tuples(t.oid), pg_stat_get_dead_tuples(t.oid),
+       extract(epoch FROM now() - greatest(pg_stat_get_last_vacuum_time(t.oid), pg_stat_get_last_autovacuum_time(t.oid)))::float8,
+       (SELECT max(h.seconds) FROM h),
+       top.kind, top.holder, top.state, top.seconds, top.xmin_age
+FROM (SELECT '{{table}}'::regclass::oid AS oid) t LEFT JOIN top ON true

@@ -87,9 +87,6 @@ interval.`,
 					return fmt.Errorf("stats: %w", err)
 				}
 				t, terr := in.Table(ctx)
-				if errors.Is(terr, errors.ErrUnsupported) {
-					terr = errNoTable
-				}
 				if watch && tty && !asJSON {
 					fmt.Fprint(out, "\x1b[H\x1b[2J")
 				}
@@ -121,10 +118,6 @@ interval.`,
 	fl.IntVar(&count, "count", count, "with --watch, stop after this many refreshes (0: until interrupted)")
 	return cmd
 }
-
-// errNoTable stands for Inspector.Table's errors.ErrUnsupported: stats
-// prints no table section off PostgreSQL.
-var errNoTable = errors.New("no table health on this database")
 
 // backlogJSON is stats --json.
 type backlogJSON struct {
@@ -165,7 +158,8 @@ type topicJSON struct {
 	Dead        int64  `json:"dead"`
 }
 
-// printBacklog prints b, and t unless terr is errNoTable.
+// printBacklog prints b, and t unless terr says the database has no such
+// figures (Inspector.Table off PostgreSQL).
 func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, asJSON bool) error {
 	if asJSON {
 		j := backlogJSON{
@@ -177,7 +171,7 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 			j.Topics = append(j.Topics, topicJSON(t))
 		}
 		switch {
-		case terr == errNoTable:
+		case errors.Is(terr, errors.ErrUnsupported):
 		case terr != nil:
 			j.TableError = terr.Error()
 		default:
@@ -219,7 +213,7 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 // printTable prints the table's upkeep lines of stats (PostgreSQL).
 func printTable(tw io.Writer, t inspect.Table, terr error) {
 	switch {
-	case terr == errNoTable:
+	case errors.Is(terr, errors.ErrUnsupported):
 		return
 	case terr != nil:
 		fmt.Fprintf(tw, "table\tunavailable: %s\n", text(terr.Error()))
