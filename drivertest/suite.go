@@ -56,12 +56,14 @@ func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[
 		{"OutboxRejectDeadRedriveDiscard", s.testDead},
 		{"OutboxInspect", s.testInspect},
 		{"OutboxCleanup", s.testCleanup},
+		{"OutboxCleanupBesideAnother", s.testCleanupBeside},
 		{"OutboxKeyOrder", s.testKeyOrder},
 		{"RelaysConcurrent", s.testRelaysConcurrent},
 		{"Pipelines", s.testPipelines},
 		{"InboxHandle", s.testInboxHandle},
 		{"InboxLowLevel", s.testInboxLowLevel},
 		{"InboxSweepStats", s.testInboxSweepStats},
+		{"InboxSweepBesideAnother", s.testSweepBeside},
 		{"InboxConcurrentCopies", s.testInboxConcurrent},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -914,7 +914,9 @@ func (r *Relay) cleanupLoop(ctx context.Context) {
 
 // Cleanup deletes rows published more than Retention ago, in statements of
 // at most CleanupBatchSize rows, and returns how many it deleted. Pending
-// and dead rows are never deleted.
+// and dead rows are never deleted. Rows another transaction has locked
+// (the cleanup of another relay) are skipped, not waited for: the cleanups
+// of several relays share the rows.
 func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	cutoff := time.Now().Add(-r.cfg.Retention)
 	var total int64

@@ -28,8 +28,9 @@ type Dialect interface {
 	Stats(ctx context.Context, ex driver.Executor) (driver.Rows, error)
 	// Sweep deletes up to limit receipts of source ("": every source)
 	// past retention (twice retention for unprocessed ones), counted back
-	// from now.
-	Sweep(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration, limit int) (int64, error)
+	// from now. It skips receipts another transaction has locked (a sweep
+	// beside it, a handler's), so that sweeps never wait for each other.
+	Sweep(ctx context.Context, pool driver.Pool, source string, now time.Time, retention time.Duration, limit int) (int64, error)
 	// SweepCount counts the receipts Sweep would delete, without a limit.
 	SweepCount(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration) (int64, error)
 	// Probe reads nothing from the table, failing if it is missing or
@@ -64,7 +65,7 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 		return s, s.load(d, sqliteSQL, schema, table, s.bulk.dests())
 	case driver.MySQL:
 		m := &mysql{}
-		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"found_receipt": &m.foundReceipt})
+		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"found_receipt": &m.foundReceipt, "sweep_delete": &m.sweepDelete})
 	}
 	return nil, fmt.Errorf("dialect %q is not supported", d)
 }

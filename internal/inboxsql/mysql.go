@@ -3,7 +3,9 @@ package inboxsql
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/txbox/txbox/driver"
@@ -20,6 +22,8 @@ type mysql struct {
 	// foundReceipt tells an already processed receipt from a missing one
 	// when mark_processed affects no row.
 	foundReceipt string
+	// sweepDelete deletes the receipts sweep locked: their keys follow.
+	sweepDelete string
 }
 
 var _ Dialect = (*mysql)(nil)
@@ -54,8 +58,50 @@ func (m *mysql) MarkProcessed(ctx context.Context, ex driver.Executor, source, i
 	return hasRow(ctx, ex, m.foundReceipt, source, id)
 }
 
-func (m *mysql) Sweep(ctx context.Context, ex driver.Executor, source string, _ time.Time, retention time.Duration, limit int) (int64, error) {
-	return ex.Exec(ctx, m.sweep, retention.Microseconds(), 2*retention.Microseconds(), source, source, limit)
+// Sweep locks the receipts it deletes first, skipping locked ones, in a
+// READ COMMITTED transaction where the Pool offers one: a DELETE cannot
+// skip locked rows. It then deletes them by key.
+func (m *mysql) Sweep(ctx context.Context, pool driver.Pool, source string, _ time.Time, retention time.Duration, limit int) (_ int64, err error) {
+	var tx driver.Tx
+	if b, ok := pool.(driver.TxBeginner); ok {
+		tx, err = b.BeginTx(ctx, driver.TxOptions{Isolation: driver.LevelReadCommitted})
+	} else {
+		tx, err = pool.Begin(ctx)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, m.sweep, retention.Microseconds(), 2*retention.Microseconds(), source, source, limit)
+	if err != nil {
+		return 0, err
+	}
+	var keys []any
+	for rows.Next() {
+		var src, id string
+		if err := rows.Scan(&src, &id); err != nil {
+			_ = rows.Close()
+			return 0, err
+		}
+		keys = append(keys, src, id)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	var q strings.Builder
+	q.WriteString(m.sweepDelete)
+	q.WriteByte(' ')
+	for i := 0; i < len(keys); i += 2 {
+		if i > 0 {
+			q.WriteString(" OR ")
+		}
+		q.WriteString("(source = ? AND message_id = ?)")
+	}
+	n, err := tx.Exec(ctx, q.String(), keys...)
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit(ctx)
 }
 
 func (m *mysql) SweepCount(ctx context.Context, ex driver.Executor, source string, _ time.Time, retention time.Duration) (int64, error) {

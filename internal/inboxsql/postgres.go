@@ -30,7 +30,7 @@ func (p *postgres) MarkProcessed(ctx context.Context, ex driver.Executor, source
 	return affected(ctx, ex, p.markProcessed, source, id)
 }
 
-func (p *postgres) Sweep(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration, limit int) (int64, error) {
+func (p *postgres) Sweep(ctx context.Context, ex driver.Pool, source string, now time.Time, retention time.Duration, limit int) (int64, error) {
 	return ex.Exec(ctx, p.sweep, now.Add(-retention), now.Add(-2*retention), limit, source)
 }
 

@@ -30,7 +30,7 @@ func (s *sqlite) MarkProcessed(ctx context.Context, ex driver.Executor, source, 
 	return affected(ctx, ex, s.markProcessed, source, id, now.UnixMicro())
 }
 
-func (s *sqlite) Sweep(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration, limit int) (int64, error) {
+func (s *sqlite) Sweep(ctx context.Context, ex driver.Pool, source string, now time.Time, retention time.Duration, limit int) (int64, error) {
 	return ex.Exec(ctx, s.sweep, now.Add(-retention).UnixMicro(), now.Add(-2*retention).UnixMicro(), limit, source)
 }
 

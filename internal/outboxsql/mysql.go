@@ -88,9 +88,15 @@ func (m *mysql) reject(r Rejection, maxAttempts int, _ string, _ time.Time) (str
 }
 
 // cleanup passes the cutoff as an age, counted back from the server's UTC
-// clock.
+// clock. Its query locks the rows (see lockingCleanup).
 func (m *mysql) cleanup(cutoff time.Time, limit int) (string, []any) {
 	return m.q.cleanup, []any{max(time.Since(cutoff), 0).Microseconds(), limit}
+}
+
+var _ lockingCleanup = (*mysql)(nil)
+
+func (m *mysql) deleteLocked(seqs []int64) (string, []any) {
+	return m.withIDs(m.q.deletePublished, seqs)
 }
 
 func (m *mysql) counts(time.Time) (string, []any) { return m.q.counts, nil }

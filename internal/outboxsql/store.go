@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -372,10 +373,49 @@ func (b *Batch) Release(ctx context.Context) error {
 }
 
 // Cleanup deletes up to limit rows published before cutoff and returns how
-// many it deleted.
+// many it deleted. It skips rows that another transaction has locked (a
+// cleanup running beside it at another relay), so that cleanups share the
+// work and never wait for, or deadlock with, each other.
 func (s *Store) Cleanup(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
 	q, args := s.d.cleanup(cutoff, limit)
-	return s.pool.Exec(ctx, q, args...)
+	lc, ok := s.d.(lockingCleanup)
+	if !ok {
+		return s.pool.Exec(ctx, q, args...)
+	}
+	tx, err := s.d.beginClaim(ctx, s.pool, s.lease)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			_ = rows.Close()
+			return 0, err
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(seqs) == 0 {
+		return 0, err
+	}
+	q, args = lc.deleteLocked(seqs)
+	n, err := tx.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit(ctx)
+}
+
+// lockingCleanup is a dialect whose DELETE cannot skip locked rows (MySQL):
+// its cleanup query locks up to limit rows with SELECT … FOR UPDATE SKIP
+// LOCKED in a claim transaction, and deleteLocked deletes them.
+type lockingCleanup interface {
+	deleteLocked(seqs []int64) (string, []any)
 }
 
 // Counts is a snapshot of the table.

@@ -48,14 +48,23 @@ FROM {{table}}
 GROUP BY source
 ORDER BY source
 
--- Arguments: processed rows' age (µs), unprocessed rows' age (µs, larger), limit.
+-- Arguments: processed rows' age (µs), unprocessed rows' age (µs, larger),
+-- the source twice, limit. Sweep locks the receipts it will delete,
+-- skipping those a sweep beside it (or a handler) holds, then deletes them
+-- by key (sweep_delete): a DELETE cannot skip locked rows.
 -- name: sweep
-DELETE FROM {{table}}
+SELECT source, message_id FROM {{table}}
 WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
   AND (processed_at IS NOT NULL OR received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
   AND (? = '' OR source = ?)
 ORDER BY received_at
 LIMIT ?
+FOR UPDATE SKIP LOCKED
+
+-- Sweep's delete of the receipts it locked: "(source = ? AND message_id =
+-- ?)" joined by OR follows, one per receipt.
+-- name: sweep_delete
+DELETE FROM {{table}} WHERE
 
 -- Sweep's dry run (inbox.SweepOptions.DryRun): how many rows sweep would
 -- delete, with its arguments but the limit.

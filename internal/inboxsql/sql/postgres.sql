@@ -36,13 +36,16 @@ ORDER BY source
 
 -- $1: cutoff for processed rows, $2: cutoff for unprocessed rows (older),
 -- $4: the only source swept ('': every source).
+-- Concurrent sweeps take disjoint rows (SKIP LOCKED), and a sweep never
+-- waits for a row that a handler's transaction holds.
 -- name: sweep
 DELETE FROM {{table}}
 WHERE (source, message_id) IN (
   SELECT source, message_id FROM {{table}}
   WHERE received_at < $1 AND (processed_at IS NOT NULL OR received_at < $2)
     AND ($4::text = '' OR source = $4)
-  LIMIT $3)
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED)
 
 -- Sweep's dry run (inbox.SweepOptions.DryRun): how many rows sweep would
 -- delete, with its arguments but the limit.

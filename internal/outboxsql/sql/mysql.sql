@@ -45,12 +45,17 @@ SET dead_at = CASE WHEN attempts + 1 >= ? THEN UTC_TIMESTAMP(6) END,
     attempts = attempts + 1
 WHERE id = ?
 
--- Arguments: age (µs), limit.
+-- Arguments: age (µs), limit. Every relay runs the cleanup: it locks the
+-- rows it will delete, skipping those a cleanup beside it holds, in a READ
+-- COMMITTED transaction, then deletes them by id (delete_published), so
+-- that concurrent cleanups share the work instead of waiting for each
+-- other; a DELETE cannot skip locked rows.
 -- name: cleanup
-DELETE FROM {{table}}
+SELECT id FROM {{table}}
 WHERE published_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY published_at
 LIMIT ?
+FOR UPDATE SKIP LOCKED
 
 -- name: counts
 SELECT

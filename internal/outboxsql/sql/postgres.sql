@@ -128,8 +128,11 @@ SET attempts = attempts + 1,
 WHERE id = $1
 
 -- name: cleanup
+-- Every relay runs the cleanup: concurrent ones take disjoint rows (SKIP
+-- LOCKED) instead of waiting for each other's, or deadlocking on rows each
+-- locked in another order.
 DELETE FROM {{table}}
-WHERE id IN (SELECT id FROM {{table}} WHERE published_at < $1 LIMIT $2)
+WHERE id IN (SELECT id FROM {{table}} WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
 
 -- name: counts
 SELECT
