@@ -13,8 +13,10 @@ package migrate
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math"
 	"path"
 	"slices"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/migratesql"
 	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/internal/sqltext"
@@ -36,8 +39,15 @@ var files embed.FS
 // Defaults.
 const (
 	DefaultOutboxTable = "txbox_outbox"
+	DefaultLockTimeout = 2 * time.Second
+	DefaultLockRetries = 10
 	trackingTable      = "txbox_migrations"
 )
+
+// ErrLockTimeout is returned (wrapped) when a migration gave up waiting for
+// a lock on its table LockRetries + 1 times: another session's transaction
+// kept using the table. The error names those sessions on PostgreSQL.
+var ErrLockTimeout = errors.New("txbox/migrate: the table stayed in use by other sessions")
 
 // Kinds of table txbox migrates.
 const (
@@ -57,6 +67,24 @@ type Config struct {
 	NoOutbox bool
 	// InboxTables lists inbox tables to create. Default: none.
 	InboxTables []string
+
+	// LockTimeout bounds how long a migration waits for a lock on its
+	// table while another session's transaction uses it (PostgreSQL's
+	// lock_timeout; MySQL's lock_wait_timeout, in whole seconds; SQLite
+	// waits as its connection's busy timeout says). While a migration
+	// waits, every later writer of the table (your application's Add)
+	// waits behind it: a long wait would stall them all. After a timeout
+	// the migration rolls back, waits (1 s, doubling, at most 15 s) and
+	// tries again. Default: DefaultLockTimeout. Negative: wait as long as
+	// the database's own setting says.
+	LockTimeout time.Duration
+	// LockRetries is how many more times a migration that timed out
+	// tries, before Up or Down returns ErrLockTimeout. Default:
+	// DefaultLockRetries. Negative: none.
+	LockRetries int
+	// Logger receives a warning at each lock timeout. Default:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Migration is one numbered step for one table.
@@ -81,11 +109,14 @@ type Status struct {
 
 // Migrator applies migrations through a caller-owned pool.
 type Migrator struct {
-	sql        migratesql.Dialect // the tracking table's SQL
-	dialect    driver.Dialect
-	pool       driver.Pool
-	schema     string
-	migrations []Migration
+	sql         migratesql.Dialect // the tracking table's SQL
+	dialect     driver.Dialect
+	pool        driver.Pool
+	schema      string
+	migrations  []Migration
+	lockTimeout time.Duration // <0: none
+	lockRetries int
+	log         *slog.Logger
 }
 
 // New returns a Migrator for drv's database. It validates every table name.
@@ -106,7 +137,18 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Migrator{sql: sql, dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations}, nil
+	m := &Migrator{sql: sql, dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations,
+		lockTimeout: cfg.LockTimeout, lockRetries: max(cfg.LockRetries, 0), log: cfg.Logger}
+	if m.lockTimeout == 0 {
+		m.lockTimeout = DefaultLockTimeout
+	}
+	if cfg.LockRetries == 0 {
+		m.lockRetries = DefaultLockRetries
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	return m, nil
 }
 
 // Plan renders every migration cfg asks for, in the order Up applies them.
@@ -445,8 +487,44 @@ func (m *Migrator) apply(ctx context.Context, mg Migration) (bool, error) {
 // step runs body, which applies or reverts mg, in a transaction holding
 // the migration lock, if mg's applied state is still wasApplied once the
 // lock is held (a concurrent Up or Down may have done it meanwhile). It
-// reports whether body ran and committed.
+// reports whether body ran and committed. When a statement of body gives
+// up waiting for a table's lock (Config.LockTimeout), it tries again, up
+// to Config.LockRetries more times.
 func (m *Migrator) step(ctx context.Context, mg Migration, wasApplied bool, body func(driver.Tx) error) (bool, error) {
+	for try := 1; ; try++ {
+		did, err := m.stepOnce(ctx, mg, wasApplied, body)
+		if err == nil || !m.sql.LockTimedOut(err) {
+			return did, err
+		}
+		kind, table, _ := strings.Cut(mg.Target, ":")
+		holders, herr := m.sql.Holders(ctx, m.pool, sqlname.Qualified(m.dialect, m.schema, table))
+		switch {
+		case herr != nil:
+			holders = "cannot tell which: " + herr.Error()
+		case holders == "" && m.dialect == driver.MySQL:
+			holders = "SHOW PROCESSLIST lists them; MySQL 8's performance_schema.metadata_locks names the holder"
+		case holders == "":
+			holders = "none is holding it now"
+		}
+		if try > m.lockRetries {
+			return false, fmt.Errorf("%w: waited %s for a lock on %s table %q, %d time(s); sessions holding it: %s (%w)",
+				ErrLockTimeout, m.lockTimeout, kind, m.name(table), try, holders, err)
+		}
+		wait := backoff.Nth(time.Second, 15*time.Second, try)
+		m.log.Warn("txbox migrate: another session's transaction is using the table; trying again",
+			"migration", mg.Version, "table", m.name(table), "lock_timeout", m.lockTimeout, "try", try, "of", m.lockRetries+1,
+			"retry_in", wait, "holders", holders)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Migrator) stepOnce(ctx context.Context, mg Migration, wasApplied bool, body func(driver.Tx) error) (bool, error) {
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -457,6 +535,13 @@ func (m *Migrator) step(ctx context.Context, mg Migration, wasApplied bool, body
 		return false, err
 	}
 	defer func() { _ = unlock(context.WithoutCancel(ctx)) }()
+	restore := func(context.Context) error { return nil }
+	if m.lockTimeout > 0 {
+		if restore, err = m.sql.LockTimeout(ctx, tx, m.lockTimeout); err != nil {
+			return false, err
+		}
+		defer func() { _ = restore(context.WithoutCancel(ctx)) }()
+	}
 	done, err := m.applied(ctx, tx)
 	if err != nil {
 		return false, err
@@ -468,7 +553,7 @@ func (m *Migrator) step(ctx context.Context, mg Migration, wasApplied bool, body
 		return false, err
 	}
 	// Before the commit: after it the transaction can run nothing.
-	if err := unlock(ctx); err != nil {
+	if err := errors.Join(restore(ctx), unlock(ctx)); err != nil {
 		return false, err
 	}
 	return true, tx.Commit(ctx)

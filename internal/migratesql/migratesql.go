@@ -36,6 +36,18 @@ type Dialect interface {
 	Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error
 	// Forget deletes the tracking row of one reverted migration.
 	Forget(ctx context.Context, ex driver.Executor, target string, version int) error
+	// LockTimeout makes the statements that follow in tx give up waiting
+	// for a lock on a table after d, and returns what undoes it before tx
+	// ends: nothing on PostgreSQL, whose setting is local to tx; MySQL's
+	// is the session's, restored to its default. SQLite has none.
+	LockTimeout(ctx context.Context, tx driver.Tx, d time.Duration) (restore func(context.Context) error, err error)
+	// LockTimedOut reports whether err is a statement that gave up
+	// waiting for a lock after LockTimeout.
+	LockTimedOut(err error) bool
+	// Holders describes the other sessions that hold a lock on table (the
+	// quoted, qualified name), oldest transaction first, or returns ""
+	// when the dialect cannot tell.
+	Holders(ctx context.Context, ex driver.Executor, table string) (string, error)
 }
 
 // New returns the tracking SQL of dialect d for table in schema (both
@@ -44,13 +56,15 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 	switch d {
 	case driver.Postgres:
 		p := &postgres{}
-		return p, p.load(d, postgresSQL, schema, table, map[string]*string{"setup_lock": &p.setupLock, "create_schema": &p.createSchema, "lock": &p.lock})
+		return p, p.load(d, postgresSQL, schema, table, map[string]*string{"setup_lock": &p.setupLock, "create_schema": &p.createSchema, "lock": &p.lock,
+			"lock_timeout": &p.lockTimeout, "lock_holders": &p.holders})
 	case driver.SQLite:
 		s := &sqlite{}
 		return s, s.load(d, sqliteSQL, schema, table, nil)
 	case driver.MySQL:
 		m := &mysql{}
-		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"lock": &m.lock, "unlock": &m.unlock})
+		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"lock": &m.lock, "unlock": &m.unlock,
+			"lock_timeout": &m.lockTimeout, "lock_timeout_reset": &m.lockTimeoutReset})
 	}
 	return nil, fmt.Errorf("txbox: no migrations for dialect %q", d)
 }

@@ -3,6 +3,11 @@ package migratesql
 import (
 	"context"
 	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/txbox/txbox/driver"
 )
@@ -14,7 +19,7 @@ var postgresSQL string
 // migration's transaction ends.
 type postgres struct {
 	queries
-	lock string
+	lock, lockTimeout, holders string
 }
 
 var _ Dialect = (*postgres)(nil)
@@ -24,4 +29,39 @@ func (p *postgres) Lock(ctx context.Context, tx driver.Tx) (func(context.Context
 		return nil, err
 	}
 	return noUnlock, nil
+}
+
+func (p *postgres) LockTimeout(ctx context.Context, tx driver.Tx, d time.Duration) (func(context.Context) error, error) {
+	_, err := tx.Exec(ctx, p.lockTimeout, strconv.FormatInt(max(d.Milliseconds(), 1), 10)+"ms")
+	return noUnlock, err
+}
+
+// LockTimedOut: SQLSTATE 55P03, lock_not_available.
+func (p *postgres) LockTimedOut(err error) bool {
+	var state interface{ SQLState() string }
+	return errors.As(err, &state) && state.SQLState() == "55P03"
+}
+
+func (p *postgres) Holders(ctx context.Context, ex driver.Executor, table string) (string, error) {
+	rows, err := ex.Query(ctx, p.holders, table)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var pid int64
+		var app, state, mode string
+		var age float64
+		if err := rows.Scan(&pid, &app, &state, &mode, &age); err != nil {
+			return "", err
+		}
+		h := "pid " + strconv.FormatInt(pid, 10)
+		if app != "" {
+			h += " (" + strconv.Quote(app) + ")"
+		}
+		h += fmt.Sprintf(", %s, its transaction open %s, holds %s", state, (time.Duration(age * float64(time.Second))).Round(time.Millisecond), mode)
+		out = append(out, h)
+	}
+	return strings.Join(out, "; "), rows.Err()
 }

@@ -22,6 +22,17 @@ SELECT GET_LOCK('txbox_migrate', 60)
 -- name: unlock
 DO RELEASE_LOCK('txbox_migrate')
 
+-- Run after lock: a migration's DDL gives up waiting for a table's
+-- metadata lock after ? seconds (lock_wait_timeout, by default a year):
+-- while it waits, every session that asks for the table after it queues
+-- behind it. The setting is the session's: lock_timeout_reset restores it
+-- before the connection goes back to the pool.
+-- name: lock_timeout
+SET SESSION lock_wait_timeout = ?
+
+-- name: lock_timeout_reset
+SET SESSION lock_wait_timeout = DEFAULT
+
 -- name: record
 INSERT INTO {{table}} (target, version, name, applied_at) VALUES (?, ?, ?, ?)
 

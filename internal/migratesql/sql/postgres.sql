@@ -28,6 +28,24 @@ SELECT target, version, applied_at, name FROM {{table}}
 -- name: lock
 LOCK TABLE {{table}} IN EXCLUSIVE MODE
 
+-- Run after lock, so that concurrent Ups still wait for each other: a
+-- migration's statements give up waiting for a table's lock after $1 (as
+-- '250ms'), local to its transaction. While a statement waits for a lock,
+-- every session that asks for the table after it queues behind it: the
+-- application's writers of the outbox, for as long as another session's
+-- transaction holds the table.
+-- name: lock_timeout
+SELECT set_config('lock_timeout', $1, true)
+
+-- The other sessions holding a lock on the table $1 (quoted, qualified),
+-- the oldest transaction first: for the error of a migration that gave up.
+-- name: lock_holders
+SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''), l.mode,
+       coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.relation = to_regclass($1) AND l.granted AND l.pid <> pg_backend_pid()
+ORDER BY a.xact_start NULLS LAST, a.pid
+
 -- name: record
 INSERT INTO {{table}} (target, version, name, applied_at) VALUES ($1, $2, $3, $4)
 

@@ -155,6 +155,53 @@ func TestMigratePostgres(t *testing.T) {
 	}
 }
 
+// TestMigrateLockTimeout: migrate up beside a transaction that uses the
+// outbox table gives up after --lock-timeout and --lock-retries, naming
+// the holder, escaped; the flags refuse what makes no sense.
+func TestMigrateLockTimeout(t *testing.T) {
+	t.Parallel()
+	admin, schema := pgSchema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testenv.PostgresURL()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lock-timeout", "0"}, "--lock-timeout 0: want a duration"},
+		{[]string{"--lock-retries", "-1"}, "--lock-retries -1: want 0 or more"},
+	} {
+		if _, _, err := run(ctx, append([]string{"migrate", "up", "--db", db, "--schema", schema}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("migrate up %v: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+	mustRun(t, "migrate", "up", "--db", db, "--schema", schema, "--to", "1")
+	holder, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(ctx))
+	if _, err := holder.Exec(ctx, `SET application_name = 'report "job"'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "INSERT INTO "+schema+".txbox_outbox (topic, payload) VALUES ('t', 'p')"); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut testenv.Buffer
+	code := cli.Main(ctx, []string{"migrate", "up", "--db", db, "--schema", schema, "--lock-timeout", "100ms", "--lock-retries", "1"}, &out, &errOut)
+	printed := errOut.String()
+	if code != 1 || !strings.Contains(printed, "waited 100ms for a lock on outbox table") || !strings.Contains(printed, "2 time(s)") ||
+		!strings.Contains(printed, `("report \"job\"")`) {
+		t.Fatalf("migrate up beside a holder (exit %d) printed:\n%s", code, printed)
+	}
+	if !strings.Contains(printed, "level=WARN") || strings.Count(printed, "level=WARN") != 1 {
+		t.Errorf("want one warning, at the first of the two tries:\n%s", printed)
+	}
+	if st := mustRun(t, "migrate", "status", "--db", db, "--schema", schema); !regexp.MustCompile(`002\s+key_order\s+pending`).MatchString(st) {
+		t.Fatalf("a migration went in beside the holder:\n%s", st)
+	}
+}
+
 func TestMigrateSQL(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"text/tabwriter"
@@ -31,6 +32,11 @@ type tableFlags struct {
 	// migrate only
 	inboxTables []string
 	noOutbox    bool
+	lockTimeout time.Duration // 0: the default
+	lockRetries int
+	lockFlags   bool // --lock-timeout and --lock-retries are registered
+
+	log *slog.Logger // the migrations' warnings (nil: slog.Default())
 
 	fs *pflag.FlagSet // to name --db or TXBOX_DB in errors
 }
@@ -55,7 +61,35 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 }
 
 func (f *tableFlags) migrateConfig() migrate.Config {
-	return migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, NoOutbox: f.noOutbox}
+	c := migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, NoOutbox: f.noOutbox,
+		LockTimeout: f.lockTimeout, LockRetries: f.lockRetries, Logger: f.log}
+	if f.lockFlags && f.lockRetries == 0 {
+		c.LockRetries = -1 // --lock-retries 0: none (0 is the default in Config)
+	}
+	return c
+}
+
+// registerLockFlags adds --lock-timeout and --lock-retries to migrate up
+// and down, whose warnings go to cmd's standard error.
+func (f *tableFlags) registerLockFlags(cmd *cobra.Command) {
+	f.lockFlags = true
+	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", migrate.DefaultLockTimeout,
+		"how long a migration waits for its table while another session's transaction uses it (writers of the table wait behind it); then it rolls back and tries again; -1s: as long as the database says")
+	cmd.Flags().IntVar(&f.lockRetries, "lock-retries", migrate.DefaultLockRetries,
+		"how many more times a migration that timed out tries (1 s apart, doubling, at most 15 s), before the command fails naming the sessions that hold the table")
+}
+
+// checkLockFlags refuses a zero --lock-timeout and a negative
+// --lock-retries, and sends the warnings to cmd's standard error.
+func (f *tableFlags) checkLockFlags(cmd *cobra.Command) error {
+	if f.lockTimeout == 0 {
+		return fmt.Errorf("%w: --lock-timeout 0: want a duration (e.g. 2s), or -1s to wait as long as the database says", txbox.ErrInvalidConfig)
+	}
+	if f.lockRetries < 0 {
+		return fmt.Errorf("%w: --lock-retries %d: want 0 or more", txbox.ErrInvalidConfig, f.lockRetries)
+	}
+	f.log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return nil
 }
 
 // target parses --db (or TXBOX_DB), and refuses --schema (or
@@ -153,6 +187,9 @@ that version only (migrate status lists them).`,
 			} else if to < 1 {
 				return fmt.Errorf("%w: --to %d: want 1 or more", txbox.ErrInvalidConfig, to)
 			}
+			if err := f.checkLockFlags(cmd); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			db, m, err := f.openMigrator(ctx, createFile)
 			if err != nil {
@@ -178,6 +215,7 @@ that version only (migrate status lists them).`,
 		},
 	}
 	cmd.Flags().IntVar(&to, "to", 0, "apply the migrations up to this version only (default: all)")
+	f.registerLockFlags(cmd)
 	return cmd
 }
 
@@ -208,6 +246,9 @@ receipts, unless --force. Rows an up migration parked dead stay dead.
 			if to < 0 {
 				return fmt.Errorf("%w: --to %d: want 0 or more", txbox.ErrInvalidConfig, to)
 			}
+			if err := f.checkLockFlags(cmd); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			db, m, err := f.openMigrator(ctx, mustExist)
 			if err != nil {
@@ -233,6 +274,7 @@ receipts, unless --force. Rows an up migration parked dead stay dead.
 	}
 	cmd.Flags().IntVar(&to, "to", 0, "the version to go back to; 0 drops the tables (required)")
 	cmd.Flags().BoolVar(&force, "force", false, "drop an outbox table with undelivered messages, or an inbox table with receipts")
+	f.registerLockFlags(cmd)
 	return cmd
 }
 
@@ -338,6 +380,9 @@ StatementEnd.`,
 			}
 			if to < 0 {
 				return fmt.Errorf("%w: --to %d: want 0 or more", txbox.ErrInvalidConfig, to)
+			}
+			if err := f.checkLockFlags(cmd); err != nil {
+				return err
 			}
 			ms, err := migrate.Plan(d, f.migrateConfig())
 			if err != nil {

@@ -261,7 +261,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 			return err
 		}
 	}
-	m, err := db.migrator(f.tables.migrateConfig())
+	tf := f.tables
+	tf.log = log
+	m, err := db.migrator(tf.migrateConfig())
 	if err != nil {
 		return err
 	}

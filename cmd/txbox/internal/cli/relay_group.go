@@ -230,7 +230,7 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 func dbKey(t dbTarget) string { return t.String() + "|" + t.url + t.path }
 
 func migrateStore(ctx context.Context, log *slog.Logger, db *database, s storeSpec) error {
-	tf := tableFlags{schema: s.Schema, table: cmp.Or(s.Table, txbox.DefaultTable)}
+	tf := tableFlags{schema: s.Schema, table: cmp.Or(s.Table, txbox.DefaultTable), log: log.With("store", s.Name)}
 	m, err := db.migrator(tf.migrateConfig())
 	if err != nil {
 		return err

@@ -1,0 +1,155 @@
+package migrate_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
+)
+
+// onWarn is a slog.Handler that calls f at each warning.
+type onWarn struct{ f func(slog.Record) }
+
+func (h onWarn) Enabled(context.Context, slog.Level) bool { return true }
+func (h onWarn) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		h.f(r)
+	}
+	return nil
+}
+func (h onWarn) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onWarn) WithGroup(string) slog.Handler      { return h }
+
+// holdTable opens a transaction on a connection of its own that adds a
+// row to the outbox table and stays open, as an application's transaction
+// that has not committed yet: it holds the table against DDL. It returns
+// what ends it.
+func holdTable(t *testing.T, n namespace) (end func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := n.db.Conn(ctx)
+	testenv.Must(t, err, "holder's connection")
+	tx, err := conn.BeginTx(ctx, nil)
+	testenv.Must(t, err, "holder's transaction")
+	table := "txbox_outbox"
+	if n.d == driver.Postgres {
+		_, err = tx.ExecContext(ctx, "SET application_name = 'report-job'")
+		testenv.Must(t, err, "application_name")
+		table = n.schema + "." + table
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO "+table+" (message_id, topic, payload) VALUES ('held', 't', 'p')")
+	testenv.Must(t, err, "holder's insert")
+	var once sync.Once
+	end = func() {
+		once.Do(func() {
+			_ = tx.Rollback()
+			_ = conn.Close()
+		})
+	}
+	t.Cleanup(end)
+	return end
+}
+
+func lockMigrator(t *testing.T, n namespace, cfg migrate.Config) *migrate.Migrator {
+	t.Helper()
+	cfg.Schema = n.schema
+	m, err := migrate.New(txboxsql.New(n.db, n.d), cfg)
+	testenv.Must(t, err, "migrate.New")
+	return m
+}
+
+// TestMigrationGivesUpOnABusyTable: a migration that needs its table while
+// another session's transaction uses it waits LockTimeout, not for as long
+// as that transaction lasts (all the while holding up every later writer
+// of the table), tries again LockRetries times, then fails with
+// ErrLockTimeout naming the holder (PostgreSQL), having changed nothing;
+// and it goes on once the table is free.
+func TestMigrationGivesUpOnABusyTable(t *testing.T) {
+	t.Parallel()
+	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			n := namespaces(t, d)[0]
+			if d == driver.MySQL {
+				// The holder's connection and one more: the check of the
+				// session setting below reads the migrator's connection.
+				n.db.SetMaxOpenConns(2)
+			}
+			quiet := slog.New(slog.DiscardHandler)
+			_, err := lockMigrator(t, n, migrate.Config{Logger: quiet}).UpTo(ctx, 1)
+			testenv.Must(t, err, "up to 1")
+			timeout := 100 * time.Millisecond
+			if d == driver.MySQL {
+				timeout = time.Second // lock_wait_timeout counts whole seconds
+			}
+
+			end := holdTable(t, n)
+			m := lockMigrator(t, n, migrate.Config{LockTimeout: timeout, LockRetries: 1, Logger: quiet})
+			applied, err := m.Up(ctx)
+			if !errors.Is(err, migrate.ErrLockTimeout) {
+				t.Fatalf("Up beside a transaction holding the table: %v (applied %d); want ErrLockTimeout", err, len(applied))
+			}
+			t.Logf("Up beside the holder: %v", err)
+			if !strings.Contains(err.Error(), "2 time(s)") {
+				t.Errorf("error %q: want it to say it tried twice (LockRetries 1)", err)
+			}
+			if d == driver.Postgres && !strings.Contains(err.Error(), `"report-job"`) {
+				t.Errorf("error %q: want it to name the holder's application", err)
+			}
+			if got := applied; len(got) != 0 {
+				t.Errorf("Up applied %v beside the holder", got)
+			}
+			for _, s := range mustStatus(t, m) {
+				if strings.HasPrefix(s.Target, "outbox:") && s.Version > 1 && !s.AppliedAt.IsZero() {
+					t.Errorf("outbox migration %d applied beside the holder", s.Version)
+				}
+			}
+			if d == driver.MySQL {
+				var session, global int64
+				testenv.Must(t, n.db.QueryRowContext(ctx, "SELECT @@SESSION.lock_wait_timeout, @@GLOBAL.lock_wait_timeout").Scan(&session, &global), "lock_wait_timeout")
+				if session != global {
+					t.Errorf("the migrator's connection went back to the pool with lock_wait_timeout %d, the server's is %d", session, global)
+				}
+			}
+
+			// The holder ends after the first timeout: the next try goes on.
+			var warned []string
+			var mu sync.Mutex
+			m = lockMigrator(t, n, migrate.Config{LockTimeout: timeout, LockRetries: 3, Logger: slog.New(onWarn{func(r slog.Record) {
+				mu.Lock()
+				warned = append(warned, r.Message)
+				mu.Unlock()
+				end()
+			}})})
+			if _, err := m.Up(ctx); err != nil {
+				t.Fatalf("Up once the holder ended: %v", err)
+			}
+			for _, s := range mustStatus(t, m) {
+				if s.AppliedAt.IsZero() {
+					t.Errorf("%s migration %d not applied", s.Target, s.Version)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(warned) != 1 {
+				t.Errorf("warnings %q, want one, at the first timeout", warned)
+			}
+		})
+	}
+}
+
+func mustStatus(t *testing.T, m *migrate.Migrator) []migrate.Status {
+	t.Helper()
+	st, err := m.Status(context.Background())
+	testenv.Must(t, err, "status")
+	return st
+}
