@@ -183,6 +183,9 @@ func (s *suite[TTx]) testInboxSweepStats(t *testing.T) {
 	if _, err := keep.SweepWith(ctx, inbox.SweepOptions{Retention: -time.Second}); !errors.Is(err, inbox.ErrInvalidConfig) {
 		t.Fatalf("SweepWith with a negative retention: %v", err)
 	}
+	if _, err := keep.SweepWith(ctx, inbox.SweepOptions{BatchSize: -1}); !errors.Is(err, inbox.ErrInvalidConfig) {
+		t.Fatalf("SweepWith with a negative batch size: %v", err)
+	}
 	short := s.newInbox(t, drv, inbox.Config{Retention: time.Microsecond, SweepBatchSize: 2})
 	n, err = short.Sweep(ctx)
 	if err != nil || n != 5 {

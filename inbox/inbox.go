@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -341,6 +342,12 @@ type SweepOptions struct {
 	// DryRun counts the receipts the sweep would delete and deletes none
 	// (nor reports an EventSwept).
 	DryRun bool
+	// Progress, when set, is called after each batch that deleted
+	// receipts, with the number deleted so far: a long sweep's progress.
+	Progress func(deleted int64)
+	// BatchSize replaces the Inbox's SweepBatchSize for this sweep (0: the
+	// Inbox's). Negative is an error.
+	BatchSize int
 }
 
 // SweepWith is Sweep with options: it returns how many receipts it deleted,
@@ -349,6 +356,10 @@ func (ib *Inbox[TTx]) SweepWith(ctx context.Context, o SweepOptions) (int64, err
 	if o.Retention < 0 {
 		return 0, fmt.Errorf("%w: inbox: sweep: Retention %s is negative", ErrInvalidConfig, o.Retention)
 	}
+	if o.BatchSize < 0 {
+		return 0, fmt.Errorf("%w: inbox: sweep: BatchSize %d is negative", ErrInvalidConfig, o.BatchSize)
+	}
+	batch := cmp.Or(o.BatchSize, ib.batch)
 	if o.Source != "" {
 		if err := checkKey("source", o.Source, ib.maxSource); err != nil {
 			return 0, err
@@ -370,9 +381,12 @@ func (ib *Inbox[TTx]) SweepWith(ctx context.Context, o SweepOptions) (int64, err
 			break
 		}
 		var n int64
-		n, err = ib.sql.Sweep(ctx, ib.drv.Pool(), o.Source, start, retention, ib.batch)
+		n, err = ib.sql.Sweep(ctx, ib.drv.Pool(), o.Source, start, retention, batch)
 		total += n
-		if err != nil || n < int64(ib.batch) {
+		if n > 0 && o.Progress != nil {
+			o.Progress(total)
+		}
+		if err != nil || n < int64(batch) {
 			break
 		}
 	}

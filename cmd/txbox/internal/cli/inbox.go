@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 )
 
@@ -122,6 +123,7 @@ var inboxRetentionSetting = setting[time.Duration]{flag: "retention", min: time.
 func newInboxSweepCmd(f *inboxFlags) *cobra.Command {
 	var o inbox.SweepOptions
 	var asJSON bool
+	var every time.Duration
 	o.Retention = inbox.DefaultRetention
 	cmd := &cobra.Command{
 		Use:   "sweep",
@@ -138,11 +140,27 @@ redeliver. --dry-run counts what would be deleted and deletes nothing.`,
 			if err := inboxRetentionSetting.validate(o.Retention); err != nil {
 				return err
 			}
+			if o.BatchSize < 1 {
+				return fmt.Errorf("%w: --batch-size %d: want 1 or more", txbox.ErrInvalidConfig, o.BatchSize)
+			}
+			if every < 0 {
+				return fmt.Errorf("%w: --progress %s: want 0 or more", txbox.ErrInvalidConfig, every)
+			}
 			ib, closeDB, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeDB()
+			if !o.DryRun {
+				// A progress line on standard error at most every --progress.
+				last := time.Now()
+				o.Progress = func(deleted int64) {
+					if now := time.Now(); now.Sub(last) >= every {
+						last = now
+						fmt.Fprintf(cmd.ErrOrStderr(), "sweeping: %d receipt(s) deleted so far\n", deleted)
+					}
+				}
+			}
 			n, err := ib.SweepWith(cmd.Context(), o)
 			out := cmd.OutOrStdout()
 			if asJSON && err == nil {
@@ -165,5 +183,7 @@ redeliver. --dry-run counts what would be deleted and deletes nothing.`,
 	fl.DurationVar(&o.Retention, "retention", o.Retention, "keep processed receipts this long, unprocessed ones twice as long")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "count what would be swept, delete nothing")
 	fl.BoolVar(&asJSON, "json", false, "print a JSON object")
+	fl.IntVar(&o.BatchSize, "batch-size", inbox.DefaultSweepBatchSize, "receipts deleted per statement")
+	fl.DurationVar(&every, "progress", 2*time.Second, "how often to print a progress line (to standard error) while it sweeps; 0: after every batch")
 	return cmd
 }

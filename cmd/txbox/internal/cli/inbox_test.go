@@ -86,6 +86,8 @@ func TestInboxCommands(t *testing.T) {
 	}{
 		{[]string{"inbox", "sweep", "--retention", "-1h"}, "--retention -1h0m0s: must be positive"},
 		{[]string{"inbox", "sweep", "--retention", "week"}, "invalid argument"},
+		{[]string{"inbox", "sweep", "--batch-size", "0"}, "--batch-size 0: want 1 or more"},
+		{[]string{"inbox", "sweep", "--progress", "-1s"}, "--progress -1s: want 0 or more"},
 	} {
 		if _, _, err := run(context.Background(), append(c.args, args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("txbox %s: %v, want %q", strings.Join(c.args, " "), err, c.want)
@@ -93,5 +95,17 @@ func TestInboxCommands(t *testing.T) {
 	}
 	if _, _, err := run(context.Background(), "inbox", "stats", "--db", db); err == nil || !strings.Contains(err.Error(), "--inbox-table") {
 		t.Errorf("inbox stats without --inbox-table: %v", err)
+	}
+
+	// A long sweep says how far it got: here after each batch of two.
+	for i := range 5 {
+		_, err = conn.Exec(`INSERT INTO orders_inbox (source, message_id, received_at, processed_at) VALUES ('c', ?1, ?2, ?2)`, fmt.Sprint("p", i), now-10*day)
+		testenv.Must(t, err, "insert")
+	}
+	stdout, stderr, err := run(context.Background(), append([]string{"inbox", "sweep", "--retention", "96h", "--batch-size", "2", "--progress", "0"}, args...)...)
+	testenv.Must(t, err, "inbox sweep --progress 0")
+	want := "sweeping: 2 receipt(s) deleted so far\nsweeping: 4 receipt(s) deleted so far\nsweeping: 5 receipt(s) deleted so far\n"
+	if stdout != "swept 5 receipt(s)\n" || stderr != want {
+		t.Errorf("inbox sweep --batch-size 2 --progress 0 printed %q, and on standard error %q; want %q", stdout, stderr, want)
 	}
 }
