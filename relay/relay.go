@@ -918,8 +918,10 @@ func (r *Relay) cleanupLoop(ctx context.Context) {
 // (the cleanup of another relay) are skipped, not waited for: the cleanups
 // of several relays share the rows.
 func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
-	cutoff := time.Now().Add(-r.cfg.Retention)
+	start := time.Now()
+	cutoff := start.Add(-r.cfg.Retention)
 	var total int64
+	said := start
 	for {
 		n, err := r.store.Cleanup(ctx, cutoff, r.cfg.CleanupBatchSize)
 		total += n
@@ -929,8 +931,16 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 		if n < int64(r.cfg.CleanupBatchSize) {
 			return total, nil
 		}
+		if now := time.Now(); now.Sub(said) >= cleanupProgress {
+			// A first cleanup after Retention was lowered can take hours.
+			said = now
+			r.log.Info("txbox relay: cleanup going on", "deleted", total, "for", now.Sub(start).Round(time.Second))
+		}
 	}
 }
+
+// cleanupProgress is how often a long cleanup logs how far it got.
+const cleanupProgress = 30 * time.Second
 
 // Stats are the relay's counters since New, and the table's state.
 type Stats struct {
