@@ -37,15 +37,22 @@ ORDER BY source
 -- $1: cutoff for processed rows, $2: cutoff for unprocessed rows (older),
 -- $4: the only source swept ('': every source).
 -- Concurrent sweeps take disjoint rows (SKIP LOCKED), and a sweep never
--- waits for a row that a handler's transaction holds.
+-- waits for a row that a handler's transaction holds. The DELETE finds the
+-- rows it locked by their physical address (ctid, a TID scan; the lock
+-- keeps them where they are until it commits): written as (source,
+-- message_id) IN (subquery), it was planned, as the statistics fell,
+-- either as a hash join over a scan of the whole table for each batch (31
+-- ms against 1.1 ms per 1,000 receipts of a 200,000-row table) or as a
+-- nested loop of primary-key probes, still slower (100 batches of 1,000 of
+-- a 1,000,000-row table: 325 ms, against 140 and 123 ms).
 -- name: sweep
 DELETE FROM {{table}}
-WHERE (source, message_id) IN (
-  SELECT source, message_id FROM {{table}}
+WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM {{table}}
   WHERE received_at < $1 AND (processed_at IS NOT NULL OR received_at < $2)
     AND ($4::text = '' OR source = $4)
   LIMIT $3
-  FOR UPDATE SKIP LOCKED)
+  FOR UPDATE SKIP LOCKED))
 
 -- Sweep's dry run (inbox.SweepOptions.DryRun): how many rows sweep would
 -- delete, with its arguments but the limit.

@@ -130,9 +130,14 @@ WHERE id = $1
 -- name: cleanup
 -- Every relay runs the cleanup: concurrent ones take disjoint rows (SKIP
 -- LOCKED) instead of waiting for each other's, or deadlocking on rows each
--- locked in another order.
+-- locked in another order. The ids go to the DELETE as an array, read by
+-- primary key: written as id IN (subquery), the DELETE was planned, as the
+-- statistics fell, either as a hash join over a scan of the whole table
+-- for each batch (30 ms against 1.7 ms per 1,000 rows of a 200,000-row
+-- table) or as a nested loop, still slower (100 batches of 1,000 of a
+-- 1,000,000-row table: 313 ms, against 228 and 265 ms).
 DELETE FROM {{table}}
-WHERE id IN (SELECT id FROM {{table}} WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+WHERE id = ANY(ARRAY(SELECT id FROM {{table}} WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))
 
 -- name: counts
 SELECT
