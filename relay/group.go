@@ -85,6 +85,11 @@ type member struct {
 
 	cleanupAt, sampleAt time.Time
 	sample              txbox.RelaySample
+	// A cleanup in progress, one batch a turn: its cutoff (zero: none),
+	// the rows it deleted so far, when it began.
+	cleanupCutoff  time.Time
+	cleaned        int64
+	cleanupStarted time.Time
 
 	channel string   // its notify channel; "" when it only polls
 	bell    doorbell // touched in its turns only
@@ -473,7 +478,7 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
 		wait = m.backoff
 		m.r.log.Warn("txbox relay group: round failed", "err", err, "retry_in", wait)
-	case n > 0 || m.again || next == 0:
+	case n > 0 || m.again || next == 0 || !m.cleanupCutoff.IsZero():
 		m.backoff = 0
 		g.enqueue(m)
 		return false
@@ -494,17 +499,29 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 }
 
 // chores runs m's cleanup and observer sample when they are due, in m's
-// turn, so that they count against its database's budget.
+// turn, so that they count against its database's budget. A cleanup runs
+// one statement (CleanupBatchSize rows) a turn, and its store's round
+// follows it: a store with a large cleanup to do (the first after its
+// Retention was lowered: hours) goes on relaying meanwhile, as a Relay of
+// its own does beside its cleanup. Its next turn comes at once while the
+// cleanup has more to do (see cleaning).
 func (g *Group) chores(ctx context.Context, m *member) {
 	now := time.Now()
-	if now.After(m.cleanupAt) {
-		m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
-		if n, err := m.r.Cleanup(ctx); err != nil {
-			if ctx.Err() == nil {
-				m.r.log.Warn("txbox relay: cleanup failed", "err", err, "deleted", n)
-			}
-		} else if n > 0 {
-			m.r.log.Info("txbox relay: cleanup", "deleted", n)
+	if m.cleanupCutoff.IsZero() && now.After(m.cleanupAt) {
+		m.cleanupCutoff, m.cleaned, m.cleanupStarted = now.Add(-m.r.cfg.Retention), 0, now
+	}
+	if !m.cleanupCutoff.IsZero() {
+		n, more, err := m.r.cleanupBatch(ctx, m.cleanupCutoff)
+		m.cleaned += n
+		switch {
+		case err != nil && ctx.Err() == nil:
+			m.r.log.Warn("txbox relay: cleanup failed", "err", err, "deleted", m.cleaned)
+		case err == nil && !more && m.cleaned > 0:
+			m.r.log.Info("txbox relay: cleanup", "deleted", m.cleaned, "for", now.Sub(m.cleanupStarted).Round(time.Millisecond))
+		}
+		if !more {
+			m.cleanupCutoff = time.Time{}
+			m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
 		}
 	}
 	if m.r.obs != nil && now.After(m.sampleAt) {

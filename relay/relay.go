@@ -923,13 +923,10 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	said := start
 	for {
-		n, err := r.store.Cleanup(ctx, cutoff, r.cfg.CleanupBatchSize)
+		n, more, err := r.cleanupBatch(ctx, cutoff)
 		total += n
-		if err != nil {
+		if err != nil || !more {
 			return total, err
-		}
-		if n < int64(r.cfg.CleanupBatchSize) {
-			return total, nil
 		}
 		if now := time.Now(); now.Sub(said) >= cleanupProgress {
 			// A first cleanup after Retention was lowered can take hours.
@@ -941,6 +938,13 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 
 // cleanupProgress is how often a long cleanup logs how far it got.
 const cleanupProgress = 30 * time.Second
+
+// cleanupBatch runs one statement of Cleanup, on the rows published before
+// cutoff, and reports whether there may be more.
+func (r *Relay) cleanupBatch(ctx context.Context, cutoff time.Time) (n int64, more bool, err error) {
+	n, err = r.store.Cleanup(ctx, cutoff, r.cfg.CleanupBatchSize)
+	return n, err == nil && n >= int64(r.cfg.CleanupBatchSize), err
+}
 
 // Stats are the relay's counters since New, and the table's state.
 type Stats struct {
