@@ -139,12 +139,3 @@ func (s *suite[TTx]) testSweepBeside(t *testing.T) {
 		t.Fatalf("sweep once they are free: deleted %d, %v; want 2", n, err)
 	}
 }
-
-// pastRetention waits until rows stamped now are past a retention of a
-// microsecond.
-func pastRetention() {
-	start := time.Now()
-	for time.Since(start) < time.Millisecond {
-		time.Sleep(time.Millisecond)
-	}
-}

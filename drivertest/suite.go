@@ -160,3 +160,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// pastRetention waits until rows stamped now are past a retention of a
+// microsecond.
+func pastRetention() {
+	start := time.Now()
+	for time.Since(start) < time.Millisecond {
+		time.Sleep(time.Millisecond)
+	}
+}
