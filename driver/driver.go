@@ -123,6 +123,20 @@ type ExecCommitter interface {
 	ExecCommit(ctx context.Context, sql string, args ...any) (int64, error)
 }
 
+// ChainBeginner is an optional capability of a Tx: run a statement,
+// commit, then begin the next transaction on the same connection and run
+// its setup statements and a query, all sent to the server at once: one
+// round trip where ExecCommit and BeginQuery take two. txbox's relay marks
+// a keyed batch and claims the next one with it where the Tx has it
+// (txboxpgx's from BeginQuery): the claim, run after the COMMIT, sees the
+// marks. committed reports whether the statement and the COMMIT succeeded;
+// when they did and the rest failed, err is that failure and the new
+// transaction is already ended. When the statement fails nothing is
+// committed and the caller rolls back, as after ExecCommit.
+type ChainBeginner interface {
+	ExecCommitBeginQuery(ctx context.Context, exec Statement, opts TxOptions, setup []Statement, query Statement) (committed bool, tx Tx, rows Rows, err error)
+}
+
 // Driver adapts one database library, whose transaction type is TTx, to txbox.
 type Driver[TTx any] interface {
 	// Dialect tells which SQL to use.

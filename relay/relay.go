@@ -87,6 +87,11 @@ type Relay struct {
 	// more: the last claim stopped at the end of its window with pending
 	// rows beyond it (outboxsql.Batch.Next), short of a batch.
 	more atomic.Bool
+	// chain: the relay runs its own single loop without lanes, whose full
+	// keyed batches are marked and followed by the next claim in one round
+	// trip (see settle); chained is that claim, for the next round.
+	chain   atomic.Bool
+	chained atomic.Pointer[chainedClaim]
 
 	lanes        *laneKeeper // nil without Config.Lanes
 	listen       *listener   // nil when the relay only polls
@@ -322,9 +327,14 @@ func (r *Relay) run(ctx context.Context) error {
 			r.overlapLoop(ctx)
 		}()
 	}
+	r.chain.Store(r.cfg.Concurrency == 1 && r.lanes == nil)
 	loop()
 	cancel()
 	wg.Wait()
+	r.chain.Store(false)
+	if c := r.chained.Swap(nil); c != nil && c.batch != nil {
+		_ = c.batch.Release(context.WithoutCancel(ctx))
+	}
 	if r.lanes != nil {
 		r.lanes.leave(ctx)
 	}
@@ -517,11 +527,20 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 			r.lastGood.Store(time.Now().UnixNano())
 		}
 	}()
-	release := r.takeTurn(ctx)
-	batch, err := r.claim(ctx)
-	release()
-	if r.obs != nil {
-		r.obs.Claimed(batchLen(batch), time.Since(claimedAt))
+	var batch *outboxsql.Batch
+	if c := r.chained.Swap(nil); c != nil {
+		batch, err = c.batch, c.err
+		if r.obs != nil {
+			claimedAt = c.at
+			r.obs.Claimed(batchLen(batch), c.took)
+		}
+	} else {
+		release := r.takeTurn(ctx)
+		batch, err = r.claim(ctx)
+		release()
+		if r.obs != nil {
+			r.obs.Claimed(batchLen(batch), time.Since(claimedAt))
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
@@ -631,6 +650,13 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.claimed(batch, runs)
+	return batch, nil
+}
+
+// claimed notes, after a claim (with runs or not), where the next one
+// starts and what it takes.
+func (r *Relay) claimed(batch *outboxsql.Batch, runs bool) {
 	full := len(batch.Rows) >= r.cfg.BatchSize
 	var reach int64
 	if runs {
@@ -667,7 +693,6 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 		default:
 		}
 	}
-	return batch, nil
 }
 
 // prepared is a claimed batch turned into messages: msgs[i] is the message
@@ -761,7 +786,11 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 			}
 		}
 	}
-	if err := batch.Finish(ctx, published, rejected, r.cfg.MaxAttempts); err != nil {
+	if r.mayChain(ctx, batch, published) {
+		if err := r.finishChained(ctx, batch, published); err != nil {
+			return fmt.Errorf("%w: %w", errFinish, err)
+		}
+	} else if err := batch.Finish(ctx, published, rejected, r.cfg.MaxAttempts); err != nil {
 		return fmt.Errorf("%w: %w", errFinish, err)
 	}
 	r.noteDelivered(batch, published)
@@ -790,6 +819,74 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 		return fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(out.msgs), transient)
 	}
 	return nil
+}
+
+// chainedClaim is a claim sent with the marks of the batch before it
+// (finishChained): the next round's batch, or the claim's error.
+type chainedClaim struct {
+	batch *outboxsql.Batch
+	err   error
+	at    time.Time
+	took  time.Duration
+}
+
+// mayChain reports whether settle marks batch and claims the next one in
+// one round trip: the relay's own single loop, a full keyed batch (one
+// relay drains a keyed backlog one batch at a time, its next claim
+// waiting for these marks: see overlapLoop), every row acknowledged.
+func (r *Relay) mayChain(ctx context.Context, batch *outboxsql.Batch, published []int64) bool {
+	return r.chain.Load() && ctx.Err() == nil && len(published) == len(batch.Rows) &&
+		len(batch.Rows) >= r.cfg.BatchSize && batch.Keyed() && batch.CanChain()
+}
+
+// finishChained marks batch's rows and claims the next batch in one round
+// trip (outboxsql.Batch.FinishClaim), with the arguments the next round's
+// claim would have (claim), the floors counting the rows just marked: the
+// claim runs after their COMMIT. The next round takes the claimed batch.
+func (r *Relay) finishChained(ctx context.Context, batch *outboxsql.Batch, published []int64) error {
+	runs := r.runs.Load() && r.store.Runs()
+	args := outboxsql.ClaimArgs{Limit: r.cfg.BatchSize, From: r.claimFrom(), Reach: r.reach.Load()}
+	if runs {
+		f := r.floorsWith(batch, published)
+		args.Floors = &f
+	}
+	start := time.Now()
+	next, claimErr, err := batch.FinishClaim(ctx, published, args)
+	if err != nil {
+		return err
+	}
+	if next == nil && claimErr == nil {
+		return nil // nothing chained: the next round claims
+	}
+	c := &chainedClaim{batch: next, err: claimErr, at: start, took: time.Since(start)}
+	if next != nil {
+		r.claimed(next, runs)
+	}
+	r.chained.Store(c)
+	return nil
+}
+
+// floorsWith is claimFloors with, for each key of batch, its last row in
+// published.
+func (r *Relay) floorsWith(batch *outboxsql.Batch, published []int64) outboxsql.Floors {
+	last := map[string]int64{}
+	for _, row := range batch.Rows {
+		if _, ok := slices.BinarySearch(published, row.Seq); ok && row.Key != "" && row.Seq > last[row.Key] {
+			last[row.Key] = row.Seq
+		}
+	}
+	r.floorsMu.Lock()
+	for k, seq := range r.floors {
+		if seq > last[k] {
+			last[k] = seq
+		}
+	}
+	r.floorsMu.Unlock()
+	f := outboxsql.Floors{Keys: make([]string, 0, len(last)), Seqs: make([]int64, 0, len(last))}
+	for k, seq := range last {
+		f.Keys, f.Seqs = append(f.Keys, k), append(f.Seqs, seq)
+	}
+	return f
 }
 
 // maxFloors bounds the keys a relay remembers a delivered row of, in

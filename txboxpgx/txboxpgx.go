@@ -208,32 +208,54 @@ var _ driver.QueryBeginner = poolExec{}
 // statement once per connection, in a round trip of its own the first
 // time).
 func (p poolExec) BeginQuery(ctx context.Context, opts driver.TxOptions, setup []driver.Statement, query driver.Statement) (driver.Tx, driver.Rows, error) {
-	iso, err := isoLevel(opts.Isolation)
+	begin, err := beginSQL(opts)
 	if err != nil {
 		return nil, nil, err
-	}
-	begin := "begin"
-	if iso != "" {
-		begin += " isolation level " + string(iso)
 	}
 	conn, err := p.p.Acquire(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	b := &pgx.Batch{}
+	queueBegin(b, begin, setup, query)
+	br := conn.SendBatch(ctx, b)
+	tx := &connTx{conn: conn}
+	rows, err := readBegin(ctx, br, tx, len(setup))
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, rows, nil
+}
+
+func beginSQL(opts driver.TxOptions) (string, error) {
+	iso, err := isoLevel(opts.Isolation)
+	if err != nil {
+		return "", err
+	}
+	if iso != "" {
+		return "begin isolation level " + string(iso), nil
+	}
+	return "begin", nil
+}
+
+// queueBegin queues BEGIN, the setup statements and the query.
+func queueBegin(b *pgx.Batch, begin string, setup []driver.Statement, query driver.Statement) {
 	b.Queue(begin)
 	for _, s := range setup {
 		b.Queue(s.SQL, s.Args...)
 	}
 	b.Queue(query.SQL, query.Args...)
-	br := conn.SendBatch(ctx, b)
-	tx := &connTx{conn: conn}
-	fail := func(err error) (driver.Tx, driver.Rows, error) {
+}
+
+// readBegin reads the answers to what queueBegin queued, tx being the
+// transaction begun; on an error it ends tx.
+func readBegin(ctx context.Context, br pgx.BatchResults, tx *connTx, setup int) (driver.Rows, error) {
+	fail := func(err error) (driver.Rows, error) {
 		_ = br.Close()
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return nil, nil, err
+		return nil, err
 	}
-	for range 1 + len(setup) {
+	for range 1 + setup {
 		if _, err := br.Exec(); err != nil {
 			return fail(err)
 		}
@@ -242,7 +264,7 @@ func (p poolExec) BeginQuery(ctx context.Context, opts driver.TxOptions, setup [
 	if err != nil {
 		return fail(err)
 	}
-	return tx, batchRows{rows, br}, nil
+	return batchRows{rows, br}, nil
 }
 
 // batchRows are the rows of a batch's last query: closing them reads the
@@ -336,6 +358,43 @@ func (t *connTx) ExecCommit(ctx context.Context, sql string, args ...any) (int64
 		return 0, fmt.Errorf("commit: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+var _ driver.ChainBeginner = (*connTx)(nil)
+
+// ExecCommitBeginQuery implements driver.ChainBeginner with one pgx batch:
+// exec, COMMIT, BEGIN, setup and query. The server skips what follows a
+// failed statement, so a claim never runs after marks that did not
+// commit.
+func (t *connTx) ExecCommitBeginQuery(ctx context.Context, exec driver.Statement, opts driver.TxOptions, setup []driver.Statement, query driver.Statement) (bool, driver.Tx, driver.Rows, error) {
+	if t.conn == nil {
+		return false, nil, nil, pgx.ErrTxClosed
+	}
+	begin, err := beginSQL(opts)
+	if err != nil {
+		return false, nil, nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(exec.SQL, exec.Args...)
+	b.Queue("commit")
+	queueBegin(b, begin, setup, query)
+	br := t.conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return false, nil, nil, err
+	}
+	ctag, err := br.Exec()
+	if err := commitErr(ctag, err); err != nil {
+		_ = br.Close()
+		return false, nil, nil, fmt.Errorf("commit: %w", err)
+	}
+	next := &connTx{conn: t.conn}
+	t.conn = nil // the connection goes on in next
+	rows, err := readBegin(ctx, br, next, len(setup))
+	if err != nil {
+		return true, nil, nil, err
+	}
+	return true, next, rows, nil
 }
 
 func (t *connTx) end() {

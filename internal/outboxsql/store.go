@@ -171,11 +171,12 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 	var q string
 	var args []any
 	query := func() {
+		if runs {
+			q, args = s.claimStatement(ClaimArgs{Limit: limit, From: from, Reach: reach, Floors: floors})
+			return
+		}
 		now := time.Now()
 		q, args = s.d.claim(limit, from, reach, b.token, now.Add(s.lease), now)
-		if runs {
-			q, args = s.d.queries().claimRuns, []any{limit, from, floors.Keys, floors.Seqs, reach, claimWindow(limit)}
-		}
 	}
 	var rows driver.Rows
 	var err error
@@ -200,9 +201,29 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 		query()
 		rows, err = ex.Query(ctx, q, args...)
 	}
-	if err == nil {
-		b.Rows, b.Next, err = s.scanClaimed(rows, limit, s.Runs()) // PostgreSQL's claims have a ninth column
+	if err != nil {
+		// A lease's UPDATE may have committed: release what it took.
+		_ = b.Release(context.WithoutCancel(ctx))
+		return nil, err
 	}
+	return s.scanBatch(ctx, b, rows, limit)
+}
+
+// claimStatement is the claim with a transaction's row locks (not a
+// lease's token): PostgreSQL's and MySQL's; with runs when a.Floors is not
+// nil.
+func (s *Store) claimStatement(a ClaimArgs) (string, []any) {
+	if a.Floors != nil {
+		return s.d.queries().claimRuns, []any{a.Limit, a.From, a.Floors.Keys, a.Floors.Seqs, a.Reach, claimWindow(a.Limit)}
+	}
+	now := time.Now()
+	return s.d.claim(a.Limit, a.From, a.Reach, "", now.Add(s.lease), now)
+}
+
+// scanBatch reads the claim's rows into b; on an error it releases b.
+func (s *Store) scanBatch(ctx context.Context, b *Batch, rows driver.Rows, limit int) (*Batch, error) {
+	var err error
+	b.Rows, b.Next, err = s.scanClaimed(rows, limit, s.Runs()) // PostgreSQL's claims have a ninth column
 	if err != nil {
 		// A lease's UPDATE may have committed: release what it took.
 		_ = b.Release(context.WithoutCancel(ctx))

@@ -1,0 +1,58 @@
+package outboxsql
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/txbox/txbox/driver"
+)
+
+// ClaimArgs are a claim's arguments: Claim's, ClaimReaching's, and, when
+// Floors is not nil, ClaimRuns'.
+type ClaimArgs struct {
+	Limit       int
+	From, Reach int64
+	Floors      *Floors
+}
+
+// CanChain reports whether FinishClaim can mark this batch and claim the
+// next one in one round trip: a PostgreSQL claim transaction through a
+// driver that has driver.ChainBeginner (txboxpgx).
+func (b *Batch) CanChain() bool {
+	if _, ok := b.tx.(driver.ChainBeginner); !ok || b.token != "" {
+		return false
+	}
+	if _, ok := b.s.d.(pipelinedClaim); !ok {
+		return false
+	}
+	_, _, ok := b.lazyMark([]int64{0})
+	return ok
+}
+
+// FinishClaim is Finish of published rows with nothing rejected, followed
+// by the next claim, sent at once (see CanChain; elsewhere it is Finish
+// alone and next is nil): the mark, COMMIT, BEGIN, the claim's settings
+// and the claim. The claim runs after the COMMIT, so it sees the marks: a
+// keyed drain's next batch, whose heads are the rows behind this one's,
+// costs no round trip of its own. err is the marks' failure, as Finish's;
+// when they committed and the claim failed, next is nil and claimErr says
+// why.
+func (b *Batch) FinishClaim(ctx context.Context, published []int64, a ClaimArgs) (next *Batch, claimErr, err error) {
+	if len(published) == 0 || !b.CanChain() {
+		return nil, nil, b.Finish(ctx, published, nil, 0)
+	}
+	s, cb := b.s, b.tx.(driver.ChainBeginner)
+	msql, margs, _ := b.lazyMark(published)
+	q, args := s.claimStatement(a)
+	committed, tx, rows, err := cb.ExecCommitBeginQuery(ctx, driver.Statement{SQL: msql, Args: margs}, driver.TxOptions{},
+		s.d.(pipelinedClaim).claimSetup(s.lease), driver.Statement{SQL: q, Args: args})
+	if !committed {
+		_ = b.tx.Rollback(context.WithoutCancel(ctx))
+		return nil, nil, fmt.Errorf("mark published and commit: %w", err)
+	}
+	if err != nil {
+		return nil, err, nil
+	}
+	next, err = s.scanBatch(ctx, &Batch{s: s, tx: tx}, rows, a.Limit)
+	return next, err, nil
+}
