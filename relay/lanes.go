@@ -219,6 +219,18 @@ func (k *laneKeeper) claim(ctx context.Context, limit int, from, reach int64, ru
 	return k.db.ClaimReaching(ctx, limit, from, reach, leases)
 }
 
+// finishClaim marks batch's published rows and claims the next batch as
+// claim would, in one round trip (see Relay.finishChained).
+func (k *laneKeeper) finishClaim(ctx context.Context, batch *outboxsql.Batch, published []int64, a outboxsql.ClaimArgs) (*outboxsql.Batch, error, error) {
+	k.mu.Lock()
+	var leases []outboxsql.Lease
+	if time.Now().Before(k.validUntil) {
+		leases = slices.Clone(k.active)
+	}
+	k.mu.Unlock()
+	return k.db.FinishClaim(ctx, batch, published, a.Limit, a.From, a.Reach, leases, a.Floors)
+}
+
 // mayPublish reports whether a batch with ordering keys may still be
 // published: the lane leases hold, and the claim transaction will outlive
 // the publish (its server-side idle timeout is ClaimLease). A relay that

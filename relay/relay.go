@@ -87,8 +87,7 @@ type Relay struct {
 	// more: the last claim stopped at the end of its window with pending
 	// rows beyond it (outboxsql.Batch.Next), short of a batch.
 	more atomic.Bool
-	// chain: the relay runs its own single loop without lanes, whose full
-	// keyed batches are marked and followed by the next claim in one round
+	// chain: the relay runs its own single loop, whose full keyed batches are marked and followed by the next claim in one round
 	// trip (see settle); chained is that claim, for the next round.
 	chain   atomic.Bool
 	chained atomic.Pointer[chainedClaim]
@@ -327,7 +326,7 @@ func (r *Relay) run(ctx context.Context) error {
 			r.overlapLoop(ctx)
 		}()
 	}
-	r.chain.Store(r.cfg.Concurrency == 1 && r.lanes == nil)
+	r.chain.Store(r.cfg.Concurrency == 1)
 	loop()
 	cancel()
 	wg.Wait()
@@ -851,7 +850,13 @@ func (r *Relay) finishChained(ctx context.Context, batch *outboxsql.Batch, publi
 		args.Floors = &f
 	}
 	start := time.Now()
-	next, claimErr, err := batch.FinishClaim(ctx, published, args)
+	var next *outboxsql.Batch
+	var claimErr, err error
+	if r.lanes != nil {
+		next, claimErr, err = r.lanes.finishClaim(ctx, batch, published, args)
+	} else {
+		next, claimErr, err = batch.FinishClaim(ctx, published, args)
+	}
 	if err != nil {
 		return err
 	}

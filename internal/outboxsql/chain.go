@@ -3,6 +3,7 @@ package outboxsql
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/txbox/txbox/driver"
 )
@@ -41,18 +42,35 @@ func (b *Batch) FinishClaim(ctx context.Context, published []int64, a ClaimArgs)
 	if len(published) == 0 || !b.CanChain() {
 		return nil, nil, b.Finish(ctx, published, nil, 0)
 	}
-	s, cb := b.s, b.tx.(driver.ChainBeginner)
-	msql, margs, _ := b.lazyMark(published)
+	s := b.s
 	q, args := s.claimStatement(a)
-	committed, tx, rows, err := cb.ExecCommitBeginQuery(ctx, driver.Statement{SQL: msql, Args: margs}, driver.TxOptions{},
-		s.d.(pipelinedClaim).claimSetup(s.lease), driver.Statement{SQL: q, Args: args})
+	return b.chain(ctx, published, &Batch{s: s}, s.d.(pipelinedClaim).claimSetup(s.lease), driver.Statement{SQL: q, Args: args}, a.Limit)
+}
+
+// chain marks published, commits, and claims into next with setup and
+// query, in one round trip (see FinishClaim).
+func (b *Batch) chain(ctx context.Context, published []int64, next *Batch, setup []driver.Statement, query driver.Statement, limit int) (*Batch, error, error) {
+	msql, margs, _ := b.lazyMark(published)
+	committed, tx, rows, err := b.tx.(driver.ChainBeginner).ExecCommitBeginQuery(ctx, driver.Statement{SQL: msql, Args: margs}, driver.TxOptions{}, setup, query)
 	if !committed {
 		_ = b.tx.Rollback(context.WithoutCancel(ctx))
 		return nil, nil, fmt.Errorf("mark published and commit: %w", err)
 	}
 	if err != nil {
-		return nil, err, nil
+		return nil, fmt.Errorf("claim transaction: %w", err), nil
 	}
-	next, err = s.scanBatch(ctx, &Batch{s: s, tx: tx}, rows, a.Limit)
+	next.tx = tx
+	next, err = b.s.scanBatch(ctx, next, rows, limit)
 	return next, err, nil
+}
+
+// FinishClaim is Batch.FinishClaim with a claim from the leased lanes
+// (ClaimReaching, or ClaimRuns when floors is not nil) as the next claim;
+// on MySQL, or where the batch cannot chain, it is b.Finish alone.
+func (l *Lanes) FinishClaim(ctx context.Context, b *Batch, published []int64, limit int, from, reach int64, leases []Lease, floors *Floors) (next *Batch, claimErr, err error) {
+	if len(published) == 0 || l.my != nil || !b.CanChain() {
+		return nil, nil, b.Finish(ctx, published, nil, 0)
+	}
+	lock, query := l.statements(limit, from, reach, leases, floors)
+	return b.chain(ctx, published, &Batch{s: l.s, Started: time.Now()}, []driver.Statement{lock}, query, limit)
 }

@@ -90,25 +90,10 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 	if l.my != nil {
 		return l.my.claim(ctx, l, limit, from, leases) // no runs on MySQL
 	}
-	runs := floors != nil
 	s := l.s
-	start := time.Now()
-	b := &Batch{s: s, Started: start}
-	lanes := make([]int32, len(leases))
-	smalls := make([]int16, len(leases))
-	epochs := make([]int64, len(leases))
-	for i, ls := range leases {
-		lanes[i], smalls[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
-	}
-	lock := driver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes}}
-	// The window holds about as many rows of these lanes as a claim's
-	// without lanes holds in all: a relay that owns a quarter of the lanes
-	// reads four times the ids.
-	window := claimWindow(limit) * int64(NumLanes) / int64(max(len(leases), 1))
-	q, args := l.q.claim, []any{limit, from, smalls, epochs, l.owner, window, reach}
-	if runs {
-		q, args = l.q.claimRuns, []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, window}
-	}
+	b := &Batch{s: s, Started: time.Now()}
+	lock, claim := l.statements(limit, from, reach, leases, floors)
+	q, args := claim.SQL, claim.Args
 	var rows driver.Rows
 	var err error
 	if qb, ok := s.pool.(driver.QueryBeginner); ok {
@@ -134,6 +119,28 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 		return nil, err
 	}
 	return b, nil
+}
+
+// statements returns a PostgreSQL lanes claim's statements: the lane
+// locks (with the claim transaction's settings) and the claim, with runs
+// when floors is not nil.
+func (l *Lanes) statements(limit int, from, reach int64, leases []Lease, floors *Floors) (lock, claim driver.Statement) {
+	lanes := make([]int32, len(leases))
+	smalls := make([]int16, len(leases))
+	epochs := make([]int64, len(leases))
+	for i, ls := range leases {
+		lanes[i], smalls[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
+	}
+	lock = driver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(l.s.lease), lanes}}
+	// The window holds about as many rows of these lanes as a claim's
+	// without lanes holds in all: a relay that owns a quarter of the lanes
+	// reads four times the ids.
+	window := claimWindow(limit) * int64(NumLanes) / int64(max(len(leases), 1))
+	claim = driver.Statement{SQL: l.q.claim, Args: []any{limit, from, smalls, epochs, l.owner, window, reach}}
+	if floors != nil {
+		claim = driver.Statement{SQL: l.q.claimRuns, Args: []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, window}}
+	}
+	return lock, claim
 }
 
 // Join records the relay as alive for ttl and returns how many relays are

@@ -12,11 +12,20 @@ import (
 )
 
 // A relay draining a keyed backlog claims its next batch with the marks of
-// the last one (one round trip); stopped at any point, it leaves no row
-// claimed and no transaction open, and relays started after it go on in
-// per-key order.
+// the last one (one round trip), with lanes or without; stopped at any
+// point, it leaves no row claimed and no connection in use, and relays
+// started after it go on in per-key order.
 func TestStopMidKeyedDrainLeavesNothingClaimed(t *testing.T) {
 	t.Parallel()
+	for _, lanes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lanes=%v", lanes), func(t *testing.T) {
+			t.Parallel()
+			stopMidKeyedDrain(t, lanes)
+		})
+	}
+}
+
+func stopMidKeyedDrain(t *testing.T, lanes bool) {
 	const perKey = 40
 	f := pgxFixture(t, 8)
 	var keys []string
@@ -36,7 +45,7 @@ func TestStopMidKeyedDrainLeavesNothingClaimed(t *testing.T) {
 		// first, second or third publish.
 		stop := make(chan struct{})
 		pub := &stopAfter{Publisher: log, n: 1 + cycle%3, delay: time.Duration(cycle%5) * 200 * time.Microsecond, stop: stop}
-		r := f.newRelay(t, pub, relay.Config{BatchSize: 10, PollInterval: time.Hour, DisableNotify: true})
+		r := f.newRelay(t, pub, relay.Config{BatchSize: 10, PollInterval: time.Hour, DisableNotify: true, Lanes: lanes})
 		testenv.Must(t, r.Start(ctx), "start relay %d", cycle)
 		for done := false; !done; {
 			select {
