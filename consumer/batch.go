@@ -254,7 +254,9 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 				Fn: func(ictx context.Context, tx TTx) error {
 					// The message's own context (its trace span), with the
 					// batch's deferred Adds, if any.
-					return callTx(txbox.WithAddBuffer(j.ctx, txbox.AddBufferFrom(ictx)), j.h, tx, j.msg)
+					return c.timed(txbox.WithAddBuffer(j.ctx, txbox.AddBufferFrom(ictx)), j.h, func(ctx context.Context) error {
+						return callTx(ctx, j.h, tx, j.msg)
+					})
 				}})
 			idx = append(idx, i)
 		}

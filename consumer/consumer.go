@@ -25,6 +25,8 @@ const (
 	DefaultMaxDeliveries = 10
 	DefaultBackoffBase   = time.Second
 	DefaultBackoffMax    = 5 * time.Minute
+	// DefaultHandlerTimeout is Config.HandlerTimeout's default.
+	DefaultHandlerTimeout = 15 * time.Minute
 )
 
 // Guarantee is how a handler's effects relate to deliveries.
@@ -79,6 +81,18 @@ type Config struct {
 	// DefaultBackoffBase (1s), DefaultBackoffMax (5m).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// HandlerTimeout bounds one run of a handler on one message (in a
+	// batch, each message's own call). Past it the handler's context is
+	// cancelled with ErrHandlerTimeout as its cause, its transaction
+	// rolls back, and the delivery fails for the message's own reasons:
+	// retried with backoff, dead-lettered after MaxDeliveries. So a
+	// handler stuck on a call that never returns (a lock, a remote service
+	// without a timeout) frees its worker — and an Ordered handler's key —
+	// instead of holding them for good while the keep-alive keeps the
+	// message from being redelivered. A handler that ignores its context
+	// keeps its worker until it returns. Default: DefaultHandlerTimeout
+	// (15m).
+	HandlerTimeout time.Duration
 	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Observer receives each delivery and its outcome (see
@@ -137,6 +151,9 @@ type HandlerConfig struct {
 	MaxDeliveries int
 	BackoffBase   time.Duration
 	BackoffMax    time.Duration
+	// Timeout overrides Config.HandlerTimeout for this handler (0:
+	// Config's).
+	Timeout time.Duration
 	// Batch overrides Config.Batch for this handler, field by field.
 	Batch BatchConfig
 	// Ordered handles the messages of one key (Message.Key) one at a time,
@@ -217,8 +234,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	if cfg.Broker == nil {
 		return nil, fmt.Errorf("%w: consumer: Broker is required", ErrInvalidConfig)
 	}
-	if cfg.Concurrency < 0 || cfg.MaxDeliveries < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.Batch.Size < 0 || cfg.Batch.Wait < 0 {
-		return nil, fmt.Errorf("%w: consumer: negative Concurrency, MaxDeliveries, backoff or Batch", ErrInvalidConfig)
+	if cfg.Concurrency < 0 || cfg.MaxDeliveries < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.Batch.Size < 0 || cfg.Batch.Wait < 0 || cfg.HandlerTimeout < 0 {
+		return nil, fmt.Errorf("%w: consumer: negative Concurrency, MaxDeliveries, backoff, Batch or HandlerTimeout", ErrInvalidConfig)
 	}
 	if cfg.Inbox.Table == "" {
 		cfg.Inbox.Table = DefaultInboxTable
@@ -234,6 +251,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	}
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.HandlerTimeout == 0 {
+		cfg.HandlerTimeout = DefaultHandlerTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -333,8 +353,8 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		} else {
 			bindings[h.Binding] = append(bindings[h.Binding], label)
 		}
-		if h.Concurrency < 0 || h.MaxDeliveries < 0 || h.BackoffBase < 0 || h.BackoffMax < 0 {
-			add("%s has a negative Concurrency, MaxDeliveries or backoff", label)
+		if h.Concurrency < 0 || h.MaxDeliveries < 0 || h.BackoffBase < 0 || h.BackoffMax < 0 || h.Timeout < 0 {
+			add("%s has a negative Concurrency, MaxDeliveries, backoff or Timeout", label)
 		}
 		if msg := checkBatch(label, h.Batch); msg != "" {
 			add("%s", msg)
@@ -604,6 +624,10 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		defer func() { end(result, err) }()
 	}
 	dup, err := run(ctx, msg)
+	// A handler that ran past its timeout failed for the message's own
+	// reasons, whatever its cancelled statement said: counted, never
+	// retried as a database failure without end.
+	timedOut := errors.Is(err, ErrHandlerTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	log := c.log.With("handler", h.Name, "message_id", msg.ID, "deliveries", msg.Deliveries)
@@ -638,7 +662,7 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		settle("release", d.Retry(sctx, 0))
 	case IsPermanent(err), errors.Is(err, inbox.ErrInvalidInput):
 		deadLetter("a message that cannot succeed", err)
-	case c.databaseFailed(h, err):
+	case !timedOut && c.databaseFailed(h, err):
 		// The database failed, not the message: retry, never dead-letter,
 		// and do not count it toward MaxDeliveries.
 		delay := c.backoff(h, msg.Deliveries)
@@ -684,16 +708,31 @@ func (c *Consumer[TTx]) invoke(ctx context.Context, h *handler[TTx], msg Message
 		}
 	}()
 	if h.guarantee == AtLeastOnce {
-		return false, h.fn(ctx, msg)
+		return false, c.timed(ctx, h, func(ctx context.Context) error { return h.fn(ctx, msg) })
 	}
 	if msg.ID == "" {
 		return false, Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))
 	}
 	meta := map[string]any{"topic": msg.Topic, "binding": msg.Binding, "deliveries": msg.Deliveries}
 	res, err := c.ib.Handle(ctx, h.Name, msg.ID, meta, func(ctx context.Context, tx TTx) error {
-		return h.txFn(ctx, tx, msg)
+		return c.timed(ctx, h, func(ctx context.Context) error { return h.txFn(ctx, tx, msg) })
 	})
 	return res == inbox.Duplicate, err
+}
+
+// timed runs fn, a call of h's function, under h's timeout
+// (Config.HandlerTimeout): its context ends with the cause
+// ErrHandlerTimeout, and an error it returns after that wraps
+// ErrHandlerTimeout.
+func (c *Consumer[TTx]) timed(ctx context.Context, h *handler[TTx], fn func(ctx context.Context) error) error {
+	timeout := orDefault(h.Timeout, c.cfg.HandlerTimeout)
+	rctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrHandlerTimeout)
+	defer cancel()
+	err := fn(rctx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), ErrHandlerTimeout) {
+		return fmt.Errorf("%w (%v): %w", ErrHandlerTimeout, timeout, err)
+	}
+	return err
 }
 
 // backoff is the delay after the given delivery of h's message failed.

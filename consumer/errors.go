@@ -18,6 +18,10 @@ var (
 	// ErrStarted: a handler was registered, or Start called, on a consumer
 	// already started.
 	ErrStarted = errors.New("txbox/consumer: already started")
+	// ErrHandlerTimeout: a handler ran past its Timeout
+	// (Config.HandlerTimeout); it is its context's cause, and the
+	// delivery's error wraps it.
+	ErrHandlerTimeout = errors.New("txbox/consumer: the handler ran past its timeout")
 )
 
 // StartupError is txbox.StartupError, which Start returns listing every
