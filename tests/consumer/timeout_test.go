@@ -62,7 +62,10 @@ func handlerTimeout(t *testing.T, kind, mode string) {
 	if mode == "at-least-once" {
 		pool := d.drv.Pool()
 		testenv.Must(t, c.HandleAtLeastOnce(hc, func(ctx context.Context, msg consumer.Message) error {
-			return apply(ctx, func(ctx context.Context, q string, args ...any) error { _, err := pool.Exec(ctx, q, args...); return err }, msg)
+			return apply(ctx, func(ctx context.Context, q string, args ...any) error {
+				_, err := pool.Exec(ctx, q, args...)
+				return err
+			}, msg)
 		}), "register")
 	} else {
 		testenv.Must(t, c.HandleInbox(hc, func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
