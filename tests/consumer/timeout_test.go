@@ -16,11 +16,11 @@ import (
 
 // A handler stuck on one message (it waits on its context, as a call
 // without a deadline waits for ever) holds its only worker no longer than
-// HandlerTimeout: the other messages are all applied, once each, and the
-// stuck one is dead-lettered after MaxDeliveries, its error naming the
-// timeout. For inbox handlers alone and in batches, and at-least-once ones.
-// Without the timeout the first delivery holds the worker for good and
-// nothing else is applied.
+// its Timeout (HandlerConfig's, over Config.HandlerTimeout): the other
+// messages are all applied, once each, and the stuck one is dead-lettered
+// after MaxDeliveries, its error naming the timeout. For inbox handlers
+// alone and in batches, and at-least-once ones. Without the timeout the
+// first delivery holds the worker for good and nothing else is applied.
 func TestHandlerTimeoutFreesTheWorker(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"nats", "rabbitmq"} {
@@ -44,12 +44,12 @@ func handlerTimeout(t *testing.T, kind, mode string) {
 	if mode == "inbox-batched" {
 		batch = consumer.BatchConfig{Size: 8, Wait: 50 * time.Millisecond}
 	}
-	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 2,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, HandlerTimeout: 300 * time.Millisecond,
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 3,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, HandlerTimeout: time.Hour,
 		Batch: batch, Logger: quiet})
 	testenv.Must(t, err, "New")
 	var runs runCounter
-	causes := make(chan error, 2)
+	causes := make(chan error, 3)
 	apply := func(ctx context.Context, exec func(context.Context, string, ...any) error, msg consumer.Message) error {
 		if runs.add(msg.ID); msg.ID == "stuck" {
 			<-ctx.Done()
@@ -58,7 +58,8 @@ func handlerTimeout(t *testing.T, kind, mode string) {
 		}
 		return exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID)
 	}
-	hc := consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")}
+	// The handler's own Timeout wins over the Config's hour.
+	hc := consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders"), Timeout: time.Second}
 	if mode == "at-least-once" {
 		pool := d.drv.Pool()
 		testenv.Must(t, c.HandleAtLeastOnce(hc, func(ctx context.Context, msg consumer.Message) error {
@@ -86,15 +87,15 @@ func handlerTimeout(t *testing.T, kind, mode string) {
 	if n, distinct := d.count(t, "SELECT count(*) FROM applied"), d.count(t, "SELECT count(DISTINCT id) FROM applied"); n != 20 || distinct != 20 {
 		t.Fatalf("%d rows of %d messages applied, want the 20 others once each", n, distinct)
 	}
-	if got := runs.get("stuck"); got != 2 {
-		t.Fatalf("the stuck message ran %d times, want 2 (MaxDeliveries)", got)
+	if got := runs.get("stuck"); got != 3 {
+		t.Fatalf("the stuck message ran %d times, want 3 (MaxDeliveries)", got)
 	}
 	if cause := <-causes; !errors.Is(cause, consumer.ErrHandlerTimeout) {
 		t.Fatalf("the stuck handler's context ended with the cause %v, want ErrHandlerTimeout", cause)
 	}
 	var dl map[string]map[string]string
 	eventually(t, "the dead letter stored", func() bool { dl = b.deadLetters(t, "orders"); return len(dl) == 1 })
-	if e := dl["stuck"][b.errHeader]; !strings.Contains(e, "ran past its timeout") || !strings.Contains(e, "waiting on a reply") {
+	if e := dl["stuck"][b.errHeader]; !strings.Contains(e, "ran past its timeout (1s)") || !strings.Contains(e, "waiting on a reply") {
 		t.Fatalf("the dead letter's error %q does not name the timeout and the handler's error", e)
 	}
 }
