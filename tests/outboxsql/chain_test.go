@@ -49,6 +49,19 @@ func TestFinishClaim(t *testing.T) {
 		testenv.Must(t, err, "claim")
 		return b
 	}
+	// expect checks, when (after what), the rows marked and what a claim
+	// takes, and returns that claim.
+	expect := func(when, marked, claimed string) *outboxsql.Batch {
+		t.Helper()
+		if got := published(); got != marked {
+			t.Fatalf("%s: marked %q, want %q", when, got, marked)
+		}
+		b := claim()
+		if got := ids(b); got != claimed {
+			t.Fatalf("%s: a claim took %q, want %q", when, got, claimed)
+		}
+		return b
+	}
 
 	first := claim()
 	if got := ids(first); got != "a1 b1" {
@@ -86,13 +99,7 @@ func TestFinishClaim(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "refused") || next != nil || claimErr != nil {
 		t.Fatalf("a refused mark: next %v, claim error %v, error %v; want the mark's error alone", next, claimErr, err)
 	}
-	if got := published(); got != "a1 b1" {
-		t.Fatalf("after a refused mark, marked %q, want a1 b1 still", got)
-	}
-	again := claim()
-	if got := ids(again); got != "a2 b2" {
-		t.Fatalf("after a refused mark a claim took %q, want a2 b2, unmarked and free", got)
-	}
+	again := expect("after a refused mark", "a1 b1", "a2 b2")
 	testenv.Must(t, again.Release(ctx), "release")
 	_, err = pool.Exec(ctx, "DROP TRIGGER refuse ON txbox_outbox")
 	testenv.Must(t, err, "drop trigger")
@@ -104,12 +111,6 @@ func TestFinishClaim(t *testing.T) {
 	if claimErr == nil || next != nil {
 		t.Fatalf("a failing chained claim: next %v, claim error %v", next, claimErr)
 	}
-	if got := published(); got != "a1 b1 a2 b2" {
-		t.Fatalf("after a failed chained claim, marked %q, want a1 b1 a2 b2", got)
-	}
-	last := claim()
-	if got := ids(last); got != "a3 b3" {
-		t.Fatalf("after a failed chained claim a claim took %q, want a3 b3", got)
-	}
+	last := expect("after a failed chained claim", "a1 b1 a2 b2", "a3 b3")
 	testenv.Must(t, last.Release(ctx), "release")
 }
