@@ -175,9 +175,13 @@ type Stats struct {
 	// database did (see Config.MaxDeliveries): retried, never
 	// dead-lettered, not counted toward MaxDeliveries.
 	DatabaseFailures int64
-	DeadLettered     int64
-	Released         int64 // released unprocessed at Stop
-	AckFailed        int64 // settlement calls that failed (the broker redelivers)
+	// TimedOut counts the handler runs cut short by their Timeout
+	// (Config.HandlerTimeout): failures of the message (retried, or
+	// dead-lettered, and counted there too).
+	TimedOut     int64
+	DeadLettered int64
+	Released     int64 // released unprocessed at Stop
+	AckFailed    int64 // settlement calls that failed (the broker redelivers)
 	// Unrouted counts the deliveries no route claimed, dead-lettered
 	// (also in DeadLettered) or acked per the binding's Unrouted policy.
 	Unrouted int64
@@ -222,8 +226,8 @@ type Consumer[TTx any] struct {
 	routing  routing
 	keys     keyRegistry
 
-	handled, duplicates, retried, dbFailed, dead, released, ackFailed atomic.Int64
-	batches, batchesFailed                                            atomic.Int64
+	handled, duplicates, retried, dbFailed, timedOut, dead, released, ackFailed atomic.Int64
+	batches, batchesFailed                                                      atomic.Int64
 }
 
 // New returns a Consumer whose Inbox handlers run in transactions of drv.
@@ -513,7 +517,7 @@ func closedChan() chan struct{} {
 func (c *Consumer[TTx]) Stats() Stats {
 	return Stats{
 		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
-		DatabaseFailures: c.dbFailed.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
+		DatabaseFailures: c.dbFailed.Load(), TimedOut: c.timedOut.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
 		Unrouted: c.routing.unrouted.Load(), Batches: c.batches.Load(), BatchesFailed: c.batchesFailed.Load(),
 		ParkedKeys: c.keys.parkedCount(), ParkedDeadLettered: c.keys.parkedDead.Load(),
 	}
@@ -628,6 +632,9 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 	// reasons, whatever its cancelled statement said: counted, never
 	// retried as a database failure without end.
 	timedOut := errors.Is(err, ErrHandlerTimeout)
+	if timedOut {
+		c.timedOut.Add(1)
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	log := c.log.With("handler", h.Name, "message_id", msg.ID, "deliveries", msg.Deliveries)

@@ -84,6 +84,9 @@ func handlerTimeout(t *testing.T, kind, mode string) {
 		st := c.Stats()
 		return st.Handled == 20 && st.DeadLettered == 1, fmt.Sprintf("stats %+v", st)
 	})
+	if st := c.Stats(); st.TimedOut != 3 || st.DatabaseFailures != 0 {
+		t.Fatalf("stats %+v: want 3 runs timed out, no database failure", st)
+	}
 	if n, distinct := d.count(t, "SELECT count(*) FROM applied"), d.count(t, "SELECT count(DISTINCT id) FROM applied"); n != 20 || distinct != 20 {
 		t.Fatalf("%d rows of %d messages applied, want the 20 others once each", n, distinct)
 	}
