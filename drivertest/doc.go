@@ -17,8 +17,8 @@
 // and cleaned up; per-key order holds; N relays on one table publish each
 // message once; the inbox's insert-first receipt runs a handler once for
 // many concurrent copies of a message; where the driver sends statements
-// at once (driver.QueryBeginner, driver.ExecCommitter), they do what they
-// would one by one.
+// at once (driver.QueryBeginner, driver.ExecCommitter,
+// driver.ChainBeginner), they do what they would one by one.
 //
 // newDriver is called once per subtest, and subtests run in parallel: each
 // call must return a driver on a fresh, empty database (or schema) of its

@@ -10,8 +10,8 @@ import (
 	"github.com/txbox/txbox/driver"
 )
 
-// testPipelines checks driver.QueryBeginner and driver.ExecCommitter where
-// the driver has them: what the statements sent at once do is what they
+// testPipelines checks driver.QueryBeginner, driver.ExecCommitter and
+// driver.ChainBeginner (testChain) where the driver has them: what the statements sent at once do is what they
 // would do one by one, a failure commits nothing, and no failure keeps a
 // connection from the pool.
 func (s *suite[TTx]) testPipelines(t *testing.T) {
@@ -112,6 +112,7 @@ func (s *suite[TTx]) testPipelines(t *testing.T) {
 	if got := committed(); !slices.Equal(got, []int{1, 2, 3}) {
 		t.Fatalf("after the failures committed %v, want [1 2 3]", got)
 	}
+	testChain(t, ctx, pool, qb, insert, selectAll, read, committed)
 	// Every connection came back: as many transactions as the suite
 	// promises connections are open at once.
 	var txs []driver.Tx
@@ -124,4 +125,66 @@ func (s *suite[TTx]) testPipelines(t *testing.T) {
 	for _, tx := range txs {
 		must(t, tx.Rollback(ctx), "Rollback")
 	}
+}
+
+// testChain checks driver.ChainBeginner where BeginQuery's Tx has it: the
+// statement commits, then the next transaction's setup and query run and
+// see it; a failing statement commits nothing and runs nothing after it; a
+// failure after the COMMIT leaves it committed and ends the new
+// transaction. Rows 1, 2 and 3 are committed when it starts.
+func testChain(t *testing.T, ctx context.Context, pool driver.Pool, qb driver.QueryBeginner, insert func(int) driver.Statement,
+	selectAll driver.Statement, read func(driver.Rows) []int, committed func() []int) {
+	t.Helper()
+	tx, rows, err := qb.BeginQuery(ctx, driver.TxOptions{}, nil, selectAll)
+	must(t, err, "BeginQuery")
+	read(rows)
+	cb, ok := tx.(driver.ChainBeginner)
+	if !ok {
+		_ = tx.Rollback(ctx)
+		return // optional
+	}
+	// The statement commits; the next transaction's setup and query see it.
+	done, next, rows, err := cb.ExecCommitBeginQuery(ctx, insert(4), driver.TxOptions{}, []driver.Statement{insert(5)}, selectAll)
+	must(t, err, "ExecCommitBeginQuery")
+	if !done {
+		t.Fatal("ExecCommitBeginQuery succeeded but says nothing committed")
+	}
+	if got := read(rows); !slices.Equal(got, []int{1, 2, 3, 4, 5}) {
+		t.Fatalf("the chained query saw %v, want [1 2 3 4 5]", got)
+	}
+	must(t, next.Rollback(ctx), "Rollback of the chained transaction")
+	if got := committed(); !slices.Equal(got, []int{1, 2, 3, 4}) {
+		t.Fatalf("committed %v, want [1 2 3 4] (4 committed, the chained 5 rolled back)", got)
+	}
+	for i := range 10 {
+		// The statement fails: nothing commits, nothing after it runs.
+		tx, rows, err := qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{insert(60 + i)}, selectAll)
+		must(t, err, "BeginQuery")
+		read(rows)
+		done, next, _, err := tx.(driver.ChainBeginner).ExecCommitBeginQuery(ctx, insert(1), driver.TxOptions{}, []driver.Statement{insert(70 + i)}, selectAll)
+		if err == nil || done || next != nil {
+			t.Fatalf("a failing statement: committed %v, next %v, error %v; want an error alone", done, next, err)
+		}
+		must(t, tx.Rollback(ctx), "Rollback after a failed chain")
+		// The next transaction's setup fails after the COMMIT (a
+		// duplicate key): the statement stays committed, the new
+		// transaction is ended.
+		tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, nil, selectAll)
+		must(t, err, "BeginQuery")
+		read(rows)
+		done, next, _, err = tx.(driver.ChainBeginner).ExecCommitBeginQuery(ctx, insert(80+i), driver.TxOptions{}, []driver.Statement{insert(90 + i), insert(1)}, selectAll)
+		if err == nil || !done || next != nil {
+			t.Fatalf("a failing setup after the COMMIT: committed %v, next %v, error %v; want committed and an error", done, next, err)
+		}
+	}
+	want := []int{1, 2, 3, 4}
+	for i := range 10 {
+		want = append(want, 80+i)
+	}
+	if got := committed(); !slices.Equal(got, want) {
+		t.Fatalf("after the chain's failures committed %v, want %v", got, want)
+	}
+	// Leave 1, 2 and 3 only, as testPipelines expects.
+	_, err = pool.Exec(ctx, "DELETE FROM drivertest_pipeline WHERE n > 3")
+	must(t, err, "delete")
 }
