@@ -87,8 +87,9 @@ type Relay struct {
 	// more: the last claim stopped at the end of its window with pending
 	// rows beyond it (outboxsql.Batch.Next), short of a batch.
 	more atomic.Bool
-	// chain: the relay runs its own single loop, whose full keyed batches are marked and followed by the next claim in one round
-	// trip (see settle); chained is that claim, for the next round.
+	// chain: the relay runs its own single loop, whose full keyed batches
+	// are marked and followed by the next claim in one round trip (see
+	// settle); chained is that claim, for the next round.
 	chain   atomic.Bool
 	chained atomic.Pointer[chainedClaim]
 
