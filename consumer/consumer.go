@@ -424,10 +424,11 @@ func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("inbox table %q: %v", table, err)}
 	}
-	if note := m.CheckNewer(ctx); note != "" {
+	problems, note := m.Startup(ctx)
+	if note != "" {
 		c.log.Warn("txbox consumer: " + note)
 	}
-	return m.Check(ctx)
+	return problems
 }
 
 // Start validates the configuration (see Validate) and, when it is sound,

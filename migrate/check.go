@@ -14,10 +14,27 @@ import (
 // table is ready. The relay and the consumer run it at start-up and report
 // its findings in a txbox.StartupError.
 func (m *Migrator) Check(ctx context.Context) []string {
-	pending, err := m.Pending(ctx)
-	if err != nil {
-		return []string{fmt.Sprintf("cannot read the migration state: %v", err)}
+	problems, _ := m.Startup(ctx)
+	return problems
+}
+
+// Startup is Check and CheckNewer from one read of the migration state:
+// what the relay and the consumer run at start-up.
+func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string) {
+	done, err := m.applied(ctx, m.pool)
+	switch {
+	case err == nil:
+		newer = m.newerNote(done)
+	case isMissingTable(err):
+		done = map[string]record{}
+	default:
+		return []string{fmt.Sprintf("cannot read the migration state: txbox: read %s: %v", trackingTable, err)}, ""
 	}
+	return m.check(ctx, m.pending(done)), newer
+}
+
+// check is Check on the migrations found pending.
+func (m *Migrator) check(ctx context.Context, pending []Migration) []string {
 	var problems []string
 	byTarget := map[string][]string{}
 	var order []string
@@ -63,6 +80,11 @@ func (m *Migrator) CheckNewer(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
+	return m.newerNote(done)
+}
+
+// newerNote is CheckNewer's note on the applied migrations done.
+func (m *Migrator) newerNote(done map[string]record) string {
 	newer := m.newer(done)
 	if len(newer) == 0 {
 		return ""

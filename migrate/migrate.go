@@ -432,13 +432,18 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 		}
 		done = map[string]record{}
 	}
+	return m.pending(done), nil
+}
+
+// pending returns the migrations not in done.
+func (m *Migrator) pending(done map[string]record) []Migration {
 	var out []Migration
 	for _, mg := range m.migrations {
 		if _, ok := done[key(mg.Target, mg.Version)]; !ok {
 			out = append(out, mg)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Up applies every pending migration, each in its own transaction with its

@@ -155,10 +155,11 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 		if err != nil {
 			return []string{err.Error()}
 		}
-		if note := m.CheckNewer(ctx); note != "" {
+		problems, note := m.Startup(ctx)
+		if note != "" {
 			r.log.Warn("txbox relay: " + note)
 		}
-		return m.Check(ctx)
+		return problems
 	}
 	capable := any(drv)
 	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
