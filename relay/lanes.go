@@ -207,12 +207,7 @@ func (k *laneKeeper) leave(ctx context.Context) {
 // claim claims keyed rows from the active lanes while their lease holds,
 // and rows without a key from anywhere.
 func (k *laneKeeper) claim(ctx context.Context, limit int, from, reach int64, runs bool) (*outboxsql.Batch, error) {
-	k.mu.Lock()
-	var leases []outboxsql.Lease
-	if time.Now().Before(k.validUntil) {
-		leases = slices.Clone(k.active)
-	}
-	k.mu.Unlock()
+	leases := k.leases()
 	if runs {
 		return k.db.ClaimRuns(ctx, limit, from, reach, leases, k.r.claimFloors())
 	}
@@ -222,13 +217,18 @@ func (k *laneKeeper) claim(ctx context.Context, limit int, from, reach int64, ru
 // finishClaim marks batch's published rows and claims the next batch as
 // claim would, in one round trip (see Relay.finishChained).
 func (k *laneKeeper) finishClaim(ctx context.Context, batch *outboxsql.Batch, published []int64, a outboxsql.ClaimArgs) (*outboxsql.Batch, error, error) {
+	return k.db.FinishClaim(ctx, batch, published, a.Limit, a.From, a.Reach, k.leases(), a.Floors)
+}
+
+// leases returns the lanes a claim may take keyed rows from: the active
+// ones while their lease holds, else none.
+func (k *laneKeeper) leases() []outboxsql.Lease {
 	k.mu.Lock()
-	var leases []outboxsql.Lease
+	defer k.mu.Unlock()
 	if time.Now().Before(k.validUntil) {
-		leases = slices.Clone(k.active)
+		return slices.Clone(k.active)
 	}
-	k.mu.Unlock()
-	return k.db.FinishClaim(ctx, batch, published, a.Limit, a.From, a.Reach, leases, a.Floors)
+	return nil
 }
 
 // mayPublish reports whether a batch with ordering keys may still be

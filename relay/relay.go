@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -876,24 +877,14 @@ func (r *Relay) finishChained(ctx context.Context, batch *outboxsql.Batch, publi
 // floorsWith is claimFloors with, for each key of batch, its last row in
 // published.
 func (r *Relay) floorsWith(batch *outboxsql.Batch, published []int64) outboxsql.Floors {
-	last := map[string]int64{}
-	for _, row := range batch.Rows {
-		if _, ok := slices.BinarySearch(published, row.Seq); ok && row.Key != "" && row.Seq > last[row.Key] {
-			last[row.Key] = row.Seq
-		}
-	}
 	r.floorsMu.Lock()
-	for k, seq := range r.floors {
-		if seq > last[k] {
-			last[k] = seq
-		}
-	}
+	floors := maps.Clone(r.floors)
 	r.floorsMu.Unlock()
-	f := outboxsql.Floors{Keys: make([]string, 0, len(last)), Seqs: make([]int64, 0, len(last))}
-	for k, seq := range last {
-		f.Keys, f.Seqs = append(f.Keys, k), append(f.Seqs, seq)
+	if floors == nil {
+		floors = map[string]int64{}
 	}
-	return f
+	raiseFloors(floors, batch, published)
+	return floorsOf(floors)
 }
 
 // maxFloors bounds the keys a relay remembers a delivered row of, in
@@ -912,9 +903,15 @@ func (r *Relay) noteDelivered(batch *outboxsql.Batch, published []int64) {
 	if r.floors == nil || len(r.floors) > maxFloors*r.cfg.BatchSize {
 		r.floors = make(map[string]int64)
 	}
+	raiseFloors(r.floors, batch, published)
+}
+
+// raiseFloors raises floors, per key, to the last row of batch in
+// published (which is in the batch's order).
+func raiseFloors(floors map[string]int64, batch *outboxsql.Batch, published []int64) {
 	for _, row := range batch.Rows {
-		if _, ok := slices.BinarySearch(published, row.Seq); ok && row.Key != "" && row.Seq > r.floors[row.Key] {
-			r.floors[row.Key] = row.Seq
+		if _, ok := slices.BinarySearch(published, row.Seq); ok && row.Key != "" && row.Seq > floors[row.Key] {
+			floors[row.Key] = row.Seq
 		}
 	}
 }
@@ -923,8 +920,13 @@ func (r *Relay) noteDelivered(batch *outboxsql.Batch, published []int64) {
 func (r *Relay) claimFloors() outboxsql.Floors {
 	r.floorsMu.Lock()
 	defer r.floorsMu.Unlock()
-	f := outboxsql.Floors{Keys: make([]string, 0, len(r.floors)), Seqs: make([]int64, 0, len(r.floors))}
-	for k, seq := range r.floors {
+	return floorsOf(r.floors)
+}
+
+// floorsOf turns floors into a claim's Floors.
+func floorsOf(floors map[string]int64) outboxsql.Floors {
+	f := outboxsql.Floors{Keys: make([]string, 0, len(floors)), Seqs: make([]int64, 0, len(floors))}
+	for k, seq := range floors {
 		f.Keys, f.Seqs = append(f.Keys, k), append(f.Seqs, seq)
 	}
 	return f
