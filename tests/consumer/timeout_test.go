@@ -102,3 +102,26 @@ func handlerTimeout(t *testing.T, kind, mode string) {
 		t.Fatalf("the dead letter's error %q does not name the timeout and the handler's error", e)
 	}
 }
+
+// A negative timeout is refused: the Config's by New, a handler's by
+// Validate (and Start), naming it.
+func TestHandlerTimeoutNegative(t *testing.T) {
+	t.Parallel()
+	d := pgxDB(t, 4)
+	d.migrateAll(t)
+	b := newBroker(t, "nats")
+	if _, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, HandlerTimeout: -time.Second}); !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), "HandlerTimeout") {
+		t.Fatalf("New with a negative HandlerTimeout: %v", err)
+	}
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Logger: quiet})
+	testenv.Must(t, err, "New")
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders"), Timeout: -time.Second},
+		func(context.Context, pgx.Tx, consumer.Message) error { return nil }), "register")
+	err = c.Start(context.Background())
+	if err == nil {
+		_ = c.Stop(context.Background())
+	}
+	if !errors.Is(err, consumer.ErrStartup) || !strings.Contains(err.Error(), "Timeout") {
+		t.Fatalf("Start with a handler's negative Timeout: %v", err)
+	}
+}
