@@ -23,11 +23,8 @@ func (b *Batch) CanChain() bool {
 	if _, ok := b.tx.(driver.ChainBeginner); !ok || b.token != "" {
 		return false
 	}
-	if _, ok := b.s.d.(pipelinedClaim); !ok {
-		return false
-	}
-	_, _, ok := b.lazyMark([]int64{0})
-	return ok
+	_, ok := b.s.d.(pipelinedClaim)
+	return ok && b.s.marksLazily()
 }
 
 // FinishClaim is Finish of published rows with nothing rejected, followed

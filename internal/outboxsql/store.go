@@ -336,12 +336,18 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 // lazyMark returns the mark of published rows with the lazy commit folded
 // in, where the dialect has that (PostgreSQL); ok is false elsewhere.
 func (b *Batch) lazyMark(published []int64) (sql string, args []any, ok bool) {
-	lm, ok := b.s.d.(lazyMarker)
-	if !ok || b.s.d.queries().lazyCommit == "" {
+	if !b.s.marksLazily() {
 		return "", nil, false
 	}
-	sql, args = lm.markPublishedLazy(published, b.s.deletePublished)
+	sql, args = b.s.d.(lazyMarker).markPublishedLazy(published, b.s.deletePublished)
 	return sql, args, true
+}
+
+// marksLazily reports whether the dialect's mark carries the lazy commit
+// (lazyMark).
+func (s *Store) marksLazily() bool {
+	_, ok := s.d.(lazyMarker)
+	return ok && s.d.queries().lazyCommit != ""
 }
 
 func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rejected []Rejection, maxAttempts int) error {
