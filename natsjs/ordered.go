@@ -44,9 +44,7 @@ func (s *Subscriber) SubscribeOrdered(ctx context.Context, binding string, prefe
 		sub.pending = info.NumAckPending
 		return sub, nil // Next opens the pull after the hold, then gathers
 	}
-	if err := sub.open(); err != nil {
-		return nil, err
-	}
+	sub.open()
 	return sub, nil
 }
 
@@ -58,7 +56,7 @@ func (s *Subscriber) SubscribeOrdered(ctx context.Context, binding string, prefe
 // messages come back in the order of their last extension, not in stream
 // order. Sorting them restores it; every message that follows was never
 // delivered before and comes later in the stream.
-func (sub *subscription) gather(ctx context.Context, it jetstream.MessagesContext) error {
+func (sub *subscription) gather(ctx context.Context, p *puller) error {
 	sub.mu.Lock()
 	n, wait := sub.pending, max(sub.ackWait/2, 500*time.Millisecond)
 	sub.pending = 0
@@ -66,7 +64,7 @@ func (sub *subscription) gather(ctx context.Context, it jetstream.MessagesContex
 	var ms []jetstream.Msg
 	for len(ms) < n {
 		gctx, cancel := context.WithTimeout(ctx, wait)
-		m, err := it.Next(jetstream.NextContext(gctx))
+		m, err := p.next(gctx)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {

@@ -189,9 +189,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int
 		return nil, err
 	}
 	sub := &subscription{s: s, binding: binding, stream: stream, durable: durable, prefetch: max(prefetch, 1), cons: c}
-	if err := sub.open(); err != nil {
-		return nil, err
-	}
+	sub.open()
 	return sub, nil
 }
 
@@ -202,7 +200,7 @@ type subscription struct {
 	prefetch        int
 	mu              sync.Mutex
 	cons            jetstream.Consumer
-	it              jetstream.MessagesContext
+	pull            *puller       // nil until opened: an ordered subscription opens after its hold
 	ackWait         time.Duration // the durable's, when it was opened
 	closed          bool
 	holdUntil       time.Time       // SubscribeOrdered: pull nothing before (ordered.go)
@@ -211,53 +209,52 @@ type subscription struct {
 	gathered        []jetstream.Msg // those, in stream order, handed out before anything else
 }
 
-func (sub *subscription) open() error {
-	it, err := sub.cons.Messages(jetstream.PullMaxMessages(sub.prefetch))
-	if err != nil {
-		return fmt.Errorf("natsjs: pull from %s: %w", sub.binding, err)
-	}
+// open starts pulling (see puller); nil once the subscription is closed.
+func (sub *subscription) open() *puller {
 	sub.mu.Lock()
-	sub.it = it
-	sub.ackWait = sub.cons.CachedInfo().Config.AckWait
-	sub.mu.Unlock()
-	return nil
+	defer sub.mu.Unlock()
+	if sub.closed {
+		return nil
+	}
+	if sub.pull == nil {
+		sub.ackWait = sub.cons.CachedInfo().Config.AckWait
+		lookup := func(ctx context.Context) (jetstream.Consumer, error) {
+			return sub.s.js.Consumer(ctx, sub.stream, sub.durable)
+		}
+		sub.pull = newPuller(sub.cons, lookup, sub.prefetch, sub.ackWait)
+	}
+	return sub.pull
 }
 
-// Next returns the next message. The iterator re-issues its pulls after a
-// reconnect by itself; if it ends (the consumer was deleted and
-// re-created, the server lost it), Next reopens it and reports the error.
+// Next returns the next message. The pulls ride out a reconnect; a pull
+// that fails (the durable was deleted and re-created, the connection went
+// silent) is reported here, and pulling goes on after a backoff.
 func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	sub.mu.Lock()
-	it := sub.it
+	p, closed := sub.pull, sub.closed
 	sub.mu.Unlock()
-	if it == nil {
+	if closed {
+		return nil, errPullerClosed
+	}
+	if p == nil {
 		if err := sub.hold(ctx); err != nil {
 			return nil, err
 		}
-		if err := sub.reopen(ctx); err != nil {
-			return nil, err
+		if p = sub.open(); p == nil {
+			return nil, errPullerClosed
 		}
-		sub.mu.Lock()
-		it = sub.it
-		sub.mu.Unlock()
-		if err := sub.gather(ctx, it); err != nil {
+		if err := sub.gather(ctx, p); err != nil {
 			return nil, err
 		}
 	}
 	if m := sub.popGathered(); m != nil {
 		return sub.deliver(m), nil
 	}
-	m, err := it.Next(jetstream.NextContext(ctx))
+	m, err := p.next(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		it.Stop()
-		sub.mu.Lock()
-		if sub.it == it {
-			sub.it = nil
-		}
-		sub.mu.Unlock()
 		return nil, fmt.Errorf("natsjs: next from %s: %w", sub.binding, err)
 	}
 	return sub.deliver(m), nil
@@ -270,43 +267,23 @@ func (sub *subscription) deliver(m jetstream.Msg) *delivery {
 	return &delivery{m: m, sub: sub, ackWait: ackWait}
 }
 
-func (sub *subscription) reopen(ctx context.Context) error {
-	c, err := sub.s.js.Consumer(ctx, sub.stream, sub.durable)
-	if err != nil {
-		return fmt.Errorf("natsjs: consumer %s: %w", sub.binding, err)
-	}
-	sub.mu.Lock()
-	sub.cons = c
-	sub.mu.Unlock()
-	return sub.open()
-}
-
 // Close stops pulling and naks the messages pulled but not handed out, so
 // that they are redelivered at once instead of after AckWait.
 func (sub *subscription) Close(ctx context.Context) error {
 	sub.mu.Lock()
-	it := sub.it
-	sub.it, sub.closed = nil, true
+	p := sub.pull
+	sub.pull, sub.closed = nil, true
 	gathered := sub.gathered
 	sub.gathered = nil
 	sub.mu.Unlock()
 	for _, m := range gathered {
 		_ = sub.release(m)
 	}
-	if it == nil {
-		return nil
-	}
-	it.Drain()
-	for {
-		nctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		m, err := it.Next(jetstream.NextContext(nctx))
-		cancel()
-		if err != nil {
-			break
+	if p != nil {
+		for _, m := range p.close(ctx) {
+			_ = sub.release(m)
 		}
-		_ = sub.release(m)
 	}
-	it.Stop()
 	return nil
 }
 

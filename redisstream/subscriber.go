@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,8 +301,10 @@ type subscription struct {
 	binding  string
 	prefetch int
 
-	mu  sync.Mutex
-	buf []entry
+	mu     sync.Mutex
+	buf    []entry
+	keep   *time.Timer // while buf holds entries: keepBuffered
+	closed bool
 }
 
 // Next returns the next delivery, reading when the buffer is empty.
@@ -327,8 +330,53 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 		}
 		s.mu.Lock()
 		s.buf = append(s.buf, es...)
+		if len(s.buf) > 0 && s.keep == nil && !s.closed {
+			s.keep = time.AfterFunc(s.r.cfg.AckWait/3, s.keepBuffered)
+		}
 		s.mu.Unlock()
 	}
+}
+
+// keepBuffered resets the idle time of the entries read and not yet
+// handed out (touch), every third of AckWait while there are any: a read
+// of the group by another consumer claims entries idle for AckWait, and
+// one waiting here behind busy workers would otherwise run there too. An
+// entry that is no longer pending for this consumer (claimed by another
+// while a touch failed) is dropped from the buffer: the other has it.
+func (s *subscription) keepBuffered() {
+	s.mu.Lock()
+	ids := make([]string, len(s.buf))
+	for i, e := range s.buf {
+		ids[i] = e.id
+	}
+	s.mu.Unlock()
+	r := s.r
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AckWait/3)
+	defer cancel()
+	gone := map[string]bool{}
+	if len(ids) > 0 {
+		pipe := r.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(ids))
+		for i, id := range ids {
+			cmds[i] = touch.Eval(ctx, pipe, []string{r.stream}, r.group, r.cfg.Consumer, id) // Eval: in a pipeline, Run cannot fall back from EVALSHA
+		}
+		_, _ = pipe.Exec(ctx) // a failure: the entries may be claimed, as before
+		for i, c := range cmds {
+			if n, err := c.Int(); err == nil && n == 0 {
+				gone[ids[i]] = true
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(gone) > 0 {
+		s.buf = slices.DeleteFunc(s.buf, func(e entry) bool { return gone[e.id] })
+	}
+	if len(s.buf) == 0 || s.closed {
+		s.keep = nil
+		return
+	}
+	s.keep.Reset(r.cfg.AckWait / 3)
 }
 
 // Close gives back the entries read but not returned by Next: they are
@@ -336,7 +384,10 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 func (s *subscription) Close(ctx context.Context) error {
 	s.mu.Lock()
 	buf := s.buf
-	s.buf = nil
+	s.buf, s.closed = nil, true
+	if s.keep != nil {
+		s.keep.Stop()
+	}
 	s.mu.Unlock()
 	var errs []error
 	for _, e := range buf {

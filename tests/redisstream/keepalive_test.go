@@ -71,3 +71,53 @@ func TestExtendDeadline(t *testing.T) {
 		t.Errorf("ExtendDeadline of an acked entry: %v, want an error", err)
 	}
 }
+
+// Entries a subscription read and has not handed out yet are kept alive
+// too: another consumer of the group, reading three AckWaits later, claims
+// none of them, and they come out of the first with one delivery each.
+func TestBufferedEntriesAreKeptAlive(t *testing.T) {
+	t.Parallel()
+	const ackWait = time.Second
+	rdb := testenv.Redis(t)
+	prefix := testenv.Name("txbb") + ":"
+	testenv.DeleteKeys(t, rdb, prefix+"*")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := redisstream.NewPublisher(rdb, redisstream.PublisherConfig{Prefix: prefix})
+	testenv.Must(t, err, "publisher")
+	var msgs []txbox.Message
+	for _, id := range []string{"a", "b", "c", "d"} {
+		msgs = append(msgs, txbox.Message{ID: id, Topic: "orders", Payload: []byte("x")})
+	}
+	if errs := p.Publish(ctx, msgs); errs != nil {
+		t.Fatal(errs)
+	}
+	binding := redisstream.Binding(prefix+"orders", "g")
+	subscribe := func(consumer string) txbox.Subscription {
+		s, err := redisstream.NewSubscriber(rdb, redisstream.SubscriberConfig{Consumer: consumer, Block: 50 * time.Millisecond, AckWait: ackWait})
+		testenv.Must(t, err, "subscriber %s", consumer)
+		sub, err := s.Subscribe(ctx, binding, 4)
+		testenv.Must(t, err, "subscribe %s", consumer)
+		t.Cleanup(func() { _ = sub.Close(context.Background()) })
+		return sub
+	}
+	c1 := subscribe("c1")
+	first, err := c1.Next(ctx) // reads all four, hands out one
+	testenv.Must(t, err, "next")
+	testenv.Must(t, first.Ack(ctx), "ack")
+	time.Sleep(3 * ackWait) // the other three wait in c1's buffer (not an assertion)
+	c2 := subscribe("c2")
+	nctx, ncancel := context.WithTimeout(ctx, ackWait)
+	if d, err := c2.Next(nctx); err == nil {
+		t.Errorf("c2 claimed %s (delivery %d), buffered at c1", d.Message().ID, d.Message().Deliveries)
+	}
+	ncancel()
+	for _, want := range []string{"b", "c", "d"} {
+		d, err := c1.Next(ctx)
+		testenv.Must(t, err, "next")
+		if m := d.Message(); m.ID != want || m.Deliveries != 1 {
+			t.Errorf("c1 handed out %s (delivery %d), want %s (delivery 1)", m.ID, m.Deliveries, want)
+		}
+		testenv.Must(t, d.Ack(ctx), "ack")
+	}
+}

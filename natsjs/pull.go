@@ -1,0 +1,244 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// pullExpiry is how long one pull request stays open at the server.
+// Its heartbeats (every 5 s, nats.go's default for a pull this long) end
+// a pull whose connection went silent within 10 s.
+const pullExpiry = 30 * time.Second
+
+// puller pulls a durable's messages for one subscription, at most
+// prefetch of them ahead of Next, and keeps each one alive (InProgress,
+// every third of the AckWait) from the moment it arrives until Next hands
+// it out. JetStream starts a message's AckWait when it sends it: a
+// message waiting behind busy workers in a client-side buffer (nats.go's
+// Messages iterator keeps one, out of reach) was redelivered after AckWait
+// while it waited, and then ran twice.
+//
+// One pull request is open at a time, for the room left (prefetch less
+// the messages queued), and its messages are queued in the order they
+// arrive: the durable's delivery order, which an ordered subscription
+// relies on. The next request goes out once that one is filled or expired
+// and at least half the prefetch is free (or nothing is queued).
+type puller struct {
+	cons     func(context.Context) (jetstream.Consumer, error) // looks the durable up again after a failure
+	prefetch int
+	every    time.Duration // the keep-alive period; 0: none
+
+	ctx    context.Context // ends at close: stops the loop and cancels the open pull
+	cancel context.CancelFunc
+	exited chan struct{}
+
+	mu      sync.Mutex
+	queue   []*held
+	err     error         // a pull's failure, not yet reported by next
+	arrived chan struct{} // cap 1: queue or err grew (for next)
+	room    chan struct{} // cap 1: the queue shrank (for the loop)
+}
+
+// held is a message pulled and not yet handed out, kept alive meanwhile.
+type held struct {
+	m    jetstream.Msg
+	mu   sync.Mutex
+	t    *time.Timer
+	done bool
+}
+
+func newPuller(cons jetstream.Consumer, lookup func(context.Context) (jetstream.Consumer, error), prefetch int, ackWait time.Duration) *puller {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &puller{prefetch: max(prefetch, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{}),
+		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	if ackWait > 0 {
+		p.every = max(ackWait/3, 50*time.Millisecond)
+	}
+	first := cons
+	p.cons = func(ctx context.Context) (jetstream.Consumer, error) {
+		if first != nil {
+			c := first
+			first = nil
+			return c, nil
+		}
+		return lookup(ctx)
+	}
+	go p.loop()
+	return p
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// loop sends pull requests, one at a time, and queues what they bring,
+// until close. A failed pull (the durable deleted, the connection gone
+// silent) is reported to next, and the loop looks the durable up again
+// before the next pull, after a backoff.
+func (p *puller) loop() {
+	defer close(p.exited)
+	var cons jetstream.Consumer
+	backoff := time.Duration(0)
+	for {
+		n, ok := p.waitRoom()
+		if !ok {
+			return
+		}
+		var err error
+		if cons == nil {
+			cons, err = p.cons(p.ctx)
+		}
+		if err == nil {
+			err = p.pull(cons, n)
+		}
+		if p.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = 0
+			continue
+		}
+		cons = nil
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		signal(p.arrived)
+		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+		select {
+		case <-time.After(backoff):
+		case <-p.ctx.Done():
+			return
+		}
+	}
+}
+
+// waitRoom waits until a pull of at least half the prefetch fits, or
+// nothing is queued, and returns its size; false once closed.
+func (p *puller) waitRoom() (int, bool) {
+	for {
+		p.mu.Lock()
+		n := p.prefetch - len(p.queue)
+		p.mu.Unlock()
+		if n > 0 && 2*n >= p.prefetch {
+			return n, true
+		}
+		select {
+		case <-p.room:
+		case <-p.ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// pull sends one pull request for n messages and queues them as they
+// arrive, until it is filled, expires or fails.
+func (p *puller) pull(cons jetstream.Consumer, n int) error {
+	ctx, cancel := context.WithTimeout(p.ctx, pullExpiry)
+	defer cancel()
+	batch, err := cons.Fetch(n, jetstream.FetchContext(ctx))
+	if err != nil {
+		return err
+	}
+	for m := range batch.Messages() {
+		p.push(m)
+	}
+	err = batch.Error()
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return nil // the request expired; or close cancelled it
+	}
+	return err
+}
+
+func (p *puller) push(m jetstream.Msg) {
+	h := &held{m: m}
+	if p.every > 0 && p.ctx.Err() == nil { // after close, nothing keeps it: the server redelivers it
+		h.mu.Lock()
+		h.t = time.AfterFunc(p.every, func() { h.extend(p.every) })
+		h.mu.Unlock()
+	}
+	p.mu.Lock()
+	p.queue = append(p.queue, h)
+	p.mu.Unlock()
+	signal(p.arrived)
+}
+
+// extend tells the server the message is still wanted (its AckWait starts
+// again), every period, until it is handed out.
+func (h *held) extend(every time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return
+	}
+	_ = h.m.InProgress() // a failure: the server may redeliver it, as before
+	h.t.Reset(every)
+}
+
+// take ends the keep-alive; no extension is sent after it returns.
+func (h *held) take() jetstream.Msg {
+	h.mu.Lock()
+	h.done = true
+	if h.t != nil {
+		h.t.Stop()
+	}
+	h.mu.Unlock()
+	return h.m
+}
+
+// next returns the next message in arrival order, waiting for one until
+// ctx ends, or a pull's failure (once).
+func (p *puller) next(ctx context.Context) (jetstream.Msg, error) {
+	for {
+		p.mu.Lock()
+		if len(p.queue) > 0 {
+			h := p.queue[0]
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+			p.mu.Unlock()
+			signal(p.room)
+			return h.take(), nil
+		}
+		if err := p.err; err != nil {
+			p.err = nil
+			p.mu.Unlock()
+			return nil, err
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.arrived:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-p.exited:
+			return nil, errPullerClosed
+		}
+	}
+}
+
+var errPullerClosed = errors.New("natsjs: subscription closed")
+
+// close stops pulling, cancels the open pull request and returns the
+// messages pulled and not handed out, for the caller to give back. It
+// waits for the loop up to ctx's end.
+func (p *puller) close(ctx context.Context) []jetstream.Msg {
+	p.cancel()
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	q := p.queue
+	p.queue = nil
+	p.mu.Unlock()
+	out := make([]jetstream.Msg, 0, len(q))
+	for _, h := range q {
+		out = append(out, h.take())
+	}
+	return out
+}
