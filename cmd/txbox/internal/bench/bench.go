@@ -39,6 +39,10 @@ type Config struct {
 	AddTime time.Duration // how long each Add measurement runs. Default 3s.
 	Shapes  []string      // the backlogs of Scale (unordered, 1000-keys, skewed, 20-keys); all when empty
 	Relays  []int         // the numbers of relays of Scale; 1, 2 and 4 when empty
+	// DeletePublished makes Scale's relays delete each delivered row
+	// (relay.Config.DeletePublished, txbox relay --retention 0) instead
+	// of marking it.
+	DeletePublished bool
 
 	postmaster int // the PostgreSQL server's process id, when readable (see sampleCPU)
 }

@@ -93,8 +93,8 @@ machine are noisy: read the ratios, and the paired medians.`,
 				if err := bench.CheckScale(cfg); err != nil {
 					return fmt.Errorf("bench scale: %w", err)
 				}
-			} else if fs := cmd.Flags(); fs.Changed("shapes") || fs.Changed("relays") {
-				return fmt.Errorf("--shapes and --relays apply to bench scale only, not bench %s", which)
+			} else if fs := cmd.Flags(); fs.Changed("shapes") || fs.Changed("relays") || fs.Changed("delete-published") {
+				return fmt.Errorf("--shapes, --relays and --delete-published apply to bench scale only, not bench %s", which)
 			}
 			for _, err := range []error{
 				benchRowsSetting.resolve(cmd.Flags(), cfg.Rows, &cfg.Rows),
@@ -168,5 +168,6 @@ machine are noisy: read the ratios, and the paired medians.`,
 	fs.DurationVar(&cfg.AddTime, "duration", 3*time.Second, "length of each timed measurement")
 	fs.StringSliceVar(&cfg.Shapes, "shapes", nil, "bench scale: the backlogs to drain, of unordered, 1000-keys, skewed, 20-keys (default all)")
 	fs.IntSliceVar(&cfg.Relays, "relays", nil, "bench scale: the numbers of relays to run, compared with the first (default 1,2,4)")
+	fs.BoolVar(&cfg.DeletePublished, "delete-published", false, "bench scale: the relays delete each delivered row (as txbox relay --retention 0) instead of marking it")
 	return cmd
 }
