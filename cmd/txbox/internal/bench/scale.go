@@ -123,7 +123,11 @@ func Scale(ctx context.Context, cfg Config) error {
 			}
 		}
 	}
-	med, err := interleave(cfg, runs, nil, fmt.Sprintf("drain of %d queued rows into a no-op publisher, batch 100", cfg.Rows))
+	title := fmt.Sprintf("drain of %d queued rows into a no-op publisher, batch 100", cfg.Rows)
+	if cfg.DeletePublished {
+		title += ", delivered rows deleted (--delete-published)"
+	}
+	med, err := interleave(cfg, runs, nil, title)
 	if err != nil {
 		return err
 	}
