@@ -6,13 +6,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// pullExpiry is how long one pull request stays open at the server.
-// Its heartbeats (every 5 s, nats.go's default for a pull this long) end
-// a pull whose connection went silent within 10 s.
-const pullExpiry = 30 * time.Second
+// pullExpiry is how long one pull request stays open at the server, and
+// pullHeartbeat how often the server says it still holds it when it has
+// nothing to send: a pull that hears nothing for two heartbeats (the
+// server lost it, the connection went silent) ends, and the next one goes
+// out.
+const (
+	pullExpiry    = 30 * time.Second
+	pullHeartbeat = 2 * time.Second
+)
 
 // puller pulls a durable's messages for one subscription, at most
 // prefetch of them ahead of Next, and keeps each one alive (InProgress,
@@ -25,8 +31,12 @@ const pullExpiry = 30 * time.Second
 // One pull request is open at a time, for the room left (prefetch less
 // the messages queued), and its messages are queued in the order they
 // arrive: the durable's delivery order, which an ordered subscription
-// relies on. The next request goes out once that one is filled or expired
-// and at least half the prefetch is free (or nothing is queued).
+// relies on (the server shares messages out among open requests in turn,
+// so two at once could be read out of order). The next request goes out
+// once that one is filled or expired and at least half the prefetch is
+// free (or nothing is queued). After a reconnect the open request is
+// ended and a new one sent at once: a restarted server no longer holds
+// the old one.
 type puller struct {
 	cons     func(context.Context) (jetstream.Consumer, error) // looks the durable up again after a failure
 	prefetch int
@@ -35,6 +45,10 @@ type puller struct {
 	ctx    context.Context // ends at close: stops the loop and cancels the open pull
 	cancel context.CancelFunc
 	exited chan struct{}
+	nc     *nats.Conn
+	status chan nats.Status // the connection's reconnects
+
+	endPull context.CancelFunc // ends the open pull (reconnected); under mu
 
 	mu      sync.Mutex
 	queue   []*held
@@ -51,10 +65,10 @@ type held struct {
 	done bool
 }
 
-func newPuller(cons jetstream.Consumer, lookup func(context.Context) (jetstream.Consumer, error), prefetch int, ackWait time.Duration) *puller {
+func newPuller(nc *nats.Conn, cons jetstream.Consumer, lookup func(context.Context) (jetstream.Consumer, error), prefetch int, ackWait time.Duration) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &puller{prefetch: max(prefetch, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{}),
-		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1), nc: nc, status: nc.StatusChanged(nats.CONNECTED)}
 	if ackWait > 0 {
 		p.every = max(ackWait/3, 50*time.Millisecond)
 	}
@@ -68,7 +82,20 @@ func newPuller(cons jetstream.Consumer, lookup func(context.Context) (jetstream.
 		return lookup(ctx)
 	}
 	go p.loop()
+	go p.watch()
 	return p
+}
+
+// watch ends the open pull whenever the connection is established again
+// after a loss (see puller).
+func (p *puller) watch() {
+	for range p.status {
+		p.mu.Lock()
+		if p.endPull != nil {
+			p.endPull()
+		}
+		p.mu.Unlock()
+	}
 }
 
 func signal(c chan struct{}) {
@@ -142,7 +169,15 @@ func (p *puller) waitRoom() (int, bool) {
 func (p *puller) pull(cons jetstream.Consumer, n int) error {
 	ctx, cancel := context.WithTimeout(p.ctx, pullExpiry)
 	defer cancel()
-	batch, err := cons.Fetch(n, jetstream.FetchContext(ctx))
+	p.mu.Lock()
+	p.endPull = cancel
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.endPull = nil
+		p.mu.Unlock()
+	}()
+	batch, err := cons.Fetch(n, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat))
 	if err != nil {
 		return err
 	}
@@ -151,7 +186,7 @@ func (p *puller) pull(cons jetstream.Consumer, n int) error {
 	}
 	err = batch.Error()
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return nil // the request expired; or close cancelled it
+		return nil // the request expired; or a reconnect or close ended it
 	}
 	return err
 }
@@ -227,6 +262,7 @@ var errPullerClosed = errors.New("natsjs: subscription closed")
 // messages pulled and not handed out, for the caller to give back. It
 // waits for the loop up to ctx's end.
 func (p *puller) close(ctx context.Context) []jetstream.Msg {
+	p.nc.RemoveStatusListener(p.status)
 	p.cancel()
 	select {
 	case <-p.exited:

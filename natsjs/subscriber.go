@@ -221,7 +221,7 @@ func (sub *subscription) open() *puller {
 		lookup := func(ctx context.Context) (jetstream.Consumer, error) {
 			return sub.s.js.Consumer(ctx, sub.stream, sub.durable)
 		}
-		sub.pull = newPuller(sub.cons, lookup, sub.prefetch, sub.ackWait)
+		sub.pull = newPuller(sub.s.nc, sub.cons, lookup, sub.prefetch, sub.ackWait)
 	}
 	return sub.pull
 }
