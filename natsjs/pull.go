@@ -38,7 +38,8 @@ const (
 // ended and a new one sent at once: a restarted server no longer holds
 // the old one.
 type puller struct {
-	cons     func(context.Context) (jetstream.Consumer, error) // looks the durable up again after a failure
+	first    jetstream.Consumer                                // the durable, as Subscribe found it
+	lookup   func(context.Context) (jetstream.Consumer, error) // finds it again after a failed pull
 	prefetch int
 	every    time.Duration // the keep-alive period; 0: none
 
@@ -48,13 +49,12 @@ type puller struct {
 	nc     *nats.Conn
 	status chan nats.Status // the connection's reconnects
 
-	endPull context.CancelFunc // ends the open pull (reconnected); under mu
-
 	mu      sync.Mutex
 	queue   []*held
-	err     error         // a pull's failure, not yet reported by next
-	arrived chan struct{} // cap 1: queue or err grew (for next)
-	room    chan struct{} // cap 1: the queue shrank (for the loop)
+	err     error              // a pull's failure, not yet reported by next
+	endPull context.CancelFunc // ends the open pull (on a reconnect)
+	arrived chan struct{}      // cap 1: queue or err grew (for next)
+	room    chan struct{}      // cap 1: the queue shrank (for the loop)
 }
 
 // held is a message pulled and not yet handed out, kept alive meanwhile.
@@ -67,19 +67,10 @@ type held struct {
 
 func newPuller(nc *nats.Conn, cons jetstream.Consumer, lookup func(context.Context) (jetstream.Consumer, error), prefetch int, ackWait time.Duration) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &puller{prefetch: max(prefetch, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{}),
+	p := &puller{first: cons, lookup: lookup, prefetch: max(prefetch, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{}),
 		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1), nc: nc, status: nc.StatusChanged(nats.CONNECTED)}
 	if ackWait > 0 {
 		p.every = max(ackWait/3, 50*time.Millisecond)
-	}
-	first := cons
-	p.cons = func(ctx context.Context) (jetstream.Consumer, error) {
-		if first != nil {
-			c := first
-			first = nil
-			return c, nil
-		}
-		return lookup(ctx)
 	}
 	go p.loop()
 	go p.watch()
@@ -111,7 +102,7 @@ func signal(c chan struct{}) {
 // before the next pull, after a backoff.
 func (p *puller) loop() {
 	defer close(p.exited)
-	var cons jetstream.Consumer
+	cons := p.first
 	backoff := time.Duration(0)
 	for {
 		n, ok := p.waitRoom()
@@ -120,7 +111,7 @@ func (p *puller) loop() {
 		}
 		var err error
 		if cons == nil {
-			cons, err = p.cons(p.ctx)
+			cons, err = p.lookup(p.ctx)
 		}
 		if err == nil {
 			err = p.pull(cons, n)
