@@ -22,7 +22,7 @@ import (
 // (there another consumer of the group would take them).
 func TestKeepAliveQueued(t *testing.T) {
 	t.Parallel()
-	const ackWait = time.Second
+	const ackWait = 2 * time.Second
 	for _, kind := range []string{"nats"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()

@@ -94,7 +94,7 @@ func ids(prefix string, n int) []string {
 // And a subscription holds no more than its prefetch ahead of Next.
 func TestPulledMessagesAreKeptAlive(t *testing.T) {
 	t.Parallel()
-	const ackWait, prefetch = time.Second, 4
+	const ackWait, prefetch = 2 * time.Second, 4
 	f := newPullFixture(t, ackWait)
 	f.publish(t, ids("m", 12)...)
 	s, err := f.sub.Subscribe(context.Background(), f.binding, prefetch)

@@ -77,7 +77,7 @@ func TestExtendDeadline(t *testing.T) {
 // none of them, and they come out of the first with one delivery each.
 func TestBufferedEntriesAreKeptAlive(t *testing.T) {
 	t.Parallel()
-	const ackWait = time.Second
+	const ackWait = 2 * time.Second
 	rdb := testenv.Redis(t)
 	prefix := testenv.Name("txbb") + ":"
 	testenv.DeleteKeys(t, rdb, prefix+"*")
