@@ -3,10 +3,10 @@ package consumer
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/keepalive"
 )
 
 // minKeepAlive bounds how often a delivery's deadline is extended.
@@ -29,9 +29,7 @@ func (c *Consumer[TTx]) keepAlive(d txbox.Delivery) txbox.Delivery {
 		return d
 	}
 	k := &keptAlive{Delivery: d, x: x, every: max(wait/3, minKeepAlive), log: c.log}
-	k.mu.Lock()
-	k.t = time.AfterFunc(k.every, k.extend)
-	k.mu.Unlock()
+	k.ticker = keepalive.Start(k.every, k.extend)
 	return k
 }
 
@@ -39,14 +37,11 @@ func (c *Consumer[TTx]) keepAlive(d txbox.Delivery) txbox.Delivery {
 // settled.
 type keptAlive struct {
 	txbox.Delivery
-	x     txbox.DeadlineExtender
-	every time.Duration
-	log   *slog.Logger
-
-	mu     sync.Mutex
-	t      *time.Timer
-	done   bool
-	warned bool
+	x      txbox.DeadlineExtender
+	every  time.Duration
+	log    *slog.Logger
+	ticker *keepalive.Ticker
+	warned bool // extend's: its calls never overlap
 }
 
 // Unwrap returns the broker's delivery, for type assertions on optional
@@ -54,11 +49,6 @@ type keptAlive struct {
 func (k *keptAlive) Unwrap() txbox.Delivery { return k.Delivery }
 
 func (k *keptAlive) extend() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.done {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), k.every)
 	err := k.x.ExtendDeadline(ctx)
 	cancel()
@@ -68,16 +58,10 @@ func (k *keptAlive) extend() {
 		k.log.Warn("txbox/consumer: extending the ack deadline failed; the broker may redeliver the message while it is processed (the inbox makes that a duplicate)",
 			"binding", m.Binding, "message_id", m.ID, "err", err)
 	}
-	k.t.Reset(k.every)
 }
 
 // stop ends the extensions; an extension under way finishes first.
-func (k *keptAlive) stop() {
-	k.mu.Lock()
-	k.done = true
-	k.t.Stop()
-	k.mu.Unlock()
-}
+func (k *keptAlive) stop() { k.ticker.Stop() }
 
 func (k *keptAlive) Ack(ctx context.Context) error {
 	k.stop()

@@ -21,16 +21,11 @@ func (m *Migrator) Check(ctx context.Context) []string {
 // Startup is Check and CheckNewer from one read of the migration state:
 // what the relay and the consumer run at start-up.
 func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string) {
-	done, err := m.applied(ctx, m.pool)
-	switch {
-	case err == nil:
-		newer = m.newerNote(done)
-	case isMissingTable(err):
-		done = map[string]record{}
-	default:
-		return []string{fmt.Sprintf("cannot read the migration state: txbox: read %s: %v", trackingTable, err)}, ""
+	done, err := m.appliedOrNone(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the migration state: %v", err)}, ""
 	}
-	return m.check(ctx, m.pending(done)), newer
+	return m.check(ctx, m.pending(done)), m.newerNote(done)
 }
 
 // check is Check on the migrations found pending.

@@ -425,6 +425,16 @@ func isMissingTable(err error) bool {
 // Pending reports the migrations not yet applied, without changing anything
 // (the tracking table may be absent: then every migration is pending).
 func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
+	done, err := m.appliedOrNone(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return m.pending(done), nil
+}
+
+// appliedOrNone returns the applied migrations; none when the tracking
+// table is absent.
+func (m *Migrator) appliedOrNone(ctx context.Context) (map[string]record, error) {
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
 		if !isMissingTable(err) {
@@ -432,7 +442,7 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 		}
 		done = map[string]record{}
 	}
-	return m.pending(done), nil
+	return done, nil
 }
 
 // pending returns the migrations not in done.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox/internal/keepalive"
 )
 
 // pullExpiry is how long one pull request stays open at the server, and
@@ -57,12 +59,11 @@ type puller struct {
 	room    chan struct{}      // cap 1: the queue shrank (for the loop)
 }
 
-// held is a message pulled and not yet handed out, kept alive meanwhile.
+// held is a message pulled and not yet handed out, kept alive meanwhile
+// (nil ticker: not kept alive).
 type held struct {
-	m    jetstream.Msg
-	mu   sync.Mutex
-	t    *time.Timer
-	done bool
+	m      jetstream.Msg
+	ticker *keepalive.Ticker
 }
 
 func newPuller(nc *nats.Conn, cons jetstream.Consumer, lookup func(context.Context) (jetstream.Consumer, error), prefetch int, ackWait time.Duration) *puller {
@@ -185,9 +186,9 @@ func (p *puller) pull(cons jetstream.Consumer, n int) error {
 func (p *puller) push(m jetstream.Msg) {
 	h := &held{m: m}
 	if p.every > 0 && p.ctx.Err() == nil { // after close, nothing keeps it: the server redelivers it
-		h.mu.Lock()
-		h.t = time.AfterFunc(p.every, func() { h.extend(p.every) })
-		h.mu.Unlock()
+		// InProgress restarts its AckWait; a failure: the server may
+		// redeliver it, as before.
+		h.ticker = keepalive.Start(p.every, func() { _ = m.InProgress() })
 	}
 	p.mu.Lock()
 	p.queue = append(p.queue, h)
@@ -195,26 +196,9 @@ func (p *puller) push(m jetstream.Msg) {
 	signal(p.arrived)
 }
 
-// extend tells the server the message is still wanted (its AckWait starts
-// again), every period, until it is handed out.
-func (h *held) extend(every time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.done {
-		return
-	}
-	_ = h.m.InProgress() // a failure: the server may redeliver it, as before
-	h.t.Reset(every)
-}
-
 // take ends the keep-alive; no extension is sent after it returns.
 func (h *held) take() jetstream.Msg {
-	h.mu.Lock()
-	h.done = true
-	if h.t != nil {
-		h.t.Stop()
-	}
-	h.mu.Unlock()
+	h.ticker.Stop()
 	return h.m
 }
 
