@@ -8,6 +8,8 @@ package dead
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -26,7 +28,26 @@ type Message struct {
 	CreatedAt time.Time
 	DeadAt    time.Time
 	Parked    int64 // later messages of Key waiting behind this one
+	// Bytes, from Brief, are the full lengths in bytes of ID, Topic, Key
+	// and LastError, which Brief may have cut; zero from List and Get.
+	Bytes Bytes
 }
+
+// Bytes are the full lengths in bytes of a dead message's text values.
+type Bytes struct{ ID, Topic, Key, LastError int64 }
+
+// BriefChars is how many characters Brief reads of each text value.
+const BriefChars = outboxsql.BriefChars
+
+// Letter is a dead message whole, as Get returns it.
+type Letter struct {
+	Message
+	Payload []byte
+	Headers string // a JSON object, as stored
+}
+
+// ErrNotFound: no dead message has the seq asked for.
+var ErrNotFound = errors.New("txbox/dead: no dead message with this seq")
 
 // Letters operates on the dead messages of one outbox table.
 type Letters struct {
@@ -57,11 +78,45 @@ func (l *Letters) List(ctx context.Context, limit int) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	return messages(rows), nil
+}
+
+// Brief is List with ID, Topic, Key and LastError cut in the database to
+// their first BriefChars characters, and their full lengths in Bytes:
+// what a page or a table of many messages reads, so that long values (a
+// megabyte of error) cost at most BriefChars characters each.
+func (l *Letters) Brief(ctx context.Context, limit int) ([]Message, error) {
+	rows, err := l.store.ListDeadBrief(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	return messages(rows), nil
+}
+
+func messages(rows []outboxsql.DeadRow) []Message {
 	out := make([]Message, len(rows))
 	for i, r := range rows {
-		out[i] = Message(r)
+		out[i] = Message{Seq: r.Seq, ID: r.ID, Topic: r.Topic, Key: r.Key, Attempts: r.Attempts, LastError: r.LastError,
+			CreatedAt: r.CreatedAt, DeadAt: r.DeadAt, Parked: r.Parked, Bytes: Bytes(r.Bytes)}
 	}
-	return out, nil
+	return out
+}
+
+// Get returns the dead message seq whole, payload and headers included
+// (Parked is not counted), or an error wrapping ErrNotFound.
+func (l *Letters) Get(ctx context.Context, seq int64) (Letter, error) {
+	rows, err := l.store.Pending(ctx, outboxsql.PendingFilter{Seq: seq, Dead: true, Limit: 1})
+	if err != nil {
+		return Letter{}, err
+	}
+	if len(rows) == 0 || rows[0].DeadAt.IsZero() {
+		return Letter{}, fmt.Errorf("%w: %d", ErrNotFound, seq)
+	}
+	r := rows[0]
+	return Letter{
+		Message: Message{Seq: r.Seq, ID: r.ID, Topic: r.Topic, Key: r.Key, Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt, DeadAt: r.DeadAt},
+		Payload: r.Payload, Headers: r.Headers,
+	}, nil
 }
 
 // Redrive makes the dead messages with these seqs (all, when none are given)

@@ -1,6 +1,7 @@
 package txboxui
 
 import (
+	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/internal/printable"
 
 	"bytes"
@@ -37,7 +38,15 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	// override cannot reorder the page around it.
 	"vis":     printable.Cell,
 	"vistext": printable.Text,
-}).ParseFS(assets, "assets/page.html"))
+	// more tells that a value of the lists was cut: an ellipsis and its
+	// full length, or "".
+	"more": func(shown string, full int64) string {
+		if full <= int64(len(shown)) {
+			return ""
+		}
+		return "… (" + strconv.FormatInt(full, 10) + " bytes)"
+	},
+}).ParseFS(assets, "assets/page.html", "assets/letter.html"))
 
 // csrfCookie is the cookie that must match the form's token.
 const (
@@ -58,6 +67,7 @@ func (h *Handler) routes() {
 	h.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	h.mux.HandleFunc("GET /{$}", h.servePage)
 	h.mux.HandleFunc("GET /api/state", h.serveState)
+	h.mux.HandleFunc("GET /dead/{seq}", h.serveLetter)
 	h.mux.HandleFunc("POST /dead/{action}", h.serveAction)
 	h.mux.HandleFunc("POST /api/dead/{action}", h.serveAction)
 }
@@ -106,6 +116,73 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf bytes.Buffer
 	if err := page.ExecuteTemplate(&buf, name, v); err != nil {
+		h.log.Error("txboxui: render", "err", err)
+		http.Error(w, "render failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// letterView is what the page of one dead message renders.
+type letterView struct {
+	Title             string
+	CSRF              string
+	CanEdit           bool
+	Seq               int64
+	Attempts          int
+	CreatedAt, DeadAt time.Time
+	Fields            []letterField
+	Cap               int
+}
+
+// letterField is one value of a dead message, cut to ValueCap bytes.
+type letterField struct {
+	Name  string
+	Value string
+	Bytes int  // the full length
+	Cut   bool // Value is shorter than Bytes
+}
+
+func newField(name, v string) letterField {
+	shown := strings.Clone(clip(v, ValueCap)) // not the whole value behind it
+	return letterField{Name: name, Value: shown, Bytes: len(v), Cut: len(shown) < len(v)}
+}
+
+// serveLetter shows one dead message: each value whole, up to ValueCap
+// bytes, with its headers and payload.
+func (h *Handler) serveLetter(w http.ResponseWriter, r *http.Request) {
+	if a := r.PathValue("seq"); a == "redrive" || a == "discard" {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "txbox dashboard: "+a+" is a POST action", http.StatusMethodNotAllowed)
+		return
+	}
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq <= 0 {
+		http.Error(w, "txbox dashboard: "+strconv.Quote(r.PathValue("seq"))+" is not a seq", http.StatusNotFound)
+		return
+	}
+	if h.cfg.Dead == nil {
+		http.Error(w, "txbox dashboard: no dead-letter source is configured", http.StatusNotFound)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	m, err := h.cfg.Dead.Get(ctx, seq)
+	if errors.Is(err, dead.ErrNotFound) {
+		http.Error(w, fmt.Sprintf("txbox dashboard: no dead message %d (redriven, discarded or delivered meanwhile?)", seq), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		http.Error(w, "txbox dashboard: "+printable.Text(h.failed(fmt.Sprintf("read dead message %d", seq), err)), http.StatusInternalServerError)
+		return
+	}
+	v := letterView{Title: h.cfg.Title, CSRF: h.csrf, CanEdit: h.mayMutate(r) == nil, Seq: m.Seq, Attempts: m.Attempts, CreatedAt: m.CreatedAt, DeadAt: m.DeadAt, Cap: ValueCap,
+		Fields: []letterField{newField("message id", m.ID), newField("topic", m.Topic), newField("key", m.Key), newField("last error", m.LastError),
+			newField("headers", m.Headers), newField("payload", string(m.Payload))}}
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: h.csrf, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	var buf bytes.Buffer
+	if err := page.ExecuteTemplate(&buf, "letter.html", v); err != nil {
 		h.log.Error("txboxui: render", "err", err)
 		http.Error(w, "render failed", http.StatusInternalServerError)
 		return

@@ -6,14 +6,26 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
+	"github.com/txbox/txbox/internal/hostcheck"
 	"github.com/txbox/txbox/relay"
+)
+
+// Sizes of the values shown: the lists show at most ListClip bytes of a
+// value (an ellipsis and its full length tell it was cut); a dead message's
+// own page, dead/SEQ, shows each value whole up to ValueCap bytes.
+const (
+	ListClip = 512
+	ValueCap = 64 << 10
 )
 
 // Defaults of Config.
@@ -133,9 +145,18 @@ type Config struct {
 	Relays []RelayRef
 	// Token, when set, is required on every request: as the password of
 	// HTTP basic auth (any user name) or as "Authorization: Bearer TOKEN".
-	// Without it, mutating actions are refused to clients that are not on
-	// loopback. Default: "" (none).
+	// Without it, every request whose Host header is not loopback nor one
+	// of AllowedHosts is refused (421), and mutating actions are refused to
+	// clients that are not on loopback. A Token of white space only is
+	// refused. Default: "" (none).
 	Token string
+	// AllowedHosts are the hosts, besides loopback names and addresses,
+	// that a request without Token may name in its Host header: the name
+	// a reverse proxy forwards, e.g. "dash.internal" (any port) or
+	// "dash.internal:8443". A request from a page whose name was rebound
+	// to loopback (DNS rebinding) names its own host, and is refused.
+	// Default: none.
+	AllowedHosts []string
 	// ReadOnly hides the redrive and discard buttons and refuses them.
 	ReadOnly bool
 	// Interval is how often the figures are read (at most once per
@@ -178,6 +199,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Interval < 0 || cfg.Samples < 0 || cfg.DeadLimit < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: txboxui: Interval, Samples, DeadLimit and Timeout must not be negative", txbox.ErrInvalidConfig)
 	}
+	if cfg.Token != "" && strings.TrimSpace(cfg.Token) == "" {
+		return nil, fmt.Errorf("%w: txboxui: Token is white space only", txbox.ErrInvalidConfig)
+	}
+	if err := hostcheck.Validate("txboxui: AllowedHosts", cfg.AllowedHosts); err != nil {
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
+	}
 	for _, r := range cfg.Relays {
 		if r.Current == nil {
 			return nil, fmt.Errorf("%w: txboxui: relay %q has no Current", txbox.ErrInvalidConfig, r.Name)
@@ -219,6 +246,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	w.Header().Set("Cache-Control", "no-store")
+	if h.cfg.Token == "" && !hostcheck.Allowed(r.Host, h.cfg.AllowedHosts) {
+		hostcheck.Refuse(w, r, "open the dashboard by a loopback address, or allow the name (txboxui.Config.AllowedHosts, txbox ui --allowed-host)")
+		return
+	}
 	if !h.authenticated(r) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="txbox", charset="UTF-8"`)
 		http.Error(w, "txbox dashboard: a token is required (basic-auth password or Authorization: Bearer)", http.StatusUnauthorized)
@@ -319,6 +350,18 @@ type DeadJSON struct {
 	CreatedAt time.Time `json:"created_at"`
 	DeadAt    time.Time `json:"dead_at"`
 	Parked    int64     `json:"parked"`
+	// Bytes are the full lengths of ID, Topic, Key and LastError: a value
+	// longer than ListClip bytes is cut here, and shown whole (up to
+	// ValueCap) on the message's own page, dead/SEQ.
+	Bytes DeadBytes `json:"bytes"`
+}
+
+// DeadBytes are the full lengths in bytes of a dead message's values.
+type DeadBytes struct {
+	ID        int64 `json:"id"`
+	Topic     int64 `json:"topic"`
+	Key       int64 `json:"key"`
+	LastError int64 `json:"last_error"`
 }
 
 // ParkedKey is a key a dead message parks: its later messages wait behind
@@ -329,6 +372,8 @@ type ParkedKey struct {
 	Topic   string `json:"topic"`
 	DeadSeq int64  `json:"dead_seq"`
 	Parked  int64  `json:"parked"`
+	// KeyBytes is the full length of Key, which is cut to ListClip bytes.
+	KeyBytes int64 `json:"key_bytes"`
 }
 
 // InboxJSON is one inbox table's receipts per source.
@@ -409,20 +454,27 @@ func (h *Handler) read(ctx context.Context) *State {
 	}
 	if h.cfg.Dead != nil {
 		s.HasDead = true
-		list, err := h.cfg.Dead.List(ctx, h.cfg.DeadLimit)
+		// The list reads each value cut (dead.Brief) and shows at most
+		// ListClip bytes of it: the page grows with the rows, not with
+		// the length of their values.
+		list, err := h.cfg.Dead.Brief(ctx, h.cfg.DeadLimit)
 		if err != nil {
 			s.DeadError = h.failed("list the dead messages", err)
 		}
 		// A dead row parks its key whether or not a later message of
 		// the key waits yet (as the backlog's parked-keys count says): one
-		// entry per key, behind its first dead row.
+		// entry per key, behind its first dead row. A key cut to ListClip
+		// bytes is told apart from another by its full length too.
 		at := map[string]int{}
 		for _, m := range list {
-			s.Dead = append(s.Dead, DeadJSON(m))
+			m.ID, m.Topic, m.Key, m.LastError = clip(m.ID, ListClip), clip(m.Topic, ListClip), clip(m.Key, ListClip), clip(m.LastError, ListClip)
+			s.Dead = append(s.Dead, DeadJSON{Seq: m.Seq, ID: m.ID, Topic: m.Topic, Key: m.Key, Attempts: m.Attempts, LastError: m.LastError,
+				CreatedAt: m.CreatedAt, DeadAt: m.DeadAt, Parked: m.Parked, Bytes: DeadBytes(m.Bytes)})
 			if m.Key == "" {
 				continue
 			}
-			if i, ok := at[m.Key]; ok {
+			k := m.Key + "\x00" + strconv.FormatInt(m.Bytes.Key, 10)
+			if i, ok := at[k]; ok {
 				pk := &s.ParkedKeys[i]
 				if m.Seq < pk.DeadSeq {
 					pk.DeadSeq, pk.Topic = m.Seq, m.Topic
@@ -430,8 +482,8 @@ func (h *Handler) read(ctx context.Context) *State {
 				pk.Parked = max(pk.Parked, m.Parked)
 				continue
 			}
-			at[m.Key] = len(s.ParkedKeys)
-			s.ParkedKeys = append(s.ParkedKeys, ParkedKey{Key: m.Key, Topic: m.Topic, DeadSeq: m.Seq, Parked: m.Parked})
+			at[k] = len(s.ParkedKeys)
+			s.ParkedKeys = append(s.ParkedKeys, ParkedKey{Key: m.Key, Topic: m.Topic, DeadSeq: m.Seq, Parked: m.Parked, KeyBytes: m.Bytes.Key})
 		}
 	}
 	for _, ref := range h.cfg.Inboxes {
@@ -531,4 +583,19 @@ func throughput(hist []Sample) Throughput {
 		t.PublishedPerSec = &p
 	}
 	return t
+}
+
+// clip returns s cut to at most n bytes, at the start of a character.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for j := 0; j < utf8.UTFMax && i > 0 && !utf8.RuneStart(s[i]); j++ {
+		i--
+	}
+	if !utf8.RuneStart(s[i]) { // invalid UTF-8: cut at n
+		i = n
+	}
+	return s[:i]
 }

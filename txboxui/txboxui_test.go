@@ -67,7 +67,9 @@ func TestUpkeepCards(t *testing.T) {
 		}
 		get := func(path string) string {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			req := httptest.NewRequest("GET", path, nil)
+			req.Host = "127.0.0.1:8080"
+			h.ServeHTTP(rec, req)
 			if rec.Code != 200 {
 				t.Fatalf("GET %s: %d", path, rec.Code)
 			}

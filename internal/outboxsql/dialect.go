@@ -69,6 +69,8 @@ type dialect interface {
 type queries struct {
 	claim, markPublished, deletePublished, reject, cleanup, counts string
 	listDead, redrive, redriveAll, discard, discardAll             string
+	// listDeadBrief is listDead with its text columns cut (BriefChars).
+	listDeadBrief string
 	// listPending lists undelivered rows, for txboxtest (see ListPending).
 	listPending string
 	// backlog is the relay's sample; backlogTopics inspect's topics.
@@ -90,7 +92,7 @@ type queries struct {
 func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*string) error {
 	dest := map[string]*string{
 		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
-		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead,
+		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead, "list_dead_brief": &q.listDeadBrief,
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
 		"insert": &q.insert, "list_pending": &q.listPending, "backlog": &q.backlog,
 		"backlog_topics": &q.backlogTopics,
@@ -98,6 +100,7 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(d, schema, name)
 	funcs["list"] = listFunc
+	funcs["clip"] = func() int { return BriefChars }
 	return sqltext.Load("outbox/"+string(d), file, funcs, dest, extra)
 }
 

@@ -487,11 +487,33 @@ type DeadRow struct {
 	CreatedAt time.Time
 	DeadAt    time.Time
 	Parked    int64 // later messages of the same key waiting behind it
+	// Bytes are the full lengths of ID, Topic, Key and LastError in bytes
+	// (ListDeadBrief; zero from ListDead).
+	Bytes DeadBytes
 }
+
+// DeadBytes are the full lengths in bytes of a dead row's text columns.
+type DeadBytes struct{ ID, Topic, Key, LastError int64 }
+
+// BriefChars is how many characters ListDeadBrief reads of each text
+// column of a dead row.
+const BriefChars = 512
 
 // ListDead returns up to limit dead rows, oldest first.
 func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadRow, error) {
-	rows, err := s.pool.Query(ctx, s.d.queries().listDead, limit)
+	return s.listDead(ctx, s.d.queries().listDead, limit, false)
+}
+
+// ListDeadBrief is ListDead with ID, Topic, Key and LastError cut in the
+// database to their first BriefChars characters, and their full lengths in
+// Bytes: reading many rows costs at most BriefChars characters a value,
+// however long the values are.
+func (s *Store) ListDeadBrief(ctx context.Context, limit int) ([]DeadRow, error) {
+	return s.listDead(ctx, s.d.queries().listDeadBrief, limit, true)
+}
+
+func (s *Store) listDead(ctx context.Context, q string, limit int, brief bool) ([]DeadRow, error) {
+	rows, err := s.pool.Query(ctx, q, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +522,11 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadRow, error) {
 	created, dead := s.d.newTime(), s.d.newTime()
 	for rows.Next() {
 		var d DeadRow
-		if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, created.dest(), dead.dest(), &d.Parked); err != nil {
+		dest := []any{&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, created.dest(), dead.dest(), &d.Parked}
+		if brief {
+			dest = append(dest, &d.Bytes.ID, &d.Bytes.Topic, &d.Bytes.Key, &d.Bytes.LastError)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		d.CreatedAt, d.DeadAt = created.time(), dead.time()

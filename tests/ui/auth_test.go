@@ -129,14 +129,14 @@ func TestAuthCSRFAndEscaping(t *testing.T) {
 }
 
 // Without a token, actions are refused to clients that are not on
-// loopback.
+// loopback (here through a proxy forwarding an allowed name).
 func TestNoTokenActionsOnlyFromLoopback(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	h, err := txboxui.New(txboxui.Config{Dead: f.letters})
+	h, err := txboxui.New(txboxui.Config{Dead: f.letters, AllowedHosts: []string{"dash.internal"}})
 	testenv.Must(t, err, "txboxui.New")
 	req := httptest.NewRequest("POST", "/api/dead/redrive", strings.NewReader(`{"all":true}`))
-	req.RemoteAddr = "192.0.2.7:4444"
+	req.RemoteAddr, req.Host = "192.0.2.7:4444", "dash.internal"
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -144,7 +144,7 @@ func TestNoTokenActionsOnlyFromLoopback(t *testing.T) {
 		t.Errorf("non-loopback action without a token: %d %s", rec.Code, rec.Body.String())
 	}
 	req = httptest.NewRequest("GET", "/", nil)
-	req.RemoteAddr = "192.0.2.7:4444"
+	req.RemoteAddr, req.Host = "192.0.2.7:4444", "dash.internal"
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), `class="redrive"`) {

@@ -100,6 +100,15 @@ SELECT id, message_id, topic, COALESCE(ordering_key, ''), attempts, COALESCE(las
   (SELECT COUNT(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)
 FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?
 
+-- name: list_dead_brief
+-- list_dead with the text columns cut to their first {{clip}} characters,
+-- and their full lengths in bytes: what a page listing many rows reads.
+SELECT id, LEFT(message_id, {{clip}}), LEFT(topic, {{clip}}), LEFT(COALESCE(ordering_key, ''), {{clip}}), attempts,
+  LEFT(COALESCE(last_error, ''), {{clip}}), created_at, dead_at,
+  (SELECT COUNT(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id),
+  LENGTH(message_id), LENGTH(topic), COALESCE(LENGTH(ordering_key), 0), COALESCE(LENGTH(last_error), 0)
+FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?
+
 -- name: list_pending
 -- The undelivered rows (dead ones included) that the executor (a pool or
 -- the caller's transaction) sees, oldest first, with their delivery state

@@ -181,6 +181,15 @@ SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(las
   (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)
 FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT $1
 
+-- name: list_dead_brief
+-- list_dead with the text columns cut to their first {{clip}} characters,
+-- and their full lengths in bytes: what a page listing many rows reads.
+SELECT id, left(message_id, {{clip}}), left(topic, {{clip}}), left(coalesce(ordering_key, ''), {{clip}}), attempts,
+  left(coalesce(last_error, ''), {{clip}}), created_at, dead_at,
+  (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id),
+  octet_length(message_id), octet_length(topic), coalesce(octet_length(ordering_key), 0), coalesce(octet_length(last_error), 0)
+FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT $1
+
 -- name: list_pending
 -- The undelivered rows (dead ones included) that the executor (a pool or
 -- the caller's transaction) sees, oldest first, with their delivery state

@@ -89,6 +89,15 @@ SELECT id, message_id, topic, coalesce(ordering_key, ''), attempts, coalesce(las
   (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id)
 FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?1
 
+-- name: list_dead_brief
+-- list_dead with the text columns cut to their first {{clip}} characters,
+-- and their full lengths in bytes: what a page listing many rows reads.
+SELECT id, substr(message_id, 1, {{clip}}), substr(topic, 1, {{clip}}), substr(coalesce(ordering_key, ''), 1, {{clip}}), attempts,
+  substr(coalesce(last_error, ''), 1, {{clip}}), created_at, dead_at,
+  (SELECT count(*) FROM {{table}} p WHERE p.ordering_key = d.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > d.id),
+  length(CAST(message_id AS BLOB)), length(CAST(topic AS BLOB)), coalesce(length(CAST(ordering_key AS BLOB)), 0), coalesce(length(CAST(last_error AS BLOB)), 0)
+FROM {{table}} d WHERE dead_at IS NOT NULL ORDER BY id LIMIT ?1
+
 -- name: list_pending
 -- The undelivered rows (dead ones included) that the executor (a pool or
 -- the caller's transaction) sees, oldest first, with their delivery state

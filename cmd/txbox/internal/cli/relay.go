@@ -54,6 +54,7 @@ type relayFlags struct {
 	httpPublic bool
 	ui         bool
 	uiToken    string
+	allowed    []string // --allowed-host
 	served     *relayHTTP
 }
 
@@ -118,7 +119,8 @@ or changed join or leave without a restart.`,
 	fs.StringVar(&f.http, "http", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090 (loopback only unless --http-public)")
 	fs.BoolVar(&f.httpPublic, "http-public", false, "allow --http on an address other than loopback")
 	fs.BoolVar(&f.ui, "ui", false, "also serve the web dashboard (as txbox ui) under /ui/ of --http")
-	fs.StringVar(&f.uiToken, "ui-token", "", "token the dashboard under /ui/ requires (basic-auth password or Authorization: Bearer); required when --http is not loopback (env "+EnvUIToken+")")
+	fs.StringVar(&f.uiToken, "ui-token", "", "token the dashboard under /ui/ requires (basic-auth password or Authorization: Bearer); required when --http is not loopback, then at least 16 bytes (env "+EnvUIToken+")")
+	fs.StringSliceVar(&f.allowed, "allowed-host", nil, "with --http on loopback: host name (optionally :port) besides loopback that a request may name in its Host header, e.g. the name a proxy forwards; others are refused (DNS rebinding protection; repeat or comma-separate)")
 	return cmd
 }
 
@@ -225,7 +227,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 			return err
 		}
 	}
-	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, f.ui, nil); err != nil {
+	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, f.ui, nil, f.allowed); err != nil {
 		return err
 	}
 	defer f.served.close()

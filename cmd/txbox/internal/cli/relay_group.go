@@ -184,7 +184,7 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	for i, s := range specs {
 		names[i] = s.Name
 	}
-	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, f.ui, names); err != nil {
+	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, f.ui, names, f.allowed); err != nil {
 		return err
 	}
 	defer f.served.close()

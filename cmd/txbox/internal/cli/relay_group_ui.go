@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/printable"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxui"
 )
@@ -104,7 +105,7 @@ func (s *storesUI) store(i int) (storeUI, error) {
 		return st, err
 	}
 	name := st.spec.Name
-	cfg.Title, cfg.Token, cfg.Logger = name, s.token, s.log.With("store", name)
+	cfg.Title, cfg.Token, cfg.AllowedHosts, cfg.Logger = name, s.token, s.h.allowed, s.log.With("store", name)
 	cfg.Relays = []txboxui.RelayRef{{Name: name, Current: func() *relay.Relay { return s.h.relayOf(name) }}}
 	if st.ui, err = txboxui.New(cfg); err != nil {
 		return st, err
@@ -150,7 +151,7 @@ func (s *storesUI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			http.Error(w, fmt.Sprintf("store %q does not run: %v", st.spec.Name, redactErr(err, st.spec.target.url)), http.StatusServiceUnavailable)
+			http.Error(w, fmt.Sprintf("store %q does not run: %s", st.spec.Name, printable.Text(redactErr(err, st.spec.target.url).Error())), http.StatusServiceUnavailable)
 			return
 		}
 		http.StripPrefix("/store/"+num, st.ui).ServeHTTP(w, r)
@@ -186,7 +187,10 @@ type storeRow struct {
 	Err                             string
 }
 
-var storesPage = template.Must(template.New("stores").Parse(`<!doctype html>
+// storesPage shows store names (from --db flags or the --stores file) and
+// errors with what is not printable escaped (package printable), as the
+// dashboard does: a bidi override cannot reorder the list.
+var storesPage = template.Must(template.New("stores").Funcs(template.FuncMap{"vis": printable.Cell, "vistext": printable.Text}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>txbox relay: {{len .}} stores</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:right}td:first-child,th:first-child{text-align:left}.err{color:#b00;text-align:left}</style>
@@ -194,8 +198,8 @@ var storesPage = template.Must(template.New("stores").Parse(`<!doctype html>
 <h1>txbox relay: {{len .}} stores</h1>
 <table id="stores">
 <tr><th>store</th><th>pending</th><th>retrying</th><th>parked</th><th>dead</th><th>oldest claimable</th></tr>
-{{range .}}<tr class="store" data-name="{{.Name}}"><td><a href="store/{{.I}}/">{{.Name}}</a></td>
-{{if .Err}}<td class="err" colspan="5">unavailable: {{.Err}}</td>{{else}}<td class="pending">{{.Pending}}</td><td>{{.Retrying}}</td><td>{{.Parked}}</td><td class="dead">{{.Dead}}</td><td>{{.OldestClaimable}}</td>{{end}}</tr>
+{{range .}}<tr class="store" data-name="{{vis .Name}}"><td><a href="store/{{.I}}/">{{vis .Name}}</a></td>
+{{if .Err}}<td class="err" colspan="5">unavailable: {{vistext .Err}}</td>{{else}}<td class="pending">{{.Pending}}</td><td>{{.Retrying}}</td><td>{{.Parked}}</td><td class="dead">{{.Dead}}</td><td>{{.OldestClaimable}}</td>{{end}}</tr>
 {{end}}</table>
 </body></html>
 `))

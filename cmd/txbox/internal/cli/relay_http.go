@@ -18,6 +18,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/health"
+	"github.com/txbox/txbox/internal/hostcheck"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxprom"
 	"github.com/txbox/txbox/txboxui"
@@ -42,8 +43,9 @@ type relayHTTP struct {
 	names []string                // the stores, in order
 	group map[string]*relay.Relay // their relays running now, by name
 
-	ui  atomic.Pointer[uiMount] // --ui, once the databases are open
-	srv *http.Server
+	ui      atomic.Pointer[uiMount] // --ui, once the databases are open
+	allowed []string                // --allowed-host
+	srv     *http.Server
 }
 
 type uiMount struct{ h http.Handler }
@@ -51,17 +53,23 @@ type uiMount struct{ h http.Handler }
 // serveRelayHTTP listens on addr and serves in the background (the
 // dashboard under /ui/ if ui, once mounted); addr ""
 // serves nothing (a nil *relayHTTP, whose methods do nothing). An address
-// that is not loopback is refused unless public. With stores (the names of
-// a group's stores) it serves each store's metrics, labelled store=NAME,
-// and one readiness check per store, named after it.
-func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, ui bool, stores []string) (*relayHTTP, error) {
+// that is not loopback is refused unless public. On a loopback address,
+// every request (probes, metrics, dashboard) whose Host header is not
+// loopback nor one of allowed is refused: a page rebound to 127.0.0.1 reads
+// nothing. With stores (the names of a group's stores) it serves each
+// store's metrics, labelled store=NAME, and one readiness check per store,
+// named after it.
+func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, ui bool, stores, allowed []string) (*relayHTTP, error) {
 	if addr == "" {
 		return nil, nil
 	}
 	if err := checkLoopback(addr, public); err != nil {
 		return nil, err
 	}
-	h := &relayHTTP{}
+	if err := hostcheck.Validate("--allowed-host", allowed); err != nil {
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
+	}
+	h := &relayHTTP{allowed: allowed}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.metricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -98,7 +106,10 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, 
 		}
 		http.StripPrefix("/ui", m.h).ServeHTTP(w, r)
 	})
-	handler := mux
+	var handler http.Handler = mux
+	if checkLoopback(addr, false) == nil {
+		handler = hostcheck.Handler(mux, allowed, "open it by a loopback address, or allow the name with --allowed-host")
+	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", addr, err)
@@ -139,7 +150,7 @@ func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database,
 	if err != nil {
 		return err
 	}
-	cfg.Token, cfg.Logger = token, log
+	cfg.Token, cfg.AllowedHosts, cfg.Logger = token, h.allowed, log
 	cfg.Relays = []txboxui.RelayRef{{Name: "relay", Current: h.current.Load}}
 	ui, err := txboxui.New(cfg)
 	if err != nil {

@@ -9,7 +9,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -18,6 +21,7 @@ import (
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
+	"github.com/txbox/txbox/internal/hostcheck"
 	"github.com/txbox/txbox/txboxui"
 )
 
@@ -32,6 +36,7 @@ type uiFlags struct {
 	tables      tableFlags
 	http        string
 	token       string
+	allowed     []string
 	readOnly    bool
 	inboxTables []string
 	interval    time.Duration
@@ -55,8 +60,12 @@ assets are embedded: it works offline.
 
 It listens on loopback (` + DefaultUIAddr + `) unless --http names another
 address, which needs a token (--token or ` + EnvUIToken + `): the browser asks for
-it as the password of basic auth (any user name). Redrive and discard are POST
-forms with a CSRF token and a cross-origin check.`,
+it as the password of basic auth (any user name); off loopback the token must
+be at least ` + strconv.Itoa(minUITokenLen) + ` bytes. Without a token, a request whose Host
+header is not loopback (localhost, 127.0.0.1, [::1]) nor an --allowed-host is
+refused, so that no web page can read or drive the dashboard through DNS
+rebinding. Redrive and discard are POST forms with a CSRF token and a
+cross-origin check.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUI(cmd, f) },
 	}
@@ -64,6 +73,7 @@ forms with a CSRF token and a cross-origin check.`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.http, "http", DefaultUIAddr, "address to listen on; one that is not loopback needs --token")
 	fs.StringVar(&f.token, "token", "", "token every request must carry (basic-auth password or Authorization: Bearer); required off loopback (env "+EnvUIToken+", preferred: a flag shows in ps)")
+	fs.StringSliceVar(&f.allowed, "allowed-host", nil, "host name (optionally :port) besides loopback that a request without a token may name in its Host header, e.g. the name a proxy forwards (repeat or comma-separate)")
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse redrive and discard")
 	fs.StringSliceVar(&f.inboxTables, "inbox-table", nil, "inbox table to show receipts of, per source (repeat or comma-separate)")
 	fs.DurationVar(&f.interval, "interval", txboxui.DefaultInterval, "how often the figures are read and sampled")
@@ -80,15 +90,35 @@ func uiToken(flag string) string {
 	return os.Getenv(EnvUIToken)
 }
 
-// checkUIListen refuses an address that is not loopback without a token.
+// minUITokenLen is the least length in bytes of a dashboard token off
+// loopback.
+const minUITokenLen = 16
+
+// checkUIListen refuses an address that is not loopback without a token
+// of at least minUITokenLen bytes, and a token of white space or with a
+// control character anywhere. The token is never printed.
 func checkUIListen(flag, addr, token string) error {
-	if err := checkLoopback(addr, false); err == nil || token != "" {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("%w: %s %q: %v", txbox.ErrInvalidConfig, flag, addr, err)
-		}
-		return nil
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%w: %s %q: %v", txbox.ErrInvalidConfig, flag, addr, err)
 	}
-	return fmt.Errorf("%w: %s %q is not a loopback address: the dashboard would be reachable from the network; set a token (--token or %s)", txbox.ErrInvalidConfig, flag, addr, EnvUIToken)
+	loopback := checkLoopback(addr, false) == nil
+	from := "--token or --ui-token"
+	if token != "" && token == os.Getenv(EnvUIToken) {
+		from = EnvUIToken
+	}
+	switch {
+	case token == "" && loopback:
+		return nil
+	case token == "":
+		return fmt.Errorf("%w: %s %q is not a loopback address: the dashboard would be reachable from the network; set a token of at least %d bytes (--token or --ui-token, or %s)", txbox.ErrInvalidConfig, flag, addr, minUITokenLen, EnvUIToken)
+	case strings.TrimSpace(token) == "":
+		return fmt.Errorf("%w: the dashboard token (%s) is white space only", txbox.ErrInvalidConfig, from)
+	case strings.ContainsFunc(token, unicode.IsControl):
+		return fmt.Errorf("%w: the dashboard token (%s) holds a control character (a line end read from a file?)", txbox.ErrInvalidConfig, from)
+	case !loopback && len(token) < minUITokenLen:
+		return fmt.Errorf("%w: the dashboard token (%s) is %d bytes: with %s %q, not a loopback address, it must be at least %d bytes (e.g. openssl rand -hex 16)", txbox.ErrInvalidConfig, from, len(token), flag, addr, minUITokenLen)
+	}
+	return nil
 }
 
 func runUI(cmd *cobra.Command, f *uiFlags) error {
@@ -100,6 +130,9 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 	token := uiToken(f.token)
 	if err := checkUIListen("--http", f.http, token); err != nil {
 		return err
+	}
+	if err := hostcheck.Validate("--allowed-host", f.allowed); err != nil {
+		return fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 	}
 	if f.interval <= 0 {
 		return fmt.Errorf("--interval %s: want a positive duration", f.interval)
@@ -113,7 +146,7 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg.Token, cfg.ReadOnly, cfg.Interval, cfg.Logger = token, f.readOnly, f.interval, log
+	cfg.Token, cfg.AllowedHosts, cfg.ReadOnly, cfg.Interval, cfg.Logger = token, f.allowed, f.readOnly, f.interval, log
 	h, err := txboxui.New(cfg)
 	if err != nil {
 		return err
