@@ -15,11 +15,18 @@
 // every value is escaped) and a small script refreshes it; GET api/state
 // is the same figures as JSON.
 //
-// Safety: mutating actions (redrive, discard) are POST only, carry a
+// Safety: without Config.Token, every request whose Host header is not
+// loopback nor one of Config.AllowedHosts is refused (421), so that a page
+// whose name was rebound to 127.0.0.1 (DNS rebinding) reads and drives
+// nothing. Mutating actions (redrive, discard) are POST only, carry a
 // per-process CSRF token in a form field or header that must match a
 // SameSite=Strict cookie, and pass net/http's CrossOriginProtection
 // (Origin / Sec-Fetch-Site). With Config.Token set, every request must
 // carry it (as the basic-auth password, or an "Authorization: Bearer"
-// header); without one, mutating actions are refused to clients that are
-// not on loopback. The handler never shows a database URL or credential.
+// header), whatever its Host; without one, mutating actions are refused to
+// clients that are not on loopback. Values from the database are shown
+// escaped (bidi overrides too); the lists show at most ListClip bytes of a
+// value, read cut in the database, and a dead message's own page, dead/SEQ,
+// each value up to ValueCap. The handler never shows a database URL or
+// credential.
 package txboxui
