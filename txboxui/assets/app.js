@@ -44,5 +44,8 @@
   if (window.location.search) {
     window.history.replaceState(null, "", window.location.pathname);
   }
-  window.setInterval(refresh, every);
+  // A dead message's own page (no live figures) is not refreshed.
+  if (document.getElementById("updated")) {
+    window.setInterval(refresh, every);
+  }
 })();
