@@ -54,6 +54,7 @@ func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[
 		{"OutboxAddClaimMark", s.testAddClaimMark},
 		{"OutboxRollbackNotDelivered", s.testRollback},
 		{"OutboxRejectDeadRedriveDiscard", s.testDead},
+		{"OutboxDeadBrief", s.testDeadBrief},
 		{"OutboxInspect", s.testInspect},
 		{"OutboxCleanup", s.testCleanup},
 		{"OutboxCleanupBesideAnother", s.testCleanupBeside},
