@@ -109,6 +109,8 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, 
 	var handler http.Handler = mux
 	if checkLoopback(addr, false) == nil {
 		handler = hostcheck.Handler(mux, allowed, "open it by a loopback address, or allow the name with --allowed-host")
+	} else if len(allowed) > 0 {
+		log.Warn("--allowed-host has no effect: --http is not a loopback address, so no Host is checked (the dashboard needs its token)", "http", addr)
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {

@@ -72,7 +72,7 @@ cross-origin check.`,
 	f.tables.register(cmd, false)
 	fs := cmd.Flags()
 	fs.StringVar(&f.http, "http", DefaultUIAddr, "address to listen on; one that is not loopback needs --token")
-	fs.StringVar(&f.token, "token", "", "token every request must carry (basic-auth password or Authorization: Bearer); required off loopback (env "+EnvUIToken+", preferred: a flag shows in ps)")
+	fs.StringVar(&f.token, "token", "", "token every request must carry (basic-auth password or Authorization: Bearer); required off loopback, then at least 16 bytes (env "+EnvUIToken+", preferred: a flag shows in ps)")
 	fs.StringSliceVar(&f.allowed, "allowed-host", nil, "host name (optionally :port) besides loopback that a request without a token may name in its Host header, e.g. the name a proxy forwards (repeat or comma-separate)")
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse redrive and discard")
 	fs.StringSliceVar(&f.inboxTables, "inbox-table", nil, "inbox table to show receipts of, per source (repeat or comma-separate)")
