@@ -41,14 +41,21 @@ type BatchConfig struct {
 	// fill a batch: what batching may add to a message's latency. Default:
 	// DefaultBatchWait (2ms).
 	Wait time.Duration
-	// DeferAdds makes the handlers' Outbox.Add calls on the batch's
-	// transaction cost no round trip: their rows are inserted together
-	// just before the batch commits (inbox.BatchOptions.DeferAdds). A
-	// handler then does not see its own outbox rows, and an INSERT that
-	// fails fails the whole batch (whose messages are then handled one by
-	// one, their Adds immediate). Default: false; set in either Config or
-	// HandlerConfig turns it on.
-	DeferAdds bool
+	// ImmediateAdds makes the handlers' Outbox.Add calls on the batch's
+	// transaction insert their rows at once, as unbatched, for a handler
+	// that reads its own outbox rows back in the transaction. By default
+	// they are deferred (inbox.BatchOptions.DeferAdds): an Add validates
+	// its messages and returns their ids without a round trip, and the rows
+	// of the whole batch are inserted in one statement just before the
+	// batch commits, sorted by key, so that every batch takes the per-key
+	// order locks of its keyed rows in one global order and concurrent
+	// batches adding the same keys cannot deadlock. Immediate keyed Adds
+	// hold their keys' locks, taken in handler order, until the batch
+	// commits: concurrent batches then deadlock on shared keys (each
+	// deadlock retried at once, see docs/consumer.md). Default: false;
+	// set in Config or in any HandlerConfig of a batch, the whole batch
+	// adds at once.
+	ImmediateAdds bool
 }
 
 // batching returns h's batch size and wait: its own, else the Config's,
@@ -264,13 +271,13 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 	if len(items) == 0 {
 		return batchUnbatched
 	}
-	// Deferred Adds when the Config asks for them, or every handler of
-	// the batch does (a handler that did not ask must see its own rows).
-	deferAdds := true
+	// Deferred Adds unless the Config or a handler of the batch asks for
+	// immediate ones (a handler that reads its own outbox rows).
+	deferAdds := !c.cfg.Batch.ImmediateAdds
 	for _, i := range idx {
-		deferAdds = deferAdds && batch[i].h.Batch.DeferAdds
+		deferAdds = deferAdds && !batch[i].h.Batch.ImmediateAdds
 	}
-	res, err := c.ib.HandleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: c.cfg.Batch.DeferAdds || deferAdds})
+	res, err := c.handleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: deferAdds})
 	var berr *inbox.BatchError
 	if errors.As(err, &berr) && ctx.Err() == nil && !driver.IsTransientFor(c.drv, berr.Err) {
 		c.batchesFailed.Add(1)
@@ -295,6 +302,33 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 	}
 	c.batches.Add(1)
 	return batchCommitted
+}
+
+// handleBatch is HandleBatch, with conflicts run again at once
+// (againOnConflict): a batch that lost one as a whole (InnoDB rolls the
+// transaction back) runs again as a batch; an item that lost one on its
+// own statement (PostgreSQL: rolled back to its savepoint, the rest
+// committed) runs again alone.
+func (c *Consumer[TTx]) handleBatch(ctx context.Context, items []inbox.Item[TTx], opts *inbox.BatchOptions) ([]inbox.ItemResult, error) {
+	res, err := c.ib.HandleBatch(ctx, items, opts)
+	for try := 0; try < maxConflictRetries && c.conflict(ctx, err); try++ {
+		c.conflicts.Add(1)
+		res, err = c.ib.HandleBatch(ctx, items, opts)
+	}
+	if err != nil {
+		return res, err
+	}
+	for i, r := range res {
+		if !c.conflict(ctx, r.Err) {
+			continue
+		}
+		it := items[i]
+		c.conflicts.Add(1)
+		res[i].Result, res[i].Err = c.againOnConflict(ctx, func() (inbox.Result, error) {
+			return c.ib.Handle(ctx, it.Source, it.ID, it.Metadata, it.Fn)
+		})
+	}
+	return res, nil
 }
 
 var errNoID = Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))

@@ -337,14 +337,14 @@ func (e countingTx) Query(ctx context.Context, q string, args ...any) (driver.Ro
 	return e.Tx.Query(ctx, q, args...)
 }
 
-// With Batch.DeferAdds, the Outbox.Add calls of a batch of 20 cost one
-// INSERT for the whole batch (against one per message without it), the
+// By default the Outbox.Add calls of a batch of 20 cost one INSERT for the
+// whole batch (against one per message with Batch.ImmediateAdds), the
 // Add of a handler that failed after it is dropped with its savepoint, and
 // every other message's outbox row is there exactly once.
 func TestBatchDeferredAdds(t *testing.T) {
 	t.Parallel()
-	for _, deferAdds := range []bool{false, true} {
-		t.Run(fmt.Sprintf("defer=%v", deferAdds), func(t *testing.T) {
+	for _, immediate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("immediate=%v", immediate), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			base := pgxDB(t, 10)
@@ -359,7 +359,7 @@ func TestBatchDeferredAdds(t *testing.T) {
 			all[5] = "fails-after-add"
 			publishAll(t, b, all)
 			c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1, Logger: quiet,
-				Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second, DeferAdds: deferAdds}})
+				Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second, ImmediateAdds: immediate}})
 			testenv.Must(t, err, "New")
 			testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
 				func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
@@ -381,7 +381,7 @@ func TestBatchDeferredAdds(t *testing.T) {
 				return st.Handled == 19 && st.DeadLettered == 1
 			})
 			st := c.Stats()
-			t.Logf("defer %v: %d outbox statements; stats %+v", deferAdds, n.Load(), st)
+			t.Logf("immediate %v: %d outbox statements; stats %+v", immediate, n.Load(), st)
 			if st.Batches != 1 {
 				t.Fatalf("stats %+v: want the 20 messages in one batch", st)
 			}
@@ -394,9 +394,9 @@ func TestBatchDeferredAdds(t *testing.T) {
 			if got := base.count(t, "SELECT count(DISTINCT message_id) FROM b_outbox"); got != 19 {
 				t.Fatalf("%d distinct outbox ids, want 19", got)
 			}
-			want := int64(20) // one INSERT per Add
-			if deferAdds {
-				want = 1 // one for the batch
+			want := int64(1) // one for the batch
+			if immediate {
+				want = 20 // one INSERT per Add
 			}
 			if n.Load() != want {
 				t.Fatalf("%d outbox statements, want %d", n.Load(), want)
