@@ -9,17 +9,20 @@ import (
 )
 
 // Probe timing: how often a failed database is asked whether it answers
-// again, and how long one question may take.
+// again, how long one question may take, and how many questions in a row
+// one round may ask when they fail at once (each one takes a pooled
+// connection the outage killed out of the pool).
 const (
-	probeEvery   = 250 * time.Millisecond
+	probeEvery   = 100 * time.Millisecond
 	probeTimeout = time.Second
+	probeBurst   = 16
 )
 
 // dbProbe tells the workers whose deliveries failed because the database
 // did when it answers again: one probe at a time pings the pool every
 // probeEvery while anyone waits, and every waiter resumes on its first
 // answer. So an outage costs no delivery counts and no backoff: a retry
-// waits for the outage plus at most probeEvery.
+// waits for the outage plus about probeEvery.
 type dbProbe struct {
 	pool driver.Pool
 
@@ -61,9 +64,12 @@ func (p *dbProbe) wait(ctx context.Context) (down, ok bool) {
 }
 
 // run pings until the database answers or nobody waits, then ends r.
+// Pings that fail at once (on connections the outage killed, which the
+// pool drops one per failure) are repeated at once, up to probeBurst.
 func (p *dbProbe) run(r *probeRound) {
 	defer close(r.done)
-	for {
+	for quick := 0; ; quick++ {
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 		_, err := p.pool.Exec(ctx, "SELECT 1")
 		cancel()
@@ -75,6 +81,10 @@ func (p *dbProbe) run(r *probeRound) {
 		}
 		r.down = true
 		p.mu.Unlock()
+		if quick < probeBurst && time.Since(start) < probeEvery/10 {
+			continue
+		}
+		quick = 0
 		time.Sleep(probeEvery)
 	}
 }

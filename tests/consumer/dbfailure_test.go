@@ -329,9 +329,10 @@ func grepLog(log *testenv.Buffer, sub string) string {
 // With MaxDeliveries 1 (a message-caused failure dead-letters at once), a
 // handler whose own connection is terminated (pg_terminate_backend, SQLSTATE
 // 57P01) and which then returns Outbox.Add's error wrapped in its own, and
-// one that returns a deadlock wrapped with %w twice, are retried until they
-// succeed: nothing dead-lettered, each failure a database failure logged
-// once.
+// one that returns a server shutdown wrapped with %w twice, are retried
+// until they succeed: nothing dead-lettered, each failure a database
+// failure logged once. One that returns a deadlock wrapped twice runs
+// again at once (Stats.Conflicts), neither retried nor logged.
 func TestHandlerDatabaseErrorRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -367,6 +368,8 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 				mu.Unlock()
 				return fmt.Errorf("ship %s: %w", msg.ID, err)
 			case strings.HasPrefix(msg.ID, "wrap") && run <= 2:
+				return fmt.Errorf("charge %s: %w", msg.ID, fmt.Errorf("reserve stock: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}))
+			case strings.HasPrefix(msg.ID, "deadlock") && run <= 2:
 				return fmt.Errorf("charge %s: %w", msg.ID, fmt.Errorf("reserve stock: %w", &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}))
 			}
 			if _, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID); err != nil {
@@ -377,7 +380,7 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 	testenv.Must(t, c.Start(ctx), "start")
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 
-	all := append(ids("kill", 5), ids("wrap", 5)...)
+	all := append(append(ids("kill", 5), ids("wrap", 5)...), ids("deadlock", 5)...)
 	publishAll(t, b, all)
 	eventually(t, "every message handled", func() bool { return c.Stats().Handled == int64(len(all)) })
 	st := c.Stats()
@@ -388,13 +391,16 @@ func TestHandlerDatabaseErrorRetried(t *testing.T) {
 	if st.DeadLettered != 0 || len(b.deadLetters(t, "orders")) != 0 {
 		t.Fatalf("dead-lettered on a database failure: %+v", st)
 	}
-	if want := int64(5*1 + 5*2); st.DatabaseFailures != want || st.Retried != want {
-		t.Fatalf("stats %+v: want %d database failures, all retried", st, want)
+	if want := int64(5*1 + 5*2); st.DatabaseFailures != want || st.Retried != want || st.Conflicts != 5*2 {
+		t.Fatalf("stats %+v: want %d database failures, all retried, and 10 conflicts run again at once", st, want)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range all {
 		failures := runs[id] - 1
+		if strings.HasPrefix(id, "deadlock") {
+			failures = 0 // run again at once, neither retried nor logged
+		}
 		if got := logCount(log, "message_id="+id+" "); got != failures {
 			t.Errorf("%s failed %d times, logged %d times:\n%s", id, failures, got, grepLog(log, "message_id="+id+" "))
 		}
