@@ -121,6 +121,8 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 		{"pg 40001 serialization", pg("40001"), all},
 		{"pg 40P01 deadlock", pg("40P01"), all},
 		{"pg 55P03 lock not available", pg("55P03"), all},
+		{"pg 58030 io error", pg("58030"), all},
+		{"pg 57P05 idle session timeout", pg("57P05"), all},
 		{"pg 23505 unique violation", pg("23505"), none},
 		{"pg 42P01 undefined table", pg("42P01"), none},
 		{"pg 22P02 invalid text", pg("22P02"), none},
@@ -176,6 +178,90 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The errors that say the database refused the work itself (its data, or
+// the transaction the handler left aborted): counted against the message
+// (driver.IsRejectedFor), never a database failure; and the conflicts run
+// again at once (driver.IsConflict). Through each classifier, bare and
+// wrapped as the inbox wraps a commit's error.
+func TestClassifyRejectedErrors(t *testing.T) {
+	t.Parallel()
+	pg := func(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "m"} }
+	constraint := sqliteConstraint(t)
+	pgxDrv := txboxpgx.New(nil)
+	sqliteDrv := txboxsql.New(nil, driver.SQLite)
+	mysqlDrv := txboxsql.NewWithOptions(nil, driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient, IsRejected: func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me) && (me.Number == 1062 || me.Number == 1452)
+	}})
+	// want: core (driver.IsRejected), pgx, sqlite, mysql; and IsConflict.
+	type want struct{ core, pgx, sqlite, mysql, conflict bool }
+	all := want{true, true, true, true, false}
+	cases := []struct {
+		name string
+		err  error
+		want want
+	}{
+		{"pg 23503 foreign key (deferred, at COMMIT)", pg("23503"), all},
+		{"pg 23505 unique", pg("23505"), all},
+		{"pg 23514 check", pg("23514"), all},
+		{"pg 22001 string too long", pg("22001"), all},
+		{"pg 22P02 invalid text", pg("22P02"), all},
+		{"pg 25P02 in failed transaction", pg("25P02"), all},
+		{"pgx commit became a rollback", pgx.ErrTxCommitRollback, want{pgx: true}},
+		{"sqlite constraint", constraint, want{sqlite: true}},
+		{"mysql 1452 foreign key", &mysql.MySQLError{Number: 1452}, want{mysql: true}},
+		{"mysql 1213 deadlock", &mysql.MySQLError{Number: 1213}, want{}},
+		{"pg 40P01 deadlock", pg("40P01"), want{conflict: true}},
+		{"pg 40001 serialization", pg("40001"), want{conflict: true}},
+		{"pg 08006 connection failure", pg("08006"), want{}},
+		{"pg 42P01 undefined table", pg("42P01"), want{}},
+		{"pg 57014 query canceled", pg("57014"), want{}},
+		{"plain error", errors.New("cannot ship"), want{}},
+		{"nil", nil, want{}},
+	}
+	for _, tc := range cases {
+		for _, wrap := range []struct {
+			name string
+			fn   func(error) error
+		}{
+			{"bare", func(e error) error { return e }},
+			{"inbox commit", func(e error) error { return fmt.Errorf("txbox/inbox: commit: %w", e) }},
+			{"inbox.BatchError", func(e error) error { return &inbox.BatchError{Op: "commit", Err: e} }},
+		} {
+			err := tc.err
+			if err != nil {
+				err = wrap.fn(err)
+			}
+			got := want{
+				core:     driver.IsRejected(err),
+				pgx:      driver.IsRejectedFor[pgx.Tx](pgxDrv, err),
+				sqlite:   driver.IsRejectedFor[*sql.Tx](sqliteDrv, err),
+				mysql:    driver.IsRejectedFor[*sql.Tx](mysqlDrv, err),
+				conflict: driver.IsConflict(err),
+			}
+			if got != tc.want {
+				t.Errorf("%s (%s): %v: got %+v, want %+v", tc.name, wrap.name, err, got, tc.want)
+			}
+		}
+	}
+}
+
+// sqliteConstraint returns a real SQLITE_CONSTRAINT from modernc.org/sqlite.
+func sqliteConstraint(t *testing.T) error {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "constraint.db"))
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = db.Close() })
+	_, err = db.ExecContext(ctx, "CREATE TABLE t (x int PRIMARY KEY)")
+	testenv.Must(t, err, "create")
+	_, err = db.ExecContext(ctx, "INSERT INTO t VALUES (1), (1)")
+	if err == nil {
+		t.Fatal("a duplicate primary key was accepted")
+	}
+	return err
 }
 
 // logCount counts the lines of a text log that contain every one of subs.
