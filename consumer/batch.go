@@ -27,12 +27,14 @@ const (
 // together. At-least-once handlers are never batched.
 //
 // The trade-offs: the handlers of a batch run one after another on one
-// connection, and hold their row locks until the batch commits; a failure
-// of the transaction as a whole (a lost connection, a failed commit, a
-// deadlock that rolled back the whole transaction, as InnoDB does) undoes
-// the whole batch, whose messages are then handled again at once, each in
-// a transaction of its own: a handler's database effects still commit once
-// (the inbox), its effects outside the database happen once more.
+// connection, and hold their row locks until the batch commits. A
+// transaction that fails as a whole undoes the whole batch: after a
+// deadlock (as InnoDB rolls back) it runs again at once; after a failed
+// commit or a transaction a handler left aborted its messages are handled
+// again at once, each in a transaction of its own, and the one that broke
+// it fails alone; after a lost connection they are retried when the
+// database answers. A handler's database effects still commit once (the
+// inbox), its effects outside the database happen once more.
 type BatchConfig struct {
 	// Size is the most deliveries in one transaction; 1 turns batching
 	// off (one transaction per message). Default: DefaultBatchSize (32).
@@ -242,8 +244,9 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all [
 
 // runBatch runs the jobs in one inbox transaction and hands each its
 // outcome. If the transaction fails as a whole because the database did
-// (driver.IsTransientFor: a lost connection, a deadlock), every job gets
-// that failure: retried with backoff, not counted. If it fails for another
+// (driver.IsTransientFor: a lost connection; a conflict that lost every
+// time it ran again, see handleBatch), every job gets that failure: retried
+// when the database answers, not counted. If it fails for another
 // reason (a commit refused by a deferred constraint, a transaction a
 // handler left aborted), the jobs run again at once, each in its own
 // transaction (c.invoke), so that the message that broke the batch fails
@@ -295,8 +298,9 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 	}
 	if err != nil {
 		// The database failed (a lost connection, a deadlock that took the
-		// whole transaction): every message is retried with backoff, not
-		// counted toward MaxDeliveries (processWith: not the handler's).
+		// whole transaction every time): every message is retried when the
+		// database answers, not counted toward MaxDeliveries (processWith:
+		// not the handler's).
 		c.batchesFailed.Add(1)
 		return batchFailed
 	}

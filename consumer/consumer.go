@@ -67,11 +67,14 @@ type Config struct {
 	// broker's prefetch is twice that. Default: DefaultConcurrency (8).
 	Concurrency int
 	// MaxDeliveries is how many deliveries that fail for the message's own
-	// reasons (the handler returned an error or panicked) a message gets
+	// reasons (the handler returned an error or panicked, or the database
+	// refused its work at the commit: a deferred constraint, a transaction
+	// the handler left aborted; see driver.IsRejected) a message gets
 	// before it is dead-lettered. Failures of the database (a lost
-	// connection, a server shutting down, a deadlock, a failed commit; see
+	// connection, a server shutting down, a deadlock; see
 	// driver.IsTransient), also when the handler returns them, retry
-	// without ever dead-lettering and do not count. The count is this
+	// without ever dead-lettering, as soon as the database answers again,
+	// and do not count. The count is this
 	// consumer's own, kept in memory per (handler, message id): deliveries
 	// before a restart or to another replica do not count, which can only
 	// delay a dead letter. Default: DefaultMaxDeliveries (10).
