@@ -365,9 +365,9 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	})
 	close(stop)
 	flapping.Wait()
-	eventually(t, "every message settled", func() bool {
+	progressing(t, time.Minute, "every message settled", func() (int64, bool, string) {
 		st := c.Stats()
-		return st.Handled+st.Duplicates >= n
+		return st.Handled + st.Duplicates, st.Handled+st.Duplicates >= n, fmt.Sprintf("stats %+v", st)
 	})
 
 	st := c.Stats()

@@ -125,7 +125,10 @@ func seq(from, to int) []int {
 
 func (r *orderedRig) waitVersions(key string, want []int) {
 	r.t.Helper()
-	eventually(r.t, fmt.Sprintf("key %s applied %v", key, want), func() bool { return len(r.versions(key)) >= len(want) })
+	progressing(r.t, time.Minute, fmt.Sprintf("key %s applied %v", key, want), func() (int64, bool, string) {
+		got := r.versions(key)
+		return int64(len(got)), len(got) >= len(want), fmt.Sprintf("applied %v", got)
+	})
 	if got := r.versions(key); fmt.Sprint(got) != fmt.Sprint(want) {
 		r.t.Fatalf("key %s: applied versions %v, want %v", key, got, want)
 	}
