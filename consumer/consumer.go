@@ -223,6 +223,7 @@ type Consumer[TTx any] struct {
 	ib       *inbox.Inbox[TTx]
 	started  bool
 
+	fetchCtx    context.Context    // ends when Stop stops fetching
 	fetchCancel context.CancelFunc // stops fetching
 	hardCancel  context.CancelFunc // cancels in-flight handlers
 	wg          sync.WaitGroup
@@ -474,7 +475,7 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 	c.stopped = make(chan struct{})
 	fetchCtx, fetchCancel := context.WithCancel(context.WithoutCancel(ctx))
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.fetchCancel, c.hardCancel = fetchCancel, hardCancel
+	c.fetchCtx, c.fetchCancel, c.hardCancel = fetchCtx, fetchCancel, hardCancel
 	for i, b := range bs {
 		c.wg.Add(1)
 		go c.run(fetchCtx, hardCtx, b, subs[i], b.concurrency)
@@ -734,10 +735,17 @@ const maxDatabaseRetryDelay = time.Second
 // maxDatabaseRetryDelay (the database answers but the work failed: a
 // conflict that outlived its immediate retries, a full disk). An
 // AtLeastOnce handler's failure is not the consumer's database's: it
-// backs off as a handler error does, without counting.
+// backs off as a handler error does, without counting. Stop ends the wait
+// (the delivery is released).
 func (c *Consumer[TTx]) databaseRetryDelay(ctx context.Context, h *handler[TTx], deliveries int) time.Duration {
 	if h.guarantee != Inbox || c.probe == nil {
 		return c.backoff(h, deliveries)
+	}
+	if c.fetchCtx != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(c.fetchCtx, cancel)()
 	}
 	down, ok := c.probe.wait(ctx)
 	if down || !ok {
