@@ -379,9 +379,17 @@ func TestOrderedStopAndRestart(t *testing.T) {
 	} {
 		t.Run(br.name, func(t *testing.T) {
 			t.Parallel()
-			published := make(chan struct{})
+			published, stopping := make(chan struct{}), make(chan struct{})
 			slow := func(ctx context.Context, key string, version int, msg consumer.Message) error {
 				<-published // the gate and the prefetch fill up meanwhile
+				if version > 5 {
+					// Held until Stop begins, however fast the machine:
+					// the later versions are still queued then.
+					select {
+					case <-stopping:
+					case <-ctx.Done():
+					}
+				}
 				time.Sleep(5 * time.Millisecond)
 				return nil
 			}
@@ -390,6 +398,7 @@ func TestOrderedStopAndRestart(t *testing.T) {
 			close(published)
 			eventually(t, "5 versions applied", func() bool { return len(r.versions("a")) >= 5 })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			time.AfterFunc(50*time.Millisecond, func() { close(stopping) }) // once Stop has stopped fetching
 			testenv.Must(t, r.c.Stop(ctx), "Stop")
 			cancel()
 			if st := r.c.Stats(); st.Released == 0 || st.Handled == 40 {
