@@ -3,6 +3,7 @@ package txbox
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -90,24 +91,29 @@ func (b *AddBuffer) Truncate(n int) {
 // Flush inserts the rows b holds through ex, which runs in b's
 // transaction, and empties b. The rows of one outbox go in together,
 // ordered by key (stable: each key's messages in the order of the Adds),
-// as one Add of them all would.
+// as one Add of them all would, and the outboxes in the order of their
+// table names: every transaction that flushes a buffer takes the per-key
+// order locks of its keyed rows (which the rows' INSERT takes row by row,
+// in order) in one global order, so two of them never wait on each other's
+// keys in a cycle.
 func (b *AddBuffer) Flush(ctx context.Context, ex driver.Executor) error {
 	b.mu.Lock()
 	adds := b.adds
 	b.adds = nil
 	b.mu.Unlock()
-	var order []*outboxsql.Inserter
-	byIns := map[*outboxsql.Inserter][]outboxsql.Row{}
+	ins := map[string]*outboxsql.Inserter{} // by table: two Outboxes of one table write as one
+	rows := map[string][]outboxsql.Row{}
 	for _, a := range adds {
-		if _, ok := byIns[a.ins]; !ok {
-			order = append(order, a.ins)
+		t := a.ins.Table()
+		if ins[t] == nil {
+			ins[t] = a.ins
 		}
-		byIns[a.ins] = append(byIns[a.ins], a.rows...)
+		rows[t] = append(rows[t], a.rows...)
 	}
-	for _, ins := range order {
-		rows := byIns[ins]
-		slices.SortStableFunc(rows, func(a, b outboxsql.Row) int { return strings.Compare(a.Key, b.Key) })
-		if err := ins.Insert(ctx, ex, rows); err != nil {
+	for _, t := range slices.Sorted(maps.Keys(ins)) {
+		rs := rows[t]
+		slices.SortStableFunc(rs, func(a, b outboxsql.Row) int { return strings.Compare(a.Key, b.Key) })
+		if err := ins[t].Insert(ctx, ex, rs); err != nil {
 			return fmt.Errorf("txbox: add (deferred): %w", err)
 		}
 	}

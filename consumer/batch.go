@@ -27,12 +27,14 @@ const (
 // together. At-least-once handlers are never batched.
 //
 // The trade-offs: the handlers of a batch run one after another on one
-// connection, and hold their row locks until the batch commits; a failure
-// of the transaction as a whole (a lost connection, a failed commit, a
-// deadlock that rolled back the whole transaction, as InnoDB does) undoes
-// the whole batch, whose messages are then handled again at once, each in
-// a transaction of its own: a handler's database effects still commit once
-// (the inbox), its effects outside the database happen once more.
+// connection, and hold their row locks until the batch commits. A
+// transaction that fails as a whole undoes the whole batch: after a
+// deadlock (as InnoDB rolls back) it runs again at once; after a failed
+// commit or a transaction a handler left aborted its messages are handled
+// again at once, each in a transaction of its own, and the one that broke
+// it fails alone; after a lost connection they are retried when the
+// database answers. A handler's database effects still commit once (the
+// inbox), its effects outside the database happen once more.
 type BatchConfig struct {
 	// Size is the most deliveries in one transaction; 1 turns batching
 	// off (one transaction per message). Default: DefaultBatchSize (32).
@@ -41,14 +43,21 @@ type BatchConfig struct {
 	// fill a batch: what batching may add to a message's latency. Default:
 	// DefaultBatchWait (2ms).
 	Wait time.Duration
-	// DeferAdds makes the handlers' Outbox.Add calls on the batch's
-	// transaction cost no round trip: their rows are inserted together
-	// just before the batch commits (inbox.BatchOptions.DeferAdds). A
-	// handler then does not see its own outbox rows, and an INSERT that
-	// fails fails the whole batch (whose messages are then handled one by
-	// one, their Adds immediate). Default: false; set in either Config or
-	// HandlerConfig turns it on.
-	DeferAdds bool
+	// ImmediateAdds makes the handlers' Outbox.Add calls on the batch's
+	// transaction insert their rows at once, as unbatched, for a handler
+	// that reads its own outbox rows back in the transaction. By default
+	// they are deferred (inbox.BatchOptions.DeferAdds): an Add validates
+	// its messages and returns their ids without a round trip, and the rows
+	// of the whole batch are inserted in one statement just before the
+	// batch commits, sorted by key, so that every batch takes the per-key
+	// order locks of its keyed rows in one global order and concurrent
+	// batches adding the same keys cannot deadlock. Immediate keyed Adds
+	// hold their keys' locks, taken in handler order, until the batch
+	// commits: concurrent batches then deadlock on shared keys (each
+	// deadlock retried at once, see docs/consumer.md). Default: false;
+	// set in Config or in any HandlerConfig of a batch, the whole batch
+	// adds at once.
+	ImmediateAdds bool
 }
 
 // batching returns h's batch size and wait: its own, else the Config's,
@@ -235,8 +244,9 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all [
 
 // runBatch runs the jobs in one inbox transaction and hands each its
 // outcome. If the transaction fails as a whole because the database did
-// (driver.IsTransientFor: a lost connection, a deadlock), every job gets
-// that failure: retried with backoff, not counted. If it fails for another
+// (driver.IsTransientFor: a lost connection; a conflict that lost every
+// time it ran again, see handleBatch), every job gets that failure: retried
+// when the database answers, not counted. If it fails for another
 // reason (a commit refused by a deferred constraint, a transaction a
 // handler left aborted), the jobs run again at once, each in its own
 // transaction (c.invoke), so that the message that broke the batch fails
@@ -264,13 +274,13 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 	if len(items) == 0 {
 		return batchUnbatched
 	}
-	// Deferred Adds when the Config asks for them, or every handler of
-	// the batch does (a handler that did not ask must see its own rows).
-	deferAdds := true
+	// Deferred Adds unless the Config or a handler of the batch asks for
+	// immediate ones (a handler that reads its own outbox rows).
+	deferAdds := !c.cfg.Batch.ImmediateAdds
 	for _, i := range idx {
-		deferAdds = deferAdds && batch[i].h.Batch.DeferAdds
+		deferAdds = deferAdds && !batch[i].h.Batch.ImmediateAdds
 	}
-	res, err := c.ib.HandleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: c.cfg.Batch.DeferAdds || deferAdds})
+	res, err := c.handleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: deferAdds})
 	var berr *inbox.BatchError
 	if errors.As(err, &berr) && ctx.Err() == nil && !driver.IsTransientFor(c.drv, berr.Err) {
 		c.batchesFailed.Add(1)
@@ -288,13 +298,41 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 	}
 	if err != nil {
 		// The database failed (a lost connection, a deadlock that took the
-		// whole transaction): every message is retried with backoff, not
-		// counted toward MaxDeliveries (processWith: not the handler's).
+		// whole transaction every time): every message is retried when the
+		// database answers, not counted toward MaxDeliveries (processWith:
+		// not the handler's).
 		c.batchesFailed.Add(1)
 		return batchFailed
 	}
 	c.batches.Add(1)
 	return batchCommitted
+}
+
+// handleBatch is HandleBatch, with conflicts run again at once
+// (againOnConflict): a batch that lost one as a whole (InnoDB rolls the
+// transaction back) runs again as a batch; an item that lost one on its
+// own statement (PostgreSQL: rolled back to its savepoint, the rest
+// committed) runs again alone.
+func (c *Consumer[TTx]) handleBatch(ctx context.Context, items []inbox.Item[TTx], opts *inbox.BatchOptions) ([]inbox.ItemResult, error) {
+	res, err := c.ib.HandleBatch(ctx, items, opts)
+	for try := 0; try < maxConflictRetries && c.conflict(ctx, err); try++ {
+		c.conflicts.Add(1)
+		res, err = c.ib.HandleBatch(ctx, items, opts)
+	}
+	if err != nil {
+		return res, err
+	}
+	for i, r := range res {
+		if !c.conflict(ctx, r.Err) {
+			continue
+		}
+		it := items[i]
+		c.conflicts.Add(1)
+		res[i].Result, res[i].Err = c.againOnConflict(ctx, func() (inbox.Result, error) {
+			return c.ib.Handle(ctx, it.Source, it.ID, it.Metadata, it.Fn)
+		})
+	}
+	return res, nil
 }
 
 var errNoID = Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))

@@ -67,11 +67,14 @@ type Config struct {
 	// broker's prefetch is twice that. Default: DefaultConcurrency (8).
 	Concurrency int
 	// MaxDeliveries is how many deliveries that fail for the message's own
-	// reasons (the handler returned an error or panicked) a message gets
+	// reasons (the handler returned an error or panicked, or the database
+	// refused its work at the commit: a deferred constraint, a transaction
+	// the handler left aborted; see driver.IsRejected) a message gets
 	// before it is dead-lettered. Failures of the database (a lost
-	// connection, a server shutting down, a deadlock, a failed commit; see
+	// connection, a server shutting down, a deadlock; see
 	// driver.IsTransient), also when the handler returns them, retry
-	// without ever dead-lettering and do not count. The count is this
+	// without ever dead-lettering, as soon as the database answers again,
+	// and do not count. The count is this
 	// consumer's own, kept in memory per (handler, message id): deliveries
 	// before a restart or to another replica do not count, which can only
 	// delay a dead letter. Default: DefaultMaxDeliveries (10).
@@ -185,6 +188,10 @@ type Stats struct {
 	// Unrouted counts the deliveries no route claimed, dead-lettered
 	// (also in DeadLettered) or acked per the binding's Unrouted policy.
 	Unrouted int64
+	// Conflicts counts the transactions that lost a deadlock or a
+	// serialization failure and ran again at once (neither a retry nor a
+	// database failure unless they lost every time).
+	Conflicts int64
 	// Batches counts the batch transactions committed (BatchConfig);
 	// BatchesFailed those that failed as a whole, whose messages were
 	// then handled one by one.
@@ -216,6 +223,7 @@ type Consumer[TTx any] struct {
 	ib       *inbox.Inbox[TTx]
 	started  bool
 
+	fetchCtx    context.Context    // ends when Stop stops fetching
 	fetchCancel context.CancelFunc // stops fetching
 	hardCancel  context.CancelFunc // cancels in-flight handlers
 	wg          sync.WaitGroup
@@ -223,11 +231,12 @@ type Consumer[TTx any] struct {
 	stopOnce    sync.Once
 
 	failures *failures // message-caused failures, per (handler, message id)
+	probe    *dbProbe  // when the database answers again; nil without a database
 	routing  routing
 	keys     keyRegistry
 
 	handled, duplicates, retried, dbFailed, timedOut, dead, released, ackFailed atomic.Int64
-	batches, batchesFailed                                                      atomic.Int64
+	batches, batchesFailed, conflicts                                           atomic.Int64
 }
 
 // New returns a Consumer whose Inbox handlers run in transactions of drv.
@@ -291,6 +300,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 		c.ib = ib
+		c.probe = &dbProbe{pool: drv.Pool()}
 	}
 	return c, nil
 }
@@ -465,7 +475,7 @@ func (c *Consumer[TTx]) Start(ctx context.Context) error {
 	c.stopped = make(chan struct{})
 	fetchCtx, fetchCancel := context.WithCancel(context.WithoutCancel(ctx))
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.fetchCancel, c.hardCancel = fetchCancel, hardCancel
+	c.fetchCtx, c.fetchCancel, c.hardCancel = fetchCtx, fetchCancel, hardCancel
 	for i, b := range bs {
 		c.wg.Add(1)
 		go c.run(fetchCtx, hardCtx, b, subs[i], b.concurrency)
@@ -519,7 +529,7 @@ func (c *Consumer[TTx]) Stats() Stats {
 	return Stats{
 		Handled: c.handled.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
 		DatabaseFailures: c.dbFailed.Load(), TimedOut: c.timedOut.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), AckFailed: c.ackFailed.Load(),
-		Unrouted: c.routing.unrouted.Load(), Batches: c.batches.Load(), BatchesFailed: c.batchesFailed.Load(),
+		Unrouted: c.routing.unrouted.Load(), Batches: c.batches.Load(), BatchesFailed: c.batchesFailed.Load(), Conflicts: c.conflicts.Load(),
 		ParkedKeys: c.keys.parkedCount(), ParkedDeadLettered: c.keys.parkedDead.Load(),
 	}
 }
@@ -673,11 +683,10 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 	case !timedOut && c.databaseFailed(h, err):
 		// The database failed, not the message: retry, never dead-letter,
 		// and do not count it toward MaxDeliveries.
-		delay := c.backoff(h, msg.Deliveries)
-		log.Warn("txbox/consumer: the database failed; retrying, not counted toward MaxDeliveries", "err", err, "delay", delay)
+		log.Warn("txbox/consumer: the database failed; retrying, not counted toward MaxDeliveries", "err", err)
 		c.dbFailed.Add(1)
 		c.retried.Add(1)
-		settle("retry", d.Retry(sctx, delay))
+		settle("retry", d.Retry(sctx, c.databaseRetryDelay(ctx, h, msg.Deliveries)))
 	default:
 		n := msg.Deliveries // without an id, the broker's count is all there is
 		if msg.ID != "" {
@@ -694,18 +703,78 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 	}
 }
 
-// databaseFailed tells a failure of the database from the message's: an
-// error the driver classifies as transient (driver.IsTransientFor), wherever
-// it came from — the inbox, the commit, the handler's statements or
-// Outbox.Add, wrapped or not — and every failure of the inbox's own that is
-// not the handler's (begin, the receipt, the commit).
+// databaseFailed tells a failure of the database from the message's. The
+// database's: an error the driver classifies as transient
+// (driver.IsTransientFor: a lost connection, a server shutting down or out
+// of resources, a deadlock or serialization failure), wherever it came
+// from — the inbox, the commit, the handler's statements or Outbox.Add,
+// wrapped or not — and a failure of the inbox's own statements (begin, the
+// receipt, the commit) that the database did not refuse for the message's
+// data (driver.IsRejectedFor). The message's: the handler's errors and
+// panics, and the inbox's statements refused for what the handler did — a
+// deferred constraint failing at COMMIT, a COMMIT of a transaction the
+// handler left aborted.
 func (c *Consumer[TTx]) databaseFailed(h *handler[TTx], err error) bool {
 	if driver.IsTransientFor(c.drv, err) {
 		return true
 	}
 	var herr *inbox.HandlerError
 	var panicked *PanicError
-	return h.guarantee == Inbox && !errors.As(err, &herr) && !errors.As(err, &panicked)
+	return h.guarantee == Inbox && !errors.As(err, &herr) && !errors.As(err, &panicked) &&
+		!driver.IsRejectedFor(c.drv, err)
+}
+
+// maxDatabaseRetryDelay caps the wait before retrying a delivery that
+// failed because the database did while the database answers.
+const maxDatabaseRetryDelay = time.Second
+
+// databaseRetryDelay waits, for an Inbox handler, until the database
+// answers (c.probe: every worker whose delivery failed waits on the same
+// probe), and returns the delay for the retry: none if the database was
+// out (it is back), else h's backoff for the delivery capped at
+// maxDatabaseRetryDelay (the database answers but the work failed: a
+// conflict that outlived its immediate retries, a full disk). An
+// AtLeastOnce handler's failure is not the consumer's database's: it
+// backs off as a handler error does, without counting. Stop ends the wait
+// (the delivery is released).
+func (c *Consumer[TTx]) databaseRetryDelay(ctx context.Context, h *handler[TTx], deliveries int) time.Duration {
+	if h.guarantee != Inbox || c.probe == nil {
+		return c.backoff(h, deliveries)
+	}
+	if c.fetchCtx != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(c.fetchCtx, cancel)()
+	}
+	down, ok := c.probe.wait(ctx)
+	if down || !ok {
+		return 0
+	}
+	return min(c.backoff(h, deliveries), maxDatabaseRetryDelay)
+}
+
+// maxConflictRetries is how many more times a transaction that lost a
+// deadlock or a serialization failure (driver.IsConflict) runs again at
+// once, before its messages go the way of other database failures.
+const maxConflictRetries = 3
+
+// againOnConflict runs fn, and again at once while it fails with a
+// conflict, up to maxConflictRetries more times: a deadlock costs the
+// database's detection time, not a backoff.
+func (c *Consumer[TTx]) againOnConflict(ctx context.Context, fn func() (inbox.Result, error)) (inbox.Result, error) {
+	res, err := fn()
+	for try := 0; try < maxConflictRetries && c.conflict(ctx, err); try++ {
+		c.conflicts.Add(1)
+		res, err = fn()
+	}
+	return res, err
+}
+
+// conflict reports whether err is a conflict to run again at once: not
+// when ctx ended, nor after the handler's timeout.
+func (c *Consumer[TTx]) conflict(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && driver.IsConflict(err) && !IsPermanent(err) && !errors.Is(err, ErrHandlerTimeout)
 }
 
 // invoke runs h's function, recovering a panic as a *PanicError.
@@ -722,8 +791,10 @@ func (c *Consumer[TTx]) invoke(ctx context.Context, h *handler[TTx], msg Message
 		return false, Permanent(errors.New("message has no id (Nats-Msg-Id / message_id): the inbox cannot deduplicate it"))
 	}
 	meta := map[string]any{"topic": msg.Topic, "binding": msg.Binding, "deliveries": msg.Deliveries}
-	res, err := c.ib.Handle(ctx, h.Name, msg.ID, meta, func(ctx context.Context, tx TTx) error {
-		return c.timed(ctx, h, func(ctx context.Context) error { return h.txFn(ctx, tx, msg) })
+	res, err := c.againOnConflict(ctx, func() (inbox.Result, error) {
+		return c.ib.Handle(ctx, h.Name, msg.ID, meta, func(ctx context.Context, tx TTx) error {
+			return c.timed(ctx, h, func(ctx context.Context) error { return h.txFn(ctx, tx, msg) })
+		})
 	})
 	return res == inbox.Duplicate, err
 }

@@ -27,11 +27,14 @@
 // failing handler is rolled back alone; a transaction that fails as a
 // whole is handled again one message at a time.
 //
-// A failed delivery is retried with backoff. If it failed because the
-// database did (a lost connection, a shutdown, a deadlock, a failed commit:
-// driver.IsTransientFor, looking through the handler's wrapping), it is
-// never dead-lettered and does not count toward Config.MaxDeliveries; the
-// handler's own errors do, and dead-letter the message once they reach it.
+// A delivery that failed for the message's own reasons (the handler's
+// error or panic, a commit the database refused for the message's data:
+// driver.IsRejectedFor) is retried with backoff and dead-lettered after
+// Config.MaxDeliveries. One that failed because the database did (a lost
+// connection, a shutdown: driver.IsTransientFor, looking through the
+// handler's wrapping) is never dead-lettered, does not count, and is
+// retried as soon as the database answers again; a deadlock runs again at
+// once.
 //
 // Several handlers can share one binding, each claiming its kind of message
 // by topic, version header and content type (HandlerConfig.Route); a

@@ -37,10 +37,7 @@ type ErrorClassifier interface {
 //   - an error with a SafeToRetry() bool method that returns true (pgconn:
 //     nothing was sent);
 //   - an error with an SQLState() string method (pgconn.PgError, lib/pq)
-//     in class 08 (connection exception) or 53 (insufficient resources),
-//     or 57P01, 57P02, 57P03 (administrator or crash shutdown, cannot
-//     connect now), 40001 (serialization failure), 40P01 (deadlock) and
-//     55P03 (lock not available).
+//     that TransientSQLState accepts.
 //
 // Errors only a driver's own types tell apart (MySQL's error numbers,
 // SQLite's result codes) are the driver's ErrorClassifier's to recognise.
@@ -73,17 +70,81 @@ func IsTransient(err error) bool {
 // TransientSQLState reports whether an SQLSTATE (PostgreSQL's spelling)
 // says the database failed rather than the statement: class 08
 // (connection exception), class 53 (insufficient resources: disk full, out
-// of memory, too many connections), 57P01, 57P02 and 57P03 (shutdown,
-// crash, cannot connect now), 40001 (serialization failure), 40P01
-// (deadlock detected) and 55P03 (lock not available).
+// of memory, too many connections), class 58 (system error: an I/O error
+// of the server), 57P01, 57P02, 57P03 and 57P05 (shutdown, crash, cannot
+// connect now, idle session timeout), the conflicts ConflictSQLState
+// accepts, and 55P03 (lock not available).
 func TransientSQLState(code string) bool {
 	switch {
-	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"), strings.HasPrefix(code, "58"):
 		return len(code) == 5
 	}
 	switch code {
-	case "57P01", "57P02", "57P03", "40001", "40P01", "55P03":
+	case "57P01", "57P02", "57P03", "57P05", "55P03":
 		return true
+	}
+	return ConflictSQLState(code)
+}
+
+// ConflictSQLState reports whether an SQLSTATE says the transaction lost
+// to a concurrent one and was rolled back, so that running the same work
+// again at once will likely succeed: 40001 (serialization failure) and
+// 40P01 (deadlock detected).
+func ConflictSQLState(code string) bool { return code == "40001" || code == "40P01" }
+
+// IsConflict reports whether err, or any error it wraps, has an SQLSTATE
+// (a SQLState() string method) that ConflictSQLState accepts: a deadlock
+// or a serialization failure.
+func IsConflict(err error) bool {
+	var state interface{ SQLState() string }
+	return errors.As(err, &state) && ConflictSQLState(state.SQLState())
+}
+
+// RejectionClassifier is an optional capability of a Driver: recognising
+// the errors of its database library that say the database refused the
+// work itself (see IsRejected). txbox asks a Driver for it with a type
+// assertion; see IsRejectedFor. txboxpgx and txboxsql implement it.
+type RejectionClassifier interface {
+	IsRejected(err error) bool
+}
+
+// IsRejected reports whether err, or any error it wraps, says that the
+// database refused the work itself — its data, or the state the work left
+// its transaction in — so that the same work fails again however often it
+// is retried: an error with an SQLState() string method in class 22 (data
+// exception), class 23 (integrity constraint violation, also a deferred
+// constraint checked at COMMIT) or 25P02 (in failed SQL transaction: an
+// earlier statement failed and its error was ignored). It is false for
+// whatever IsTransient accepts.
+func IsRejected(err error) bool {
+	if err == nil || IsTransient(err) {
+		return false
+	}
+	var state interface{ SQLState() string }
+	return errors.As(err, &state) && RejectedSQLState(state.SQLState())
+}
+
+// RejectedSQLState reports whether an SQLSTATE says the database refused
+// the work itself: class 22 (data exception), class 23 (integrity
+// constraint violation) and 25P02 (in failed SQL transaction).
+func RejectedSQLState(code string) bool {
+	if len(code) != 5 {
+		return false
+	}
+	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23") || code == "25P02"
+}
+
+// IsRejectedFor is IsRejected, widened by d's RejectionClassifier if d has
+// one; never true of an error IsTransientFor accepts.
+func IsRejectedFor[TTx any](d Driver[TTx], err error) bool {
+	if err == nil || IsTransientFor(d, err) {
+		return false
+	}
+	if IsRejected(err) {
+		return true
+	}
+	if c, ok := d.(RejectionClassifier); ok {
+		return c.IsRejected(err)
 	}
 	return false
 }

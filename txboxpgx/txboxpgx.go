@@ -30,10 +30,11 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver[pgx.Tx]  = (*Driver)(nil)
-	_ driver.Listener        = (*Driver)(nil)
-	_ driver.ChannelListener = (*Driver)(nil)
-	_ driver.ErrorClassifier = (*Driver)(nil)
+	_ driver.Driver[pgx.Tx]      = (*Driver)(nil)
+	_ driver.Listener            = (*Driver)(nil)
+	_ driver.ChannelListener     = (*Driver)(nil)
+	_ driver.ErrorClassifier     = (*Driver)(nil)
+	_ driver.RejectionClassifier = (*Driver)(nil)
 )
 
 // New returns a Driver over pool.
@@ -128,6 +129,12 @@ func (d *Driver) IsTransient(err error) bool {
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &connErr)
 }
+
+// IsRejected implements driver.RejectionClassifier: a COMMIT that pgx
+// reports turned into a rollback (pgx.ErrTxCommitRollback: a statement of
+// the transaction had failed and its error was ignored). The SQLSTATEs
+// driver.IsRejected accepts apply as well.
+func (d *Driver) IsRejected(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
 
 // UnwrapTx returns an Executor running inside tx.
 func (d *Driver) UnwrapTx(tx pgx.Tx) driver.Executor { return txExec{tx} }

@@ -33,8 +33,9 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver[*sql.Tx] = (*Driver)(nil)
-	_ driver.ErrorClassifier = (*Driver)(nil)
+	_ driver.Driver[*sql.Tx]     = (*Driver)(nil)
+	_ driver.ErrorClassifier     = (*Driver)(nil)
+	_ driver.RejectionClassifier = (*Driver)(nil)
 )
 
 // Options are the optional settings of NewWithOptions.
@@ -52,6 +53,15 @@ type Options struct {
 	// connection); docs/consumer.md has one to copy. Default: nil (nothing
 	// beyond txbox's own checks).
 	IsTransient func(err error) bool
+	// IsRejected recognises the errors of the program's engine that say
+	// the database refused the work itself (see driver.IsRejected: a
+	// constraint or data error, counted against the message), beyond
+	// the SQLSTATEs txbox recognises by itself and, on SQLite, the result
+	// codes of Driver.IsRejected. On MySQL, pass a function that checks
+	// the numbers of *mysql.MySQLError (1062 duplicate entry, 1048 null,
+	// 1451 and 1452 foreign key, 1406 data too long, 1264 out of range,
+	// 1366 incorrect value, 3819 check constraint). Default: nil.
+	IsRejected func(err error) bool
 }
 
 // New returns a Driver over db, which speaks dialect, with the zero
@@ -63,10 +73,15 @@ func NewWithOptions(db *sql.DB, dialect driver.Dialect, opts Options) *Driver {
 	return &Driver{db: db, dialect: dialect, opts: opts}
 }
 
-// SQLite's primary result codes that say another connection holds a lock.
+// SQLite's primary result codes: another connection holds a lock; the
+// data was refused.
 const (
-	sqliteBusy   = 5
-	sqliteLocked = 6
+	sqliteBusy       = 5
+	sqliteLocked     = 6
+	sqliteTooBig     = 18
+	sqliteConstraint = 19
+	sqliteMismatch   = 20
+	sqliteRange      = 25
 )
 
 // IsTransient implements driver.ErrorClassifier: on SQLite, an error with
@@ -82,6 +97,23 @@ func (d *Driver) IsTransient(err error) bool {
 		}
 	}
 	return d.opts.IsTransient != nil && d.opts.IsTransient(err)
+}
+
+// IsRejected implements driver.RejectionClassifier: on SQLite, an error
+// with a Code() int method whose primary result code is SQLITE_CONSTRAINT
+// (also a deferred foreign key checked at COMMIT), SQLITE_MISMATCH,
+// SQLITE_TOOBIG or SQLITE_RANGE; then Options.IsRejected, if set.
+func (d *Driver) IsRejected(err error) bool {
+	if d.dialect == driver.SQLite {
+		var coded interface{ Code() int }
+		if errors.As(err, &coded) {
+			switch coded.Code() & 0xff {
+			case sqliteConstraint, sqliteMismatch, sqliteTooBig, sqliteRange:
+				return true
+			}
+		}
+	}
+	return d.opts.IsRejected != nil && d.opts.IsRejected(err)
 }
 
 // Dialect returns the dialect given to New.

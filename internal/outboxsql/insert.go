@@ -23,8 +23,9 @@ const maxRowsPerInsert = 1000
 
 // Inserter writes rows into one outbox table with multi-row INSERTs.
 type Inserter struct {
-	d   dialect
-	err error // no SQL for the dialect: every Insert fails with it
+	table string // quoted
+	d     dialect
+	err   error // no SQL for the dialect: every Insert fails with it
 
 	mu    sync.Mutex
 	cache map[int]string // row count → statement
@@ -34,8 +35,11 @@ type Inserter struct {
 // without outbox SQL makes every Insert fail.
 func NewInserter(d driver.Dialect, table string) *Inserter {
 	dl, err := newDialect(d, table)
-	return &Inserter{d: dl, err: err, cache: map[int]string{}}
+	return &Inserter{table: table, d: dl, err: err, cache: map[int]string{}}
 }
+
+// Table returns the quoted table name the Inserter writes to.
+func (in *Inserter) Table() string { return in.table }
 
 // Insert writes rows through ex in as few statements as the parameter
 // limits allow: one round trip for up to 1000 rows.

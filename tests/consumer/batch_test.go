@@ -150,59 +150,105 @@ func batchFailing[TTx any](t *testing.T, d db[TTx]) {
 	}
 }
 
-// One message breaks its batch's commit (a deferred unique constraint,
-// checked only at COMMIT, clashes with a row already there): the batch
-// fails as a whole, nothing of it commits, and its messages run again one
-// by one, each in its own transaction. The neighbours then commit once
-// each (no double effect: one row per message); the breaking one fails at
-// its own commit — a failure of the inbox's commit, retried and never
-// dead-lettered — until the clashing row is gone, then it commits once.
-func TestBatchCommitFailure(t *testing.T) {
+// One message breaks the commit of its transaction, which is the
+// message's fault and counts toward MaxDeliveries (2): a deferred foreign
+// key to a customer that does not exist, a deferred unique constraint
+// clashing with a row already there (both checked only at COMMIT), a
+// statement error the handler swallowed (the transaction is left aborted;
+// pgx reports its COMMIT as a rollback). Batched (20 messages in one
+// batch) and unbatched: the breaking message is dead-lettered after 2
+// failures of its own, alone; its 19 neighbours commit once each; no
+// failure is a database failure.
+func TestCommitFailureCountsAgainstTheMessage(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	d := pgxDB(t, 10)
-	d.migrateAll(t)
-	d.exec(t, "CREATE TABLE applied (id text NOT NULL, CONSTRAINT applied_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)")
-	d.exec(t, "INSERT INTO applied (id) VALUES ('clash')")
-	b := newBroker(t, "rabbitmq")
-	all := ids("m", 20)
-	all[7] = "clash"
-	publishAll(t, b, all)
-	var runs runCounter
-	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: quiet,
-		Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second}})
-	testenv.Must(t, err, "New")
-	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
-		func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
-			runs.add(msg.ID)
-			_, err := tx.Exec(ctx, "INSERT INTO applied (id) VALUES ($1)", msg.ID)
+	causes := []struct {
+		name string
+		fn   func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error
+	}{
+		{"deferred foreign key", func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+			_, err := tx.Exec(ctx, "INSERT INTO applied (id, customer) VALUES ($1, $2)", msg.ID, map[bool]string{true: "nobody", false: "c1"}[msg.ID == "bad"])
 			return err
-		}), "register")
-	testenv.Must(t, c.Start(ctx), "start")
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		}},
+		{"deferred unique", func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+			_, err := tx.Exec(ctx, "INSERT INTO applied (id, customer) VALUES ($1, 'c1')", map[bool]string{true: "clash", false: msg.ID}[msg.ID == "bad"])
+			return err
+		}},
+		{"swallowed statement error", func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+			if msg.ID == "bad" {
+				_, _ = tx.Exec(ctx, "INSERT INTO applied (id, customer) VALUES ($1, 'c1')", strings.Repeat("x", 100)) // too long for varchar(64): 22001
+				return nil
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO applied (id, customer) VALUES ($1, 'c1')", msg.ID)
+			return err
+		}},
+	}
+	for _, cause := range causes {
+		for _, size := range []int{20, 1} {
+			t.Run(fmt.Sprintf("%s/batch=%d", cause.name, size), func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				d := pgxDB(t, 10)
+				d.migrateAll(t)
+				d.exec(t, "CREATE TABLE customers (id text PRIMARY KEY)")
+				d.exec(t, "INSERT INTO customers (id) VALUES ('c1')")
+				d.exec(t, `CREATE TABLE applied (id varchar(64) NOT NULL,
+					customer text NOT NULL REFERENCES customers (id) DEFERRABLE INITIALLY DEFERRED,
+					CONSTRAINT applied_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`)
+				d.exec(t, "INSERT INTO applied (id, customer) VALUES ('clash', 'c1')")
+				b := newBroker(t, "rabbitmq")
+				all := ids("m", 20)
+				all[7] = "bad"
+				publishAll(t, b, all)
+				var runs runCounter
+				c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 2,
+					BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: quiet,
+					Batch: consumer.BatchConfig{Size: size, Wait: time.Second}})
+				testenv.Must(t, err, "New")
+				testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
+					func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+						runs.add(msg.ID)
+						return cause.fn(ctx, tx, msg)
+					}), "register")
+				testenv.Must(t, c.Start(ctx), "start")
+				t.Cleanup(func() { _ = c.Stop(context.Background()) })
 
-	eventually(t, "the neighbours applied, the clash retried", func() bool {
-		st := c.Stats()
-		return st.Handled == 19 && st.DatabaseFailures >= 2
-	})
-	if got := d.count(t, "SELECT count(*) FROM applied WHERE id <> 'clash'"); got != 19 {
-		t.Fatalf("%d neighbour rows, want 19", got)
-	}
-	d.exec(t, "DELETE FROM applied WHERE id = 'clash'")
-	eventually(t, "the clash applied", func() bool { return c.Stats().Handled == 20 })
-	st := c.Stats()
-	t.Logf("stats %+v", st)
-	if got := d.count(t, "SELECT count(*) FROM applied"); got != 20 {
-		t.Fatalf("%d rows for 20 messages", got)
-	}
-	if st.BatchesFailed < 1 || st.DeadLettered != 0 || len(b.deadLetters(t, "orders")) != 0 {
-		t.Fatalf("stats %+v: want a failed batch and nothing dead-lettered (MaxDeliveries 1)", st)
-	}
-	for _, id := range all {
-		// Each neighbour ran in the failed batch, then alone: twice.
-		if id != "clash" && runs.get(id) != 2 {
-			t.Errorf("%s ran %d times, want 2 (the failed batch, then alone)", id, runs.get(id))
+				progressing(t, 30*time.Second, "the neighbours applied, the bad one dead-lettered", func() (int64, bool, string) {
+					st := c.Stats()
+					return st.Handled + st.DeadLettered + 1000*st.DatabaseFailures, st.Handled == 19 && st.DeadLettered == 1 || st.DatabaseFailures > 0,
+						fmt.Sprintf("stats %+v, bad ran %d times", st, runs.get("bad"))
+				})
+				st := c.Stats()
+				t.Logf("stats %+v; bad ran %d times", st, runs.get("bad"))
+				if st.DatabaseFailures != 0 {
+					t.Fatalf("stats %+v: a failure of the message's own counted as the database's", st)
+				}
+				if got := d.count(t, "SELECT count(*) FROM applied WHERE id LIKE 'm%'"); got != 19 {
+					t.Fatalf("%d neighbour rows, want 19", got)
+				}
+				if dl := b.deadLetters(t, "orders"); len(dl) != 1 || dl["bad"] == nil {
+					t.Fatalf("dead letters %v, want bad alone", dl)
+				}
+				wantRuns := 2 // its own 2 failures
+				if size > 1 {
+					wantRuns++ // and the batch it broke
+				}
+				if got := runs.get("bad"); got != wantRuns {
+					t.Fatalf("bad ran %d times, want %d", got, wantRuns)
+				}
+				for i, id := range all {
+					// Batched, each neighbour ran in the failed batch, then
+					// alone: twice; after a swallowed error the batch stops at
+					// the next savepoint, and the later neighbours run alone
+					// only.
+					want := min(size, 2)
+					if cause.name == "swallowed statement error" && i > 7 {
+						want = 1
+					}
+					if id != "bad" && runs.get(id) != want {
+						t.Errorf("%s ran %d times, want %d", id, runs.get(id), want)
+					}
+				}
+			})
 		}
 	}
 }
@@ -337,14 +383,14 @@ func (e countingTx) Query(ctx context.Context, q string, args ...any) (driver.Ro
 	return e.Tx.Query(ctx, q, args...)
 }
 
-// With Batch.DeferAdds, the Outbox.Add calls of a batch of 20 cost one
-// INSERT for the whole batch (against one per message without it), the
+// By default the Outbox.Add calls of a batch of 20 cost one INSERT for the
+// whole batch (against one per message with Batch.ImmediateAdds), the
 // Add of a handler that failed after it is dropped with its savepoint, and
 // every other message's outbox row is there exactly once.
 func TestBatchDeferredAdds(t *testing.T) {
 	t.Parallel()
-	for _, deferAdds := range []bool{false, true} {
-		t.Run(fmt.Sprintf("defer=%v", deferAdds), func(t *testing.T) {
+	for _, immediate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("immediate=%v", immediate), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			base := pgxDB(t, 10)
@@ -359,7 +405,7 @@ func TestBatchDeferredAdds(t *testing.T) {
 			all[5] = "fails-after-add"
 			publishAll(t, b, all)
 			c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 1, MaxDeliveries: 1, Logger: quiet,
-				Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second, DeferAdds: deferAdds}})
+				Batch: consumer.BatchConfig{Size: len(all), Wait: time.Second, ImmediateAdds: immediate}})
 			testenv.Must(t, err, "New")
 			testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "apply", Binding: b.binding("orders")},
 				func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
@@ -381,7 +427,7 @@ func TestBatchDeferredAdds(t *testing.T) {
 				return st.Handled == 19 && st.DeadLettered == 1
 			})
 			st := c.Stats()
-			t.Logf("defer %v: %d outbox statements; stats %+v", deferAdds, n.Load(), st)
+			t.Logf("immediate %v: %d outbox statements; stats %+v", immediate, n.Load(), st)
 			if st.Batches != 1 {
 				t.Fatalf("stats %+v: want the 20 messages in one batch", st)
 			}
@@ -394,9 +440,9 @@ func TestBatchDeferredAdds(t *testing.T) {
 			if got := base.count(t, "SELECT count(DISTINCT message_id) FROM b_outbox"); got != 19 {
 				t.Fatalf("%d distinct outbox ids, want 19", got)
 			}
-			want := int64(20) // one INSERT per Add
-			if deferAdds {
-				want = 1 // one for the batch
+			want := int64(1) // one for the batch
+			if immediate {
+				want = 20 // one INSERT per Add
 			}
 			if n.Load() != want {
 				t.Fatalf("%d outbox statements, want %d", n.Load(), want)

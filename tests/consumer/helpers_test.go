@@ -59,6 +59,27 @@ func eventuallyWithinState(t testing.TB, limit time.Duration, what string, cond 
 	}
 }
 
+// progressing polls state until it says done, failing t when the progress
+// it reports has not moved for idle: a bound on liveness (the flow
+// stalled) that does not depend on how fast the machine is, however long
+// the whole takes.
+func progressing(t testing.TB, idle time.Duration, what string, state func() (progress int64, done bool, desc string)) {
+	t.Helper()
+	last, moved := int64(-1), time.Now()
+	for {
+		p, done, desc := state()
+		if done {
+			return
+		}
+		if p != last {
+			last, moved = p, time.Now()
+		} else if time.Since(moved) > idle {
+			t.Fatalf("no progress for %v waiting for: %s: %s", idle, what, desc)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // broker is one broker with per-test names: where messages go (topics, for
 // the relay's publisher) and where handlers read them (bindings).
 type broker struct {

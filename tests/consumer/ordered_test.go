@@ -125,7 +125,10 @@ func seq(from, to int) []int {
 
 func (r *orderedRig) waitVersions(key string, want []int) {
 	r.t.Helper()
-	eventually(r.t, fmt.Sprintf("key %s applied %v", key, want), func() bool { return len(r.versions(key)) >= len(want) })
+	progressing(r.t, time.Minute, fmt.Sprintf("key %s applied %v", key, want), func() (int64, bool, string) {
+		got := r.versions(key)
+		return int64(len(got)), len(got) >= len(want), fmt.Sprintf("applied %v", got)
+	})
 	if got := r.versions(key); fmt.Sprint(got) != fmt.Sprint(want) {
 		r.t.Fatalf("key %s: applied versions %v, want %v", key, got, want)
 	}
@@ -313,6 +316,51 @@ func TestOrderedDeadKey(t *testing.T) {
 	}
 }
 
+// An Ordered handler whose message a/2 breaks its own commit (a deferred
+// constraint trigger refuses it at COMMIT, SQLSTATE 23514), with
+// MaxDeliveries 2: a/2 fails twice for its own reasons and is
+// dead-lettered, key a is parked (a/3 dead-lettered behind it), key b
+// flows; no failure is a database failure.
+func TestOrderedCommitFailureParksKey(t *testing.T) {
+	t.Parallel()
+	b := natsBroker(t, testenv.NATS(t), 5*time.Second)
+	var runs runCounter
+	r := newOrderedRig(t, b, consumer.HandlerConfig{Name: "ordered"}, 2, func(ctx context.Context, key string, version int, msg consumer.Message) error {
+		runs.add(fmt.Sprintf("%s/%d", key, version))
+		return nil
+	})
+	r.d.exec(t, `CREATE FUNCTION refuse_a2() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.key = 'a' AND NEW.version = 2 THEN
+		RAISE EXCEPTION 'a/2 is refused at commit' USING ERRCODE = 'check_violation';
+	END IF;
+	RETURN NULL;
+END $$`)
+	r.d.exec(t, `CREATE CONSTRAINT TRIGGER refuse_a2 AFTER INSERT ON applied DEFERRABLE INITIALLY DEFERRED
+		FOR EACH ROW EXECUTE FUNCTION refuse_a2()`)
+	r.publish("a", 1, 2, 3)
+	r.publish("b", 1, 2, 3)
+	progressing(t, 30*time.Second, "b applied, a/2 and a/3 dead-lettered", func() (int64, bool, string) {
+		st := r.c.Stats()
+		return st.Handled + st.DeadLettered + 1000*st.DatabaseFailures, st.Handled == 4 && st.DeadLettered == 2 || st.DatabaseFailures > 0,
+			fmt.Sprintf("stats %+v, a/2 ran %d times", st, runs.get("a/2"))
+	})
+	st := r.c.Stats()
+	t.Logf("stats %+v; a/2 ran %d times", st, runs.get("a/2"))
+	if st.DatabaseFailures != 0 {
+		t.Fatalf("stats %+v: a commit refused for the message's data counted as a database failure", st)
+	}
+	if got := r.versions("b"); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("key b applied %v, want [1 2 3]", got)
+	}
+	if got := r.versions("a"); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("parked key a applied %v, want [1]", got)
+	}
+	if st.ParkedKeys != 1 || st.ParkedDeadLettered != 1 || runs.get("a/2") != 2 {
+		t.Fatalf("stats %+v, a/2 ran %d times: want key a parked by a/2 after 2 runs, a/3 dead-lettered behind it", st, runs.get("a/2"))
+	}
+}
+
 // TestOrderedStopAndRestart: a consumer stopped with a key's messages
 // queued in its gate and in the broker's prefetch releases them so that the
 // next consumer runs them in order: the key's versions apply as 1…40,
@@ -331,9 +379,17 @@ func TestOrderedStopAndRestart(t *testing.T) {
 	} {
 		t.Run(br.name, func(t *testing.T) {
 			t.Parallel()
-			published := make(chan struct{})
+			published, stopping := make(chan struct{}), make(chan struct{})
 			slow := func(ctx context.Context, key string, version int, msg consumer.Message) error {
 				<-published // the gate and the prefetch fill up meanwhile
+				if version > 5 {
+					// Held until Stop begins, however fast the machine:
+					// the later versions are still queued then.
+					select {
+					case <-stopping:
+					case <-ctx.Done():
+					}
+				}
 				time.Sleep(5 * time.Millisecond)
 				return nil
 			}
@@ -342,6 +398,7 @@ func TestOrderedStopAndRestart(t *testing.T) {
 			close(published)
 			eventually(t, "5 versions applied", func() bool { return len(r.versions("a")) >= 5 })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			time.AfterFunc(50*time.Millisecond, func() { close(stopping) }) // once Stop has stopped fetching
 			testenv.Must(t, r.c.Stop(ctx), "Stop")
 			cancel()
 			if st := r.c.Stats(); st.Released == 0 || st.Handled == 40 {

@@ -62,7 +62,10 @@ func ids(prefix string, n int) []string {
 
 func assertExactlyOnce(t *testing.T, d db[pgx.Tx], n int64) {
 	t.Helper()
-	eventually(t, "every message applied", func() bool { return d.count(t, "SELECT count(DISTINCT id) FROM applied") == n })
+	progressing(t, time.Minute, "every message applied", func() (int64, bool, string) {
+		applied := d.count(t, "SELECT count(DISTINCT id) FROM applied")
+		return applied, applied == n, fmt.Sprintf("%d of %d applied", applied, n)
+	})
 	if rows := d.count(t, "SELECT count(*) FROM applied"); rows != n {
 		t.Fatalf("%d rows for %d messages: applied twice", rows, n)
 	}
