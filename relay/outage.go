@@ -34,27 +34,51 @@ const (
 	resumedByWake      = "wake"      // Wake, or a notification
 )
 
-// outage turns a run of failed rounds of one relay (its own loops' or its
-// turns in a Group) into few log lines: a warning at the first failure,
-// a reminder at most every outageReminder while rounds keep failing, and
-// one line when a round succeeds again, with how long the failures lasted
-// and how many rounds failed. Each failed round is logged at debug level.
+// outage turns a run of failures of one repeated task of a relay (its
+// rounds, in its own loops or its turns in a Group; its lane lease
+// heartbeats) into few log lines: a warning at the first failure, a
+// reminder at most every outageReminder while they keep failing, and one
+// line when the task succeeds again, with how long the failures lasted and
+// how many there were. Each other failure is logged at debug level.
 type outage struct {
-	active atomic.Bool // since is set: the fast path of ended
+	texts  *outageTexts // nil: roundTexts
+	active atomic.Bool  // since is set: the fast path of ended
 
 	mu       sync.Mutex
 	since    time.Time // the first failure of the run
 	remindAt time.Time
-	rounds   int64 // rounds failed in the run
-	probes   int64 // probes that failed in the run
+	failures int64 // failures in the run
+	probes   int64 // probes that failed in the run (rounds only)
 }
 
-// failed records a failed round and logs it; retryIn is the backoff before
-// the next full round (0: the caller does not back off).
+// outageTexts are the words of an outage's lines.
+type outageTexts struct {
+	many, one string // the task, plural and singular
+	count     string // the attribute that counts the failures
+	note      string // what the relay does meanwhile, in the first line
+}
+
+var (
+	roundTexts = outageTexts{many: "rounds", one: "round", count: "rounds_failed",
+		note: "backing off, probing every " + probeEvery.String() + " until one succeeds"}
+	beatTexts = outageTexts{many: "lane lease heartbeats", one: "lane lease heartbeat", count: "beats_failed",
+		note: "other relays take the lanes whose lease runs out meanwhile"}
+)
+
+func (o *outage) words() *outageTexts {
+	if o.texts == nil {
+		return &roundTexts
+	}
+	return o.texts
+}
+
+// failed records a failure and logs it; retryIn is the backoff before the
+// next full try (0: none to say).
 func (o *outage) failed(log *slog.Logger, err error, retryIn time.Duration, brokerAway bool, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.rounds++
+	w := o.words()
+	o.failures++
 	attrs := []any{"err", err}
 	if retryIn > 0 {
 		attrs = append(attrs, "retry_in", retryIn)
@@ -66,12 +90,16 @@ func (o *outage) failed(log *slog.Logger, err error, retryIn time.Duration, brok
 	case o.since.IsZero():
 		o.since, o.remindAt, o.probes = now, now.Add(outageReminder), 0
 		o.active.Store(true)
-		log.Warn("txbox relay: rounds are failing; backing off, probing every "+probeEvery.String()+" until one succeeds", attrs...)
+		log.Warn("txbox relay: "+w.many+" are failing; "+w.note, attrs...)
 	case !now.Before(o.remindAt):
 		o.remindAt = now.Add(outageReminder)
-		log.Warn("txbox relay: rounds are still failing", append(attrs, "for", now.Sub(o.since).Round(time.Millisecond), "rounds_failed", o.rounds, "probes_failed", o.probes)...)
+		attrs = append(attrs, "for", now.Sub(o.since).Round(time.Millisecond), w.count, o.failures)
+		if w == &roundTexts {
+			attrs = append(attrs, "probes_failed", o.probes)
+		}
+		log.Warn("txbox relay: "+w.many+" are still failing", attrs...)
 	default:
-		log.Debug("txbox relay: round failed", attrs...)
+		log.Debug("txbox relay: "+w.one+" failed", attrs...)
 	}
 }
 
@@ -83,8 +111,9 @@ func (o *outage) probeFailed(log *slog.Logger, err error) {
 	log.Debug("txbox relay: probe failed", "err", err)
 }
 
-// ended records a round that succeeded, and logs the end of the run of
-// failures before it, if any.
+// ended records a success, and logs the end of the run of failures before
+// it, if any; resumedBy says what ended the wait before it ("": nothing to
+// say).
 func (o *outage) ended(log *slog.Logger, resumedBy string, now time.Time) {
 	if !o.active.Load() {
 		return
@@ -94,9 +123,16 @@ func (o *outage) ended(log *slog.Logger, resumedBy string, now time.Time) {
 	if o.since.IsZero() {
 		return
 	}
-	log.Info("txbox relay: rounds succeed again", "after", now.Sub(o.since).Round(time.Millisecond),
-		"rounds_failed", o.rounds, "probes_failed", o.probes, "resumed_by", resumedBy)
-	o.since, o.rounds, o.probes = time.Time{}, 0, 0
+	w := o.words()
+	attrs := []any{"after", now.Sub(o.since).Round(time.Millisecond), w.count, o.failures}
+	if w == &roundTexts {
+		attrs = append(attrs, "probes_failed", o.probes)
+	}
+	if resumedBy != "" {
+		attrs = append(attrs, "resumed_by", resumedBy)
+	}
+	log.Info("txbox relay: "+w.many+" succeed again", attrs...)
+	o.since, o.failures, o.probes = time.Time{}, 0, 0
 	o.active.Store(false)
 }
 

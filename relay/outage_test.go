@@ -45,10 +45,36 @@ func TestOutageLogsStartRemindersAndEnd(t *testing.T) {
 	if n := count("INFO", `rounds succeed again" after=10m0s rounds_failed=600 probes_failed=600 resumed_by=probe`); n != 1 {
 		t.Errorf("%d end lines with the run's figures, want 1:\n%s", n, buf.String())
 	}
-	if n := count("DEBUG", "round failed"); n != rounds-1-9 {
+	if n := count("DEBUG", "txbox relay: round failed"); n != rounds-1-9 {
 		t.Errorf("%d debug lines of failed rounds, want %d", n, rounds-1-9)
 	}
 	if n := count("WARN", "broker_connected=false"); n != 1 {
 		t.Errorf("the broker's state is not in the second run's start line")
+	}
+}
+
+// A lane keeper's heartbeats say their own failures in the same few lines,
+// with their own words.
+func TestOutageOfHeartbeats(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	o := outage{texts: &beatTexts}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 120 {
+		o.failed(log, errors.New("down"), 0, false, start.Add(time.Duration(i)*500*time.Millisecond))
+	}
+	o.ended(log, "", start.Add(time.Minute))
+	want := []string{
+		`level=WARN msg="txbox relay: lane lease heartbeats are failing; other relays take the lanes whose lease runs out meanwhile" err=down`,
+		`level=INFO msg="txbox relay: lane lease heartbeats succeed again" after=1m0s beats_failed=120`,
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, l := range lines {
+		if !strings.HasSuffix(l, want[i]) {
+			t.Errorf("line %d: %s\nwant it to end with %s", i, l, want[i])
+		}
 	}
 }

@@ -341,3 +341,45 @@ func TestGroupTenantResumesSoonAfterItsDatabaseReturns(t *testing.T) {
 		t.Fatalf("the healthy store logged %d warnings", n)
 	}
 }
+
+// A relay with lanes whose database is cut logs its failing rounds and its
+// failing lane lease heartbeats (one every 50 ms with a 1 s LaneLease) in
+// few lines each, and delivers again once the database is back.
+func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
+	t.Parallel()
+	f := pgxFixture(t, 4)
+	e := pgLanes(t, f)
+	proxy := testenv.NewProxy(t, e.target)
+	logs := newLogLines()
+	r := e.laneRelay(t, proxy, &recordingPublisher{}, relay.Config{LaneLease: time.Second, PublishTimeout: 500 * time.Millisecond,
+		ClaimLease: time.Second, BackoffMax: 20 * time.Millisecond, DisableNotify: true, Logger: logs.logger()})
+	startRelay(t, r)
+	f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("0")})
+	eventually(t, "first message delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
+
+	proxy.Cut()
+	down := time.Now()
+	const beats, rounds = 20, 30
+	failedBeats := func() int { return len(logs.matching(slog.LevelDebug, "txbox relay: lane lease heartbeat")) }
+	eventuallyState(t, "heartbeats and rounds failed", func() (bool, string) {
+		return failedBeats() >= beats && r.Counters().FailedRounds >= rounds, fmt.Sprintf("%d heartbeat lines, %d failed rounds", failedBeats(), r.Counters().FailedRounds)
+	})
+	proxy.Resume()
+	f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("1")})
+	eventually(t, "delivered after the database returned", func() bool { return f.count(t, "published_at IS NULL") == 0 })
+	eventually(t, "heartbeats logged as back", func() bool {
+		return len(logs.matching(slog.LevelInfo, "txbox relay: lane lease heartbeats succeed again")) == 1
+	})
+	lasted := time.Since(down)
+	eventually(t, "rounds logged as back", func() bool { return len(logs.matching(slog.LevelInfo, outageEnded)) == 1 })
+	var warns []string
+	for _, l := range logs.matching(slog.LevelWarn, "") {
+		warns = append(warns, l.msg)
+	}
+	starts := len(logs.matching(slog.LevelWarn, outageStarted)) + len(logs.matching(slog.LevelWarn, "txbox relay: lane lease heartbeats are failing"))
+	reminders := len(logs.matching(slog.LevelWarn, "are still failing"))
+	if starts != 2 || reminders > 2*int(lasted/time.Minute) || len(warns) != starts+reminders {
+		t.Fatalf("database cut %s: warnings %q, want one when the rounds and one when the heartbeats started failing, and at most one reminder a minute of each", lasted.Round(time.Millisecond), warns)
+	}
+	t.Logf("database cut %s: %d failed rounds, %d heartbeat lines; %d warnings", lasted.Round(time.Millisecond), r.Counters().FailedRounds, failedBeats(), len(warns))
+}
