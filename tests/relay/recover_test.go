@@ -367,11 +367,7 @@ func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	proxy.Resume()
 	f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("1")})
 	eventually(t, "delivered after the database returned", func() bool { return f.count(t, "published_at IS NULL") == 0 })
-	eventually(t, "heartbeats logged as back", func() bool {
-		return len(logs.matching(slog.LevelInfo, "txbox relay: lane lease heartbeats succeed again")) == 1
-	})
 	lasted := time.Since(down)
-	eventually(t, "rounds logged as back", func() bool { return len(logs.matching(slog.LevelInfo, outageEnded)) == 1 })
 	var warns []string
 	for _, l := range logs.matching(slog.LevelWarn, "") {
 		warns = append(warns, l.msg)
@@ -381,5 +377,9 @@ func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	if starts != 2 || reminders > 2*int(lasted/time.Minute) || len(warns) != starts+reminders {
 		t.Fatalf("database cut %s: warnings %q, want one when the rounds and one when the heartbeats started failing, and at most one reminder a minute of each", lasted.Round(time.Millisecond), warns)
 	}
+	eventually(t, "heartbeats logged as back", func() bool {
+		return len(logs.matching(slog.LevelInfo, "txbox relay: lane lease heartbeats succeed again")) == 1
+	})
+	eventually(t, "rounds logged as back", func() bool { return len(logs.matching(slog.LevelInfo, outageEnded)) == 1 })
 	t.Logf("database cut %s: %d failed rounds, %d heartbeat lines; %d warnings", lasted.Round(time.Millisecond), r.Counters().FailedRounds, failedBeats(), len(warns))
 }
