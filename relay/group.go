@@ -50,9 +50,8 @@ var (
 // A store that fails (its database down, its table dropped) backs off as
 // its relay would, its turns meanwhile probing every 500 ms with a round of
 // at most one row (which counts against its database's budget), while the
-// others flow. A publisher that can never
-// publish again (txbox.ErrPublisherClosed) stops the whole group: Run
-// returns its error.
+// others flow. A publisher that can never publish again
+// (txbox.ErrPublisherClosed) stops the whole group: Run returns its error.
 type Group struct {
 	cfg GroupConfig
 	log *slog.Logger
