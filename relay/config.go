@@ -80,7 +80,9 @@ type Config struct {
 	// relay's claims take turns (each starts where the last ended), while
 	// its publishes and marks overlap.
 	Concurrency int
-	// BackoffMax caps the doubling wait after failed rounds. Default: 30s.
+	// BackoffMax caps the doubling wait between full rounds after failed
+	// rounds; meanwhile the relay probes every 500 ms with a round of at
+	// most one row and resumes when a probe goes through. Default: 30s.
 	BackoffMax time.Duration
 	// RetryDelay is the wait before a rejected message is tried again; it
 	// doubles with each attempt, up to 5 minutes. Default: 1s.

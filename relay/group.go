@@ -29,11 +29,12 @@ var (
 // served; a turn runs one Round of the store, then the store goes to the
 // back of the queue if the round claimed rows (it may have more), or sleeps
 // for its relay's PollInterval if it claimed none (or until Wake), or for
-// its backoff if the round failed. So a store with a large backlog delays
-// another store's rows by at most one round of its own: the other store,
-// once queued, is ahead of the backlog's next round. A turn starts only
-// while the store's database has budget left (GroupConfig.DatabaseBudget),
-// and a database without budget does not hold up the stores of others.
+// its backoff if the round failed (probing meanwhile, see below). So a
+// store with a large backlog delays another store's rows by at most one
+// round of its own: the other store, once queued, is ahead of the
+// backlog's next round. A turn starts only while the store's database has
+// budget left (GroupConfig.DatabaseBudget), and a database without budget
+// does not hold up the stores of others.
 //
 // Each store's relay is built with New as usual (its Config gives its
 // batch size, poll interval, retries, observer); its Concurrency and its
@@ -47,9 +48,10 @@ var (
 // Cleanup and the Observer's samples run in the store's turns, when due.
 //
 // A store that fails (its database down, its table dropped) backs off as
-// its relay would, while the others flow. A publisher that can never
-// publish again (txbox.ErrPublisherClosed) stops the whole group: Run
-// returns its error.
+// its relay would, its turns meanwhile probing every 500 ms with a round of
+// at most one row (which counts against its database's budget), while the
+// others flow. A publisher that can never publish again
+// (txbox.ErrPublisherClosed) stops the whole group: Run returns its error.
 type Group struct {
 	cfg GroupConfig
 	log *slog.Logger
@@ -78,10 +80,16 @@ type member struct {
 	again   bool          // woken while its round ran: queue it again after
 	removed bool          // Remove was called
 	done    chan struct{} // closed when the running round ends
-	timer   *time.Timer   // the poll or backoff wait, while idle
+	timer   *time.Timer   // the poll, backoff or probe wait, while idle
 	backoff time.Duration
-	ctx     context.Context
-	cancel  context.CancelFunc
+	// While it backs off after a failed round (failed is that round's
+	// error), the store's turns are probes (Relay.probe) until retryAt,
+	// when a full round is due.
+	failed    error
+	retryAt   time.Time
+	resumedBy string // how the last wait after a failure ended
+	ctx       context.Context
+	cancel    context.CancelFunc
 
 	cleanupAt, sampleAt time.Time
 	sample              txbox.RelaySample
@@ -419,10 +427,20 @@ func (g *Group) dispatch() {
 func (g *Group) turn(m *member) {
 	defer g.rounds.Done()
 	ctx := m.ctx
+	if m.failed != nil {
+		m.resumedBy = resumedByBackoff
+		if time.Now().Before(m.retryAt) {
+			if err := m.r.probe(ctx, m.failed); err != nil {
+				g.settle(ctx, m, 0, err, 0, true)
+				return
+			}
+			m.resumedBy = resumedByProbe
+		}
+	}
 	g.chores(ctx, m)
 	n, err := m.r.Round(ctx)
 	next := g.ring(ctx, m, n, err)
-	if g.settle(ctx, m, n, err, next) {
+	if g.settle(ctx, m, n, err, next, false) {
 		m.bell.release(context.WithoutCancel(ctx))
 	}
 }
@@ -448,8 +466,10 @@ func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Dura
 }
 
 // settle ends m's turn: it decides when m's next turn comes (next: after
-// an idle round), and reports whether m left the group.
-func (g *Group) settle(ctx context.Context, m *member, n int, err error, next time.Duration) bool {
+// an idle round), and reports whether m left the group. After a failed
+// round, m backs off as its relay would, its turns meanwhile probing every
+// probeEvery (probed: this turn was such a probe, and it failed).
+func (g *Group) settle(ctx context.Context, m *member, n int, err error, next time.Duration, probed bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m.db.busy--
@@ -474,16 +494,20 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 		}
 		g.stop()
 		return false
+	case probed: // failed: the next probe, or the full round when due
+		wait = min(probeEvery, time.Until(m.retryAt))
 	case err != nil:
+		now := time.Now()
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
-		wait = m.backoff
-		m.r.log.Warn("txbox relay group: round failed", "err", err, "retry_in", wait)
+		m.failed, m.retryAt = err, now.Add(m.backoff)
+		wait = min(probeEvery, m.backoff)
+		m.r.outage.failed(m.r.log, err, m.backoff, false, now)
 	case n > 0 || m.again || next == 0 || !m.cleanupCutoff.IsZero():
-		m.backoff = 0
+		g.recovered(m)
 		g.enqueue(m)
 		return false
 	default:
-		m.backoff = 0
+		g.recovered(m)
 		wait = next
 	}
 	m.timer = time.AfterFunc(wait, func() {
@@ -496,6 +520,12 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 		}
 	})
 	return false
+}
+
+// recovered ends m's backoff after a round that succeeded.
+func (g *Group) recovered(m *member) {
+	m.backoff, m.failed, m.retryAt = 0, nil, time.Time{}
+	m.r.outage.ended(m.r.log, m.resumedBy, time.Now())
 }
 
 // chores runs m's cleanup and observer sample when they are due, in m's

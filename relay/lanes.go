@@ -37,6 +37,8 @@ type laneKeeper struct {
 	validUntil time.Time         // the leases' end, by this relay's clock
 	relays     int               // live relays at the last beat
 	short      bool              // the last beat found fewer lanes than the share
+
+	outage outage // runs of failed heartbeats (beatTexts)
 }
 
 func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
@@ -44,7 +46,7 @@ func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &laneKeeper{r: r, db: db, lease: r.cfg.LaneLease}, nil
+	return &laneKeeper{r: r, db: db, lease: r.cfg.LaneLease, outage: outage{texts: &beatTexts}}, nil
 }
 
 // LanesSupported reports whether Config.Lanes works on dialect d.
@@ -76,8 +78,11 @@ func (k *laneKeeper) run(ctx context.Context) {
 		}
 		err := k.beat(ctx)
 		failed = err != nil
-		if err != nil && ctx.Err() == nil {
-			k.r.log.Warn("txbox relay: lane lease heartbeat failed", "err", err)
+		switch {
+		case err == nil:
+			k.outage.ended(k.r.log, "", time.Now())
+		case ctx.Err() == nil:
+			k.outage.failed(k.r.log, err, 0, false, time.Now())
 		}
 	}
 }
@@ -275,7 +280,7 @@ func has(ls []outboxsql.Lease, l outboxsql.Lease) bool {
 // keeps them in the background.
 func (r *Relay) startLanes(ctx context.Context, wg *sync.WaitGroup) {
 	if err := r.lanes.beat(ctx); err != nil && ctx.Err() == nil {
-		r.log.Warn("txbox relay: lane lease heartbeat failed", "err", err)
+		r.lanes.outage.failed(r.log, err, 0, false, time.Now())
 	}
 	wg.Add(1)
 	go func() {

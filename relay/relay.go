@@ -8,11 +8,17 @@
 // dies releases its rows with its connection; on SQLite the claim is a lease
 // with a token that fences the marks.
 //
-// Failures: a round that fails (database or broker down, timeouts) backs off
-// exponentially up to BackoffMax and costs no message an attempt; the first
-// good round resets the wait. While a publisher that reports its connection
-// (txbox.ConnectionChecker) is disconnected, the relay does not sleep out the
-// backoff but starts a round as soon as the connection is back. A publisher
+// Failures: a round that fails (database or broker down, timeouts, a
+// stream that refuses messages) backs off exponentially up to BackoffMax
+// and costs no message an attempt; the first good round resets the wait.
+// The relay does not sleep out the backoff: every 500 ms it probes with a
+// round of at most one row, and runs a full round as soon as the probe's
+// claim goes through (after a database failure) or the broker answers the
+// probe's message (after a publish failure). While a publisher that reports
+// its connection (txbox.ConnectionChecker) is disconnected, it does not
+// probe but starts a round as soon as the connection is back. A run of
+// failed rounds is logged as one warning when it starts, a reminder a
+// minute, and one line when a round succeeds again. A publisher
 // that can never publish again (txbox.ErrPublisherClosed) stops the relay:
 // Run returns the error, and so does Err after Start. A message the broker rejects (txbox.Reject) is
 // retried after RetryDelay, doubling, and after MaxAttempts rejections is
@@ -56,7 +62,9 @@ type Relay struct {
 	log   *slog.Logger
 	wake  chan struct{}
 
-	published, rejected, invalid, dead, rounds, failedRounds atomic.Int64
+	published, rejected, invalid, dead, rounds, failedRounds, probes atomic.Int64
+	// outage logs runs of failed rounds (see outage).
+	outage outage
 
 	// dups counts the acks of this relay's publishes that said the broker
 	// held the message already, told by trace (txbox.DuplicateCounter);
@@ -359,7 +367,7 @@ func (r *Relay) overlapLoop(ctx context.Context) {
 			n, err := r.Round(ctx)
 			if err != nil {
 				if ctx.Err() == nil && !errors.Is(err, txbox.ErrPublisherClosed) {
-					r.log.Warn("txbox relay: round failed", "err", err)
+					r.outage.failed(r.log, err, 0, false, time.Now())
 				}
 				break // the main loop backs off (or stops), and signals again
 			}
@@ -381,33 +389,28 @@ func (r *Relay) loop(ctx context.Context) error {
 	conn, _ := r.pub.(txbox.ConnectionChecker)
 	bell := doorbell{l: r.listen}
 	defer bell.release(context.WithoutCancel(ctx))
+	resumedBy := resumedByBackoff
 	for {
 		n, err := r.Round(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		var wait time.Duration
-		var reconnected func() bool // non-nil: end the wait when it turns true
+		var failed error // non-nil: probe while waiting (see sleep)
 		switch {
 		case errors.Is(err, txbox.ErrPublisherClosed):
 			r.log.Error("txbox relay: the publisher can never publish again; stopping", "err", err)
 			return err
 		case err != nil:
 			backoff = nextBackoff(backoff, r.cfg.BackoffMax)
-			wait = backoff
-			if conn != nil && !conn.Connected() {
-				// The broker is away: run the next round as soon as the
-				// publisher is connected again, not when the backoff ends.
-				reconnected = conn.Connected
-				r.log.Warn("txbox relay: round failed; the broker is not connected", "err", err, "retry_in", wait, "or_on_reconnect", true)
-			} else {
-				r.log.Warn("txbox relay: round failed", "err", err, "retry_in", wait)
-			}
+			wait, failed = backoff, err
+			r.outage.failed(r.log, err, wait, conn != nil && !conn.Connected(), time.Now())
 		case n > 0 || r.more.Load():
 			// There may be more (a full batch, keys whose next message
 			// became claimable, rows beyond the claim's window): poll again
 			// at once, and on a full batch get another loop going too.
 			backoff = 0
+			r.outage.ended(r.log, resumedBy, time.Now())
 			if n >= r.cfg.BatchSize {
 				r.Wake()
 			}
@@ -415,8 +418,11 @@ func (r *Relay) loop(ctx context.Context) error {
 			continue
 		case !r.Listening():
 			backoff = 0
+			r.outage.ended(r.log, resumedBy, time.Now())
 			wait = r.cfg.PollInterval
 		default:
+			backoff = 0
+			r.outage.ended(r.log, resumedBy, time.Now())
 			var err error
 			if wait, err = bell.quiet(ctx, r.cfg.PollInterval); err != nil {
 				if ctx.Err() != nil {
@@ -427,7 +433,8 @@ func (r *Relay) loop(ctx context.Context) error {
 				continue
 			}
 		}
-		if r.sleep(ctx, wait, reconnected) {
+		resumedBy = r.sleep(ctx, wait, conn, failed)
+		if resumedBy == resumedByReconnect {
 			backoff = 0 // the broker is back: a failure now starts the backoff afresh
 		}
 		if ctx.Err() != nil {
@@ -440,28 +447,43 @@ func (r *Relay) loop(ctx context.Context) error {
 // its publisher is connected again (a read of the connection's state).
 const reconnectCheck = 20 * time.Millisecond
 
-// sleep waits for wait, a Wake, or ctx; and, when reconnected is not nil,
-// until it returns true, which sleep reports.
-func (r *Relay) sleep(ctx context.Context, wait time.Duration, reconnected func() bool) bool {
+// sleep waits for wait, a Wake, or ctx, and says which ended it. After a
+// failed round (failed not nil) it also ends the wait as soon as a probe
+// says the failure is over (probe, every probeEvery), or, while conn says
+// the broker is not connected, as soon as it is again (looked at every
+// reconnectCheck).
+func (r *Relay) sleep(ctx context.Context, wait time.Duration, conn txbox.ConnectionChecker, failed error) string {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	var tick <-chan time.Time
-	if reconnected != nil {
+	var tick, probe <-chan time.Time
+	if failed != nil && conn != nil && !conn.Connected() {
 		t := time.NewTicker(reconnectCheck)
 		defer t.Stop()
 		tick = t.C
 	}
+	if failed != nil && wait > probeEvery {
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		probe = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return resumedByBackoff
 		case <-timer.C:
-			return false
+			return resumedByBackoff
 		case <-r.wake:
-			return false
+			return resumedByWake
 		case <-tick:
-			if reconnected() {
-				return true
+			if conn.Connected() {
+				return resumedByReconnect
+			}
+		case <-probe:
+			switch err := r.probe(ctx, failed); {
+			case err == nil:
+				return resumedByProbe
+			case errors.Is(err, txbox.ErrPublisherClosed):
+				return resumedByBackoff // the next round says so and stops
 			}
 		}
 	}
@@ -511,8 +533,14 @@ func nextBackoff(prev, max time.Duration) time.Duration {
 // Round claims one batch, publishes it and marks it, and returns how many
 // rows it claimed. An error means the round failed as a whole or in part
 // (transiently); acknowledged messages are marked even then.
-func (r *Relay) Round(ctx context.Context) (_ int, err error) {
-	r.rounds.Add(1)
+func (r *Relay) Round(ctx context.Context) (int, error) { return r.round(ctx, false) }
+
+// round is Round, or with probe a round of at most one row that counts in
+// no round counter (see Relay.probe).
+func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
+	if !probe {
+		r.rounds.Add(1)
+	}
 	stage := "claim"
 	var claimedAt time.Time
 	if r.obs != nil {
@@ -520,17 +548,24 @@ func (r *Relay) Round(ctx context.Context) (_ int, err error) {
 	}
 	defer func() {
 		if err != nil {
-			r.failedRounds.Add(1)
 			r.from.Store(0) // rows may have been given back below the scan's start
-			if r.obs != nil {
-				r.obs.RoundFailed(stage)
+			if !probe {
+				r.failedRounds.Add(1)
+				if r.obs != nil {
+					r.obs.RoundFailed(stage)
+				}
 			}
 		} else {
 			r.lastGood.Store(time.Now().UnixNano())
 		}
 	}()
 	var batch *outboxsql.Batch
-	if c := r.chained.Swap(nil); c != nil {
+	if probe {
+		batch, err = r.claimOne(ctx)
+		if r.obs != nil && err == nil {
+			r.obs.Claimed(batchLen(batch), time.Since(claimedAt))
+		}
+	} else if c := r.chained.Swap(nil); c != nil {
 		batch, err = c.batch, c.err
 		if r.obs != nil {
 			claimedAt = c.at
@@ -654,6 +689,16 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	}
 	r.claimed(batch, runs)
 	return batch, nil
+}
+
+// claimOne claims at most one row, the oldest claimable one, with the
+// plain claim from the table's start, for a probe; it notes nothing for the
+// next claim.
+func (r *Relay) claimOne(ctx context.Context) (*outboxsql.Batch, error) {
+	if r.lanes != nil {
+		return r.lanes.claim(ctx, 1, 0, 0, false)
+	}
+	return r.store.ClaimReaching(ctx, 1, 0, 0)
 }
 
 // claimed notes, after a claim (with runs or not), where the next one
@@ -818,7 +863,7 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 		r.from.Store(0) // their retries come due below the scan's start
 	}
 	if transient != nil {
-		return fmt.Errorf("publish: %d of %d messages not acknowledged: %w", nTransient, len(out.msgs), transient)
+		return fmt.Errorf("%w: %d of %d messages not acknowledged: %w", errPublish, nTransient, len(out.msgs), transient)
 	}
 	return nil
 }
@@ -1060,6 +1105,10 @@ type Stats struct {
 	Invalid      int64 // rows that broke the outbox contract, parked dead at once
 	Rounds       int64
 	FailedRounds int64
+	// Probes counts the rounds of at most one row that a relay backing
+	// off after a failed round runs, every 500 ms, to resume as soon as
+	// the failure is over; they are not in Rounds or FailedRounds.
+	Probes int64
 	// ListenFailures counts the times the LISTEN/NOTIFY connection was lost
 	// or its start-up check failed (the relay polls meanwhile).
 	ListenFailures int64
@@ -1082,7 +1131,7 @@ type Stats struct {
 func (r *Relay) Counters() Stats {
 	return Stats{
 		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(), Invalid: r.invalid.Load(),
-		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), ListenFailures: r.listenFails.Load(),
+		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), Probes: r.probes.Load(), ListenFailures: r.listenFails.Load(),
 		Duplicates: r.duplicates(),
 	}
 }

@@ -15,7 +15,8 @@ var sqliteSQL string
 
 // sqlite is the outbox's SQL on SQLite: claims are leases (a token stamped
 // by one short UPDATE), ids are bound as one JSON array, timestamps are
-// Unix microseconds computed here.
+// Unix microseconds computed here, except the claim's, which SQLite reads
+// when the claim runs.
 type sqlite struct{ q queries }
 
 var _ dialect = (*sqlite)(nil)
@@ -36,8 +37,10 @@ func (s *sqlite) beginClaim(context.Context, driver.Pool, time.Duration) (driver
 	return nil, nil
 }
 
+// claim stamps the lease from SQLite's clock when the statement runs (see
+// the query), so it takes the lease's length, until - now.
 func (s *sqlite) claim(limit int, from, _ int64, token string, until, now time.Time) (string, []any) {
-	return s.q.claim, []any{token, until.UnixMicro(), now.UnixMicro(), limit, from}
+	return s.q.claim, []any{token, until.Sub(now).Microseconds(), limit, from}
 }
 
 func (s *sqlite) markPublished(seqs []int64, token string, now time.Time) (string, []any) {

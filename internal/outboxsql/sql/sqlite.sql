@@ -7,19 +7,25 @@
 
 -- name: claim
 -- A keyed row is claimable only at the head of its key: no earlier row of
--- the key is undelivered (dead or leased ones included). ?5 is the scan's
--- start (see Store.Claim); the key check looks below it too.
-UPDATE {{table}} SET claim_token = ?1, claimed_until = ?2
+-- the key is undelivered (dead or leased ones included). ?4 is the scan's
+-- start (see Store.Claim); the key check looks below it too. The time that
+-- judges leases and retries, and stamps the new lease (?2 microseconds
+-- long), is SQLite's clock when the statement runs, after any wait for the
+-- write lock (up to busy_timeout): a time read before that wait would find
+-- a lease that ran out meanwhile still held, and stamp a lease that much
+-- shorter.
+WITH clock(now) AS (SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
+UPDATE {{table}} SET claim_token = ?1, claimed_until = (SELECT now FROM clock) + ?2
 WHERE id IN (
-  SELECT o.id FROM {{table}} o
-  WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?5
-    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?3)
-    AND (o.claimed_until IS NULL OR o.claimed_until < ?3)
+  SELECT o.id FROM {{table}} o, clock
+  WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?4
+    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= clock.now)
+    AND (o.claimed_until IS NULL OR o.claimed_until < clock.now)
     AND (o.ordering_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM {{table}} p
           WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
   ORDER BY o.id
-  LIMIT ?4)
+  LIMIT ?3)
 RETURNING id, message_id, topic, coalesce(ordering_key, ''), payload, headers, attempts, created_at
 
 -- name: mark_published
