@@ -18,8 +18,8 @@ import (
 
 // Headers of a dead-lettered copy beside txbox.HeaderError,
 // txbox.HeaderDeliveries, txbox.HeaderBinding (STREAM/durable) and
-// txbox.HeaderMessageID (the original id: the copy's Nats-Msg-Id is left
-// unset so that the dead letters' stream does not deduplicate it).
+// txbox.HeaderMessageID (the original id; the copy's Nats-Msg-Id is
+// DeadLetterID).
 const (
 	HeaderSubject   = "Txbox-Subject"    // the subject it was published to
 	HeaderStreamSeq = "Txbox-Stream-Seq" // its sequence in the stream
@@ -133,6 +133,10 @@ func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	return &Subscriber{nc: nc, js: js, dlq: cfg.DeadLetterPrefix, ackWait: cfg.AckWait}, nil
 }
+
+// DeadLetterID is the Nats-Msg-Id of the dead letter of message id from
+// binding: "dead:" + binding + ":" + id, one per message and binding.
+func DeadLetterID(binding, id string) string { return "dead:" + binding + ":" + id }
 
 // DeadLetterSubject is where the dead letters of binding go.
 func (s *Subscriber) DeadLetterSubject(binding string) string {
@@ -350,13 +354,17 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 			msg = msg[:4096]
 		}
 	}
-	// The copy gets an id of its own: with the original's Nats-Msg-Id, a
-	// stream that captures the dead-letter subject too would drop the copy
-	// as a duplicate of the original, and the message would be lost. The
-	// derived id still dedupes repeated dead-letterings of one message.
+	// The copy gets an id of its own, DeadLetterID: with the original's
+	// Nats-Msg-Id, a stream that captures the dead-letter subject too would
+	// drop the copy as a duplicate of the original, and without the binding
+	// the dead letter of a second binding would be dropped as a duplicate of
+	// the first one's. Within the dead letters' stream's duplicate window,
+	// the stream drops a second dead letter of the message from the binding
+	// (its consumer was killed between the publish and the Term, or two
+	// consumers held it in turn).
 	if id := d.m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		out.Header.Set(txbox.HeaderMessageID, id)
-		out.Header.Set(jetstream.MsgIDHeader, "dead:"+id)
+		out.Header.Set(jetstream.MsgIDHeader, DeadLetterID(d.sub.binding, id))
 	}
 	out.Header.Set(txbox.HeaderError, msg)
 	out.Header.Set(txbox.HeaderDeliveries, strconv.Itoa(d.numDelivered()))
