@@ -14,7 +14,9 @@
 // "postgres,sqlite,ordered"; ordered runs for three quarters of the
 // duration and two thirds of the kills), TXBOX_CRASH_DRAIN (how long the end may take to
 // deliver the backlog, default 2m plus a quarter of the duration), TXBOX_CRASH_REPORT (a file the ledger
-// is appended to), TXBOX_CRASH_KEEP (keep the logs and data of a run that
+// is appended to), TXBOX_CRASH_FAULTS (the fault kinds to draw from, a
+// comma-separated subset of relay, producer, consumer, nats, pg; default
+// all of the scenario's), TXBOX_CRASH_KEEP (keep the logs and data of a run that
 // passed; a failed run's are always kept, and the end of each log printed).
 package crash_test
 
@@ -29,6 +31,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +54,7 @@ type settings struct {
 	scenarios []string
 	drain     time.Duration
 	report    string
+	faults    []string // TXBOX_CRASH_FAULTS
 }
 
 func loadSettings(t *testing.T) settings {
@@ -81,6 +85,9 @@ func loadSettings(t *testing.T) settings {
 			t.Fatalf("TXBOX_CRASH_SEED=%q: %v", v, err)
 		}
 		s.seed = n
+	}
+	if v := os.Getenv("TXBOX_CRASH_FAULTS"); v != "" {
+		s.faults = strings.Split(v, ",")
 	}
 	if v := os.Getenv("TXBOX_CRASH_SCENARIOS"); v != "" {
 		s.scenarios = strings.Split(v, ",")
@@ -301,6 +308,18 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		// The consumer's kills: what an ordered consumer must survive
 		// without running a key's later message first.
 		kinds = []string{killConsumer, killConsumer, killConsumer, killConsumer, killRelay}
+	}
+	if len(st.faults) > 0 {
+		var only []string
+		for _, k := range kinds {
+			if slices.ContainsFunc(st.faults, func(f string) bool { return strings.HasPrefix(k, f+" ") }) {
+				only = append(only, k)
+			}
+		}
+		if len(only) == 0 {
+			t.Fatalf("TXBOX_CRASH_FAULTS=%s: none of this scenario's faults (%s)", strings.Join(st.faults, ","), strings.Join(kinds, ", "))
+		}
+		kinds = only
 	}
 	var faults []fault
 	kills := 0
