@@ -16,7 +16,8 @@
 // deliver the backlog, default 2m plus a quarter of the duration), TXBOX_CRASH_REPORT (a file the ledger
 // is appended to), TXBOX_CRASH_FAULTS (the fault kinds to draw from, a
 // comma-separated subset of relay, producer, consumer, nats, pg; default
-// all of the scenario's), TXBOX_CRASH_KEEP (keep the logs and data of a run that
+// all of the scenario's), TXBOX_CRASH_BATCH (the consumer's batch size; 1:
+// unbatched; default the consumer's default), TXBOX_CRASH_KEEP (keep the logs and data of a run that
 // passed; a failed run's are always kept, and the end of each log printed).
 package crash_test
 
@@ -55,6 +56,7 @@ type settings struct {
 	drain     time.Duration
 	report    string
 	faults    []string // TXBOX_CRASH_FAULTS
+	batch     string   // TXBOX_CRASH_BATCH
 }
 
 func loadSettings(t *testing.T) settings {
@@ -85,6 +87,12 @@ func loadSettings(t *testing.T) settings {
 			t.Fatalf("TXBOX_CRASH_SEED=%q: %v", v, err)
 		}
 		s.seed = n
+	}
+	if v := os.Getenv("TXBOX_CRASH_BATCH"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("TXBOX_CRASH_BATCH=%q: want a batch size, 1 or more", v)
+		}
+		s.batch = v
 	}
 	if v := os.Getenv("TXBOX_CRASH_FAULTS"); v != "" {
 		s.faults = strings.Split(v, ",")
@@ -291,6 +299,9 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	consumerArgs := []string{filepath.Join(bin, "consumer"), "-db", procDB, "-nats", e.natsURL, "-binding", "CRASH/apply", "-dlq", "crashdlq."}
 	if name == "ordered" {
 		consumerArgs = append(consumerArgs, "-ordered")
+	}
+	if st.batch != "" {
+		consumerArgs = append(consumerArgs, "-batch", st.batch)
 	}
 	e.add("consumer", consumerArgs...)
 	e.add("producer", filepath.Join(bin, "producer"), "-db", procDB, "-keys", "16", "-interval", "8ms")
