@@ -17,7 +17,8 @@
 // is appended to), TXBOX_CRASH_FAULTS (the fault kinds to draw from, a
 // comma-separated subset of relay, producer, consumer, nats, pg; default
 // all of the scenario's), TXBOX_CRASH_BATCH (the consumer's batch size; 1:
-// unbatched; default the consumer's default), TXBOX_CRASH_KEEP (keep the logs and data of a run that
+// unbatched; default the consumer's default), TXBOX_CRASH_ACKWAIT (the
+// durable's AckWait, default 2s), TXBOX_CRASH_KEEP (keep the logs and data of a run that
 // passed; a failed run's are always kept, and the end of each log printed).
 package crash_test
 
@@ -57,6 +58,7 @@ type settings struct {
 	report    string
 	faults    []string // TXBOX_CRASH_FAULTS
 	batch     string   // TXBOX_CRASH_BATCH
+	ackWait   time.Duration
 }
 
 func loadSettings(t *testing.T) settings {
@@ -74,6 +76,8 @@ func loadSettings(t *testing.T) settings {
 	dur("TXBOX_CRASH_DURATION", &s.duration)
 	s.drain = 2*time.Minute + s.duration/4 // a long run's consumer may end with a lag to catch up
 	dur("TXBOX_CRASH_DRAIN", &s.drain)
+	s.ackWait = 2 * time.Second
+	dur("TXBOX_CRASH_ACKWAIT", &s.ackWait)
 	if v := os.Getenv("TXBOX_CRASH_MIN_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -288,7 +292,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	testenv.Must(t, err, "stream")
 	dlq, err := natsjs.EnsureStream(sctx, nc, natsjs.StreamConfig{Name: "CRASH_DLQ", Subjects: []string{"crashdlq.>"}})
 	testenv.Must(t, err, "dlq stream")
-	_, err = natsjs.EnsureConsumer(sctx, nc, "CRASH", natsjs.ConsumerConfig{Durable: "apply", FilterSubjects: []string{"crash.orders"}, AckWait: 2 * time.Second})
+	_, err = natsjs.EnsureConsumer(sctx, nc, "CRASH", natsjs.ConsumerConfig{Durable: "apply", FilterSubjects: []string{"crash.orders"}, AckWait: st.ackWait})
 	testenv.Must(t, err, "durable consumer")
 	cancel()
 
