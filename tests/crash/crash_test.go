@@ -17,7 +17,8 @@
 // is appended to), TXBOX_CRASH_FAULTS (the fault kinds to draw from, a
 // comma-separated subset of relay, producer, consumer, nats, pg; default
 // all of the scenario's), TXBOX_CRASH_BATCH (the consumer's batch size; 1:
-// unbatched; default the consumer's default), TXBOX_CRASH_ACKWAIT (the
+// unbatched; default the consumer's default), TXBOX_CRASH_CONCURRENCY (the
+// consumer's, default 4), TXBOX_CRASH_ACKWAIT (the
 // durable's AckWait, default 2s), TXBOX_CRASH_KEEP (keep the logs and data of a run that
 // passed; a failed run's are always kept, and the end of each log printed).
 package crash_test
@@ -58,6 +59,7 @@ type settings struct {
 	report    string
 	faults    []string // TXBOX_CRASH_FAULTS
 	batch     string   // TXBOX_CRASH_BATCH
+	workers   string   // TXBOX_CRASH_CONCURRENCY
 	ackWait   time.Duration
 }
 
@@ -97,6 +99,12 @@ func loadSettings(t *testing.T) settings {
 			t.Fatalf("TXBOX_CRASH_BATCH=%q: want a batch size, 1 or more", v)
 		}
 		s.batch = v
+	}
+	if v := os.Getenv("TXBOX_CRASH_CONCURRENCY"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("TXBOX_CRASH_CONCURRENCY=%q: want a number of workers, 1 or more", v)
+		}
+		s.workers = v
 	}
 	if v := os.Getenv("TXBOX_CRASH_FAULTS"); v != "" {
 		s.faults = strings.Split(v, ",")
@@ -306,6 +314,9 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	}
 	if st.batch != "" {
 		consumerArgs = append(consumerArgs, "-batch", st.batch)
+	}
+	if st.workers != "" {
+		consumerArgs = append(consumerArgs, "-concurrency", st.workers)
 	}
 	e.add("consumer", consumerArgs...)
 	e.add("producer", filepath.Join(bin, "producer"), "-db", procDB, "-keys", "16", "-interval", "8ms")
