@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -266,9 +267,12 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 
 func (sub *subscription) deliver(m jetstream.Msg) *delivery {
 	sub.mu.Lock()
-	ackWait := sub.ackWait
+	ackWait, p := sub.ackWait, sub.pull
 	sub.mu.Unlock()
-	return &delivery{m: m, sub: sub, ackWait: ackWait}
+	if p != nil {
+		p.handOut()
+	}
+	return &delivery{m: m, sub: sub, ackWait: ackWait, pull: p}
 }
 
 // Close stops pulling and naks the messages pulled but not handed out, so
@@ -295,6 +299,15 @@ type delivery struct {
 	m       jetstream.Msg
 	sub     *subscription
 	ackWait time.Duration
+	pull    *puller     // whose prefetch the delivery counts in, until settled
+	settled atomic.Bool // Ack, Retry or DeadLetter was called
+}
+
+// settle gives the delivery's room under the prefetch back, once.
+func (d *delivery) settle() {
+	if d.pull != nil && d.settled.CompareAndSwap(false, true) {
+		d.pull.settled()
+	}
 }
 
 func (d *delivery) numDelivered() int {
@@ -326,10 +339,14 @@ func (d *delivery) Message() txbox.Received {
 }
 
 // Ack acks and waits for the server's confirmation.
-func (d *delivery) Ack(ctx context.Context) error { return d.m.DoubleAck(ctx) }
+func (d *delivery) Ack(ctx context.Context) error {
+	defer d.settle()
+	return d.m.DoubleAck(ctx)
+}
 
 // Retry naks with a delay: the server redelivers after it.
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	defer d.settle()
 	if delay <= 0 {
 		return d.sub.release(d.m)
 	}
@@ -342,6 +359,7 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 // terminates the original so it is never redelivered. If the copy is not
 // stored, the original is nak'ed for a later try.
 func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	defer d.settle()
 	out := nats.NewMsg(d.sub.s.DeadLetterSubject(d.sub.binding))
 	out.Data = d.m.Data()
 	for k, v := range d.m.Headers() {
