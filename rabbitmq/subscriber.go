@@ -344,8 +344,9 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	}
 }
 
-// Close closes the subscription's channel: RabbitMQ requeues every
-// unacked message and rolls back a transaction not committed. The connection stays open.
+// Close closes the subscription's channel: RabbitMQ rolls back a
+// transaction not committed and requeues every unacked message. The
+// connection stays open.
 func (s *subscription) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
