@@ -50,7 +50,8 @@ func TestDeadLettersOnePerBinding(t *testing.T) {
 		// A short AckWait: the first delivery, not kept alive, comes again.
 		_, err := natsjs.EnsureConsumer(ctx, nc, stream, natsjs.ConsumerConfig{Durable: durable, AckWait: time.Second})
 		testenv.Must(t, err, "consumer %s", durable)
-		s, err := sub.Subscribe(ctx, natsjs.Binding(stream, durable), 1)
+		// A prefetch of 2: room for the redelivery while the first is held.
+		s, err := sub.Subscribe(ctx, natsjs.Binding(stream, durable), 2)
 		testenv.Must(t, err, "subscribe %s", durable)
 		t.Cleanup(func() { _ = s.Close(context.Background()) })
 		first, err := s.Next(ctx)
