@@ -145,9 +145,9 @@ func (p *puller) loop() {
 func (p *puller) waitRoom() (int, bool) {
 	for {
 		p.mu.Lock()
-		n := p.prefetch - len(p.queue) - p.out
+		n, queued := p.prefetch-len(p.queue)-p.out, len(p.queue)
 		p.mu.Unlock()
-		if n > 0 && 2*n >= p.prefetch {
+		if n > 0 && (2*n >= p.prefetch || queued == 0) {
 			return n, true
 		}
 		select {
