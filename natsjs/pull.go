@@ -23,7 +23,8 @@ const (
 )
 
 // puller pulls a durable's messages for one subscription, at most
-// prefetch of them ahead of Next, and keeps each one alive (InProgress,
+// prefetch of them unacknowledged (queued, or handed out by Next and not
+// settled yet), and keeps each one alive (InProgress,
 // every third of the AckWait) from the moment it arrives until Next hands
 // it out. JetStream starts a message's AckWait when it sends it: a
 // message waiting behind busy workers in a client-side buffer (nats.go's
@@ -31,7 +32,7 @@ const (
 // while it waited, and then ran twice.
 //
 // One pull request is open at a time, for the room left (prefetch less
-// the messages queued), and its messages are queued in the order they
+// the messages queued and those handed out unsettled), and its messages are queued in the order they
 // arrive: the durable's delivery order, which an ordered subscription
 // relies on (the server shares messages out among open requests in turn,
 // so two at once could be read out of order). The next request goes out
@@ -53,6 +54,7 @@ type puller struct {
 
 	mu      sync.Mutex
 	queue   []*held
+	out     int                // handed out (see handOut), not settled yet
 	err     error              // a pull's failure, not yet reported by next
 	endPull context.CancelFunc // ends the open pull (on a reconnect)
 	arrived chan struct{}      // cap 1: queue or err grew (for next)
@@ -143,9 +145,9 @@ func (p *puller) loop() {
 func (p *puller) waitRoom() (int, bool) {
 	for {
 		p.mu.Lock()
-		n := p.prefetch - len(p.queue)
+		n, queued := p.prefetch-len(p.queue)-p.out, len(p.queue)
 		p.mu.Unlock()
-		if n > 0 && 2*n >= p.prefetch {
+		if n > 0 && (2*n >= p.prefetch || queued == 0) {
 			return n, true
 		}
 		select {
@@ -229,6 +231,22 @@ func (p *puller) next(ctx context.Context) (jetstream.Msg, error) {
 			return nil, errPullerClosed
 		}
 	}
+}
+
+// handOut counts a message handed out to the consumer: it holds room
+// under the prefetch until settled.
+func (p *puller) handOut() {
+	p.mu.Lock()
+	p.out++
+	p.mu.Unlock()
+}
+
+// settled gives back the room of a message handed out.
+func (p *puller) settled() {
+	p.mu.Lock()
+	p.out = max(p.out-1, 0)
+	p.mu.Unlock()
+	signal(p.room)
 }
 
 var errPullerClosed = errors.New("natsjs: subscription closed")

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,8 +19,8 @@ import (
 
 // Headers of a dead-lettered copy beside txbox.HeaderError,
 // txbox.HeaderDeliveries, txbox.HeaderBinding (STREAM/durable) and
-// txbox.HeaderMessageID (the original id: the copy's Nats-Msg-Id is left
-// unset so that the dead letters' stream does not deduplicate it).
+// txbox.HeaderMessageID (the original id; the copy's Nats-Msg-Id is
+// DeadLetterID).
 const (
 	HeaderSubject   = "Txbox-Subject"    // the subject it was published to
 	HeaderStreamSeq = "Txbox-Stream-Seq" // its sequence in the stream
@@ -133,6 +134,10 @@ func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	return &Subscriber{nc: nc, js: js, dlq: cfg.DeadLetterPrefix, ackWait: cfg.AckWait}, nil
 }
+
+// DeadLetterID is the Nats-Msg-Id of the dead letter of message id from
+// binding: "dead:" + binding + ":" + id, one per message and binding.
+func DeadLetterID(binding, id string) string { return "dead:" + binding + ":" + id }
 
 // DeadLetterSubject is where the dead letters of binding go.
 func (s *Subscriber) DeadLetterSubject(binding string) string {
@@ -262,9 +267,12 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 
 func (sub *subscription) deliver(m jetstream.Msg) *delivery {
 	sub.mu.Lock()
-	ackWait := sub.ackWait
+	ackWait, p := sub.ackWait, sub.pull
 	sub.mu.Unlock()
-	return &delivery{m: m, sub: sub, ackWait: ackWait}
+	if p != nil {
+		p.handOut()
+	}
+	return &delivery{m: m, sub: sub, ackWait: ackWait, pull: p}
 }
 
 // Close stops pulling and naks the messages pulled but not handed out, so
@@ -291,6 +299,15 @@ type delivery struct {
 	m       jetstream.Msg
 	sub     *subscription
 	ackWait time.Duration
+	pull    *puller     // whose prefetch the delivery counts in, until settled
+	settled atomic.Bool // Ack, Retry or DeadLetter was called
+}
+
+// settle gives the delivery's room under the prefetch back, once.
+func (d *delivery) settle() {
+	if d.pull != nil && d.settled.CompareAndSwap(false, true) {
+		d.pull.settled()
+	}
 }
 
 func (d *delivery) numDelivered() int {
@@ -322,10 +339,14 @@ func (d *delivery) Message() txbox.Received {
 }
 
 // Ack acks and waits for the server's confirmation.
-func (d *delivery) Ack(ctx context.Context) error { return d.m.DoubleAck(ctx) }
+func (d *delivery) Ack(ctx context.Context) error {
+	defer d.settle()
+	return d.m.DoubleAck(ctx)
+}
 
 // Retry naks with a delay: the server redelivers after it.
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	defer d.settle()
 	if delay <= 0 {
 		return d.sub.release(d.m)
 	}
@@ -338,6 +359,7 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 // terminates the original so it is never redelivered. If the copy is not
 // stored, the original is nak'ed for a later try.
 func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	defer d.settle()
 	out := nats.NewMsg(d.sub.s.DeadLetterSubject(d.sub.binding))
 	out.Data = d.m.Data()
 	for k, v := range d.m.Headers() {
@@ -350,13 +372,17 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 			msg = msg[:4096]
 		}
 	}
-	// The copy gets an id of its own: with the original's Nats-Msg-Id, a
-	// stream that captures the dead-letter subject too would drop the copy
-	// as a duplicate of the original, and the message would be lost. The
-	// derived id still dedupes repeated dead-letterings of one message.
+	// The copy gets an id of its own, DeadLetterID: with the original's
+	// Nats-Msg-Id, a stream that captures the dead-letter subject too would
+	// drop the copy as a duplicate of the original, and without the binding
+	// the dead letter of a second binding would be dropped as a duplicate of
+	// the first one's. Within the dead letters' stream's duplicate window,
+	// the stream drops a second dead letter of the message from the binding
+	// (its consumer was killed between the publish and the Term, or two
+	// consumers held it in turn).
 	if id := d.m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		out.Header.Set(txbox.HeaderMessageID, id)
-		out.Header.Set(jetstream.MsgIDHeader, "dead:"+id)
+		out.Header.Set(jetstream.MsgIDHeader, DeadLetterID(d.sub.binding, id))
 	}
 	out.Header.Set(txbox.HeaderError, msg)
 	out.Header.Set(txbox.HeaderDeliveries, strconv.Itoa(d.numDelivered()))

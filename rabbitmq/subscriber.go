@@ -246,47 +246,43 @@ type subscription struct {
 	prefetch int
 
 	mu         sync.Mutex
-	ch         *amqp.Channel // consuming
-	pub        *republisher
+	st         *settler
 	deliveries <-chan amqp.Delivery
 	closed     bool
 }
 
-// republisher publishes the retry and dead-letter copies of one
-// consuming channel's deliveries on a confirm-mode channel, one at a time, so
-// that a basic.return on the channel belongs to the copy just published.
-type republisher struct {
+// settler settles the deliveries of one consuming channel. The channel is
+// in transaction mode (tx.select), so that the copy a DeadLetter publishes
+// and the ack of the original are committed together or not at all: a
+// consumer killed at any point of a dead letter leaves either the original
+// in the queue or its copy in the dead letters, never both. A commit
+// covers all the channel's pending work, so transactions run one at a
+// time; a basic.return on the channel belongs to the copy just committed.
+type settler struct {
 	mu      sync.Mutex
 	ch      *amqp.Channel
 	returns <-chan amqp.Return
 }
 
-// connect opens the consuming channel and the republishing one.
+// connect opens the consuming channel in transaction mode.
 func (s *subscription) connect() error {
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return err
 	}
-	var pub *amqp.Channel
 	fail := func(what string, err error) error {
 		_ = ch.Close()
-		if pub != nil {
-			_ = pub.Close()
-		}
 		return fmt.Errorf("rabbitmq: %s: %w", what, err)
 	}
 	if err := ch.Qos(s.prefetch, 0, false); err != nil {
 		return fail("qos", err)
 	}
-	if pub, err = s.conn.Channel(); err != nil {
-		return fail("channel", err)
+	if err := ch.Tx(); err != nil {
+		return fail("tx.select", err)
 	}
-	if err := pub.Confirm(false); err != nil {
-		return fail("confirm", err)
-	}
-	// The client's reader hands each return over before the confirm that
-	// follows it; republish drains the channel so it never fills.
-	returns := pub.NotifyReturn(make(chan amqp.Return, 64))
+	// The client's reader hands each return over before the commit-ok
+	// that follows it; commit drains the channel so it never fills.
+	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
 	ds, err := ch.Consume(s.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return fail("consume "+s.queue, err)
@@ -295,21 +291,19 @@ func (s *subscription) connect() error {
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = ch.Close()
-		_ = pub.Close()
 		return errors.New("rabbitmq: subscription closed")
 	}
-	s.ch, s.pub, s.deliveries = ch, &republisher{ch: pub, returns: returns}, ds
+	s.st, s.deliveries = &settler{ch: ch, returns: returns}, ds
 	return nil
 }
 
-// drop closes the channels; the caller holds s.mu.
+// drop closes the consuming channel; the caller holds s.mu.
 func (s *subscription) drop() error {
 	var err error
-	if s.ch != nil {
-		err = s.ch.Close()
-		_ = s.pub.ch.Close()
+	if s.st != nil {
+		err = s.st.ch.Close()
 	}
-	s.ch, s.pub, s.deliveries = nil, nil, nil
+	s.st, s.deliveries = nil, nil
 	return err
 }
 
@@ -318,13 +312,13 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	wait := 50 * time.Millisecond
 	for {
 		s.mu.Lock()
-		ds, pub := s.deliveries, s.pub
+		ds, st := s.deliveries, s.st
 		s.mu.Unlock()
 		if ds != nil {
 			select {
 			case d, ok := <-ds:
 				if ok {
-					return &delivery{d: d, pub: pub, queue: s.queue}, nil
+					return &delivery{d: d, st: st, queue: s.queue}, nil
 				}
 				// The connection or channel is gone: unacked messages
 				// return to the queue; reconnect.
@@ -350,8 +344,9 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	}
 }
 
-// Close closes the subscription's channels: RabbitMQ requeues every
-// unacked message. The connection stays open.
+// Close closes the subscription's channel: RabbitMQ rolls back a
+// transaction not committed and requeues every unacked message. The
+// connection stays open.
 func (s *subscription) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -364,7 +359,7 @@ func (s *subscription) Close(ctx context.Context) error {
 
 type delivery struct {
 	d     amqp.Delivery
-	pub   *republisher
+	st    *settler
 	queue string
 }
 
@@ -436,10 +431,17 @@ func (d *delivery) Message() txbox.Received {
 	}
 }
 
-func (d *delivery) Ack(ctx context.Context) error { return d.d.Ack(false) }
+// Ack acks the message and commits.
+func (d *delivery) Ack(ctx context.Context) error {
+	_, err := d.st.commit(ctx, nil, func() error { return d.d.Ack(false) })
+	if err != nil {
+		return fmt.Errorf("rabbitmq: ack: %w", err)
+	}
+	return nil
+}
 
 // copyOf is the message republished for a retry or a dead letter.
-func (d *delivery) copyOf(extra amqp.Table) amqp.Publishing {
+func (d *delivery) copyOf(exchange, key string, extra amqp.Table) *republished {
 	h := amqp.Table{}
 	for k, v := range d.d.Headers {
 		if k != "x-death" {
@@ -450,56 +452,70 @@ func (d *delivery) copyOf(extra amqp.Table) amqp.Publishing {
 	for k, v := range extra {
 		h[k] = v
 	}
-	return amqp.Publishing{
+	return &republished{exchange: exchange, key: key, p: amqp.Publishing{
 		Headers: h, DeliveryMode: amqp.Persistent, MessageId: d.d.MessageId,
 		ContentType: d.d.ContentType, Timestamp: d.d.Timestamp, Body: d.d.Body,
-	}
+	}}
 }
 
-// republish publishes p (mandatory) and waits for its confirm, then acks
-// the original. If the copy is not confirmed, or no queue took it (the
-// broker returned it), the original is requeued instead.
-func (d *delivery) republish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
-	err := d.pub.publish(ctx, exchange, key, p)
-	if err != nil {
-		_ = d.d.Nack(false, true)
-		return fmt.Errorf("rabbitmq: republish to %q/%q: %w", exchange, key, err)
-	}
-	return d.d.Ack(false)
+// retryCopy is the copy for <queue>.retry, back in the queue after delay.
+func (d *delivery) retryCopy(delay time.Duration) *republished {
+	c := d.copyOf("", retryQueue(d.queue), amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries())})
+	c.p.Expiration = strconv.FormatInt(max(delay.Milliseconds(), 1), 10)
+	return c
 }
 
-func (r *republisher) publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.drain(func(amqp.Return) bool { return false }) // returns of copies whose confirm was not awaited
-	c, err := r.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
-	if err != nil {
-		return err
+// republished is a copy of a delivery and where it is published.
+type republished struct {
+	exchange, key string
+	p             amqp.Publishing
+}
+
+func (c *republished) String() string { return fmt.Sprintf("%q/%q", c.exchange, c.key) }
+
+// commit publishes c (mandatory) unless it is nil, runs settle (an ack or
+// nack of the original) unless it is nil, and commits both in one
+// transaction. It reports whether the broker returned c (no queue took
+// it): the rest of the transaction is committed all the same. On an error
+// nothing is committed; the original stays unacked (and is requeued when
+// the channel closes).
+func (st *settler) commit(ctx context.Context, c *republished, settle func() error) (returned bool, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.drain(func(amqp.Return) bool { return false }) // returns left by a failed transaction
+	if c != nil {
+		if err := st.ch.PublishWithContext(ctx, c.exchange, c.key, true, false, c.p); err != nil {
+			_ = st.ch.TxRollback()
+			return false, err
+		}
 	}
-	ok, err := c.WaitContext(ctx)
-	if err != nil {
-		return err
+	if settle != nil {
+		if err := settle(); err != nil {
+			_ = st.ch.TxRollback()
+			return false, err
+		}
 	}
-	if !ok {
-		return errors.New("not confirmed")
+	if err := st.ch.TxCommit(); err != nil {
+		return false, err
 	}
-	// A return precedes its confirm: if this copy was unroutable, its
-	// return is queued by now.
-	ret, returned := r.drain(func(ret amqp.Return) bool {
-		return ret.Exchange == exchange && ret.RoutingKey == key && ret.MessageId == p.MessageId
+	if c == nil {
+		return false, nil
+	}
+	// The broker routes a transaction's publishes at the commit and sends
+	// a return before the commit-ok: if c was unroutable, its return is
+	// queued by now.
+	_, returned = st.drain(func(ret amqp.Return) bool {
+		return ret.Exchange == c.exchange && ret.RoutingKey == c.key && ret.MessageId == c.p.MessageId
 	})
-	if returned {
-		return fmt.Errorf("unroutable: %d %s", ret.ReplyCode, ret.ReplyText)
-	}
-	return nil
+	return returned, nil
 }
 
 // drain empties the returns channel and reports a return that match
 // accepts, if one was in it.
-func (r *republisher) drain(match func(amqp.Return) bool) (found amqp.Return, ok bool) {
+func (st *settler) drain(match func(amqp.Return) bool) (found amqp.Return, ok bool) {
 	for {
 		select {
-		case ret, open := <-r.returns:
+		case ret, open := <-st.returns:
 			if !open {
 				return found, ok
 			}
@@ -512,20 +528,40 @@ func (r *republisher) drain(match func(amqp.Return) bool) (found amqp.Return, ok
 	}
 }
 
-// Retry acks the message after publishing a copy, with its delivery count,
-// to <queue>.retry, whose TTL returns it to the queue after delay. A zero
-// delay requeues it in place (basic.nack with requeue).
+// Retry publishes a copy, with its delivery count, to <queue>.retry, whose
+// TTL returns it to the queue after delay, then acks the original: two
+// transactions, so that an unroutable copy leaves the original to be
+// requeued (a consumer killed between them leaves a second copy of a
+// retried message, which the inbox drops). A zero delay requeues it in
+// place (basic.nack with requeue).
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
+	requeue := func() error { return d.d.Nack(false, true) }
 	if delay <= 0 {
-		return d.d.Nack(false, true)
+		if _, err := d.st.commit(ctx, nil, requeue); err != nil {
+			return fmt.Errorf("rabbitmq: requeue: %w", err)
+		}
+		return nil
 	}
-	p := d.copyOf(amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries())})
-	p.Expiration = strconv.FormatInt(max(delay.Milliseconds(), 1), 10)
-	return d.republish(ctx, "", retryQueue(d.queue), p)
+	c := d.retryCopy(delay)
+	returned, err := d.st.commit(ctx, c, nil)
+	if err == nil && returned {
+		err = errors.New("unroutable")
+	}
+	if err != nil {
+		_, _ = d.st.commit(ctx, nil, requeue)
+		return fmt.Errorf("rabbitmq: republish to %s: %w", c, err)
+	}
+	if _, err := d.st.commit(ctx, nil, func() error { return d.d.Ack(false) }); err != nil {
+		return fmt.Errorf("rabbitmq: ack after the retry copy: %w", err)
+	}
+	return nil
 }
 
 // DeadLetter publishes a copy with the error and the delivery count to the
-// exchange <queue>.dlx, then acks the original.
+// exchange <queue>.dlx and acks the original in one transaction. If no
+// queue takes the copy (the broker returns it, the ack being committed),
+// the message is put back through <queue>.retry, to come again in a
+// second.
 func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	msg := ""
 	if cause != nil {
@@ -534,6 +570,21 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 			msg = msg[:4096]
 		}
 	}
-	p := d.copyOf(amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries()), txbox.HeaderError: msg, txbox.HeaderBinding: d.queue})
-	return d.republish(ctx, deadExchange(d.queue), d.queue, p)
+	c := d.copyOf(deadExchange(d.queue), d.queue, amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries()), txbox.HeaderError: msg, txbox.HeaderBinding: d.queue})
+	returned, err := d.st.commit(ctx, c, func() error { return d.d.Ack(false) })
+	if err != nil {
+		_, _ = d.st.commit(ctx, nil, func() error { return d.d.Nack(false, true) })
+		return fmt.Errorf("rabbitmq: dead-letter to %s: %w", c, err)
+	}
+	if !returned {
+		return nil
+	}
+	back := d.retryCopy(time.Second)
+	if returned, err := d.st.commit(ctx, back, nil); err != nil || returned {
+		if err == nil {
+			err = errors.New("unroutable")
+		}
+		return fmt.Errorf("rabbitmq: dead-letter to %s: unroutable, and the copy put back to %s: %v: message %q is lost", c, back, err, d.d.MessageId)
+	}
+	return fmt.Errorf("rabbitmq: dead-letter to %s: unroutable; the message comes again from %s", c, back)
 }

@@ -68,7 +68,9 @@ func ParseBinding(b string) (stream, group string, err error) {
 // consumer of the group) delivers it again with Deliveries+1; an entry
 // never settled (its consumer crashed) is claimed (XAUTOCLAIM) once it
 // has been idle for AckWait, with its delivery count from XPENDING;
-// DeadLetter copies it to the dead-letter stream and acks it, atomically.
+// DeadLetter acks it and copies it to the dead-letter stream, atomically,
+// unless it was no longer pending (another consumer of the group settled
+// it first).
 type Subscriber struct {
 	rdb redis.UniversalClient
 	cfg SubscriberConfig
@@ -280,17 +282,26 @@ func (r *reader) nackAfter(ctx context.Context, e entry, delay time.Duration) er
 	return nil
 }
 
+// deadLetter acknowledges an entry and, only if it was still pending (no
+// other consumer of the group settled it meanwhile), appends its copy to
+// the dead-letter stream, in one script: an entry claimed by two
+// consumers in turn (the first one stalled past AckWait) gets one copy at
+// most, and none if the other one acked it.
+var deadLetter = redis.NewScript(`
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return 0
+end
+redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
+return 1
+`)
+
 // dead appends the entry, with reason in the field "error", to the
-// dead-letter stream and acknowledges it, in one MULTI/EXEC.
+// dead-letter stream and acknowledges it (see deadLetter).
 func (r *reader) dead(ctx context.Context, e entry, reason string) error {
 	vals := Values(e.msg)
 	vals = append(vals, "error", reason, "stream", r.stream, "entry", e.id, "deliveries", e.deliveries)
-	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: r.deadStream, Values: vals})
-		p.XAck(ctx, r.stream, r.group, e.id)
-		return nil
-	})
-	if err != nil {
+	args := append([]any{r.group, e.id}, vals...)
+	if err := deadLetter.Run(ctx, r.rdb, []string{r.stream, r.deadStream}, args...).Err(); err != nil {
 		return fmt.Errorf("redisstream: dead-letter %s %s: %w", r.stream, e.id, err)
 	}
 	return nil

@@ -14,7 +14,12 @@
 // "postgres,sqlite,ordered"; ordered runs for three quarters of the
 // duration and two thirds of the kills), TXBOX_CRASH_DRAIN (how long the end may take to
 // deliver the backlog, default 2m plus a quarter of the duration), TXBOX_CRASH_REPORT (a file the ledger
-// is appended to), TXBOX_CRASH_KEEP (keep the logs and data of a run that
+// is appended to), TXBOX_CRASH_FAULTS (the fault kinds to draw from, a
+// comma-separated subset of relay, producer, consumer, nats, pg; default
+// all of the scenario's), TXBOX_CRASH_BATCH (the consumer's batch size; 1:
+// unbatched; default the consumer's default), TXBOX_CRASH_CONCURRENCY (the
+// consumer's, default 4), TXBOX_CRASH_ACKWAIT (the
+// durable's AckWait, default 2s), TXBOX_CRASH_KEEP (keep the logs and data of a run that
 // passed; a failed run's are always kept, and the end of each log printed).
 package crash_test
 
@@ -29,6 +34,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +57,10 @@ type settings struct {
 	scenarios []string
 	drain     time.Duration
 	report    string
+	faults    []string // TXBOX_CRASH_FAULTS
+	batch     string   // TXBOX_CRASH_BATCH
+	workers   string   // TXBOX_CRASH_CONCURRENCY
+	ackWait   time.Duration
 }
 
 func loadSettings(t *testing.T) settings {
@@ -68,6 +78,8 @@ func loadSettings(t *testing.T) settings {
 	dur("TXBOX_CRASH_DURATION", &s.duration)
 	s.drain = 2*time.Minute + s.duration/4 // a long run's consumer may end with a lag to catch up
 	dur("TXBOX_CRASH_DRAIN", &s.drain)
+	s.ackWait = 2 * time.Second
+	dur("TXBOX_CRASH_ACKWAIT", &s.ackWait)
 	if v := os.Getenv("TXBOX_CRASH_MIN_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -81,6 +93,21 @@ func loadSettings(t *testing.T) settings {
 			t.Fatalf("TXBOX_CRASH_SEED=%q: %v", v, err)
 		}
 		s.seed = n
+	}
+	if v := os.Getenv("TXBOX_CRASH_BATCH"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("TXBOX_CRASH_BATCH=%q: want a batch size, 1 or more", v)
+		}
+		s.batch = v
+	}
+	if v := os.Getenv("TXBOX_CRASH_CONCURRENCY"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("TXBOX_CRASH_CONCURRENCY=%q: want a number of workers, 1 or more", v)
+		}
+		s.workers = v
+	}
+	if v := os.Getenv("TXBOX_CRASH_FAULTS"); v != "" {
+		s.faults = strings.Split(v, ",")
 	}
 	if v := os.Getenv("TXBOX_CRASH_SCENARIOS"); v != "" {
 		s.scenarios = strings.Split(v, ",")
@@ -273,7 +300,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	testenv.Must(t, err, "stream")
 	dlq, err := natsjs.EnsureStream(sctx, nc, natsjs.StreamConfig{Name: "CRASH_DLQ", Subjects: []string{"crashdlq.>"}})
 	testenv.Must(t, err, "dlq stream")
-	_, err = natsjs.EnsureConsumer(sctx, nc, "CRASH", natsjs.ConsumerConfig{Durable: "apply", FilterSubjects: []string{"crash.orders"}, AckWait: 2 * time.Second})
+	_, err = natsjs.EnsureConsumer(sctx, nc, "CRASH", natsjs.ConsumerConfig{Durable: "apply", FilterSubjects: []string{"crash.orders"}, AckWait: st.ackWait})
 	testenv.Must(t, err, "durable consumer")
 	cancel()
 
@@ -284,6 +311,12 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	consumerArgs := []string{filepath.Join(bin, "consumer"), "-db", procDB, "-nats", e.natsURL, "-binding", "CRASH/apply", "-dlq", "crashdlq."}
 	if name == "ordered" {
 		consumerArgs = append(consumerArgs, "-ordered")
+	}
+	if st.batch != "" {
+		consumerArgs = append(consumerArgs, "-batch", st.batch)
+	}
+	if st.workers != "" {
+		consumerArgs = append(consumerArgs, "-concurrency", st.workers)
 	}
 	e.add("consumer", consumerArgs...)
 	e.add("producer", filepath.Join(bin, "producer"), "-db", procDB, "-keys", "16", "-interval", "8ms")
@@ -301,6 +334,18 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		// The consumer's kills: what an ordered consumer must survive
 		// without running a key's later message first.
 		kinds = []string{killConsumer, killConsumer, killConsumer, killConsumer, killRelay}
+	}
+	if len(st.faults) > 0 {
+		var only []string
+		for _, k := range kinds {
+			if slices.ContainsFunc(st.faults, func(f string) bool { return strings.HasPrefix(k, f+" ") }) {
+				only = append(only, k)
+			}
+		}
+		if len(only) == 0 {
+			t.Fatalf("TXBOX_CRASH_FAULTS=%s: none of this scenario's faults (%s)", strings.Join(st.faults, ","), strings.Join(kinds, ", "))
+		}
+		kinds = only
 	}
 	var faults []fault
 	kills := 0

@@ -20,9 +20,10 @@ type ledger struct {
 	exits            int // processes that exited by themselves
 	committed        int
 	effects          int
-	inStream         int // distinct messages in the stream
-	streamDuplicates int // stream messages beyond the first of their id
-	deadLetters      int // in the consumer's dead-letter stream
+	inStream         int             // distinct messages in the stream
+	streamDuplicates int             // stream messages beyond the first of their id
+	deadLetters      int             // in the consumer's dead-letter stream
+	latency          []time.Duration // per applied message: its commit to its first effect
 
 	lost            int // committed, never applied
 	notInStream     int // committed, never published
@@ -54,6 +55,7 @@ func (e *env) buildLedger(stream []streamMsg, deadLetters int) *ledger {
 		t.Fatal(err)
 	}
 	l.committed = len(committed)
+	l.latency = e.commitToEffect()
 
 	applied := map[string]int{}
 	last := map[string]int{} // key → version of its last first-time effect
@@ -180,6 +182,13 @@ func (l *ledger) String() string {
 		l.committed, l.committed-l.lost, l.effects, l.inStream, l.streamDuplicates, l.deadLetters)
 	fmt.Fprintf(&b, "  lost %d, phantom %d, double effects %d, per-key order violations %d (stream %d), stuck pending %d, dead %d, never published %d\n",
 		l.lost, l.phantom, l.double, l.orderViolations, l.streamOrder, l.stuck, l.dead, l.notInStream)
+	late := 0
+	for _, d := range l.latency {
+		if d > 5*time.Second {
+			late++
+		}
+	}
+	fmt.Fprintf(&b, "  commit→effect: %s, %d of %d later than 5s\n", quantiles(l.latency), late, len(l.latency))
 	fmt.Fprintf(&b, "  recovery, a fault's end to the next effect applied: %s", quantiles(all))
 	if stalls > 0 {
 		fmt.Fprintf(&b, ", %d with no delivery within %s", stalls, recoveryCap)
@@ -204,4 +213,27 @@ func quantiles(ds []time.Duration) string {
 	}
 	r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	return fmt.Sprintf("p50 %s, p99 %s, max %s", r(q(0.5)), r(q(0.99)), r(s[len(s)-1]))
+}
+
+// commitToEffect returns, for each applied message, the time from its
+// commit (crash_orders.committed_us, set last in the producer's
+// transaction) to its first effect.
+func (e *env) commitToEffect() []time.Duration {
+	rows, err := e.ledger.Query("SELECT o.committed_us, min(f.applied_us) FROM crash_orders o JOIN crash_effects f ON f.msg_id = o.msg_id GROUP BY o.msg_id, o.committed_us")
+	if err != nil {
+		e.t.Fatalf("commit→effect: %v", err)
+	}
+	defer rows.Close()
+	var out []time.Duration
+	for rows.Next() {
+		var committed, applied int64
+		if err := rows.Scan(&committed, &applied); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, max(time.Duration(applied-committed)*time.Microsecond, 0))
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
 }

@@ -173,3 +173,49 @@ func TestPullSurvivesDurableRecreated(t *testing.T) {
 		testenv.Must(t, d.Ack(context.Background()), "ack")
 	}
 }
+
+// The prefetch bounds the messages a subscription holds unacknowledged,
+// those handed out and not settled included (what a killed consumer
+// strands until AckWait): with the prefetch's worth taken and held, the
+// server has no more pending an ack; once they are settled, the next ones
+// come.
+func TestPrefetchCountsUnsettledMessages(t *testing.T) {
+	t.Parallel()
+	const prefetch = 4
+	f := newPullFixture(t, time.Minute)
+	f.publish(t, ids("m", 3*prefetch)...)
+	s, err := f.sub.Subscribe(context.Background(), f.binding, prefetch)
+	testenv.Must(t, err, "subscribe")
+	defer func() { _ = s.Close(context.Background()) }()
+	var held []txbox.Delivery
+	for range prefetch {
+		held = append(held, next(t, s, 30*time.Second))
+	}
+	// Until the count at the server has not moved for a second: a
+	// subscription that pulls more does it right after Next made room.
+	last, still := f.ackPending(t), 0
+	for still < 10 {
+		time.Sleep(100 * time.Millisecond)
+		if n := f.ackPending(t); n != last {
+			last, still = n, 0
+		} else {
+			still++
+		}
+	}
+	if last > prefetch {
+		t.Errorf("%d messages pending an ack with %d handed out and unsettled, want at most the prefetch (%d)", last, prefetch, prefetch)
+	}
+	for i, d := range held {
+		if i%2 == 0 {
+			testenv.Must(t, d.Ack(context.Background()), "ack")
+		} else {
+			testenv.Must(t, d.Retry(context.Background(), 0), "retry")
+		}
+	}
+	got := map[string]bool{}
+	for len(got) < 3*prefetch-prefetch/2 {
+		d := next(t, s, 30*time.Second)
+		got[d.Message().ID] = true
+		testenv.Must(t, d.Ack(context.Background()), "ack")
+	}
+}

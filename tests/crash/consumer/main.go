@@ -11,7 +11,7 @@
 // and applies every version as it arrives, refusing none: per-key order
 // is then the consumer runtime's alone, and the ledger checks it.
 //
-//	consumer -db URL -nats nats://127.0.0.1:PORT -binding STREAM/durable -dlq PREFIX [-ordered]
+//	consumer -db URL -nats nats://127.0.0.1:PORT -binding STREAM/durable -dlq PREFIX [-ordered] [-batch N]
 package main
 
 import (
@@ -45,6 +45,7 @@ func main() {
 	dlq := flag.String("dlq", "", "dead-letter subject prefix")
 	concurrency := flag.Int("concurrency", 4, "messages handled at once")
 	ordered := flag.Bool("ordered", false, "an Ordered handler that applies versions as they arrive")
+	batch := flag.Int("batch", 0, "consumer.BatchConfig.Size (0: the default; 1: unbatched)")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix(fmt.Sprintf("consumer[%d] ", os.Getpid()))
@@ -67,7 +68,7 @@ func main() {
 	}
 	c, err := consumer.New(txboxsql.New(db, dialect), consumer.Config{
 		Broker: sub, Concurrency: *concurrency, MaxDeliveries: 1_000_000,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Batch: consumer.BatchConfig{Size: *batch},
 		Inbox:  inbox.Config{Hook: func(context.Context, inbox.Event) {}},
 		Logger: logger,
 	})

@@ -79,11 +79,13 @@ func produce(ctx context.Context, db *sql.DB, d driver.Dialect, ob *txbox.Outbox
 		return fmt.Errorf("next version: %w", err)
 	}
 	id := crashdb.MsgID(key, version)
-	if _, err := tx.ExecContext(ctx, crashdb.Q(d, "INSERT INTO crash_orders (key, version, msg_id) VALUES (?, ?, ?)"), key, version, id); err != nil {
-		return fmt.Errorf("insert %s: %w", id, err)
-	}
 	if _, err := ob.Add(ctx, tx, txbox.Message{ID: id, Topic: topic, Key: key, Payload: []byte(id)}); err != nil {
 		return fmt.Errorf("add %s: %w", id, err)
+	}
+	// Last before the commit: its time is the message's commit time, for
+	// the ledger's commit→effect latency.
+	if _, err := tx.ExecContext(ctx, crashdb.Q(d, "INSERT INTO crash_orders (key, version, msg_id, committed_us) VALUES (?, ?, ?, ?)"), key, version, id, time.Now().UnixMicro()); err != nil {
+		return fmt.Errorf("insert %s: %w", id, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return errors.Join(fmt.Errorf("commit %s", id), err)

@@ -66,7 +66,7 @@ func CreateTables(ctx context.Context, db *sql.DB, d driver.Dialect) error {
 		id = "id INTEGER PRIMARY KEY AUTOINCREMENT"
 	}
 	for _, s := range []string{
-		`CREATE TABLE crash_orders (key text NOT NULL, version integer NOT NULL, msg_id text NOT NULL, PRIMARY KEY (key, version))`,
+		`CREATE TABLE crash_orders (key text NOT NULL, version integer NOT NULL, msg_id text NOT NULL, committed_us bigint NOT NULL, PRIMARY KEY (key, version))`,
 		`CREATE TABLE crash_effects (` + id + `, key text NOT NULL, version integer NOT NULL, msg_id text NOT NULL, applied_us bigint NOT NULL, pid integer NOT NULL)`,
 		`CREATE INDEX crash_effects_key ON crash_effects (key, version)`,
 	} {
