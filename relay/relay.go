@@ -152,7 +152,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
 	}
 	r.check = func(ctx context.Context) []string {
-		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table})
+		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table, Logger: r.log})
 		if err != nil {
 			return []string{err.Error()}
 		}
