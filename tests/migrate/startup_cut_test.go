@@ -1,0 +1,158 @@
+package migrate_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox/drivertest"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxpgx"
+)
+
+// cutProxy forwards TCP connections to PostgreSQL and closes a connection
+// (both sides) when the client sends a message holding one of the
+// patterns, the first cuts times: the server never answers that query,
+// the client reads an unexpected EOF. It counts, so it is deterministic.
+type cutProxy struct {
+	ln       net.Listener
+	target   string
+	patterns [][]byte
+	mu       sync.Mutex
+	cuts     int
+	done     int
+}
+
+func newCutProxy(t *testing.T, target string, cuts int, patterns ...string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "listen")
+	p := &cutProxy{ln: ln, target: target, cuts: cuts}
+	for _, s := range patterns {
+		p.patterns = append(p.patterns, []byte(s))
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go p.serve()
+	return p
+}
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		go func() { _, _ = io.Copy(c, up); _ = c.Close(); _ = up.Close() }()
+		go func() {
+			defer func() { _ = c.Close(); _ = up.Close() }()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 && p.cut(buf[:n]) {
+					return
+				}
+				if n > 0 {
+					if _, werr := up.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// cut reports whether the connection that sent b is to be closed.
+func (p *cutProxy) cut(b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done >= p.cuts {
+		return false
+	}
+	for _, pat := range p.patterns {
+		if bytes.Contains(b, pat) {
+			p.done++
+			return true
+		}
+	}
+	return false
+}
+
+func (p *cutProxy) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// A database cut during the relay's start-up check (the read of
+// txbox_migrations, the read of the outbox table, the catalog and the
+// probe) is retried, with a warning per try, and the relay starts: only a
+// table that is missing or unmigrated is a StartupError. Each of the first
+// three reads of the kinds named is cut.
+func TestStartupCheckRetriesACutDatabase(t *testing.T) {
+	t.Parallel()
+	for _, pattern := range []string{"txbox_migrations", "WHERE 1 = 0", "pg_attribute", "txbox.probe"} {
+		t.Run(pattern, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			direct, schema := testenv.Postgres(t, 2)
+			m, err := migrate.New(txboxpgx.New(direct), migrate.Config{})
+			testenv.Must(t, err, "migrate.New")
+			_, err = m.Up(ctx)
+			testenv.Must(t, err, "up")
+
+			target := net.JoinHostPort(direct.Config().ConnConfig.Host, strconv.Itoa(int(direct.Config().ConnConfig.Port)))
+			proxy := newCutProxy(t, target, 3, pattern)
+			cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+			testenv.Must(t, err, "parse")
+			host, port, _ := net.SplitHostPort(proxy.ln.Addr().String())
+			p, _ := strconv.Atoi(port)
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+			cfg.ConnConfig.RuntimeParams["search_path"] = schema
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			testenv.Must(t, err, "pool")
+			t.Cleanup(func() { testenv.ClosePool(t, pool) })
+
+			var logs testenv.Buffer
+			r, err := relay.New(txboxpgx.New(pool), &drivertest.Recorder{}, relay.Config{DisableNotify: true,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			testenv.Must(t, err, "relay")
+			vctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a hang, not a speed
+			defer cancel()
+			if err := r.Validate(vctx); err != nil {
+				t.Fatalf("start-up check with %d cut(s): %v\n%s", proxy.count(), err, logs.String())
+			}
+			if got := proxy.count(); got != 3 {
+				t.Fatalf("%d cut(s), want 3: the check never read %q", got, pattern)
+			}
+			if n := strings.Count(logs.String(), "trying again"); n != 3 {
+				t.Fatalf("%d retry warning(s) for 3 cuts:\n%s", n, logs.String())
+			}
+			t.Logf("first warning: %s", strings.SplitN(logs.String(), "\n", 2)[0])
+
+			// A table that is really missing still stops the relay.
+			_, err = direct.Exec(ctx, "DROP TABLE txbox_outbox")
+			testenv.Must(t, err, "drop")
+			if err := r.Validate(vctx); err == nil || !strings.Contains(err.Error(), "the table is missing") {
+				t.Fatalf("start-up check on a dropped table: %v", err)
+			}
+		})
+	}
+}
