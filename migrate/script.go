@@ -158,19 +158,25 @@ func commit(b *strings.Builder, d driver.Dialect, opts ScriptOptions) {
 	}
 }
 
-// writeSQL writes a migration's SQL: as it is, but on MySQL statement by
-// statement, a trigger's body between DELIMITER lines.
+// writeSQL writes a migration's SQL as it is, but on MySQL the statement
+// between the lines "-- txbox:begin" and "-- txbox:end" (a trigger whose
+// body holds semicolons) between DELIMITER lines.
 func writeSQL(b *strings.Builder, d driver.Dialect, sql string) {
-	if d != driver.MySQL {
-		b.WriteString(strings.TrimSpace(sql))
-		b.WriteString("\n")
-		return
-	}
-	for _, stmt := range splitStatements(sql) {
-		if strings.Contains(stmt, ";") {
+	var block []string
+	inBlock := false
+	for _, line := range strings.Split(strings.TrimSpace(sql), "\n") {
+		switch t := strings.TrimSpace(line); {
+		case d == driver.MySQL && t == "-- txbox:begin":
+			inBlock, block = true, nil
+		case d == driver.MySQL && t == "-- txbox:end":
+			inBlock = false
+			stmt := strings.TrimSuffix(strings.TrimSpace(strings.Join(block, "\n")), ";")
 			fmt.Fprintf(b, "DELIMITER //\n%s//\nDELIMITER ;\n", stmt)
-			continue
+		case inBlock:
+			block = append(block, line)
+		default:
+			b.WriteString(line)
+			b.WriteByte('\n')
 		}
-		fmt.Fprintf(b, "%s;\n", stmt)
 	}
 }
