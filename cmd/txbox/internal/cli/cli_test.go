@@ -607,6 +607,13 @@ func TestMigrateSQLDown(t *testing.T) {
 		strings.Count(out, "-- +goose StatementBegin") != strings.Count(out, "-- +goose StatementEnd") {
 		t.Fatalf("migrate sql --goose:\n%s", out)
 	}
+	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--goose", "--from", "8")
+	if !strings.Contains(out, "version 9 (claim_runs_window)") || strings.Contains(out, "version 8 ") || !strings.Contains(out, "VALUES ('outbox:txbox_outbox', 9, ") {
+		t.Fatalf("migrate sql --goose --from 8:\n%s", out)
+	}
+	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "sqlite", "--from", "1", "--down"); err == nil || !strings.Contains(err.Error(), "--from 1") {
+		t.Fatalf("--from --down: err = %v", err)
+	}
 	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "sqlite", "--goose", "--down"); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("--goose --down: err = %v", err)
 	}

@@ -375,7 +375,7 @@ func verify(ctx context.Context, m *migrate.Migrator) error {
 func newMigrateSQLCmd(f *tableFlags) *cobra.Command {
 	var dialect string
 	var down, goose, noBegin bool
-	var to int
+	var to, from int
 	cmd := &cobra.Command{
 		Use:   "sql",
 		Short: "Print the migrations' SQL, for goose, atlas or another tool",
@@ -391,7 +391,9 @@ it in a transaction of its own (Flyway, atlas, psql -1). MySQL commits each DDL
 statement on its own: a MySQL script that stops part way leaves the migrations
 before the failing one applied and recorded; migrate up finishes the rest.
 
---to VERSION prints the migrations up to that version only. --down prints the
+--to VERSION prints the migrations up to that version only, --from VERSION
+those above it (a later release's new migrations, for a new file of your
+tool's). --down prints the
 down migrations instead, newest first: those above --to (default 0, all of
 them), what ` + "`txbox migrate down --to VERSION`" + ` runs, each removing its row in
 txbox_migrations. --goose prints one goose migration file: the migrations
@@ -437,6 +439,10 @@ statement between StatementBegin and StatementEnd.`,
 			if goose && noBegin {
 				return fmt.Errorf("%w: --no-begin: goose runs each section in a transaction of its own already; give --goose alone", txbox.ErrInvalidConfig)
 			}
+			if from < 0 || (from > 0 && down) {
+				return fmt.Errorf("%w: --from %d: want 0 or more, and not with --down (whose --to says where it stops)", txbox.ErrInvalidConfig, from)
+			}
+			ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= from })
 			if down {
 				ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= to })
 			} else if cmd.Flags().Changed("to") {
@@ -463,5 +469,6 @@ statement between StatementBegin and StatementEnd.`,
 	cmd.Flags().BoolVar(&goose, "goose", false, "print one goose migration file: the migrations under -- +goose Up, their down migrations under -- +goose Down")
 	cmd.Flags().BoolVar(&noBegin, "no-begin", false, "leave out BEGIN and COMMIT, for a tool that runs the script in a transaction of its own (Flyway, atlas, psql -1)")
 	cmd.Flags().IntVar(&to, "to", 0, "up to this version only; with --down, the version to go back to (default: every migration)")
+	cmd.Flags().IntVar(&from, "from", 0, "only the migrations above this version: those a later txbox release added, for a new file of your tool's")
 	return cmd
 }
