@@ -95,6 +95,13 @@ func (p *cutProxy) cut(b []byte) bool {
 	return false
 }
 
+// reset makes the proxy cut the next cuts matching messages.
+func (p *cutProxy) reset(cuts int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cuts, p.done = cuts, 0
+}
+
 func (p *cutProxy) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -126,9 +133,27 @@ func TestStartupCheckRetriesACutDatabase(t *testing.T) {
 			p, _ := strconv.Atoi(port)
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
 			cfg.ConnConfig.RuntimeParams["search_path"] = schema
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			testenv.Must(t, err, "pool")
-			t.Cleanup(func() { testenv.ClosePool(t, pool) })
+			newPool := func() *pgxpool.Pool { // new connections: pgx sends a query's text once per connection
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				testenv.Must(t, err, "pool")
+				t.Cleanup(func() { testenv.ClosePool(t, pool) })
+				return pool
+			}
+			pool := newPool()
+
+			// The consumer's check of its inbox table (consumer.Start runs
+			// it) retries the same way.
+			var inboxLogs testenv.Buffer
+			mi, err := migrate.New(txboxpgx.New(direct), migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}})
+			testenv.Must(t, err, "inbox migrator")
+			_, err = mi.Up(ctx)
+			testenv.Must(t, err, "inbox up")
+			viaProxy := func(pool *pgxpool.Pool) *migrate.Migrator {
+				m, err := migrate.New(txboxpgx.New(pool), migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"},
+					Logger: slog.New(slog.NewTextHandler(&inboxLogs, nil))})
+				testenv.Must(t, err, "inbox migrator through the proxy")
+				return m
+			}
 
 			var logs testenv.Buffer
 			r, err := relay.New(txboxpgx.New(pool), &drivertest.Recorder{}, relay.Config{DisableNotify: true,
@@ -146,6 +171,15 @@ func TestStartupCheckRetriesACutDatabase(t *testing.T) {
 				t.Fatalf("%d retry warning(s) for 3 cuts:\n%s", n, logs.String())
 			}
 			t.Logf("first warning: %s", strings.SplitN(logs.String(), "\n", 2)[0])
+			if pattern != "txbox.probe" { // an inbox table has no probe
+				proxy.reset(3)
+				if problems, _ := viaProxy(newPool()).Startup(vctx); len(problems) > 0 {
+					t.Fatalf("inbox start-up check with %d cut(s): %v\n%s", proxy.count(), problems, inboxLogs.String())
+				}
+				if got, n := proxy.count(), strings.Count(inboxLogs.String(), "trying again"); got != 3 || n != 3 {
+					t.Fatalf("inbox check: %d cut(s), %d retry warning(s); want 3 and 3:\n%s", got, n, inboxLogs.String())
+				}
+			}
 
 			// A table that is really missing still stops the relay.
 			_, err = direct.Exec(ctx, "DROP TABLE txbox_outbox")
