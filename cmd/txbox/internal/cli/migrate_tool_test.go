@@ -1,7 +1,9 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -54,5 +57,38 @@ func TestMigrateWithAnotherToolRecipe(t *testing.T) {
 		if strings.Contains(out, "up to date") {
 			t.Fatalf("migrate %s calls a retyped column up to date: %s", cmd, out)
 		}
+	}
+}
+
+// txbox relay on an outbox table it cannot use (a retyped column, a trigger
+// that refuses its UPDATE) exits 1 at once, naming the reason, instead of
+// failing every round.
+func TestRelayRefusesATableItCannotUse(t *testing.T) {
+	t.Parallel()
+	srv := testenv.EmbeddedNATS(t)
+	for name, breakIt := range map[string][]string{
+		"retyped column": {"ALTER TABLE %s.txbox_outbox ALTER COLUMN attempts TYPE text"},
+		"trigger refusing UPDATE": {
+			"CREATE FUNCTION %s.no_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'updates are audited'; END $$",
+			"CREATE TRIGGER no_update BEFORE UPDATE ON %[1]s.txbox_outbox FOR EACH ROW EXECUTE FUNCTION %[1]s.no_update()"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			admin, schema := pgSchema(t)
+			mustRun(t, "migrate", "up", "--db", testenv.PostgresURL(), "--schema", schema)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for _, q := range breakIt {
+				_, err := admin.Exec(ctx, fmt.Sprintf(q, schema))
+				testenv.Must(t, err, "%s", q)
+			}
+			var out, errOut bytes.Buffer
+			code := cli.Main(ctx, []string{"relay", "--broker", srv.ClientURL(), "--stream", "BROKEN", "--stream-subjects", "broken.>",
+				"--db", testenv.PostgresURL(), "--schema", schema}, &out, &errOut)
+			want := map[string]string{"retyped column": "column attempts is text", "trigger refusing UPDATE": "updates are audited"}[name]
+			if code != 1 || !strings.Contains(errOut.String(), "relay cannot start") || !strings.Contains(errOut.String(), want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant 1 and %q", code, errOut.String(), want)
+			}
+		})
 	}
 }
