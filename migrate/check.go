@@ -27,7 +27,7 @@ func (m *Migrator) Check(ctx context.Context) []string {
 // ends: only tables that are missing, unmigrated or unusable are problems.
 func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string) {
 	for try := 1; ; try++ {
-		problems, newer, err := m.startupOnce(ctx)
+		problems, newer, err := m.StartupOnce(ctx)
 		if err == nil {
 			return problems, newer
 		}
@@ -47,9 +47,10 @@ func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string
 	}
 }
 
-// startupOnce is one try of Startup: err is a failure to read that is not
-// a finding about the tables.
-func (m *Migrator) startupOnce(ctx context.Context) (problems []string, newer string, err error) {
+// StartupOnce is one try of Startup, for a caller that retries on its
+// own: err, when not nil, says the database failed (driver.IsTransient)
+// before the check could finish, and is no finding about the tables.
+func (m *Migrator) StartupOnce(ctx context.Context) (problems []string, newer string, err error) {
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
 		if !isMissingTable(err) {

@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
@@ -180,6 +183,21 @@ func TestStartupCheckRetriesACutDatabase(t *testing.T) {
 					t.Fatalf("inbox check: %d cut(s), %d retry warning(s); want 3 and 3:\n%s", got, n, inboxLogs.String())
 				}
 			}
+
+			// A relay group retries each store on its own: its Add returns
+			// the database's failure as it is, for the caller to retry,
+			// not a StartupError that would leave the store out.
+			proxy.reset(1)
+			g, err := relay.NewGroup(relay.GroupConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			testenv.Must(t, err, "group")
+			gr, err := relay.New(txboxpgx.New(newPool()), &drivertest.Recorder{}, relay.Config{DisableNotify: true})
+			testenv.Must(t, err, "group relay")
+			err = g.Add(vctx, relay.Store{Name: "s", Relay: gr})
+			var se *txbox.StartupError
+			if err == nil || errors.As(err, &se) || !driver.IsTransient(err) {
+				t.Fatalf("group Add with a cut database: %v; want the transient error", err)
+			}
+			testenv.Must(t, g.Add(vctx, relay.Store{Name: "s", Relay: gr}), "group Add once the database answers")
 
 			// A table that is really missing still stops the relay.
 			_, err = direct.Exec(ctx, "DROP TABLE txbox_outbox")
