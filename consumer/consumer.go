@@ -430,7 +430,7 @@ func checkName(s string) string {
 // and that the table is there.
 func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
 	table := c.cfg.Inbox.Table
-	m, err := migrate.New(c.drv, migrate.Config{Schema: c.cfg.Inbox.Schema, NoOutbox: true, InboxTables: []string{table}})
+	m, err := migrate.New(c.drv, migrate.Config{Schema: c.cfg.Inbox.Schema, NoOutbox: true, InboxTables: []string{table}, Logger: c.log})
 	if err != nil {
 		return []string{fmt.Sprintf("inbox table %q: %v", table, err)}
 	}

@@ -103,12 +103,40 @@ func (m *Migrator) revert(ctx context.Context, mg Migration, force bool) (bool, 
 			}
 		}
 		for _, stmt := range splitStatements(mg.Down) {
-			if _, err := tx.Exec(ctx, stmt); err != nil && !m.alreadyGone(err) {
+			if err := m.execDown(ctx, tx, stmt); err != nil {
 				return err
 			}
 		}
 		return m.sql.Forget(ctx, tx, mg.Target, mg.Version)
 	})
+}
+
+// execDown runs one statement of a down migration in tx, and goes on when
+// what it drops or alters is gone already: a table dropped by hand, whose
+// migrations are still recorded, is reverted to the end. On PostgreSQL
+// and SQLite the statement runs under a savepoint, since a failed
+// statement would abort the whole transaction.
+func (m *Migrator) execDown(ctx context.Context, tx driver.Tx, stmt string) error {
+	savepoint := m.dialect == driver.Postgres || m.dialect == driver.SQLite
+	if savepoint {
+		if _, err := tx.Exec(ctx, "SAVEPOINT txbox_down"); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, stmt)
+	switch {
+	case err == nil && savepoint:
+		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT txbox_down")
+		return err
+	case err == nil:
+		return nil
+	case !m.alreadyGone(err) && !(isMissingTable(err) && !m.transient(err)):
+		return err
+	case savepoint:
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT txbox_down")
+		return err
+	}
+	return nil
 }
 
 // loss says which rows dropping target's table would lose: undelivered
@@ -172,40 +200,4 @@ func (m *Migrator) mysqlError(err error, codes ...int) bool {
 		}
 	}
 	return false
-}
-
-// DownScript joins the down migrations of ms, the newest first, into one
-// SQL script: what Down runs for ms, for another migration tool.
-func DownScript(ms []Migration) string {
-	var b strings.Builder
-	for _, mg := range slices.Backward(ms) {
-		fmt.Fprintf(&b, "-- txbox revert %s version %d (%s)\n%s\n\n", mg.Target, mg.Version, mg.Name, strings.TrimSpace(mg.Down))
-	}
-	return b.String()
-}
-
-// GooseScript returns ms as one goose migration file: head (SchemaSQL) and
-// the migrations under "-- +goose Up", their down migrations, newest first,
-// under "-- +goose Down", each statement between "-- +goose StatementBegin"
-// and "-- +goose StatementEnd" (PL/pgSQL and trigger bodies hold
-// semicolons of their own).
-func GooseScript(head string, ms []Migration) string {
-	var b strings.Builder
-	section := func(sql string) {
-		for _, stmt := range splitStatements(sql) {
-			fmt.Fprintf(&b, "-- +goose StatementBegin\n%s;\n-- +goose StatementEnd\n", stmt)
-		}
-	}
-	b.WriteString("-- +goose Up\n")
-	section(head)
-	for _, mg := range ms {
-		fmt.Fprintf(&b, "\n-- txbox migration %s version %d (%s)\n", mg.Target, mg.Version, mg.Name)
-		section(mg.SQL)
-	}
-	b.WriteString("\n-- +goose Down\n")
-	for _, mg := range slices.Backward(ms) {
-		fmt.Fprintf(&b, "\n-- txbox revert %s version %d (%s)\n", mg.Target, mg.Version, mg.Name)
-		section(mg.Down)
-	}
-	return b.String()
 }

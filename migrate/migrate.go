@@ -82,8 +82,8 @@ type Config struct {
 	// tries, before Up or Down returns ErrLockTimeout. Default:
 	// DefaultLockRetries. Negative: none.
 	LockRetries int
-	// Logger receives a warning at each lock timeout. Default:
-	// slog.Default().
+	// Logger receives a warning at each lock timeout, and at each retry of
+	// Startup. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -117,6 +117,7 @@ type Migrator struct {
 	lockTimeout time.Duration // <0: none
 	lockRetries int
 	log         *slog.Logger
+	transient   func(error) bool // the database failed, not the statement
 }
 
 // New returns a Migrator for drv's database. It validates every table name.
@@ -138,7 +139,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Migrator, error) {
 		return nil, err
 	}
 	m := &Migrator{sql: sql, dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations,
-		lockTimeout: cfg.LockTimeout, lockRetries: max(cfg.LockRetries, 0), log: cfg.Logger}
+		lockTimeout: cfg.LockTimeout, lockRetries: max(cfg.LockRetries, 0), log: cfg.Logger,
+		transient: func(err error) bool { return driver.IsTransientFor(drv, err) }}
 	if m.lockTimeout == 0 {
 		m.lockTimeout = DefaultLockTimeout
 	}
@@ -253,52 +255,6 @@ func reapply(down string, earlier []Migration) (string, error) {
 		lines[i] = earlier[j].SQL
 	}
 	return strings.Join(lines, "\n"), nil
-}
-
-// SQL returns every migration as one script, with comments naming each, for
-// teams that apply migrations with their own tool. With a Schema it begins
-// with CREATE SCHEMA IF NOT EXISTS, as Up does. It does not include the
-// tracking table: that tool keeps its own records.
-func (m *Migrator) SQL() string { return schemaScript(m.sql, m.schema) + Script(m.migrations) }
-
-// PlanSQL returns the script Migrator.SQL would for cfg, without a
-// database: what `txbox migrate sql` prints.
-func PlanSQL(d driver.Dialect, cfg Config) (string, error) {
-	ms, err := Plan(d, cfg)
-	if err != nil {
-		return "", err
-	}
-	head, err := SchemaSQL(d, cfg.Schema)
-	return head + Script(ms), err
-}
-
-// schemaScript is the statement creating schema, for the head of a script,
-// or "" without one.
-func schemaScript(sql migratesql.Dialect, schema string) string {
-	if schema == "" || sql.CreateSchema() == "" {
-		return ""
-	}
-	return fmt.Sprintf("-- txbox schema %s (created before any migration)\n%s;\n\n", schema, sql.CreateSchema())
-}
-
-// SchemaSQL returns what a script of migrations in schema begins with, as
-// PlanSQL's does: CREATE SCHEMA IF NOT EXISTS, or "" without a schema. The
-// schema must be valid (Plan checks it).
-func SchemaSQL(d driver.Dialect, schema string) (string, error) {
-	sql, err := migratesql.New(d, schema, trackingTable)
-	if err != nil {
-		return "", err
-	}
-	return schemaScript(sql, schema), nil
-}
-
-// Script joins migrations into one SQL script.
-func Script(ms []Migration) string {
-	var b strings.Builder
-	for _, mg := range ms {
-		fmt.Fprintf(&b, "-- txbox migration %s version %d (%s)\n%s\n\n", mg.Target, mg.Version, mg.Name, strings.TrimSpace(mg.SQL))
-	}
-	return b.String()
 }
 
 // ensureTracking creates the schema and the tracking table if missing, in

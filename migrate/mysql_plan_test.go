@@ -14,7 +14,10 @@ func TestPlanMySQLSplitsTriggerAsOneStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := Script(ms)
+	script, err := UpScript(driver.MySQL, "", ms, ScriptOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"CREATE TABLE IF NOT EXISTS `events`", "CREATE TABLE IF NOT EXISTS `events_keys`",
 		"CREATE TRIGGER IF NOT EXISTS `events_key_order` BEFORE INSERT ON `events`", "INDEX `events_pending_idx`", "CREATE TABLE IF NOT EXISTS `inbox`"} {
 		if !strings.Contains(script, want) {

@@ -12,7 +12,10 @@ func TestPlanRendersNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := Script(ms)
+	script, err := UpScript(driver.Postgres, "s1", ms, ScriptOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{`CREATE TABLE "s1"."events"`, `CREATE INDEX "events_pending_idx" ON "s1"."events"`,
 		`CREATE FUNCTION "s1"."events_key_order"()`, `CREATE TRIGGER "events_key_order" BEFORE INSERT ON "s1"."events"`} {
 		if !strings.Contains(script, want) {

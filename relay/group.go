@@ -145,7 +145,8 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 // Add validates the store's outbox table (see Relay.Validate) and adds the
 // store; in a running group its first round is queued at once. A table
 // that is missing or not migrated is a *txbox.StartupError and the store
-// is not added.
+// is not added; so is a database that failed during the check, with its
+// error (driver.IsTransient), not retried: the caller retries the store.
 func (g *Group) Add(ctx context.Context, s Store) error {
 	if s.Name == "" || s.Relay == nil {
 		return fmt.Errorf("%w: a group store needs a name and a relay", txbox.ErrInvalidConfig)
@@ -156,7 +157,7 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 	if dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateStore, s.Name)
 	}
-	if err := s.Relay.Validate(ctx); err != nil {
+	if err := s.Relay.validateOnce(ctx); err != nil {
 		return fmt.Errorf("store %q: %w", s.Name, err)
 	}
 	if err := s.Relay.joinGroup(); err != nil {

@@ -107,7 +107,7 @@ type Relay struct {
 	notifyActive atomic.Bool
 	listenFails  atomic.Int64 // times the listener failed or its check did
 
-	check func(context.Context) []string // the outbox table's start-up check
+	check func(ctx context.Context, retry bool) ([]string, error) // the outbox table's start-up check
 
 	obs      txbox.RelayObserver // nil: no observer calls (see observe.go)
 	tracer   txbox.RelayTracer   // nil: no tracer calls
@@ -159,16 +159,22 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if r.tracer == nil {
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
 	}
-	r.check = func(ctx context.Context) []string {
-		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table})
+	r.check = func(ctx context.Context, retry bool) ([]string, error) {
+		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table, Logger: r.log})
 		if err != nil {
-			return []string{err.Error()}
+			return []string{err.Error()}, nil
 		}
-		problems, note := m.Startup(ctx)
+		var problems []string
+		var note string
+		if retry {
+			problems, note = m.Startup(ctx)
+		} else {
+			problems, note, err = m.StartupOnce(ctx)
+		}
 		if note != "" {
 			r.log.Warn("txbox relay: " + note)
 		}
-		return problems
+		return problems, err
 	}
 	capable := any(drv)
 	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
@@ -199,11 +205,27 @@ func (r *Relay) Wake() {
 	}
 }
 
-// Validate checks that the outbox table is there and migrated, and
-// returns a *txbox.StartupError listing every problem, or nil. Start and
-// Run call it; it changes nothing.
+// Validate checks that the outbox table is there, migrated and usable
+// (migrate.Migrator.Check), and returns a *txbox.StartupError listing
+// every problem, or nil. A database failure during the check is retried
+// until ctx ends. Start and Run call it; it changes nothing.
 func (r *Relay) Validate(ctx context.Context) error {
-	if problems := r.check(ctx); len(problems) > 0 {
+	problems, _ := r.check(ctx, true)
+	if len(problems) > 0 {
+		return &txbox.StartupError{Component: "relay", Problems: problems}
+	}
+	return nil
+}
+
+// validateOnce is Validate without its retries: a database failure during
+// the check is returned as it is (driver.IsTransient), for a Group that
+// retries each store on its own.
+func (r *Relay) validateOnce(ctx context.Context) error {
+	problems, err := r.check(ctx, false)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
 		return &txbox.StartupError{Component: "relay", Problems: problems}
 	}
 	return nil

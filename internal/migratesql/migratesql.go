@@ -7,6 +7,7 @@ package migratesql
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/txbox/txbox/driver"
@@ -48,6 +49,17 @@ type Dialect interface {
 	// quoted, qualified name), oldest transaction first, or returns ""
 	// when the dialect cannot tell.
 	Holders(ctx context.Context, ex driver.Executor, table string) (string, error)
+
+	// ScriptLock returns the statement with which a script for another
+	// tool waits, inside its transaction, for a concurrent Up or Down, or
+	// "" when the dialect has none that lasts.
+	ScriptLock() string
+	// ScriptRecord returns the statement that records, in a script, one
+	// applied migration, and does nothing when it is recorded already.
+	ScriptRecord(target string, version int, name string) string
+	// ScriptForget returns the statement that deletes, in a script, the
+	// record of one reverted migration.
+	ScriptForget(target string, version int) string
 }
 
 // New returns the tracking SQL of dialect d for table in schema (both
@@ -57,7 +69,7 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 	case driver.Postgres:
 		p := &postgres{}
 		return p, p.load(d, postgresSQL, schema, table, map[string]*string{"setup_lock": &p.setupLock, "create_schema": &p.createSchema, "lock": &p.lock,
-			"lock_timeout": &p.lockTimeout, "lock_holders": &p.holders})
+			"lock_timeout": &p.lockTimeout, "lock_holders": &p.holders, "script_lock": &p.scriptLock})
 	case driver.SQLite:
 		s := &sqlite{}
 		return s, s.load(d, sqliteSQL, schema, table, nil)
@@ -73,10 +85,12 @@ func New(d driver.Dialect, schema, table string) (Dialect, error) {
 // methods whose arguments are the same in every dialect.
 type queries struct {
 	setupLock, createSchema, createTracking, applied, record, forget string
+	scriptLock, scriptRecord, scriptForget                           string
 }
 
 func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
-	dest := map[string]*string{"create_tracking": &q.createTracking, "applied": &q.applied, "record": &q.record, "forget": &q.forget}
+	dest := map[string]*string{"create_tracking": &q.createTracking, "applied": &q.applied, "record": &q.record, "forget": &q.forget,
+		"script_record": &q.scriptRecord, "script_forget": &q.scriptForget}
 	return sqltext.Load("migrate/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
 }
 
@@ -94,5 +108,19 @@ func (q *queries) Forget(ctx context.Context, ex driver.Executor, target string,
 	_, err := ex.Exec(ctx, q.forget, target, version)
 	return err
 }
+
+func (q *queries) ScriptLock() string { return q.scriptLock }
+
+func (q *queries) ScriptRecord(target string, version int, name string) string {
+	return fmt.Sprintf(q.scriptRecord, literal(target), version, literal(name))
+}
+
+func (q *queries) ScriptForget(target string, version int) string {
+	return fmt.Sprintf(q.scriptForget, literal(target), version)
+}
+
+// literal quotes s as an SQL string literal (targets and names are
+// validated identifiers; the quotes are doubled all the same).
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func noUnlock(context.Context) error { return nil }

@@ -39,3 +39,12 @@ INSERT INTO {{table}} (target, version, name, applied_at) VALUES (?, ?, ?, ?)
 -- Migrator.Down removes the row of a migration it reverted.
 -- name: forget
 DELETE FROM {{table}} WHERE target = ? AND version = ?
+
+-- The statements a script for another tool (goose, mysql) runs to record
+-- one migration, idempotently: %s is the quoted target, %d the version, %s
+-- the quoted name; script_forget deletes that row (a down script).
+-- name: script_record
+INSERT IGNORE INTO {{table}} (target, version, name, applied_at) VALUES (%s, %d, %s, UTC_TIMESTAMP(6))
+
+-- name: script_forget
+DELETE FROM {{table}} WHERE target = %s AND version = %d

@@ -52,3 +52,17 @@ INSERT INTO {{table}} (target, version, name, applied_at) VALUES ($1, $2, $3, $4
 -- Migrator.Down removes the row of a migration it reverted.
 -- name: forget
 DELETE FROM {{table}} WHERE target = $1 AND version = $2
+
+-- The statements a script for another tool (goose, atlas, Flyway, psql -f)
+-- runs, in the transaction that applies the migrations. script_lock makes
+-- it wait for a concurrent migrate up, as lock does. script_record records
+-- one migration, idempotently: %s is the quoted target, %d the version, %s
+-- the quoted name. script_forget deletes that row (a down script).
+-- name: script_lock
+LOCK TABLE {{table}} IN EXCLUSIVE MODE
+
+-- name: script_record
+INSERT INTO {{table}} (target, version, name, applied_at) VALUES (%s, %d, %s, now()) ON CONFLICT (target, version) DO NOTHING
+
+-- name: script_forget
+DELETE FROM {{table}} WHERE target = %s AND version = %d

@@ -598,14 +598,21 @@ func TestMigrateSQLDown(t *testing.T) {
 		t.Fatalf("migrate sql --down --to 7:\n%s", out)
 	}
 	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--to", "2", "--schema", "shop")
-	if !strings.HasPrefix(out, "-- txbox schema shop") || !strings.Contains(out, "version 2 (key_order)") || strings.Contains(out, "version 3 ") {
+	if !strings.Contains(out, `CREATE SCHEMA IF NOT EXISTS "shop";`) || !strings.Contains(out, "version 2 (key_order)") || strings.Contains(out, "version 3 ") {
 		t.Fatalf("migrate sql --to 2:\n%s", out)
 	}
 	out = mustRun(t, "migrate", "sql", "--dialect", "sqlite", "--goose")
 	up, down, ok := strings.Cut(out, "-- +goose Down\n")
-	if !ok || !strings.HasPrefix(up, "-- +goose Up\n") || !strings.Contains(up, "CREATE TABLE") || !strings.Contains(down, "DROP TABLE IF EXISTS") ||
+	if !ok || !strings.Contains(up, "\n-- +goose Up\n") || !strings.Contains(up, "CREATE TABLE") || !strings.Contains(down, "DROP TABLE IF EXISTS") ||
 		strings.Count(out, "-- +goose StatementBegin") != strings.Count(out, "-- +goose StatementEnd") {
 		t.Fatalf("migrate sql --goose:\n%s", out)
+	}
+	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--goose", "--from", "8")
+	if !strings.Contains(out, "version 9 (claim_runs_window)") || strings.Contains(out, "version 8 ") || !strings.Contains(out, "VALUES ('outbox:txbox_outbox', 9, ") {
+		t.Fatalf("migrate sql --goose --from 8:\n%s", out)
+	}
+	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "sqlite", "--from", "1", "--down"); err == nil || !strings.Contains(err.Error(), "--from 1") {
+		t.Fatalf("--from --down: err = %v", err)
 	}
 	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "sqlite", "--goose", "--down"); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("--goose --down: err = %v", err)

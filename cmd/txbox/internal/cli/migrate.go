@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -204,6 +205,9 @@ that version only (migrate status lists them).`,
 			if err != nil {
 				return fmt.Errorf("migrate up on %s: %w", db.target, err)
 			}
+			if err := verify(ctx, m); err != nil {
+				return fmt.Errorf("migrate up on %s: every migration is recorded, but %w", db.target, err)
+			}
 			switch {
 			case len(applied) > 0:
 			case cmd.Flags().Changed("to"):
@@ -296,8 +300,15 @@ func newMigrateStatusCmd(f *tableFlags) *cobra.Command {
 		Long: `Print a table of every migration txbox has for the configured tables: its
 target (kind:table), version, name, and when it was applied ("pending" if not
 yet); then the migrations of those tables that a newer txbox release applied,
-marked "(by a newer txbox release)": only that release can revert them. It
-changes nothing in the database.`,
+marked "(by a newer txbox release)": only that release can revert them.
+
+Then it inspects each table whose migrations are all recorded, as the relay
+and the consumer do at start-up: the table is there and readable, has every
+column its migrations create, each of the same kind of type (integer, text,
+bytes, json, time), and an outbox table takes the relay's writes (a row is
+inserted, updated as the relay marks it failed and published, and rolled
+back: a trigger added by hand that refuses them shows here). It names what is
+wrong and what to run, and exits 1. It changes nothing in the database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -315,7 +326,13 @@ changes nothing in the database.`,
 				for i, s := range st {
 					js[i] = statusJSON{Target: s.Target, Version: s.Version, Name: s.Name, AppliedAt: timeOrNil(s.AppliedAt), Newer: s.Newer}
 				}
-				return writeJSON(cmd.OutOrStdout(), js)
+				if err := writeJSON(cmd.OutOrStdout(), js); err != nil {
+					return err
+				}
+				if err := verify(ctx, m); err != nil {
+					return fmt.Errorf("migrate status on %s: %w", db.target, err)
+				}
+				return nil
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TARGET\tVERSION\tNAME\tAPPLIED AT")
@@ -329,36 +346,64 @@ changes nothing in the database.`,
 				}
 				fmt.Fprintf(tw, "%s\t%03d\t%s\t%s\n", cell(s.Target), s.Version, cell(s.Name), at)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if err := verify(ctx, m); err != nil {
+				return fmt.Errorf("migrate status on %s: %w", db.target, err)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (applied_at null: pending; newer true: applied by a newer txbox release)")
 	return cmd
 }
 
+// verify returns an error naming what is wrong with the tables whose
+// migrations are all recorded (migrate.Migrator.Verify), or nil.
+func verify(ctx context.Context, m *migrate.Migrator) error {
+	problems, err := m.Verify(ctx)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%d table(s) do not match their migrations:\n  %s", len(problems), strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
 func newMigrateSQLCmd(f *tableFlags) *cobra.Command {
 	var dialect string
-	var down, goose bool
-	var to int
+	var down, goose, noBegin bool
+	var to, from int
 	cmd := &cobra.Command{
 		Use:   "sql",
 		Short: "Print the migrations' SQL, for goose, atlas or another tool",
 		Long: `Print every migration as one SQL script, with a comment naming each, for teams
-that apply migrations with their own tool. It connects to no database: the
-dialect comes from --dialect, or from the scheme of --db. With --schema it
-begins with CREATE SCHEMA IF NOT EXISTS. The script does not include txbox's
-own tracking table (your tool keeps its own records).
+that apply migrations with their own tool (goose, atlas, Flyway, psql -f). It
+connects to no database: the dialect comes from --dialect, or from the scheme
+of --db. Like migrate up, the script creates --schema and txbox_migrations if
+missing and records each migration there (idempotently), so that the relay,
+the consumer and migrate status find the tables migrated, and migrate up
+afterwards has nothing to do. It runs between BEGIN and COMMIT (whole or not at
+all under psql -f or sqlite3); --no-begin leaves them out, for a tool that runs
+it in a transaction of its own (Flyway, atlas, psql -1). MySQL commits each DDL
+statement on its own: a MySQL script that stops part way leaves the migrations
+before the failing one applied and recorded; migrate up finishes the rest.
 
---to VERSION prints the migrations up to that version only. --down prints the
+--to VERSION prints the migrations up to that version only, --from VERSION
+those above it (a later release's new migrations, for a new file of your
+tool's). --down prints the
 down migrations instead, newest first: those above --to (default 0, all of
-them), what ` + "`txbox migrate down --to VERSION`" + ` runs. --goose prints
-one goose migration file: the migrations under -- +goose Up and their down
-migrations under -- +goose Down, each statement between StatementBegin and
-StatementEnd.`,
+them), what ` + "`txbox migrate down --to VERSION`" + ` runs, each removing its row in
+txbox_migrations. --goose prints one goose migration file: the migrations
+under -- +goose Up and their down migrations under -- +goose Down, each
+statement between StatementBegin and StatementEnd.`,
 		Example: `  txbox migrate sql --dialect postgres --schema txbox > 001_txbox.sql
   txbox migrate sql --db sqlite://app.db
   txbox migrate sql --dialect postgres --down --to 6
-  txbox migrate sql --dialect postgres --goose > migrations/20260101000000_txbox.sql`,
+  txbox migrate sql --dialect postgres --goose > migrations/20260101000000_txbox.sql
+  txbox migrate sql --dialect postgres --no-begin > flyway/sql/V1__txbox.sql`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var d driver.Dialect
@@ -388,30 +433,32 @@ StatementEnd.`,
 			if err != nil {
 				return err
 			}
-			var script string
-			switch {
-			case goose && down:
+			if goose && down {
 				return fmt.Errorf("%w: --goose prints the down migrations already (under -- +goose Down): give --goose or --down, not both", txbox.ErrInvalidConfig)
-			case goose:
-				if cmd.Flags().Changed("to") {
-					ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version > to })
-				}
-				head, err := migrate.SchemaSQL(d, f.schema)
-				if err != nil {
-					return err
-				}
-				script = migrate.GooseScript(head, ms)
-			case down:
+			}
+			if goose && noBegin {
+				return fmt.Errorf("%w: --no-begin: goose runs each section in a transaction of its own already; give --goose alone", txbox.ErrInvalidConfig)
+			}
+			if from < 0 || (from > 0 && down) {
+				return fmt.Errorf("%w: --from %d: want 0 or more, and not with --down (whose --to says where it stops)", txbox.ErrInvalidConfig, from)
+			}
+			ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= from })
+			if down {
 				ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= to })
-				script = migrate.DownScript(ms)
+			} else if cmd.Flags().Changed("to") {
+				ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version > to })
+			}
+			var script string
+			switch opts := (migrate.ScriptOptions{NoBegin: noBegin}); {
+			case goose:
+				script, err = migrate.GooseScript(d, f.schema, ms)
+			case down:
+				script, err = migrate.DownScript(d, f.schema, ms, opts)
 			default:
-				if cmd.Flags().Changed("to") {
-					ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version > to })
-				}
-				if script, err = migrate.SchemaSQL(d, f.schema); err != nil {
-					return err
-				}
-				script += migrate.Script(ms)
+				script, err = migrate.UpScript(d, f.schema, ms, opts)
+			}
+			if err != nil {
+				return err
 			}
 			_, err = fmt.Fprint(cmd.OutOrStdout(), script)
 			return err
@@ -420,6 +467,8 @@ StatementEnd.`,
 	cmd.Flags().StringVar(&dialect, "dialect", "", "SQL dialect: postgres, sqlite or mysql (default: from the scheme of --db)")
 	cmd.Flags().BoolVar(&down, "down", false, "print the down migrations, newest first")
 	cmd.Flags().BoolVar(&goose, "goose", false, "print one goose migration file: the migrations under -- +goose Up, their down migrations under -- +goose Down")
+	cmd.Flags().BoolVar(&noBegin, "no-begin", false, "leave out BEGIN and COMMIT, for a tool that runs the script in a transaction of its own (Flyway, atlas, psql -1)")
 	cmd.Flags().IntVar(&to, "to", 0, "up to this version only; with --down, the version to go back to (default: every migration)")
+	cmd.Flags().IntVar(&from, "from", 0, "only the migrations above this version: those a later txbox release added, for a new file of your tool's")
 	return cmd
 }

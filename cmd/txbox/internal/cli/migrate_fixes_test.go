@@ -51,7 +51,7 @@ func TestMigrateSQLSchemaScriptRuns(t *testing.T) {
 	t.Parallel()
 	admin, schema := pgSchema(t)
 	script := mustRun(t, "migrate", "sql", "--dialect", "postgres", "--schema", schema)
-	if !strings.HasPrefix(script, "-- txbox schema "+schema) || !strings.Contains(script, `CREATE SCHEMA IF NOT EXISTS "`+schema+`";`) {
+	if i := strings.Index(script, `CREATE SCHEMA IF NOT EXISTS "`+schema+`";`); i < 0 || i > strings.Index(script, "CREATE TABLE") {
 		t.Fatalf("script does not begin with CREATE SCHEMA:\n%.400s", script)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
