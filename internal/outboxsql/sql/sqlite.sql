@@ -8,13 +8,16 @@
 -- name: claim
 -- A keyed row is claimable only at the head of its key: no earlier row of
 -- the key is undelivered (dead or leased ones included). ?5 is the scan's
--- start (see Store.Claim); the key check looks below it too.
+-- start (see Store.Claim); the key check looks below it too. A lease that
+-- is not an integer, or ends more than MaxClaimLease (2 h, 7200000000 µs)
+-- from now, was not written by a relay: it counts as expired.
 UPDATE {{table}} SET claim_token = ?1, claimed_until = ?2
 WHERE id IN (
   SELECT o.id FROM {{table}} o
   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?5
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?3)
-    AND (o.claimed_until IS NULL OR o.claimed_until < ?3)
+    AND (o.claimed_until IS NULL OR o.claimed_until < ?3
+         OR typeof(o.claimed_until) <> 'integer' OR o.claimed_until > ?3 + 7200000000)
     AND (o.ordering_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM {{table}} p
           WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
@@ -119,6 +122,11 @@ DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN (SELECT value FROM jso
 
 -- name: discard_all
 DELETE FROM {{table}} WHERE dead_at IS NOT NULL
+
+-- name: dead_ids
+-- The dead rows a bulk action tries one by one when the statement on all
+-- of them failed (Store.Redrive, Store.Discard).
+SELECT id FROM {{table}} WHERE dead_at IS NOT NULL ORDER BY id
 
 -- name: insert
 -- Outbox.Add's multi-row INSERT: {{list}} repeats one row's values, up to
