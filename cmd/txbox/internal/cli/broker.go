@@ -55,6 +55,10 @@ type brokerFlags struct {
 	// events, when set, logs the NATS connection's disconnects, reconnects
 	// and close.
 	events *slog.Logger
+	// maxControlLine is the NATS server's max control line as the last
+	// publisher learned it (natsjs.Publisher.MaxControlLine), carried to
+	// the publisher of the next connection; 0 is the default.
+	maxControlLine int
 }
 
 // unreachableError marks a failure to reach the broker that trying again
@@ -273,6 +277,11 @@ type broker struct {
 	// closed is closed when the NATS connection is closed for good; nil
 	// for the other brokers.
 	closed chan struct{}
+	// maxControlLine is natsjs.PublisherConfig.MaxControlLine; natsPub the
+	// NATS publisher made, whose learned MaxControlLine outlives the
+	// connection (see reconnecting).
+	maxControlLine int
+	natsPub        *natsjs.Publisher
 }
 
 // publisher returns the broker's publisher; on NATS, topics get prefix.
@@ -280,7 +289,12 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	if b.pub != nil {
 		return b.pub, nil
 	}
-	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log, CloudEventsSource: b.ceSource})
+	p, err := natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log, CloudEventsSource: b.ceSource, MaxControlLine: b.maxControlLine})
+	if err != nil {
+		return nil, err
+	}
+	b.natsPub = p
+	return p, nil
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
