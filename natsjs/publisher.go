@@ -81,7 +81,7 @@ type Publisher struct {
 	js       jetstream.JetStream
 	prefix   string
 	maxLine  atomic.Int64 // MaxControlLine, or less once learned
-	replyLen int // the length of the reply subjects of async publishes
+	replyLen int          // the length of the reply subjects of async publishes
 	log      *slog.Logger
 	ceSource string
 	dups     atomic.Int64
