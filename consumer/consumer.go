@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
@@ -364,6 +365,8 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		}
 		if h.Binding == "" {
 			add("%s has no Binding", label)
+		} else if msg := checkText(h.Binding); msg != "" {
+			add("%s: binding %q %s", label, h.Binding, msg)
 		} else {
 			bindings[h.Binding] = append(bindings[h.Binding], label)
 		}
@@ -417,6 +420,15 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 func checkName(s string) string {
 	if len(s) > inbox.DefaultMaxSourceLen {
 		return fmt.Sprintf("is %d bytes, over %d", len(s), inbox.DefaultMaxSourceLen)
+	}
+	return checkText(s)
+}
+
+// checkText refuses what no broker name or message field holds: invalid
+// UTF-8 and control characters.
+func checkText(s string) string {
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == 0x7f {

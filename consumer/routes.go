@@ -374,10 +374,8 @@ func routeProblem(r Route) string {
 		if f.v != strings.TrimSpace(f.v) {
 			return f.name + " has leading or trailing space: it would never match"
 		}
-		for i := 0; i < len(f.v); i++ {
-			if c := f.v[i]; c < 0x20 || c == 0x7f {
-				return fmt.Sprintf("%s contains control character %#x", f.name, c)
-			}
+		if msg := checkText(f.v); msg != "" {
+			return f.name + " " + msg + ": it would never match"
 		}
 	}
 	if ct := r.ContentType; ct != "" && (strings.Contains(ct, ";") || !strings.Contains(ct, "/")) {

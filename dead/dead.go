@@ -15,6 +15,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/printable"
 )
 
 // Message is a dead outbox message.
@@ -121,12 +122,60 @@ func (l *Letters) Get(ctx context.Context, seq int64) (Letter, error) {
 
 // Redrive makes the dead messages with these seqs (all, when none are given)
 // pending again with a fresh attempt budget, and returns how many it changed.
+// Each row is redriven or refused on its own: a row the table's checks
+// refuse as a pending message (a dead row parked as invalid by the
+// contract migration, say) stays dead, and the others are redriven; the
+// error is then a *RefusedError naming each refused row.
 func (l *Letters) Redrive(ctx context.Context, seqs ...int64) (int64, error) {
-	return l.store.Redrive(ctx, seqs)
+	n, refused, err := l.store.Redrive(ctx, seqs)
+	return n, refusedError("redrive", refused, err)
 }
 
 // Discard deletes the dead messages with these seqs (all, when none are
 // given), releasing the keys they parked, and returns how many it deleted.
+// As with Redrive, a row the database refuses to delete (a foreign key, a
+// trigger) is refused on its own, and the error is a *RefusedError.
 func (l *Letters) Discard(ctx context.Context, seqs ...int64) (int64, error) {
-	return l.store.Discard(ctx, seqs)
+	n, refused, err := l.store.Discard(ctx, seqs)
+	return n, refusedError("discard", refused, err)
+}
+
+// Refused is a dead message that Redrive or Discard left as it was.
+type Refused struct {
+	Seq    int64
+	Reason string // the database's error, as it sent it (escape it to print it)
+}
+
+// RefusedError is the error of Redrive and Discard when the database
+// refused some rows; the count they return is of the rows done.
+type RefusedError struct {
+	Action string // "redrive" or "discard"
+	Rows   []Refused
+	// Err is the error that stopped the action before it tried every row
+	// (the connection was lost, say), or nil.
+	Err error
+}
+
+func (e *RefusedError) Error() string {
+	msg := fmt.Sprintf("the database refused to %s %d dead message(s), first seq %d: %s",
+		e.Action, len(e.Rows), e.Rows[0].Seq, printable.Cell(e.Rows[0].Reason))
+	if e.Err != nil {
+		msg += "; then stopped: " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns Err.
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refusedError returns err when no row was refused, else a *RefusedError.
+func refusedError(action string, refused []outboxsql.Refusal, err error) error {
+	if len(refused) == 0 {
+		return err
+	}
+	e := &RefusedError{Action: action, Rows: make([]Refused, len(refused)), Err: err}
+	for i, r := range refused {
+		e.Rows[i] = Refused{Seq: r.Seq, Reason: r.Err.Error()}
+	}
+	return e
 }

@@ -52,7 +52,12 @@ type PublisherConfig struct {
 	// MaxControlLine is the server's max_control_line, the longest protocol
 	// line it reads (the subject is on it): CheckMessage refuses a message
 	// whose line would be longer, since the server closes the connection
-	// that sends one. Servers do not announce it. Default: 4096, the
+	// that sends one. Servers do not announce it (it is not in INFO), so
+	// the Publisher also learns it: when the server closes the connection
+	// for "maximum control line exceeded", Publish rejects the unacknowledged
+	// messages of the batch with the longest line (txbox.Reject) and from
+	// then on checks against that length less one (see MaxControlLine; pass
+	// it to the Publisher of the next connection). Default: 4096, the
 	// server's default.
 	MaxControlLine int
 	// Logger receives a debug line for each message JetStream acknowledged
@@ -75,8 +80,8 @@ type Publisher struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	prefix   string
-	maxLine  int
-	replyLen int // the length of the reply subjects of async publishes
+	maxLine  atomic.Int64 // MaxControlLine, or less once learned
+	replyLen int          // the length of the reply subjects of async publishes
 	log      *slog.Logger
 	ceSource string
 	dups     atomic.Int64
@@ -119,9 +124,38 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if nc.Opts.InboxPrefix != "" {
 		inbox = nc.Opts.InboxPrefix + "."
 	}
-	return &Publisher{nc: nc, js: js, prefix: cfg.Prefix, maxLine: cfg.MaxControlLine,
-		replyLen: len(inbox) + 6 + 1 + 6, log: cfg.Logger, ceSource: cfg.CloudEventsSource, maxPayload: nc.MaxPayload}, nil
+	p := &Publisher{nc: nc, js: js, prefix: cfg.Prefix,
+		replyLen: len(inbox) + 6 + 1 + 6, log: cfg.Logger, ceSource: cfg.CloudEventsSource, maxPayload: nc.MaxPayload}
+	p.maxLine.Store(int64(cfg.MaxControlLine))
+	if room := cfg.MaxControlLine - p.lineOverhead(); len(cfg.Prefix) >= room {
+		return nil, fmt.Errorf("%w: natsjs: Prefix of %d bytes leaves no room for a topic within the max control line of %d bytes (MaxControlLine): every message would be refused",
+			txbox.ErrInvalidConfig, len(cfg.Prefix), cfg.MaxControlLine)
+	}
+	return p, nil
 }
+
+// MaxPrefix is the longest prefix that leaves room, with the default inbox
+// prefix, for every topic (up to txbox.MaxTopicLen bytes) within a server's
+// max_control_line of maxControlLine: the protocol line holds the subject,
+// the reply subject and the sizes. NewPublisher refuses only a Prefix that
+// leaves room for no topic; a longer one than MaxPrefix refuses the
+// messages of long topics.
+func MaxPrefix(maxControlLine int) int {
+	return max(maxControlLine-defaultLineOverhead-txbox.MaxTopicLen, 0)
+}
+
+// defaultLineOverhead is lineOverhead with nats.go's default inbox prefix.
+var defaultLineOverhead = (&Publisher{replyLen: len(nats.InboxPrefix) + 6 + 1 + 6}).lineOverhead()
+
+// lineOverhead is what a protocol line holds besides the subject, at most:
+// the spaces, the reply subject, and the header and total sizes of a
+// message within the largest max payload NATS takes (64 MiB, 8 digits).
+func (p *Publisher) lineOverhead() int { return 1 + p.replyLen + 1 + 8 + 1 + 8 }
+
+// MaxControlLine returns the longest protocol line the Publisher sends:
+// PublisherConfig.MaxControlLine, or less once the server closed the
+// connection on a longer line ("maximum control line exceeded").
+func (p *Publisher) MaxControlLine() int { return int(p.maxLine.Load()) }
 
 // Connected reports whether the connection is up; see
 // txbox.ConnectionChecker.
@@ -168,24 +202,30 @@ func (p *Publisher) CheckMessage(m txbox.Message) error {
 // protocol line and payload limits.
 func (p *Publisher) checkSizes(m txbox.Message, subj string) error {
 	msg := p.Msg(m)
-	hdr := msg.Size() - len(msg.Subject) - len(msg.Data)
-	size := hdr + len(msg.Data)
-	// The server reads "HPUB subject reply hdr_size total_size" (PUB without
-	// hdr_size when there are no headers) as one line of at most
-	// max_control_line bytes, the verb not counted.
-	line := len(subj) + 1 + p.replyLen + 1 + len(strconv.Itoa(size))
-	if hdr > 0 {
-		line += 1 + len(strconv.Itoa(hdr))
-	}
-	if line > p.maxLine {
+	line, hdr, size := p.line(msg)
+	if maxLine := p.MaxControlLine(); line > maxLine {
 		return txbox.Reject(fmt.Errorf("natsjs: subject of %d bytes makes a protocol line of %d bytes, over the server's max control line of %d bytes (MaxControlLine)",
-			len(subj), line, p.maxLine))
+			len(subj), line, maxLine))
 	}
 	if limit := p.maxPayload(); limit > 0 && int64(size) > limit {
 		return txbox.Reject(fmt.Errorf("natsjs: message of %d bytes (header block %d, payload %d) is over the server's max payload of %d bytes: %w",
 			size, hdr, len(msg.Data), limit, txbox.ErrPayloadTooLarge))
 	}
 	return nil
+}
+
+// line returns the length of msg's protocol line, its header block's size
+// and its total size. The server reads "HPUB subject reply hdr_size
+// total_size" (PUB without hdr_size when there are no headers) as one line
+// of at most max_control_line bytes, the verb not counted.
+func (p *Publisher) line(msg *nats.Msg) (line, hdr, size int) {
+	hdr = msg.Size() - len(msg.Subject) - len(msg.Data)
+	size = hdr + len(msg.Data)
+	line = len(msg.Subject) + 1 + p.replyLen + 1 + len(strconv.Itoa(size))
+	if hdr > 0 {
+		line += 1 + len(strconv.Itoa(hdr))
+	}
+	return line, hdr, size
 }
 
 // checkSubject refuses what no publish may use: empty tokens, wildcard
@@ -364,7 +404,53 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 			}
 		}
 	}
+	if errs != nil && p.nc.IsClosed() && maxControlLineExceeded(p.nc.LastError()) {
+		p.learnMaxLine(msgs, errs)
+	}
 	return errs
+}
+
+// maxControlLineExceeded reports whether err, the error nats.go keeps
+// (Conn.LastError), says the server closed the connection for a protocol
+// line over its max_control_line (nats.go has no sentinel for it).
+func maxControlLineExceeded(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "maximum control line exceeded")
+}
+
+// learnMaxLine handles a connection the server closed on a protocol line
+// over its max_control_line, which it does not announce: the line was one
+// of the messages without an ack (those before it were read), so the
+// server's limit is below the longest line L among them. Those of line L
+// are rejected, and CheckMessage refuses lines of L bytes or more from now
+// on. Each such close thus parks the longest lines first, until what is
+// left fits.
+func (p *Publisher) learnMaxLine(msgs []txbox.Message, errs []error) {
+	lines := make([]int, len(msgs))
+	longest := 0
+	for i, m := range msgs {
+		if errs[i] == nil || !errors.Is(errs[i], txbox.ErrPublisherClosed) {
+			continue
+		}
+		lines[i], _, _ = p.line(p.Msg(m))
+		longest = max(longest, lines[i])
+	}
+	if longest == 0 {
+		return
+	}
+	for {
+		cur := p.maxLine.Load()
+		if int64(longest-1) >= cur || p.maxLine.CompareAndSwap(cur, int64(longest-1)) {
+			break
+		}
+	}
+	for i, l := range lines {
+		if l == longest {
+			errs[i] = txbox.Reject(fmt.Errorf("natsjs: the server closed the connection for a protocol line over its max_control_line (\"maximum control line exceeded\"), and this message's line, %d bytes, was the longest of those it had not acknowledged: the server's max_control_line is below %d bytes (MaxControlLine)",
+				l, l))
+		}
+	}
+	p.log.Warn("natsjs: the server closed the connection on a protocol line over its max_control_line; lines are now at most "+strconv.Itoa(longest-1)+" bytes",
+		"longest_line", longest)
 }
 
 // closedCheck is how often Publish looks whether the connection was closed

@@ -50,7 +50,7 @@ func (p *Publisher) fits(m txbox.Message, subjLen int) bool {
 	if hdr > 0 {
 		line += 1 + digits(hdr)
 	}
-	if line > p.maxLine {
+	if line > p.MaxControlLine() {
 		return false
 	}
 	limit := p.maxPayload()

@@ -12,8 +12,10 @@ import (
 // testPublisher is a Publisher with the limits CheckMessage reads and no
 // connection.
 func testPublisher(maxPayload int64, maxLine int, ce string) *Publisher {
-	return &Publisher{prefix: "p.", maxLine: maxLine, replyLen: len("_INBOX.") + 13, ceSource: ce,
+	p := &Publisher{prefix: "p.", replyLen: len("_INBOX.") + 13, ceSource: ce,
 		maxPayload: func() int64 { return maxPayload }}
+	p.maxLine.Store(int64(maxLine))
+	return p
 }
 
 // TestFitsNeverAcceptsWhatTheMeasureRefuses draws messages around the

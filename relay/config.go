@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/outboxsql"
 )
 
 // Defaults of Config, as in the reference outbox relay.
@@ -97,7 +98,8 @@ type Config struct {
 	// docs/guarantees.md). It must exceed PublishTimeout: a claim that
 	// expires while its relay still publishes lets another relay publish
 	// the same rows, a duplicate (never a loss). Default: PublishTimeout +
-	// ClaimLeaseMargin (15s). Env OUTBOX_CLAIM_LEASE.
+	// ClaimLeaseMargin (15s); at most 2h (a longer SQLite lease would count
+	// as expired). Env OUTBOX_CLAIM_LEASE.
 	ClaimLease time.Duration
 
 	// Lanes makes the relay claim only rows of the lanes it holds a lease
@@ -177,6 +179,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.ClaimLease <= out.PublishTimeout {
 		return out, fmt.Errorf("%w: claim lease %s must exceed publish timeout %s", txbox.ErrInvalidConfig, out.ClaimLease, out.PublishTimeout)
+	}
+	if out.ClaimLease > outboxsql.MaxClaimLease {
+		return out, fmt.Errorf("%w: claim lease %s is over the limit of %s", txbox.ErrInvalidConfig, out.ClaimLease, outboxsql.MaxClaimLease)
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

@@ -1,9 +1,6 @@
 package txboxui
 
 import (
-	"github.com/txbox/txbox/dead"
-	"github.com/txbox/txbox/internal/printable"
-
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -21,6 +18,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/txbox/txbox/dead"
+	"github.com/txbox/txbox/internal/printable"
 )
 
 //go:embed assets
@@ -105,6 +105,10 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 		if missed, _ := strconv.ParseInt(q.Get("missed"), 10, 64); missed > 0 {
 			v.Done += fmt.Sprintf(" %d of the messages asked for were no longer dead (redriven, discarded or delivered meanwhile).", missed)
 			v.Failed = n == 0
+		}
+		if refused, _ := strconv.ParseInt(q.Get("refused"), 10, 64); refused > 0 {
+			v.Done += fmt.Sprintf(" The database refused %d of them, which stay dead (see the server's log or txbox dead %s SEQ...).", refused, a)
+			v.Failed = true
 		}
 	}
 	if q.Get("failed") != "" {
@@ -255,7 +259,15 @@ type actionResult struct {
 	Action string `json:"action"`
 	Count  int64  `json:"count"`
 	Missed int64  `json:"missed,omitempty"` // seqs given that were not dead messages
-	Error  string `json:"error,omitempty"`
+	// Refused are the rows the database refused, left dead (409).
+	Refused []refusedRow `json:"refused,omitempty"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// refusedRow is a dead row an action left as it was, and why.
+type refusedRow struct {
+	Seq    int64  `json:"seq"`
+	Reason string `json:"reason"`
 }
 
 func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
@@ -293,6 +305,14 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 		do = h.cfg.Dead.Discard
 	}
 	n, err := do(ctx, seqs...)
+	// Rows the database refused stay dead; the others were done.
+	var refused []dead.Refused
+	if re, ok := errors.AsType[*dead.RefusedError](err); ok {
+		refused, err = re.Rows, re.Err
+		for _, r := range refused {
+			h.log.Warn("txboxui: "+action+" refused by the database", "seq", r.Seq, "reason", r.Reason)
+		}
+	}
 	h.state(r.Context(), true) // show the result at once
 	if err != nil {
 		h.log.Error("txboxui: "+action+" failed", "seqs", seqs, "err", err)
@@ -308,20 +328,28 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 	// but the client is told: 404 when none was, else the count missed.
 	var missed int64
 	if len(seqs) > 0 {
-		missed = int64(len(seqs)) - n
+		missed = int64(len(seqs)) - n - int64(len(refused))
 	}
 	if api {
 		res, code := actionResult{Action: action, Count: n, Missed: missed}, http.StatusOK
+		for _, r := range refused {
+			res.Refused = append(res.Refused, refusedRow(r))
+		}
 		if missed > 0 {
 			res.Error = fmt.Sprintf("%d of the %d seqs given are not dead messages", missed, len(seqs))
 			if n == 0 {
 				code = http.StatusNotFound
 			}
 		}
+		if len(refused) > 0 {
+			res.Error = strings.TrimPrefix(res.Error+fmt.Sprintf("; the database refused to %s %d dead message(s)", action, len(refused)), "; ")
+			code = http.StatusConflict
+		}
 		writeJSON(w, code, res)
 		return
 	}
-	seeOther(w, "../?done="+action+"&n="+strconv.FormatInt(n, 10)+"&missed="+strconv.FormatInt(missed, 10))
+	seeOther(w, "../?done="+action+"&n="+strconv.FormatInt(n, 10)+"&missed="+strconv.FormatInt(missed, 10)+
+		"&refused="+strconv.Itoa(len(refused)))
 }
 
 // seeOther redirects to the relative loc as is: http.Redirect would make

@@ -68,7 +68,7 @@ type dialect interface {
 // A dialect's SQL file has one "-- name: x" section for each, plus its own.
 type queries struct {
 	claim, markPublished, deletePublished, reject, cleanup, counts string
-	listDead, redrive, redriveAll, discard, discardAll             string
+	listDead, redrive, redriveAll, discard, discardAll, deadIDs    string
 	// listDeadBrief is listDead with its text columns cut (BriefChars).
 	listDeadBrief string
 	// listPending lists undelivered rows, for txboxtest (see ListPending).
@@ -94,7 +94,7 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
 		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead, "list_dead_brief": &q.listDeadBrief,
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
-		"insert": &q.insert, "list_pending": &q.listPending, "backlog": &q.backlog,
+		"dead_ids": &q.deadIDs, "insert": &q.insert, "list_pending": &q.listPending, "backlog": &q.backlog,
 		"backlog_topics": &q.backlogTopics,
 	}
 	schema, name := unqualify(table)

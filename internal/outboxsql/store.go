@@ -54,6 +54,11 @@ type Store struct {
 	deletePublished bool
 }
 
+// MaxClaimLease is the longest claim lease. On SQLite, a lease that ends
+// later than this from now was not written by a relay, and the claim
+// treats it as expired (the table's triggers refuse it too).
+const MaxClaimLease = 2 * time.Hour
+
 // NewStore returns a Store for the quoted table; lease is how long a claim
 // may hold its rows: on SQLite, the lease after which another relay may
 // take them; on PostgreSQL, the idle time after which the server ends the
@@ -533,29 +538,6 @@ func (s *Store) listDead(ctx context.Context, q string, limit int, brief bool) (
 		out = append(out, d)
 	}
 	return out, rows.Err()
-}
-
-// Redrive makes dead rows pending again with a fresh attempt budget; no
-// seqs means every dead row. It returns how many rows it changed.
-func (s *Store) Redrive(ctx context.Context, seqs []int64) (int64, error) {
-	q := s.d.queries()
-	return s.execIDs(ctx, q.redrive, q.redriveAll, seqs)
-}
-
-// Discard deletes dead rows, releasing the keys they parked; no seqs means
-// every dead row. It returns how many rows it deleted.
-func (s *Store) Discard(ctx context.Context, seqs []int64) (int64, error) {
-	q := s.d.queries()
-	return s.execIDs(ctx, q.discard, q.discardAll, seqs)
-}
-
-// execIDs runs some on the rows seqs, or all when seqs is empty.
-func (s *Store) execIDs(ctx context.Context, some, all string, seqs []int64) (int64, error) {
-	if len(seqs) == 0 {
-		return s.pool.Exec(ctx, all)
-	}
-	q, args := s.d.withIDs(some, seqs)
-	return s.pool.Exec(ctx, q, args...)
 }
 
 func newToken() string {

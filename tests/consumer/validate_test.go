@@ -107,3 +107,29 @@ func TestStartupValidation(t *testing.T) {
 		})
 	}
 }
+
+// Names a message could never carry are refused at start, not found out by
+// dead-lettering every message: a handler name (the inbox's source) or a
+// binding that is not valid UTF-8 or holds a control character, and a
+// route field that could never match.
+func TestStartupValidationNames(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, "nats")
+	c, err := consumer.New[pgx.Tx](nil, consumer.Config{Broker: b.sub, Logger: quiet})
+	testenv.Must(t, err, "New")
+	orders := b.binding("orders")
+	for _, h := range []consumer.HandlerConfig{
+		{Name: "bill\xffing", Binding: orders},
+		{Name: "audit\x1b", Binding: orders, Route: consumer.Route{Topic: "a"}},
+		{Name: "ship", Binding: orders + "\xfe"},
+		{Name: "mail", Binding: orders, Route: consumer.Route{Topic: "order.\xc3"}},
+	} {
+		testenv.Must(t, c.HandleAtLeastOnce(h, noop), "register %q", h.Name)
+	}
+	expect(t, startupProblems(t, c),
+		`handler "bill\xffing": name is not valid UTF-8`,
+		`handler "audit\x1b": name contains control character 0x1b`,
+		`handler "ship": binding "`+orders+`\xfe" is not valid UTF-8`,
+		`Topic is not valid UTF-8: it would never match`,
+	)
+}

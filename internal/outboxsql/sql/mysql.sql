@@ -141,6 +141,11 @@ DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN ({{list "?"}})
 -- name: discard_all
 DELETE FROM {{table}} WHERE dead_at IS NOT NULL
 
+-- name: dead_ids
+-- The dead rows a bulk action tries one by one when the statement on all
+-- of them failed (Store.Redrive, Store.Discard).
+SELECT id FROM {{table}} WHERE dead_at IS NOT NULL ORDER BY id
+
 -- name: insert
 -- Outbox.Add's multi-row INSERT: {{list}} repeats one row's values, up to
 -- 1000 rows (see Inserter.Insert).

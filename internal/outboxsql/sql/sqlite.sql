@@ -13,14 +13,17 @@
 -- long), is SQLite's clock when the statement runs, after any wait for the
 -- write lock (up to busy_timeout): a time read before that wait would find
 -- a lease that ran out meanwhile still held, and stamp a lease that much
--- shorter.
+-- shorter. A lease that is not an integer, or ends more than MaxClaimLease
+-- (2 h, 7200000000 µs) from now, was not written by a relay: it counts as
+-- expired.
 WITH clock(now) AS (SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
 UPDATE {{table}} SET claim_token = ?1, claimed_until = (SELECT now FROM clock) + ?2
 WHERE id IN (
   SELECT o.id FROM {{table}} o, clock
   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?4
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= clock.now)
-    AND (o.claimed_until IS NULL OR o.claimed_until < clock.now)
+    AND (o.claimed_until IS NULL OR o.claimed_until < clock.now
+         OR typeof(o.claimed_until) <> 'integer' OR o.claimed_until > clock.now + 7200000000)
     AND (o.ordering_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM {{table}} p
           WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
@@ -134,6 +137,11 @@ DELETE FROM {{table}} WHERE dead_at IS NOT NULL AND id IN (SELECT value FROM jso
 
 -- name: discard_all
 DELETE FROM {{table}} WHERE dead_at IS NOT NULL
+
+-- name: dead_ids
+-- The dead rows a bulk action tries one by one when the statement on all
+-- of them failed (Store.Redrive, Store.Discard).
+SELECT id FROM {{table}} WHERE dead_at IS NOT NULL ORDER BY id
 
 -- name: insert
 -- Outbox.Add's multi-row INSERT: {{list}} repeats one row's values, up to

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox/cmd/txbox/internal/bench"
+	"github.com/txbox/txbox/driver"
 )
 
 // Bounds of the bench flags (the values are checked at start, not after a
@@ -113,12 +114,13 @@ machine are noisy: read the ratios, and the paired medians.`,
 					return err
 				}
 			}
-			t, err := parseDBFrom(sourceOf(cmd.Flags(), "db", EnvDB), dbURL)
+			dbFlag := sourceOf(cmd.Flags(), "db", EnvDB)
+			t, err := parseDBFrom(dbFlag, dbURL)
 			if err != nil {
 				return err
 			}
-			if t.url == "" {
-				return fmt.Errorf("txbox bench needs PostgreSQL: --db postgres://…")
+			if t.dialect != driver.Postgres {
+				return fmt.Errorf("txbox bench needs PostgreSQL: %s is a %s database (want postgres://…)", dbFlag, t.dialect)
 			}
 			ctx := cmd.Context()
 			schema := "txbox_bench_" + strconv.FormatInt(time.Now().Unix(), 10)

@@ -55,6 +55,10 @@ type brokerFlags struct {
 	// events, when set, logs the NATS connection's disconnects, reconnects
 	// and close.
 	events *slog.Logger
+	// maxControlLine is the NATS server's max control line as the last
+	// publisher learned it (natsjs.Publisher.MaxControlLine), carried to
+	// the publisher of the next connection; 0 is the default.
+	maxControlLine int
 }
 
 // unreachableError marks a failure to reach the broker that trying again
@@ -144,6 +148,9 @@ func (f *brokerFlags) check() error {
 		}
 	}
 	prefix := sourceOf(f.fs, "subject-prefix", EnvSubjectPrefix)
+	if err := checkPrefixRoom(prefix, scheme, f.subjectPrefix); err != nil {
+		return err
+	}
 	switch scheme {
 	case "kafka":
 		if err := checkKafkaPrefix(f.subjectPrefix); err != nil {
@@ -174,6 +181,9 @@ func (f *brokerFlags) check() error {
 			return err
 		}
 	}
+	if len(f.stream) > maxStreamName {
+		return fmt.Errorf("%s is %d bytes, over NATS JetStream's limit of %d bytes for a stream name", sourceOf(f.fs, "stream", EnvStream), len(f.stream), maxStreamName)
+	}
 	if f.stream != "" && strings.ContainsAny(f.stream, " \t.*>/\\") || !isPrintable(f.stream) {
 		return fmt.Errorf("%s %q: a stream name may not contain spaces, control characters, '.', '*', '>', '/' or '\\'",
 			sourceOf(f.fs, "stream", EnvStream), f.stream)
@@ -182,6 +192,44 @@ func (f *brokerFlags) check() error {
 		if err := checkSubject(subj, false); err != nil {
 			return fmt.Errorf("%s: subject %q: %w", sourceOf(f.fs, "stream-subjects", EnvStreamSubjects), subj, err)
 		}
+	}
+	return nil
+}
+
+// maxStreamName is the longest JetStream stream name (the server's
+// JSMaxNameLen).
+const maxStreamName = 255
+
+// Limits of the names a prefix starts: a RabbitMQ routing key (an AMQP
+// short string) and a Kafka topic name.
+const (
+	maxRoutingKey = 255
+	maxKafkaTopic = 249
+)
+
+// checkPrefixRoom refuses a --subject-prefix (named flag) that leaves no
+// room for the topics within the broker's limit on the names it starts,
+// which would make the broker refuse every message: on NATS, the protocol
+// line of the server's default max_control_line (4096 bytes) must hold the
+// prefix and a topic of up to txbox.MaxTopicLen bytes (natsjs.MaxPrefix);
+// a RabbitMQ routing key is at most 255 bytes, a Kafka topic 249, so the
+// prefix must leave at least one byte for the topic.
+func checkPrefixRoom(flag, scheme, prefix string) error {
+	limit, what := 0, ""
+	switch scheme {
+	case "amqp", "amqps":
+		limit, what = maxRoutingKey-1, "a RabbitMQ routing key is at most 255 bytes, and the topic follows the prefix"
+	case "kafka":
+		limit, what = maxKafkaTopic-1, "a Kafka topic name is at most 249 bytes, and the topic follows the prefix"
+	case "redis", "rediss", "asynq+redis", "asynq+rediss":
+		return nil
+	default:
+		limit = natsjs.MaxPrefix(natsjs.DefaultMaxControlLine)
+		what = fmt.Sprintf("a NATS server reads a subject on a protocol line of at most %d bytes (its default max_control_line), which must also hold a topic of up to %d bytes",
+			natsjs.DefaultMaxControlLine, txbox.MaxTopicLen)
+	}
+	if len(prefix) > limit {
+		return fmt.Errorf("%s is %d bytes, over the limit of %d bytes: %s", flag, len(prefix), limit, what)
 	}
 	return nil
 }
@@ -273,6 +321,11 @@ type broker struct {
 	// closed is closed when the NATS connection is closed for good; nil
 	// for the other brokers.
 	closed chan struct{}
+	// maxControlLine is natsjs.PublisherConfig.MaxControlLine; natsPub the
+	// NATS publisher made, whose learned MaxControlLine outlives the
+	// connection (see reconnecting).
+	maxControlLine int
+	natsPub        *natsjs.Publisher
 }
 
 // publisher returns the broker's publisher; on NATS, topics get prefix.
@@ -280,7 +333,12 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	if b.pub != nil {
 		return b.pub, nil
 	}
-	return natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log, CloudEventsSource: b.ceSource})
+	p, err := natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log, CloudEventsSource: b.ceSource, MaxControlLine: b.maxControlLine})
+	if err != nil {
+		return nil, err
+	}
+	b.natsPub = p
+	return p, nil
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)

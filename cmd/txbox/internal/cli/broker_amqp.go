@@ -32,6 +32,9 @@ func (f *amqpFlags) register(fs *pflag.FlagSet) {
 // check refuses the RabbitMQ flags with another broker.
 func (f *amqpFlags) check(fs *pflag.FlagSet, scheme string) error {
 	if scheme == "amqp" || scheme == "amqps" {
+		if len(f.exchange) > maxRoutingKey {
+			return fmt.Errorf("%s is %d bytes, over RabbitMQ's limit of 255 bytes for an exchange name", sourceOf(fs, "exchange", EnvExchange), len(f.exchange))
+		}
 		return nil
 	}
 	if f.exchange != "" {

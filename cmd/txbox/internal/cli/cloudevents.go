@@ -5,6 +5,8 @@ import (
 	"net/url"
 
 	"github.com/spf13/pflag"
+
+	"github.com/txbox/txbox"
 )
 
 // EnvCloudEventsSource is the default of --cloudevents-source.
@@ -25,6 +27,9 @@ func checkCloudEvents(fs *pflag.FlagSet, scheme, source string) error {
 	switch scheme {
 	case "redis", "rediss", "asynq+redis", "asynq+rediss":
 		return fmt.Errorf("%s is for NATS, RabbitMQ and Kafka (CloudEvents has no binding for %s://)", name, scheme)
+	}
+	if len(source) > txbox.MaxHeaderValLen {
+		return fmt.Errorf("%s is %d bytes, over the limit of %d bytes of a header value (it is the ce-source header of every message)", name, len(source), txbox.MaxHeaderValLen)
 	}
 	if _, err := url.Parse(source); err != nil || !isPrintable(source) {
 		return fmt.Errorf("%s %q: want a URI-reference such as /shop/orders", name, source)

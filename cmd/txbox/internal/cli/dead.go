@@ -4,7 +4,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -105,7 +107,7 @@ type deadJSON struct {
 }
 
 func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
-	var all bool
+	var all, asJSON bool
 	short := "Make dead messages pending again with a fresh attempt budget"
 	if action == "discard" {
 		short = "Delete dead messages, releasing the keys they park"
@@ -113,6 +115,13 @@ func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   action + " [SEQ...]",
 		Short: short,
+		Long: short + `.
+
+Each message is ` + map[string]string{"redrive": "redriven", "discard": "discarded"}[action] + ` or refused on its own: a row the database
+refuses (a dead row that breaks the table's checks, such as one the contract
+migration parked as invalid) stays dead and is named with the database's
+reason, and the others are done. The command exits non-zero when any row
+was refused or any SEQ given is not a dead message.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all && len(args) > 0 {
 				return fmt.Errorf("give the SEQs of the dead messages or --all, not both (%s every dead message with --all alone)", action)
@@ -120,13 +129,15 @@ func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
 			if !all && len(args) == 0 {
 				return errors.New("give the SEQs of the dead messages (see txbox dead list), or --all")
 			}
-			seqs := make([]int64, len(args))
-			for i, a := range args {
+			seqs := make([]int64, 0, len(args))
+			for _, a := range args {
 				n, err := strconv.ParseInt(a, 10, 64)
 				if err != nil || n <= 0 {
 					return fmt.Errorf("%q is not a SEQ (a positive row id from txbox dead list)", a)
 				}
-				seqs[i] = n
+				if !slices.Contains(seqs, n) {
+					seqs = append(seqs, n)
+				}
 			}
 			l, closeDB, err := openLetters(cmd, f)
 			if err != nil {
@@ -138,20 +149,85 @@ func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
 				do = l.Discard
 			}
 			n, err := do(cmd.Context(), seqs...)
+			var refused *dead.RefusedError
+			if errors.As(err, &refused) {
+				err = refused.Err
+			}
 			if err != nil {
+				// The action stopped: what was done is reported first.
+				if n > 0 || refused != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %d dead message(s) before the error\n", deadVerb[action], n)
+				}
 				return fmt.Errorf("%s: %w", action, err)
 			}
-			verb := map[string]string{"redrive": "redrove", "discard": "discarded"}[action]
-			if n > 0 || len(seqs) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %d dead message(s)\n", verb, n)
+			res := deadActionJSON{Action: action, Count: n, Refused: []deadRefusedJSON{}}
+			if refused != nil {
+				for _, r := range refused.Rows {
+					res.Refused = append(res.Refused, deadRefusedJSON(r))
+				}
 			}
-			if len(seqs) > 0 && n < int64(len(seqs)) {
-				return fmt.Errorf("%d of the %d SEQs given are not dead messages (no such row, or pending, delivered, redriven or discarded already: see txbox dead list)",
-					int64(len(seqs))-n, len(seqs))
+			if len(seqs) > 0 {
+				res.Missed = int64(len(seqs)) - n - int64(len(res.Refused))
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := writeJSON(out, res); err != nil {
+					return err
+				}
+			} else {
+				if n > 0 || (len(seqs) == 0 && len(res.Refused) == 0) {
+					fmt.Fprintf(out, "%s %d dead message(s)\n", deadVerb[action], n)
+				}
+				for _, r := range res.Refused {
+					fmt.Fprintf(out, "refused seq %d: %s\n", r.Seq, cell(r.Reason))
+				}
+			}
+			var problems []string
+			if len(res.Refused) > 0 {
+				problems = append(problems, fmt.Sprintf("the database refused to %s %d dead message(s) (seq %s)", action, len(res.Refused), refusedSeqs(res.Refused)))
+			}
+			if res.Missed > 0 {
+				problems = append(problems, fmt.Sprintf("%d of the %d SEQs given are not dead messages (no such row, or pending, delivered, redriven or discarded already: see txbox dead list)",
+					res.Missed, len(seqs)))
+			}
+			if len(problems) > 0 {
+				return errors.New(strings.Join(problems, "; "))
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "act on every dead message")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object: action, count, refused (seq, reason), missed")
 	return cmd
+}
+
+var deadVerb = map[string]string{"redrive": "redrove", "discard": "discarded"}
+
+// deadActionJSON is the output of dead redrive|discard --json.
+type deadActionJSON struct {
+	Action  string            `json:"action"`
+	Count   int64             `json:"count"`   // rows done
+	Refused []deadRefusedJSON `json:"refused"` // rows the database refused, left as they were
+	Missed  int64             `json:"missed"`  // SEQs given that are not dead messages
+}
+
+type deadRefusedJSON struct {
+	Seq    int64  `json:"seq"`
+	Reason string `json:"reason"`
+}
+
+// refusedSeqs lists the first few refused seqs.
+func refusedSeqs(rows []deadRefusedJSON) string {
+	var b strings.Builder
+	for i, r := range rows {
+		if i == 10 {
+			fmt.Fprintf(&b, " and %d more", len(rows)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatInt(r.Seq, 10))
+	}
+	return b.String()
 }

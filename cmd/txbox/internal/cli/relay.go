@@ -300,7 +300,13 @@ func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relay
 			return err
 		}
 		began := time.Now()
+		br.maxControlLine = f.broker.maxControlLine
 		err = run(br)
+		if br.natsPub != nil {
+			// The server's max control line, if a closed connection taught
+			// it, holds for the next connection.
+			f.broker.maxControlLine = br.natsPub.MaxControlLine()
+		}
 		br.Close()
 		if !errors.Is(err, txbox.ErrPublisherClosed) || ctx.Err() != nil {
 			return err

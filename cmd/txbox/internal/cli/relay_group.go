@@ -6,10 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -60,6 +64,7 @@ type storeSpec struct {
 	Table  string `json:"table"`  // default: txbox_outbox
 
 	target dbTarget
+	line   int // in the --stores file; 0 for a --db
 }
 
 // maxStoreName bounds a store's name (a log attribute and a metrics label).
@@ -82,18 +87,14 @@ func groupStores(f *relayFlags) ([]storeSpec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--stores: %w", err)
 		}
-		var file struct {
-			Stores []storeSpec `json:"stores"`
-		}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&file); err != nil {
+		file, err := parseStoresFile(raw)
+		if err != nil {
 			return nil, fmt.Errorf("%w: --stores %s: %v", txbox.ErrInvalidConfig, f.storesFile, redactErr(err, string(raw)))
 		}
-		if len(file.Stores) == 0 {
+		if len(file) == 0 {
 			return nil, fmt.Errorf("%w: --stores %s lists no stores", txbox.ErrInvalidConfig, f.storesFile)
 		}
-		specs = file.Stores
+		specs = file
 	}
 	if f.storesFile == "" || f.tables.fs.Changed("db") {
 		for _, db := range append([]string{f.tables.db}, f.tables.moreDBs...) {
@@ -101,6 +102,7 @@ func groupStores(f *relayFlags) ([]storeSpec, error) {
 		}
 	}
 	seen := map[string]bool{}
+	tables := map[string]*storeSpec{}
 	for i := range specs {
 		s := &specs[i]
 		where := fmt.Sprintf("store %d", i+1)
@@ -125,6 +127,120 @@ func groupStores(f *relayFlags) ([]storeSpec, error) {
 			return nil, fmt.Errorf("%w: two stores are named %q (give each a distinct name)", txbox.ErrInvalidConfig, s.Name)
 		}
 		seen[s.Name] = true
+		k := tableKey(t, s.Schema, s.Table)
+		if o := tables[k]; o != nil {
+			return nil, fmt.Errorf("%w: stores %s and %s are the same table (%s): give each table one store (two relays of one table in one process would only race)",
+				txbox.ErrInvalidConfig, o.where(), s.where(), k)
+		}
+		tables[k] = s
+	}
+	return specs, nil
+}
+
+// where names a store in an error: its name, and its line in the --stores
+// file.
+func (s *storeSpec) where() string {
+	if s.line > 0 {
+		return fmt.Sprintf("%q (line %d)", s.Name, s.line)
+	}
+	return fmt.Sprintf("%q", s.Name)
+}
+
+// tableKey names the table a store relays from, for telling two stores of
+// one table apart: the database (host, port and database name, without user
+// or password; the SQLite file's absolute path), the schema (PostgreSQL's
+// "" counted as public: two stores that differ only there are refused
+// too), and the table.
+func tableKey(t dbTarget, schema, table string) string {
+	table = cmp.Or(table, txbox.DefaultTable)
+	db := t.path
+	switch t.dialect {
+	case driver.SQLite:
+		if abs, err := filepath.Abs(t.path); err == nil {
+			db = abs
+		}
+	case driver.Postgres:
+		schema = cmp.Or(schema, "public")
+		fallthrough
+	default:
+		if u, err := url.Parse(t.url); err == nil {
+			port := u.Port()
+			if port == "" {
+				port = map[driver.Dialect]string{driver.Postgres: "5432", driver.MySQL: "3306"}[t.dialect]
+			}
+			db = net.JoinHostPort(strings.ToLower(u.Hostname()), port) + u.Path
+		}
+	}
+	key := string(t.dialect) + " " + db
+	if schema != "" {
+		key += " schema " + schema
+	}
+	return key + " table " + table
+}
+
+// parseStoresFile reads a --stores file: one JSON object {"stores": [...]}
+// and nothing after it, each store with only the fields of storeSpec. It
+// records each store's line.
+func parseStoresFile(raw []byte) ([]storeSpec, error) {
+	lineAt := func(off int64) int { return 1 + bytes.Count(raw[:min(int(off), len(raw))], []byte("\n")) }
+	// next returns the offset of the next token after off (past white space
+	// and a comma).
+	next := func(off int64) int64 {
+		for off < int64(len(raw)) && strings.IndexByte(" \t\r\n,", raw[off]) >= 0 {
+			off++
+		}
+		return off
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	delim := func(want json.Delim) error {
+		off := next(dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("line %d: %w", lineAt(off), err)
+		}
+		if d, ok := tok.(json.Delim); !ok || d != want {
+			return fmt.Errorf("line %d: want %q, found %v", lineAt(off), want, tok)
+		}
+		return nil
+	}
+	if err := delim('{'); err != nil {
+		return nil, fmt.Errorf("want a JSON object {\"stores\": [...]}: %w", err)
+	}
+	var specs []storeSpec
+	seenStores := false
+	for dec.More() {
+		off := next(dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", lineAt(off), err)
+		}
+		if key, _ := tok.(string); key != "stores" || seenStores {
+			return nil, fmt.Errorf("line %d: json: unknown or repeated field %q (want one \"stores\")", lineAt(off), tok)
+		}
+		seenStores = true
+		if err := delim('['); err != nil {
+			return nil, err
+		}
+		for dec.More() {
+			off := next(dec.InputOffset())
+			var s storeSpec
+			if err := dec.Decode(&s); err != nil {
+				return nil, fmt.Errorf("store %d (line %d): %w", len(specs)+1, lineAt(off), err)
+			}
+			s.line = lineAt(off)
+			specs = append(specs, s)
+		}
+		if err := delim(']'); err != nil {
+			return nil, err
+		}
+	}
+	if err := delim('}'); err != nil {
+		return nil, err
+	}
+	off := next(dec.InputOffset())
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("line %d: more after the JSON object: a stores file holds one object {\"stores\": [...]}", lineAt(off))
 	}
 	return specs, nil
 }

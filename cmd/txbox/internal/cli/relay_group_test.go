@@ -110,6 +110,20 @@ func TestRelayGroupStoresFileErrors(t *testing.T) {
 		{`{"stores": [{"name": "a", "db": "ftp://x"}]}`, `store "a": db "ftp://x": unsupported database URL`},
 		{`{"stores": [{"name": "a", "db": "sqlite://a.db", "schema": "s"}]}`, "a schema is only supported on PostgreSQL"},
 		{`{"stores": [{"name": "a", "db": "postgres://u:` + secret + `@h/db", "table": "bad name"}]}`, "outbox table"},
+		// One object and nothing after it.
+		{`{"stores": [{"name": "a", "db": "sqlite://a.db"}]}` + "\n" + `{"stores": [{"name": "b", "db": "sqlite://b.db"}]}`, "line 2: more after the JSON object"},
+		{`{"stores": [{"name": "a", "db": "sqlite://a.db"}]} x`, "line 1: more after the JSON object"},
+		{`{"stores": [{"name": "a", "db": "sqlite://a.db"}]}]`, "more after the JSON object"},
+		{`{"stores": [{"name": "a", "db": "sqlite://a.db"}], "stores": [{"name": "b", "db": "sqlite://b.db"}]}`, `repeated field "stores"`},
+		{`[{"name": "a", "db": "sqlite://a.db"}]`, "want a JSON object"},
+		{`{"stores": [` + "\n" + `{"name": "a", "db": "sqlite://a.db"},` + "\n" + `{"name": "b", "db": 3}]}`, "store 2 (line 3)"},
+		// Two stores of one table, however spelled.
+		{`{"stores": [` + "\n" + `{"name": "a", "db": "sqlite://a.db"},` + "\n" + `{"name": "b", "db": "sqlite:a.db", "table": "txbox_outbox"}]}`,
+			`stores "a" (line 2) and "b" (line 3) are the same table`},
+		{`{"stores": [{"name": "a", "db": "postgres://u:` + secret + `@H:5432/db?sslmode=disable"}, {"name": "b", "db": "postgres://v@h/db", "schema": "public"}]}`,
+			`stores "a" (line 1) and "b" (line 1) are the same table (postgres h:5432/db schema public table txbox_outbox)`},
+		{`{"stores": [{"name": "a", "db": "mysql://u@h/db", "table": "t"}, {"name": "b", "db": "mariadb://v@h:3306/db", "table": "t"}]}`,
+			`are the same table (mysql h:3306/db table t)`},
 	} {
 		file := filepath.Join(dir, testenv.Name("stores")+".json")
 		testenv.Must(t, os.WriteFile(file, []byte(tc.file), 0o600), "write")

@@ -1,0 +1,122 @@
+package cli_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// One dead row that breaks the table's checks (a topic with a space, as
+// the contract migration parks old rows) among valid ones: dead redrive
+// --all redrives the others, names the refused row with the database's
+// reason and exits non-zero; an explicit SEQ list does the same, and says
+// which SEQs are not dead; discard --all then discards it.
+func TestDeadBulkRefusesRowByRow(t *testing.T) {
+	t.Parallel()
+	type db struct {
+		args  []string
+		exec  func(q string) error
+		count func(q string) int
+		now   string // the dialect's "dead at" value
+	}
+	bulk := func(t *testing.T, d db) {
+		insert := func(topic string) {
+			t.Helper()
+			testenv.Must(t, d.exec(`INSERT INTO txbox_outbox (topic, payload, attempts, last_error, dead_at)
+				VALUES ('`+topic+`', 'x', 10, 'no stream', `+d.now+`)`), "insert %q", topic)
+		}
+		for _, topic := range []string{"ok.1", "ok.2", "bad topic", "ok.4", "ok.5"} {
+			insert(topic)
+		}
+		args := func(a ...string) []string { return append(a, d.args...) }
+		out, _, err := run(t.Context(), args("dead", "redrive", "--all")...)
+		t.Logf("redrive --all: %q, %v", out, err)
+		if err == nil || !strings.Contains(err.Error(), "refused to redrive 1 dead message(s) (seq 3)") {
+			t.Fatalf("redrive --all with one invalid row: err %v, want the refusal of seq 3", err)
+		}
+		if !strings.Contains(out, "redrove 4 dead message(s)") || !strings.Contains(out, "refused seq 3: ") || !strings.Contains(out, "topic") {
+			t.Fatalf("redrive --all output:\n%s", out)
+		}
+		if dead, pending := d.count("dead_at IS NOT NULL"), d.count("dead_at IS NULL"); dead != 1 || pending != 4 {
+			t.Fatalf("after redrive --all: %d dead, %d pending; want 1 and 4", dead, pending)
+		}
+		// An explicit list: the invalid row, two valid dead rows, a SEQ that
+		// is pending and one that does not exist.
+		insert("ok.6")
+		insert("ok.7")
+		out, _, err = run(t.Context(), args("dead", "redrive", "--json", "3", "6", "7", "1", "99")...)
+		t.Logf("redrive --json 3 6 7 1 99: %s, %v", out, err)
+		var res struct {
+			Action  string
+			Count   int64
+			Missed  int64
+			Refused []struct {
+				Seq    int64
+				Reason string
+			}
+		}
+		if jerr := json.Unmarshal([]byte(out), &res); jerr != nil {
+			t.Fatalf("--json output %q: %v", out, jerr)
+		}
+		if err == nil || res.Action != "redrive" || res.Count != 2 || res.Missed != 2 || len(res.Refused) != 1 || res.Refused[0].Seq != 3 ||
+			!strings.Contains(res.Refused[0].Reason, "topic") {
+			t.Fatalf("redrive --json 3 6 7 1 99: %+v, %v; want 2 redriven, seq 3 refused, 2 missed, and an error", res, err)
+		}
+		if !strings.Contains(err.Error(), "2 of the 5 SEQs given are not dead messages") {
+			t.Fatalf("redrive of a list: %v", err)
+		}
+		out, _, err = run(t.Context(), args("dead", "discard", "--all")...)
+		if err != nil || !strings.Contains(out, "discarded 1 dead message(s)") {
+			t.Fatalf("discard --all: %q, %v", out, err)
+		}
+		if dead, pending := d.count("dead_at IS NOT NULL"), d.count("dead_at IS NULL"); dead != 0 || pending != 6 {
+			t.Fatalf("after discard --all: %d dead, %d pending; want 0 and 6", dead, pending)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "bulk.db")
+		args := []string{"--db", "sqlite://" + path}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
+		testenv.Must(t, err, "open sqlite")
+		t.Cleanup(func() { _ = conn.Close() })
+		bulk(t, db{args: args, now: "1", exec: func(q string) error { _, err := conn.Exec(q); return err },
+			count: func(w string) (n int) {
+				testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+w).Scan(&n), "count")
+				return n
+			}})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		conn := testenv.MySQL(t)
+		var name string
+		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
+		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		bulk(t, db{args: args, now: "UTC_TIMESTAMP(6)", exec: func(q string) error { _, err := conn.Exec(q); return err },
+			count: func(w string) (n int) {
+				testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+w).Scan(&n), "count")
+				return n
+			}})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		admin, schema := pgSchema(t)
+		args := []string{"--db", testenv.PostgresURL(), "--schema", schema}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		ctx := context.Background()
+		in := func(q string) string { return strings.ReplaceAll(q, "txbox_outbox", schema+".txbox_outbox") }
+		bulk(t, db{args: args, now: "now()", exec: func(q string) error { _, err := admin.Exec(ctx, in(q)); return err },
+			count: func(w string) (n int) {
+				testenv.Must(t, admin.QueryRow(ctx, in("SELECT count(*) FROM txbox_outbox WHERE "+w)).Scan(&n), "count")
+				return n
+			}})
+	})
+}
