@@ -129,7 +129,11 @@ func (m *Migrator) inspect(ctx context.Context, want func(target string) bool) (
 			}
 			found = []string{err.Error()}
 		}
-		if len(found) > 0 {
+		switch {
+		case len(found) == 1 && found[0] == tableMissing:
+			problems = append(problems, fmt.Sprintf("%s table %q is missing although its migrations are recorded; %s",
+				kind, m.name(table), m.repair(mg.Target, found)))
+		case len(found) > 0:
 			problems = append(problems, fmt.Sprintf("%s table %q does not match its recorded migrations: %s; %s",
 				kind, m.name(table), strings.Join(found, "; "), m.repair(mg.Target, found)))
 		}
@@ -149,7 +153,7 @@ func (m *Migrator) repair(target string, found []string) string {
 	if m.schema != "" {
 		flags += " --schema " + m.schema
 	}
-	if len(found) == 1 && strings.HasPrefix(found[0], "the table is missing") {
+	if len(found) == 1 && found[0] == tableMissing {
 		return fmt.Sprintf("run `txbox migrate down --to 0 --force%s` (it drops what is left of the table's objects and forgets its migrations), then `txbox migrate up%s`", flags, flags)
 	}
 	return fmt.Sprintf("undo the change by hand (or drop the trigger), or recreate the table, losing its rows: `txbox migrate down --to 0 --force%s`, then `txbox migrate up%s`", flags, flags)

@@ -129,6 +129,9 @@ func (m *Migrator) catalogColumns(ctx context.Context, table string) (map[string
 	return out, rows.Err()
 }
 
+// tableMissing is tableProblems' finding on a table that is not there.
+const tableMissing = "the table is missing"
+
 // tableProblems inspects target's table (see Verify); err is a failure to
 // read it that says nothing of the table.
 func (m *Migrator) tableProblems(ctx context.Context, target string) ([]string, error) {
@@ -141,7 +144,7 @@ func (m *Migrator) tableProblems(ctx context.Context, target string) ([]string, 
 	}
 	switch {
 	case err != nil && isMissingTable(err) && !m.transient(err):
-		return []string{"the table is missing"}, nil
+		return []string{tableMissing}, nil
 	case err != nil && m.transient(err):
 		return nil, err
 	case err != nil:

@@ -200,7 +200,7 @@ func TestTablesAlteredByHand(t *testing.T) {
 			driver.Postgres: {"DROP TABLE txbox_outbox"},
 			driver.SQLite:   {"DROP TABLE txbox_outbox"},
 			driver.MySQL:    {"DROP TABLE txbox_outbox"},
-		}, "the table is missing"},
+		}, "is missing although its migrations are recorded"},
 	}
 	for _, x := range databases(t) {
 		for _, c := range cases {
