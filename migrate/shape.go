@@ -172,6 +172,9 @@ func (m *Migrator) tableProblems(ctx context.Context, target string) ([]string, 
 			if m.transient(err) {
 				return nil, err
 			}
+			if denied(err) {
+				return nil, nil // a role without INSERT: the probe cannot tell
+			}
 			problems = append(problems, fmt.Sprintf("it refuses the relay's writes (a row inserted, marked failed and published, then rolled back): %v", err))
 		}
 	}
@@ -221,6 +224,17 @@ func (m *Migrator) probe(ctx context.Context, table string) error {
 		}
 	}
 	return err
+}
+
+// denied reports whether err is the database refusing the probe's INSERT
+// for want of a privilege (PostgreSQL 42501, MySQL 1142): a relay may run
+// as a role that reads and marks rows but never inserts them.
+func denied(err error) bool {
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) && state.SQLState() == "42501" {
+		return true
+	}
+	return strings.Contains(err.Error(), "Error 1142")
 }
 
 // scanOne runs q and scans its one row's one column into dest.

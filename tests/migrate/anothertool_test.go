@@ -271,3 +271,43 @@ func TestVerifyAfterUp(t *testing.T) {
 		}
 	}
 }
+
+// A relay may run as a role that reads, marks and deletes outbox rows but
+// never inserts one: the start-up probe, whose INSERT such a role is
+// refused, does not count the refusal as a table the relay cannot use.
+func TestVerifyUnderARoleWithoutInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, schema := testenv.PostgresDB(t, 1)
+	m, err := migrate.New(txboxsql.New(db, driver.Postgres), migrate.Config{})
+	testenv.Must(t, err, "migrate.New")
+	_, err = m.Up(ctx)
+	testenv.Must(t, err, "up")
+	role := testenv.Name("txbox_relay_role")
+	for _, q := range []string{
+		"CREATE ROLE " + role,
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO " + role,
+	} {
+		_, err := db.ExecContext(ctx, q)
+		testenv.Must(t, err, "%s", q)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = db.ExecContext(ctx, "RESET ROLE")
+		_, _ = db.ExecContext(ctx, "DROP OWNED BY "+role)
+		_, _ = db.ExecContext(ctx, "DROP ROLE "+role)
+	})
+	// The pool has one connection: the role holds for every statement.
+	_, err = db.ExecContext(ctx, "SET ROLE "+role)
+	testenv.Must(t, err, "set role")
+	var denied error
+	_, denied = db.ExecContext(ctx, "INSERT INTO txbox_outbox (topic, payload) VALUES ('t', '\\x'::bytea)")
+	if denied == nil || !strings.Contains(denied.Error(), "42501") {
+		t.Fatalf("insert as %s: %v, want permission denied (42501)", role, denied)
+	}
+	problems, err := m.Verify(ctx)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("verify as a role without INSERT: %q, %v; want no problem", problems, err)
+	}
+}
