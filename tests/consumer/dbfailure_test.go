@@ -305,9 +305,8 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	ctx := context.Background()
 	pool, proxy, schema := testenv.PostgresThrough(t, 10)
 	d := db[pgx.Tx]{name: "pgx-proxied", drv: txboxpgx.New(pool)}
-	d.migrateAll(t, "b_outbox")
-	d.exec(t, "CREATE TABLE applied (id text NOT NULL)")
-	// A direct pool to count with while the proxied one is cut.
+	// A direct pool to set up with (the proxy's 2 s connect timeout is
+	// for the cuts) and to count with while the proxied one is cut.
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
 	testenv.Must(t, err, "parse")
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
@@ -316,6 +315,8 @@ func TestDatabaseOutageNeverDeadLetters(t *testing.T) {
 	testenv.Must(t, err, "direct pool")
 	t.Cleanup(func() { testenv.ClosePool(t, directPool) })
 	direct := db[pgx.Tx]{name: "pgx", drv: txboxpgx.New(directPool)}
+	direct.migrateAll(t, "b_outbox")
+	direct.exec(t, "CREATE TABLE applied (id text NOT NULL)")
 
 	b := natsBroker(t, testenv.NATS(t), 5*time.Second)
 	obB, err := txbox.New(d.drv, txbox.Config{Table: "b_outbox"})
