@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -258,10 +259,21 @@ type subscription struct {
 // in the queue or its copy in the dead letters, never both. A commit
 // covers all the channel's pending work, so transactions run one at a
 // time; a basic.return on the channel belongs to the copy just committed.
+// Acks and requeues that arrive while a transaction runs share the next
+// one (see settle).
 type settler struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // held through a transaction
 	ch      *amqp.Channel
 	returns <-chan amqp.Return
+
+	qmu      sync.Mutex
+	queued   []settleReq
+	flushing bool
+}
+
+type settleReq struct {
+	op   func() error // basic.ack or basic.nack of one delivery
+	done chan error
 }
 
 // connect opens the consuming channel in transaction mode.
@@ -431,13 +443,56 @@ func (d *delivery) Message() txbox.Received {
 	}
 }
 
-// Ack acks the message and commits.
+// Ack acks the message and commits (see settler.settle).
 func (d *delivery) Ack(ctx context.Context) error {
-	_, err := d.st.commit(ctx, nil, func() error { return d.d.Ack(false) })
-	if err != nil {
+	if err := d.st.settle(ctx, func() error { return d.d.Ack(false) }); err != nil {
 		return fmt.Errorf("rabbitmq: ack: %w", err)
 	}
 	return nil
+}
+
+// settle runs op (an ack or nack without a copy) in a transaction. The
+// caller that finds none of these in flight commits its own op and, until
+// none is left, every op queued meanwhile by the others, who wait for
+// their answer: the consumer settles a committed batch's deliveries all at
+// once, so a batch costs about two commits, not one per message.
+func (st *settler) settle(ctx context.Context, op func() error) error {
+	req := settleReq{op: op, done: make(chan error, 1)}
+	st.qmu.Lock()
+	st.queued = append(st.queued, req)
+	if st.flushing {
+		st.qmu.Unlock()
+		select {
+		case err := <-req.done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err() // the settlement may still be committed
+		}
+	}
+	st.flushing = true
+	st.qmu.Unlock()
+	for {
+		st.qmu.Lock()
+		batch := st.queued
+		st.queued = nil
+		if len(batch) == 0 {
+			st.flushing = false
+			st.qmu.Unlock()
+			break
+		}
+		st.qmu.Unlock()
+		errs := make([]error, len(batch))
+		st.mu.Lock()
+		for i, r := range batch {
+			errs[i] = r.op()
+		}
+		err := st.ch.TxCommit()
+		st.mu.Unlock()
+		for i, r := range batch {
+			r.done <- cmp.Or(errs[i], err)
+		}
+	}
+	return <-req.done
 }
 
 // copyOf is the message republished for a retry or a dead letter.
@@ -537,7 +592,7 @@ func (st *settler) drain(match func(amqp.Return) bool) (found amqp.Return, ok bo
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 	requeue := func() error { return d.d.Nack(false, true) }
 	if delay <= 0 {
-		if _, err := d.st.commit(ctx, nil, requeue); err != nil {
+		if err := d.st.settle(ctx, requeue); err != nil {
 			return fmt.Errorf("rabbitmq: requeue: %w", err)
 		}
 		return nil
@@ -551,7 +606,7 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 		_, _ = d.st.commit(ctx, nil, requeue)
 		return fmt.Errorf("rabbitmq: republish to %s: %w", c, err)
 	}
-	if _, err := d.st.commit(ctx, nil, func() error { return d.d.Ack(false) }); err != nil {
+	if err := d.st.settle(ctx, func() error { return d.d.Ack(false) }); err != nil {
 		return fmt.Errorf("rabbitmq: ack after the retry copy: %w", err)
 	}
 	return nil
