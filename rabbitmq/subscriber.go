@@ -265,6 +265,7 @@ type settler struct {
 	mu      sync.Mutex // held through a transaction
 	ch      *amqp.Channel
 	returns <-chan amqp.Return
+	conn    *Conn // for the throwaway channels of deadQueueMissing
 
 	qmu      sync.Mutex
 	queued   []settleReq
@@ -305,7 +306,7 @@ func (s *subscription) connect() error {
 		_ = ch.Close()
 		return errors.New("rabbitmq: subscription closed")
 	}
-	s.st, s.deliveries = &settler{ch: ch, returns: returns}, ds
+	s.st, s.deliveries = &settler{ch: ch, returns: returns, conn: s.conn}, ds
 	return nil
 }
 
@@ -613,10 +614,13 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 }
 
 // DeadLetter publishes a copy with the error and the delivery count to the
-// exchange <queue>.dlx and acks the original in one transaction. If no
-// queue takes the copy (the broker returns it, the ack being committed),
-// the message is put back through <queue>.retry, to come again in a
-// second.
+// exchange <queue>.dlx and acks the original in one transaction. It first
+// checks that <queue>.dlq exists: if it does not (or the check fails), the
+// original is not acked but retried through <queue>.retry, to come again in
+// a second (see Retry: it may come twice, it is never lost). If no queue
+// takes the copy all the same (<queue>.dlq deleted after the check, or not
+// bound to <queue>.dlx), the broker returns it with the ack committed, and
+// the message is put back through <queue>.retry in a second transaction.
 func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	msg := ""
 	if cause != nil {
@@ -626,6 +630,12 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		}
 	}
 	c := d.copyOf(deadExchange(d.queue), d.queue, amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries()), txbox.HeaderError: msg, txbox.HeaderBinding: d.queue})
+	if err := d.st.deadQueueMissing(deadQueue(d.queue)); err != nil {
+		if rerr := d.Retry(ctx, time.Second); rerr != nil {
+			return fmt.Errorf("rabbitmq: dead-letter to %s: %v; not acked: %w", c, err, rerr)
+		}
+		return fmt.Errorf("rabbitmq: dead-letter to %s: %v; the message comes again from %s", c, err, retryQueue(d.queue))
+	}
 	returned, err := d.st.commit(ctx, c, func() error { return d.d.Ack(false) })
 	if err != nil {
 		_, _ = d.st.commit(ctx, nil, func() error { return d.d.Nack(false, true) })
@@ -642,4 +652,23 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		return fmt.Errorf("rabbitmq: dead-letter to %s: unroutable, and the copy put back to %s: %v: message %q is lost", c, back, err, d.d.MessageId)
 	}
 	return fmt.Errorf("rabbitmq: dead-letter to %s: unroutable; the message comes again from %s", c, back)
+}
+
+// deadQueueMissing checks with a passive declaration, on a channel of its
+// own (a failed one closes its channel), that queue q exists; it returns
+// why not, or why it could not tell.
+func (st *settler) deadQueueMissing(q string) error {
+	ch, err := st.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("cannot check queue %s: %w", q, err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fmt.Errorf("queue %s does not exist", q)
+		}
+		return fmt.Errorf("cannot check queue %s: %w", q, err)
+	}
+	return nil
 }
