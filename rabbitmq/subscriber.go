@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -258,10 +259,22 @@ type subscription struct {
 // in the queue or its copy in the dead letters, never both. A commit
 // covers all the channel's pending work, so transactions run one at a
 // time; a basic.return on the channel belongs to the copy just committed.
+// Acks and requeues that arrive while a transaction runs share the next
+// one (see settle).
 type settler struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // held through a transaction
 	ch      *amqp.Channel
 	returns <-chan amqp.Return
+	conn    *Conn // for the throwaway channels of deadQueueMissing
+
+	qmu      sync.Mutex
+	queued   []settleReq
+	flushing bool
+}
+
+type settleReq struct {
+	op   func() error // basic.ack or basic.nack of one delivery
+	done chan error
 }
 
 // connect opens the consuming channel in transaction mode.
@@ -293,7 +306,7 @@ func (s *subscription) connect() error {
 		_ = ch.Close()
 		return errors.New("rabbitmq: subscription closed")
 	}
-	s.st, s.deliveries = &settler{ch: ch, returns: returns}, ds
+	s.st, s.deliveries = &settler{ch: ch, returns: returns, conn: s.conn}, ds
 	return nil
 }
 
@@ -431,13 +444,56 @@ func (d *delivery) Message() txbox.Received {
 	}
 }
 
-// Ack acks the message and commits.
+// Ack acks the message and commits (see settler.settle).
 func (d *delivery) Ack(ctx context.Context) error {
-	_, err := d.st.commit(ctx, nil, func() error { return d.d.Ack(false) })
-	if err != nil {
+	if err := d.st.settle(ctx, func() error { return d.d.Ack(false) }); err != nil {
 		return fmt.Errorf("rabbitmq: ack: %w", err)
 	}
 	return nil
+}
+
+// settle runs op (an ack or nack without a copy) in a transaction. The
+// caller that finds none of these in flight commits its own op and, until
+// none is left, every op queued meanwhile by the others, who wait for
+// their answer: the consumer settles a committed batch's deliveries all at
+// once, so a batch costs about two commits, not one per message.
+func (st *settler) settle(ctx context.Context, op func() error) error {
+	req := settleReq{op: op, done: make(chan error, 1)}
+	st.qmu.Lock()
+	st.queued = append(st.queued, req)
+	if st.flushing {
+		st.qmu.Unlock()
+		select {
+		case err := <-req.done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err() // the settlement may still be committed
+		}
+	}
+	st.flushing = true
+	st.qmu.Unlock()
+	for {
+		st.qmu.Lock()
+		batch := st.queued
+		st.queued = nil
+		if len(batch) == 0 {
+			st.flushing = false
+			st.qmu.Unlock()
+			break
+		}
+		st.qmu.Unlock()
+		errs := make([]error, len(batch))
+		st.mu.Lock()
+		for i, r := range batch {
+			errs[i] = r.op()
+		}
+		err := st.ch.TxCommit()
+		st.mu.Unlock()
+		for i, r := range batch {
+			r.done <- cmp.Or(errs[i], err)
+		}
+	}
+	return <-req.done
 }
 
 // copyOf is the message republished for a retry or a dead letter.
@@ -537,7 +593,7 @@ func (st *settler) drain(match func(amqp.Return) bool) (found amqp.Return, ok bo
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 	requeue := func() error { return d.d.Nack(false, true) }
 	if delay <= 0 {
-		if _, err := d.st.commit(ctx, nil, requeue); err != nil {
+		if err := d.st.settle(ctx, requeue); err != nil {
 			return fmt.Errorf("rabbitmq: requeue: %w", err)
 		}
 		return nil
@@ -551,17 +607,20 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 		_, _ = d.st.commit(ctx, nil, requeue)
 		return fmt.Errorf("rabbitmq: republish to %s: %w", c, err)
 	}
-	if _, err := d.st.commit(ctx, nil, func() error { return d.d.Ack(false) }); err != nil {
+	if err := d.st.settle(ctx, func() error { return d.d.Ack(false) }); err != nil {
 		return fmt.Errorf("rabbitmq: ack after the retry copy: %w", err)
 	}
 	return nil
 }
 
 // DeadLetter publishes a copy with the error and the delivery count to the
-// exchange <queue>.dlx and acks the original in one transaction. If no
-// queue takes the copy (the broker returns it, the ack being committed),
-// the message is put back through <queue>.retry, to come again in a
-// second.
+// exchange <queue>.dlx and acks the original in one transaction. It first
+// checks that <queue>.dlq exists: if it does not (or the check fails), the
+// original is not acked but retried through <queue>.retry, to come again in
+// a second (see Retry: it may come twice, it is never lost). If no queue
+// takes the copy all the same (<queue>.dlq deleted after the check, or not
+// bound to <queue>.dlx), the broker returns it with the ack committed, and
+// the message is put back through <queue>.retry in a second transaction.
 func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	msg := ""
 	if cause != nil {
@@ -571,6 +630,12 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		}
 	}
 	c := d.copyOf(deadExchange(d.queue), d.queue, amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries()), txbox.HeaderError: msg, txbox.HeaderBinding: d.queue})
+	if err := d.st.deadQueueMissing(deadQueue(d.queue)); err != nil {
+		if rerr := d.Retry(ctx, time.Second); rerr != nil {
+			return fmt.Errorf("rabbitmq: dead-letter to %s: %v; not acked: %w", c, err, rerr)
+		}
+		return fmt.Errorf("rabbitmq: dead-letter to %s: %v; the message comes again from %s", c, err, retryQueue(d.queue))
+	}
 	returned, err := d.st.commit(ctx, c, func() error { return d.d.Ack(false) })
 	if err != nil {
 		_, _ = d.st.commit(ctx, nil, func() error { return d.d.Nack(false, true) })
@@ -587,4 +652,23 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		return fmt.Errorf("rabbitmq: dead-letter to %s: unroutable, and the copy put back to %s: %v: message %q is lost", c, back, err, d.d.MessageId)
 	}
 	return fmt.Errorf("rabbitmq: dead-letter to %s: unroutable; the message comes again from %s", c, back)
+}
+
+// deadQueueMissing checks with a passive declaration, on a channel of its
+// own (a failed one closes its channel), that queue q exists; it returns
+// why not, or why it could not tell.
+func (st *settler) deadQueueMissing(q string) error {
+	ch, err := st.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("cannot check queue %s: %w", q, err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fmt.Errorf("queue %s does not exist", q)
+		}
+		return fmt.Errorf("cannot check queue %s: %w", q, err)
+	}
+	return nil
 }

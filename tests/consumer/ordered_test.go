@@ -361,10 +361,12 @@ END $$`)
 	}
 }
 
-// TestOrderedStopAndRestart: a consumer stopped with a key's messages
-// queued in its gate and in the broker's prefetch releases them so that the
-// next consumer runs them in order: the key's versions apply as 1…40,
-// each once.
+// TestOrderedStopAndRestart: a consumer stopped with a key's message in
+// flight and its later ones queued in its gate and in the broker's prefetch
+// releases them, in flight one included once Stop's deadline cancels it, so
+// that the next consumer runs them in order: the key's versions apply as
+// 1…40, each once. Version 6 holds its worker until Stop's deadline, so
+// exactly 5 are handled before Stop whatever the machine's speed.
 func TestOrderedStopAndRestart(t *testing.T) {
 	for _, br := range []struct {
 		name string
@@ -379,35 +381,46 @@ func TestOrderedStopAndRestart(t *testing.T) {
 	} {
 		t.Run(br.name, func(t *testing.T) {
 			t.Parallel()
-			published, stopping := make(chan struct{}), make(chan struct{})
-			slow := func(ctx context.Context, key string, version int, msg consumer.Message) error {
+			published, held := make(chan struct{}), make(chan struct{})
+			var holdOnce sync.Once
+			first := func(ctx context.Context, key string, version int, msg consumer.Message) error {
 				<-published // the gate and the prefetch fill up meanwhile
-				if version > 5 {
-					// Held until Stop begins, however fast the machine:
-					// the later versions are still queued then.
-					select {
-					case <-stopping:
-					case <-ctx.Done():
-					}
+				if version == 6 {
+					holdOnce.Do(func() { close(held) })
+					<-ctx.Done() // held until Stop's deadline cancels it
+					return ctx.Err()
 				}
-				time.Sleep(5 * time.Millisecond)
 				return nil
 			}
-			r := newOrderedRig(t, br.make(t), consumer.HandlerConfig{Name: "ordered"}, 5, slow)
+			r := newOrderedRig(t, br.make(t), consumer.HandlerConfig{Name: "ordered"}, 5, first)
 			r.publish("a", seq(1, 40)...)
 			close(published)
-			eventually(t, "5 versions applied", func() bool { return len(r.versions("a")) >= 5 })
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			time.AfterFunc(50*time.Millisecond, func() { close(stopping) }) // once Stop has stopped fetching
-			testenv.Must(t, r.c.Stop(ctx), "Stop")
+			eventually(t, "version 6 running", func() bool {
+				select {
+				case <-held:
+					return true
+				default:
+					return false
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			err := r.c.Stop(ctx)
 			cancel()
-			if st := r.c.Stats(); st.Released == 0 || st.Handled == 40 {
-				t.Fatalf("stats %+v: want some released at Stop, not all handled", st)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Stop: %v, want %v (version 6 was cancelled)", err, context.DeadlineExceeded)
+			}
+			st := r.c.Stats()
+			t.Logf("stats at Stop: %+v", st)
+			if st.Handled != 5 || st.Released == 0 {
+				t.Fatalf("stats %+v: want Handled 5 (versions 1…5) and version 6 at least released at Stop", st)
 			}
 			if r.b.resubscribe != nil {
 				r.b.sub = r.b.resubscribe(t)
 			}
-			r.start(r.hc, 5, slow)
+			r.start(r.hc, 5, func(ctx context.Context, key string, version int, msg consumer.Message) error {
+				time.Sleep(5 * time.Millisecond)
+				return nil
+			})
 			r.waitVersions("a", seq(1, 40))
 		})
 	}

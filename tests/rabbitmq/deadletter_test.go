@@ -23,13 +23,68 @@ import (
 // copy, and the queue none, whatever the point.
 func TestDeadLetterKilledMidwayKeepsOneCopy(t *testing.T) {
 	t.Parallel()
+	forEachCut(t, "dlcut", func(t *testing.T, base, q string, admin *amqp.Channel, sub *rabbitmq.Subscriber) {
+		// The message is back if the cut undid the dead letter: it is
+		// dead-lettered again, with nothing cut.
+		if st, err := admin.QueueDeclarePassive(q, true, false, false, false, nil); err == nil && st.Messages > 0 {
+			d := nextOf(t, sub, q)
+			testenv.Must(t, d.close(func(d txbox.Delivery) error { return d.DeadLetter(context.Background(), errors.New("poison")) }), "dead-letter again")
+			waitNoConsumer(t, admin, q)
+		}
+		var ids []string
+		for {
+			m, ok, err := admin.Get(q+".dlq", true)
+			testenv.Must(t, err, "get %s.dlq", q)
+			if !ok {
+				break
+			}
+			ids = append(ids, m.MessageId)
+		}
+		st, err := admin.QueueDeclarePassive(q, true, false, false, false, nil)
+		testenv.Must(t, err, "inspect %s", q)
+		if len(ids) != 1 || ids[0] != "poison-1" || st.Messages != 0 {
+			t.Fatalf("dead letters %v and %d message(s) left in the queue, want exactly [poison-1] and 0", ids, st.Messages)
+		}
+	}, nil)
+}
+
+// TestDeadLetterWithoutItsQueueKeepsTheMessage deletes <queue>.dlq, then
+// kills the subscriber's connection at each point of a DeadLetter, as
+// TestDeadLetterKilledMidwayKeepsOneCopy does: the message is never lost,
+// it is in the queue or in <queue>.retry (twice at most) whatever the point.
+func TestDeadLetterWithoutItsQueueKeepsTheMessage(t *testing.T) {
+	t.Parallel()
+	forEachCut(t, "dlnoq", func(t *testing.T, base, q string, admin *amqp.Channel, sub *rabbitmq.Subscriber) {
+		// <queue>.retry first: a copy expiring from it into the queue
+		// meanwhile is counted twice, never missed.
+		retry, err := admin.QueueDeclarePassive(q+".retry", true, false, false, false, nil)
+		testenv.Must(t, err, "inspect %s.retry", q)
+		st, err := admin.QueueDeclarePassive(q, true, false, false, false, nil)
+		testenv.Must(t, err, "inspect %s", q)
+		t.Logf("%d in %s.retry, %d in %s", retry.Messages, q, st.Messages, q)
+		if retry.Messages+st.Messages == 0 {
+			t.Fatalf("poison-1 is lost: neither %s nor %s.retry holds it", q, q)
+		}
+	}, func(t *testing.T, admin *amqp.Channel, q string) {
+		_, err := admin.QueueDelete(q+".dlq", false, false, false)
+		testenv.Must(t, err, "delete %s.dlq", q)
+	})
+}
+
+// forEachCut runs a subtest per point of a DeadLetter at which the
+// connection can be cut (before each method frame of either side, the
+// first 8 of each): it declares a queue (then runs prepare, if not nil),
+// publishes poison-1 to it, dead-letters its delivery through a proxy
+// that cuts there, waits until the broker has closed the cut connection,
+// and runs check.
+func forEachCut(t *testing.T, prefix string, check func(t *testing.T, base, q string, admin *amqp.Channel, sub *rabbitmq.Subscriber), prepare func(t *testing.T, admin *amqp.Channel, q string)) {
 	base := testenv.RabbitMQ(t)
 	type point struct {
 		fromClient bool
 		n          int
 	}
 	var points []point
-	for n := 1; n <= 4; n++ {
+	for n := 1; n <= 8; n++ {
 		points = append(points, point{true, n}, point{false, n})
 	}
 	for _, pt := range points {
@@ -39,9 +94,12 @@ func TestDeadLetterKilledMidwayKeepsOneCopy(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("before_%s_frame_%d", side, pt.n), func(t *testing.T) {
 			t.Parallel()
-			q := testenv.Name("dlcut")
+			q := testenv.Name(prefix)
 			declare(t, base, q, "")
 			admin := channel(t, base)
+			if prepare != nil {
+				prepare(t, admin, q)
+			}
 			testenv.Must(t, admin.PublishWithContext(context.Background(), "", q, true, false, amqp.Publishing{
 				MessageId: "poison-1", DeliveryMode: amqp.Persistent, Body: []byte("x")}), "publish")
 
@@ -58,28 +116,7 @@ func TestDeadLetterKilledMidwayKeepsOneCopy(t *testing.T) {
 			cut, frames := p.disarm()
 			t.Logf("cut %v after %s; DeadLetter: %v", cut, strings.Join(frames, ", "), derr)
 			waitNoConsumer(t, admin, q)
-
-			// The message is back if the cut undid the dead letter: it is
-			// dead-lettered again, with nothing cut.
-			if st, err := admin.QueueDeclarePassive(q, true, false, false, false, nil); err == nil && st.Messages > 0 {
-				d := nextOf(t, sub, q)
-				testenv.Must(t, d.close(func(d txbox.Delivery) error { return d.DeadLetter(context.Background(), errors.New("poison")) }), "dead-letter again")
-				waitNoConsumer(t, admin, q)
-			}
-			var ids []string
-			for {
-				m, ok, err := admin.Get(q+".dlq", true)
-				testenv.Must(t, err, "get %s.dlq", q)
-				if !ok {
-					break
-				}
-				ids = append(ids, m.MessageId)
-			}
-			st, err := admin.QueueDeclarePassive(q, true, false, false, false, nil)
-			testenv.Must(t, err, "inspect %s", q)
-			if len(ids) != 1 || ids[0] != "poison-1" || st.Messages != 0 {
-				t.Fatalf("dead letters %v and %d message(s) left in the queue, want exactly [poison-1] and 0", ids, st.Messages)
-			}
+			check(t, base, q, admin, sub)
 		})
 	}
 }
