@@ -51,7 +51,7 @@ func TestSQLiteImplausibleLease(t *testing.T) {
 	testenv.Must(t, err, "delete")
 
 	// Rows written before the triggers: the claim takes them.
-	for _, s := range []string{`DROP TRIGGER "txbox_outbox_lease_insert"`, `DROP TRIGGER "txbox_outbox_lease_update"`} {
+	for _, s := range []string{`DROP TRIGGER IF EXISTS "txbox_outbox_lease_insert"`, `DROP TRIGGER IF EXISTS "txbox_outbox_lease_update"`} {
 		_, err := db.Exec(s)
 		testenv.Must(t, err, "%s", s)
 	}

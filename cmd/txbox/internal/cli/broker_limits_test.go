@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/natsjs"
@@ -25,7 +26,7 @@ func TestBrokerLimitsAtStart(t *testing.T) {
 	}{
 		{[]string{"--broker", "nats://127.0.0.1:1", "--subject-prefix", long(4500)}, "--subject-prefix is 4500 bytes, over the limit of "},
 		{[]string{"--broker", "nats://127.0.0.1:1", "--subject-prefix", long(natsMax + 1)}, "max_control_line"},
-		{[]string{"--subject-prefix", long(4500)}, "--subject-prefix is 4500 bytes"}, // the embedded server
+		{[]string{"--subject-prefix", long(4500), "--nats-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0"}, "--subject-prefix is 4500 bytes"}, // the embedded server
 		{[]string{"--broker", "amqp://guest:guest@127.0.0.1:1/", "--subject-prefix", long(255)}, "--subject-prefix is 255 bytes, over the limit of 254 bytes: a RabbitMQ routing key"},
 		{[]string{"--broker", "amqp://guest:guest@127.0.0.1:1/", "--exchange", strings.Repeat("x", 256)}, "--exchange is 256 bytes, over RabbitMQ's limit of 255 bytes"},
 		{[]string{"--broker", "kafka://127.0.0.1:1", "--subject-prefix", long(249)}, "--subject-prefix is 249 bytes, over the limit of 248 bytes: a Kafka topic name"},
@@ -33,7 +34,11 @@ func TestBrokerLimitsAtStart(t *testing.T) {
 		{[]string{"--broker", "nats://127.0.0.1:1", "--cloudevents-source", "/" + strings.Repeat("s", 9000)}, "--cloudevents-source is 9001 bytes, over the limit of 8192 bytes"},
 	} {
 		args := append([]string{"relay", "--db", db}, tc.args...)
-		_, _, err := run(context.Background(), args...)
+		// The check comes before any broker is dialled; the deadline only
+		// ends a relay that passed it and waits for the unreachable broker.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _, err := run(ctx, args...)
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("relay %.120q: %v; want %q", tc.args, err, tc.want)
 		}

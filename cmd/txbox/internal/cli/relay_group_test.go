@@ -127,7 +127,11 @@ func TestRelayGroupStoresFileErrors(t *testing.T) {
 	} {
 		file := filepath.Join(dir, testenv.Name("stores")+".json")
 		testenv.Must(t, os.WriteFile(file, []byte(tc.file), 0o600), "write")
-		_, errOut, err := run(context.Background(), "relay", "--stores", file, "--broker", "nats://127.0.0.1:1")
+		// The deadline only ends a relay that accepted the file and waits
+		// for the unreachable broker.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, errOut, err := run(ctx, "relay", "--stores", file, "--broker", "nats://127.0.0.1:1")
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.file, err, tc.want)
 		}
