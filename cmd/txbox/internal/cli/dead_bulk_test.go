@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,7 +24,8 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		args  []string
 		exec  func(q string) error
 		count func(q string) int
-		now   string // the dialect's "dead at" value
+		id    func(topic string) int64 // the SEQ of the row with topic
+		now   string                   // the dialect's "dead at" value
 	}
 	bulk := func(t *testing.T, d db) {
 		insert := func(topic string) {
@@ -34,13 +36,17 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		for _, topic := range []string{"ok.1", "ok.2", "bad topic", "ok.4", "ok.5"} {
 			insert(topic)
 		}
+		// SEQs are the table's ids, read back: a start-up probe may have
+		// used some already.
+		bad := d.id("bad topic")
+		seq := func(n int64) string { return strconv.FormatInt(n, 10) }
 		args := func(a ...string) []string { return append(a, d.args...) }
 		out, _, err := run(t.Context(), args("dead", "redrive", "--all")...)
 		t.Logf("redrive --all: %q, %v", out, err)
-		if err == nil || !strings.Contains(err.Error(), "refused to redrive 1 dead message(s) (seq 3)") {
-			t.Fatalf("redrive --all with one invalid row: err %v, want the refusal of seq 3", err)
+		if err == nil || !strings.Contains(err.Error(), "refused to redrive 1 dead message(s) (seq "+seq(bad)+")") {
+			t.Fatalf("redrive --all with one invalid row: err %v, want the refusal of seq %d", err, bad)
 		}
-		if !strings.Contains(out, "redrove 4 dead message(s)") || !strings.Contains(out, "refused seq 3: ") || !strings.Contains(out, "topic") {
+		if !strings.Contains(out, "redrove 4 dead message(s)") || !strings.Contains(out, "refused seq "+seq(bad)+": ") || !strings.Contains(out, "topic") {
 			t.Fatalf("redrive --all output:\n%s", out)
 		}
 		if dead, pending := d.count("dead_at IS NOT NULL"), d.count("dead_at IS NULL"); dead != 1 || pending != 4 {
@@ -50,8 +56,9 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		// is pending and one that does not exist.
 		insert("ok.6")
 		insert("ok.7")
-		out, _, err = run(t.Context(), args("dead", "redrive", "--json", "3", "6", "7", "1", "99")...)
-		t.Logf("redrive --json 3 6 7 1 99: %s, %v", out, err)
+		list := []string{seq(bad), seq(d.id("ok.6")), seq(d.id("ok.7")), seq(d.id("ok.1")), seq(d.id("ok.7") + 1000)}
+		out, _, err = run(t.Context(), args(append([]string{"dead", "redrive", "--json"}, list...)...)...)
+		t.Logf("redrive --json %v: %s, %v", list, out, err)
 		var res struct {
 			Action  string
 			Count   int64
@@ -64,9 +71,9 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		if jerr := json.Unmarshal([]byte(out), &res); jerr != nil {
 			t.Fatalf("--json output %q: %v", out, jerr)
 		}
-		if err == nil || res.Action != "redrive" || res.Count != 2 || res.Missed != 2 || len(res.Refused) != 1 || res.Refused[0].Seq != 3 ||
+		if err == nil || res.Action != "redrive" || res.Count != 2 || res.Missed != 2 || len(res.Refused) != 1 || res.Refused[0].Seq != bad ||
 			!strings.Contains(res.Refused[0].Reason, "topic") {
-			t.Fatalf("redrive --json 3 6 7 1 99: %+v, %v; want 2 redriven, seq 3 refused, 2 missed, and an error", res, err)
+			t.Fatalf("redrive --json %v: %+v, %v; want 2 redriven, seq %d refused, 2 missed, and an error", list, res, err, bad)
 		}
 		if !strings.Contains(err.Error(), "2 of the 5 SEQs given are not dead messages") {
 			t.Fatalf("redrive of a list: %v", err)
@@ -91,6 +98,10 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 			count: func(w string) (n int) {
 				testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+w).Scan(&n), "count")
 				return n
+			},
+			id: func(topic string) (id int64) {
+				testenv.Must(t, conn.QueryRow("SELECT id FROM txbox_outbox WHERE topic = ?", topic).Scan(&id), "id of %q", topic)
+				return id
 			}})
 	})
 	t.Run("mysql", func(t *testing.T) {
@@ -104,6 +115,10 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 			count: func(w string) (n int) {
 				testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+w).Scan(&n), "count")
 				return n
+			},
+			id: func(topic string) (id int64) {
+				testenv.Must(t, conn.QueryRow("SELECT id FROM txbox_outbox WHERE topic = ?", topic).Scan(&id), "id of %q", topic)
+				return id
 			}})
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -117,6 +132,10 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 			count: func(w string) (n int) {
 				testenv.Must(t, admin.QueryRow(ctx, in("SELECT count(*) FROM txbox_outbox WHERE "+w)).Scan(&n), "count")
 				return n
+			},
+			id: func(topic string) (id int64) {
+				testenv.Must(t, admin.QueryRow(ctx, in("SELECT id FROM txbox_outbox WHERE topic = $1"), topic).Scan(&id), "id of %q", topic)
+				return id
 			}})
 	})
 }
