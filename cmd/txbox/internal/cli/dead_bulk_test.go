@@ -86,6 +86,18 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 			t.Fatalf("after discard --all: %d dead, %d pending; want 0 and 6", dead, pending)
 		}
 	}
+	// sqlDB is a db on conn, a database/sql pool (SQLite, MySQL).
+	sqlDB := func(t *testing.T, conn *sql.DB, args []string, now string) db {
+		return db{args: args, now: now, exec: func(q string) error { _, err := conn.Exec(q); return err },
+			count: func(w string) (n int) {
+				testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+w).Scan(&n), "count")
+				return n
+			},
+			id: func(topic string) (id int64) {
+				testenv.Must(t, conn.QueryRow("SELECT id FROM txbox_outbox WHERE topic = ?", topic).Scan(&id), "id of %q", topic)
+				return id
+			}}
+	}
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "bulk.db")
@@ -94,15 +106,7 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
 		testenv.Must(t, err, "open sqlite")
 		t.Cleanup(func() { _ = conn.Close() })
-		bulk(t, db{args: args, now: "1", exec: func(q string) error { _, err := conn.Exec(q); return err },
-			count: func(w string) (n int) {
-				testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+w).Scan(&n), "count")
-				return n
-			},
-			id: func(topic string) (id int64) {
-				testenv.Must(t, conn.QueryRow("SELECT id FROM txbox_outbox WHERE topic = ?", topic).Scan(&id), "id of %q", topic)
-				return id
-			}})
+		bulk(t, sqlDB(t, conn, args, "1"))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
@@ -111,15 +115,7 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
 		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
 		mustRun(t, append([]string{"migrate", "up"}, args...)...)
-		bulk(t, db{args: args, now: "UTC_TIMESTAMP(6)", exec: func(q string) error { _, err := conn.Exec(q); return err },
-			count: func(w string) (n int) {
-				testenv.Must(t, conn.QueryRow("SELECT count(*) FROM txbox_outbox WHERE "+w).Scan(&n), "count")
-				return n
-			},
-			id: func(topic string) (id int64) {
-				testenv.Must(t, conn.QueryRow("SELECT id FROM txbox_outbox WHERE topic = ?", topic).Scan(&id), "id of %q", topic)
-				return id
-			}})
+		bulk(t, sqlDB(t, conn, args, "UTC_TIMESTAMP(6)"))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
