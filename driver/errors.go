@@ -113,8 +113,9 @@ type RejectionClassifier interface {
 // its transaction in — so that the same work fails again however often it
 // is retried: an error with an SQLState() string method in class 22 (data
 // exception), class 23 (integrity constraint violation, also a deferred
-// constraint checked at COMMIT) or 25P02 (in failed SQL transaction: an
-// earlier statement failed and its error was ignored). It is false for
+// constraint checked at COMMIT), 25P02 (in failed SQL transaction: an
+// earlier statement failed and its error was ignored), 27000 or P0001 (a
+// trigger refused it). It is false for
 // whatever IsTransient accepts.
 func IsRejected(err error) bool {
 	if err == nil || IsTransient(err) {
@@ -126,12 +127,18 @@ func IsRejected(err error) bool {
 
 // RejectedSQLState reports whether an SQLSTATE says the database refused
 // the work itself: class 22 (data exception), class 23 (integrity
-// constraint violation) and 25P02 (in failed SQL transaction).
+// constraint violation), 25P02 (in failed SQL transaction), 27000
+// (triggered data change violation) and P0001 (a trigger's or function's
+// RAISE EXCEPTION).
 func RejectedSQLState(code string) bool {
 	if len(code) != 5 {
 		return false
 	}
-	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23") || code == "25P02"
+	switch code {
+	case "25P02", "27000", "P0001":
+		return true
+	}
+	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23")
 }
 
 // IsRejectedFor is IsRejected, widened by d's RejectionClassifier if d has

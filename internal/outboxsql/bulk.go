@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/txbox/txbox/driver"
 )
 
 // Refusal is a dead row that a bulk action left as it was: the database
@@ -115,17 +117,15 @@ var mysqlError = regexp.MustCompile(`^Error (\d+)(?: \(([0-9A-Z]{5})\))?: `)
 // rowError reports whether err is the database refusing a statement for
 // the data of a row it touches, so that the same statement on other rows
 // may succeed: a constraint or a trigger, rather than the connection, the
-// server, a lock or a permission. PostgreSQL (SQLSTATE): class 22 (data
-// exception), 23 (integrity constraint violation), 27000 (triggered data
-// change violation), P0001 (RAISE EXCEPTION). SQLite: SQLITE_CONSTRAINT
+// server, a lock or a permission. An SQLSTATE: what driver.IsRejected
+// accepts (PostgreSQL). SQLite: SQLITE_CONSTRAINT
 // (a CHECK, a trigger's RAISE(ABORT), a foreign key), SQLITE_MISMATCH.
 // MySQL and MariaDB: SQLSTATE class 22, 23 or 45 (SIGNAL), and 3819 (a
 // CHECK violated, MySQL's HY000).
 func rowError(err error) bool {
 	var state interface{ SQLState() string }
 	if errors.As(err, &state) {
-		c := state.SQLState()
-		return strings.HasPrefix(c, "22") || strings.HasPrefix(c, "23") || c == "27000" || c == "P0001"
+		return driver.IsRejected(err)
 	}
 	var coded interface{ Code() int }
 	if errors.As(err, &coded) {
