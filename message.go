@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -88,12 +89,13 @@ func IsReservedHeader(name string) bool {
 // headers together (<= 0: no cap). An empty ID passes: Add fills it in.
 //
 // The rules are what every broker txbox ships for carries unchanged:
-//   - topic: 1 to MaxTopicLen bytes of UTF-8, no white space, no control
-//     character;
+//   - topic: 1 to MaxTopicLen bytes of UTF-8, no white space (any that
+//     unicode.IsSpace reports: U+3000 too), no control character;
 //   - id, key: at most MaxIDLen / MaxKeyLen bytes of UTF-8, no control
 //     character;
 //   - header names: 1 to MaxHeaderLen bytes, an HTTP token (letters,
-//     digits and !#$%&'*+-.^_`|~), not reserved (IsReservedHeader);
+//     digits and !#$%&'*+-.^_`|~), not reserved (IsReservedHeader), at
+//     most one Content-Type in any case;
 //   - header values: at most MaxHeaderValLen bytes of UTF-8, no control
 //     character but tab, no leading or trailing space or tab (NATS trims
 //     them).
@@ -105,7 +107,8 @@ func (m *Message) Validate(maxBytes int) error {
 		return m.invalid(err)
 	}
 	if i := indexSpace(m.Topic); i >= 0 {
-		return &InvalidMessageError{ID: m.ID, Field: "topic", Reason: fmt.Sprintf("contains white space at byte %d", i)}
+		r, _ := utf8.DecodeRuneInString(m.Topic[i:])
+		return &InvalidMessageError{ID: m.ID, Field: "topic", Reason: fmt.Sprintf("contains white space (%U) at byte %d", r, i)}
 	}
 	if m.ID != "" {
 		if err := checkText("id", m.ID, MaxIDLen); err != nil {
@@ -118,11 +121,18 @@ func (m *Message) Validate(maxBytes int) error {
 		}
 	}
 	size := len(m.Payload)
+	ct := ""
 	for k, v := range m.Headers {
 		size += len(k) + len(v)
 		if err := checkHeader(k, v); err != nil {
 			err.ID = m.ID
 			return err
+		}
+		if len(k) == len(HeaderContentType) && strings.EqualFold(k, HeaderContentType) {
+			if ct != "" {
+				return &InvalidMessageError{ID: m.ID, Field: "headers", Reason: fmt.Sprintf("has the content type twice, as %q and %q: the brokers carry one Content-Type", ct, k)}
+			}
+			ct = k
 		}
 	}
 	if maxBytes > 0 && size > maxBytes {
@@ -185,20 +195,18 @@ func (m *Message) invalid(err error) error {
 	return &InvalidMessageError{ID: m.ID, Field: fe.field, Reason: fe.reason}
 }
 
-// checkText refuses oversized text, invalid UTF-8 and control characters.
-// topicSpaces are the white space characters a topic may not hold.
-const topicSpaces = " \t\u00a0\u2028\u2029"
-
-// indexSpace is strings.IndexAny(s, topicSpaces), byte by byte while s is
-// ASCII: IndexAny with a set of non-ASCII runes decodes every rune of s
-// (checked for every message relayed).
+// indexSpace is the index of the first white space character of s
+// (unicode.IsSpace: ASCII space, tab and line breaks, U+0085, U+00A0 and
+// the Unicode space separators, U+1680, U+2000 to U+200A, U+2028, U+2029,
+// U+202F, U+205F, U+3000), or -1; byte by byte while s is ASCII, since
+// every message relayed is checked.
 func indexSpace(s string) int {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
-		case c == ' ' || c == '\t':
+		case c == ' ' || ('\t' <= c && c <= '\r'):
 			return i
 		case c >= utf8.RuneSelf:
-			if j := strings.IndexAny(s[i:], topicSpaces); j >= 0 {
+			if j := strings.IndexFunc(s[i:], unicode.IsSpace); j >= 0 {
 				return i + j
 			}
 			return -1
@@ -207,6 +215,7 @@ func indexSpace(s string) int {
 	return -1
 }
 
+// checkText refuses oversized text, invalid UTF-8 and control characters.
 func checkText(field, s string, max int) error {
 	if len(s) > max {
 		return fieldError{field, fmt.Sprintf("is %d bytes, over the limit of %d", len(s), max)}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // FuzzMessageRows feeds Validate and Add's row building (Outbox.rows)
@@ -23,6 +25,7 @@ func FuzzMessageRows(f *testing.F) {
 	f.Add("m-1", "", "", []byte(nil), "", "", "", "", 0)
 	f.Add("m-1", "a b", "", []byte(nil), "", "", "", "", 0)
 	f.Add("m-1", "a\u00a0b", "", []byte(nil), "", "", "", "", 0)
+	f.Add("m-1", "注文\u3000作成", "", []byte(nil), "", "", "", "", 0)
 	f.Add("m\x00", "t", "", []byte(nil), "", "", "", "", 0)
 	f.Add("m", "t\xff", "", []byte(nil), "", "", "", "", 0)
 	f.Add("m", "t", "k\x7f", []byte(nil), "", "", "", "", 0)
@@ -38,6 +41,7 @@ func FuzzMessageRows(f *testing.F) {
 	f.Add("m", "t", "", []byte(nil), "a", "line\nfeed", "", "", 0)
 	f.Add("m", "t", "", []byte(nil), "a", "<script>&\u2028\"\\", "", "", 0)
 	f.Add("m", "t", "", []byte(nil), "a", "\ufffd", "", "", 0)
+	f.Add("m", "t", "", []byte(nil), "content-type", "text/plain", "Content-Type", "application/json", 0)
 	f.Add(strings.Repeat("i", MaxIDLen+1), "t", "", []byte(nil), "", "", "", "", 0)
 	f.Add("m", strings.Repeat("t", MaxTopicLen+1), "", []byte(nil), "", "", "", "", 0)
 	f.Fuzz(func(t *testing.T, id, topic, key string, payload []byte, k1, v1, k2, v2 string, maxBytes int) {
@@ -96,16 +100,38 @@ func FuzzMessageRows(f *testing.F) {
 }
 
 // FuzzIndexSpace checks the topic's white space search against
-// strings.IndexAny.
+// strings.IndexFunc with unicode.IsSpace.
 func FuzzIndexSpace(f *testing.F) {
-	for _, s := range []string{"orders.created", "a b", "a\tb", "é x", "a\u00a0b", "x\u2028", "日本\u2029", "", "\xff \xfe"} {
+	for _, s := range []string{"orders.created", "a b", "a\tb", "é x", "a\u00a0b", "x\u2028", "日本\u2029", "", "\xff \xfe",
+		"注文\u3000作成", "a\u0085b", "a\u1680b", "a\u2000b", "a\u200ab", "a\u202fb", "a\u205fb", "a\vb", "a\fb", "a\u200bb", "\xe3\x80"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := indexSpace(s), strings.IndexAny(s, topicSpaces); got != want {
+		if got, want := indexSpace(s), strings.IndexFunc(s, unicode.IsSpace); got != want {
 			t.Fatalf("indexSpace(%q) = %d, want %d", s, got, want)
 		}
 	})
+}
+
+// Validate refuses a topic with any Unicode white space, the ideographic
+// space U+3000 among them, naming the character; a zero-width space
+// (U+200B, not white space) passes.
+func TestValidateTopicUnicodeSpace(t *testing.T) {
+	for _, r := range []rune{' ', '\u0085', '\u00a0', '\u1680', '\u2000', '\u2007', '\u200a', '\u2028', '\u2029', '\u202f', '\u205f', '\u3000'} {
+		m := Message{ID: "m", Topic: "注文" + string(r) + "作成"}
+		err := m.Validate(0)
+		var ime *InvalidMessageError
+		if !errors.As(err, &ime) || ime.Field != "topic" || !strings.Contains(ime.Reason, fmt.Sprintf("%U", r)) {
+			t.Errorf("topic with %U: %v, want an error naming it", r, err)
+		}
+	}
+	m := Message{ID: "m", Topic: "t", Headers: map[string]string{"content-type": "text/plain", "Content-TYPE": "text/html"}}
+	if err := m.Validate(0); err == nil || !strings.Contains(err.Error(), "content type twice") {
+		t.Errorf("two Content-Type spellings: %v, want an error", err)
+	}
+	if m := (Message{ID: "m", Topic: "a\u200bb"}); m.Validate(0) != nil {
+		t.Errorf("topic with U+200B refused: %v", m.Validate(0))
+	}
 }
 
 // BenchmarkValidate: the relay validates every message it relays.

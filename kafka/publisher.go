@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,10 +21,21 @@ type PublisherConfig struct {
 	// CloudEventsSource, when set, adds the CloudEvents binary-mode
 	// attributes as headers (Kafka protocol binding): ce_specversion 1.0,
 	// ce_id = message id, ce_source = CloudEventsSource, ce_type = topic,
-	// ce_time = created-at; a Content-Type header (datacontenttype) is
-	// written as content-type, the binding's name. Default: "" (none).
+	// ce_time = created-at; the Content-Type header (datacontenttype) is
+	// written as content-type, the binding's name (Content-Type without
+	// CloudEvents). The ce_ names (any case) are then reserved:
+	// CheckMessage refuses a message whose own headers use one, and the
+	// relay parks it dead. Default: "" (none).
 	CloudEventsSource string
 }
+
+// CloudEventsPrefix is put before the CloudEvents attribute names in the
+// headers (the Kafka protocol binding's prefix).
+const CloudEventsPrefix = "ce_"
+
+// ContentTypeHeader is the name the Kafka protocol binding of CloudEvents
+// gives the content type; without CloudEvents it is Content-Type.
+const ContentTypeHeader = "content-type"
 
 // Publisher produces messages to Kafka; see the package doc.
 type Publisher struct {
@@ -33,7 +43,10 @@ type Publisher struct {
 	cfg PublisherConfig
 }
 
-var _ txbox.Publisher = (*Publisher)(nil)
+var (
+	_ txbox.Publisher      = (*Publisher)(nil)
+	_ txbox.MessageChecker = (*Publisher)(nil)
+)
 
 // NewPublisher returns a Publisher over cl, a client the caller made;
 // whoever created it closes it. cl must keep franz-go's producer defaults acks=all and idempotent
@@ -51,8 +64,26 @@ func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 	return &Publisher{cl: cl, cfg: cfg}, nil
 }
 
+// CheckMessage refuses, with txbox.Reject wrapping txbox.ErrReservedHeader,
+// a message with a header whose name begins with "ce_" (any case) while
+// CloudEventsSource is set: those names are the CloudEvents attributes the
+// Publisher writes. See txbox.MessageChecker.
+func (p *Publisher) CheckMessage(m txbox.Message) error {
+	if p.cfg.CloudEventsSource == "" {
+		return nil
+	}
+	for k := range m.Headers {
+		if wire.HasPrefixFold(k, CloudEventsPrefix) {
+			return txbox.Reject(fmt.Errorf("kafka: header name %q is reserved: with CloudEventsSource set, ce_* headers (any case) are the CloudEvents attributes txbox writes: %w",
+				k, txbox.ErrReservedHeader))
+		}
+	}
+	return nil
+}
+
 // Record returns the Kafka record for m; see the package doc and
-// docs/wire-format.md: the user headers, Txbox-Created-At, the CloudEvents
+// docs/wire-format.md: the user headers (the Content-Type header, in any
+// case, as Content-Type, or content-type with CloudEvents), Txbox-Created-At, the CloudEvents
 // attributes if configured, and Txbox-Message-Id last.
 func (p *Publisher) Record(m txbox.Message) *kgo.Record {
 	r := &kgo.Record{Topic: p.cfg.Prefix + m.Topic, Value: m.Payload}
@@ -62,12 +93,18 @@ func (p *Publisher) Record(m txbox.Message) *kgo.Record {
 	ce := p.cfg.CloudEventsSource != ""
 	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+7)
 	for k, v := range m.Headers {
-		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
-			if ce && strings.EqualFold(k, txbox.HeaderContentType) {
-				k = "content-type"
+		switch {
+		case txbox.IsReservedHeader(k): // rows written by plain SQL are not validated by Add
+			continue
+		case ce && wire.HasPrefixFold(k, CloudEventsPrefix): // CheckMessage refuses these
+			continue
+		case wire.IsContentType(k):
+			k = wire.ContentTypeHeader
+			if ce {
+				k = ContentTypeHeader
 			}
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
 	if !m.CreatedAt.IsZero() {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: txbox.HeaderCreatedAt, Value: []byte(wire.Time(m.CreatedAt))})

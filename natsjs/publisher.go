@@ -66,10 +66,18 @@ type PublisherConfig struct {
 	// CloudEventsSource, when set, adds the CloudEvents binary-mode
 	// attributes as headers (NATS protocol binding): ce-specversion 1.0,
 	// ce-id = message id, ce-source = CloudEventsSource (a URI-reference),
-	// ce-type = topic, ce-time = created-at; the Content-Type header is
-	// datacontenttype. Default: "" (none).
+	// ce-type = topic, ce-time = created-at, and ce-datacontenttype = the
+	// Content-Type header when the message has one; their values are
+	// percent-encoded as the binding requires (space, '"', '%' and all
+	// but printable ASCII). The ce- names (any case) are then reserved:
+	// CheckMessage refuses a message whose own headers use one, and the
+	// relay parks it dead. Default: "" (none).
 	CloudEventsSource string
 }
+
+// CloudEventsPrefix is put before the CloudEvents attribute names in the
+// headers (the NATS protocol binding's prefix).
+const CloudEventsPrefix = "ce-"
 
 // DefaultMaxControlLine is the NATS server's default max_control_line.
 const DefaultMaxControlLine = 4096
@@ -171,7 +179,8 @@ func (p *Publisher) Duplicates() int64 { return p.dups.Load() }
 // txbox.Reject, or nil; see txbox.MessageChecker. It refuses a subject
 // (Prefix+Topic) that is not a valid subject to publish to (an empty token,
 // a wildcard token * or >, white space), a header name NATS cannot encode, a
-// protocol line over MaxControlLine (the server would close the connection),
+// ce-* header name while CloudEventsSource is set (wrapping
+// txbox.ErrReservedHeader), a protocol line over MaxControlLine (the server would close the connection),
 // and a message (its header block as nats.go encodes it, Nats-Msg-Id
 // included, plus its payload) over the server's max payload.
 //
@@ -190,6 +199,10 @@ func (p *Publisher) CheckMessage(m txbox.Message) error {
 		if !headerNameOK(k) {
 			return txbox.Reject(fmt.Errorf("natsjs: header name %q: NATS header names are printable ASCII without white space or any of %s: %w",
 				clip(k), headerForbidden, nats.ErrBadHeaderMsg))
+		}
+		if p.ceSource != "" && wire.HasPrefixFold(k, CloudEventsPrefix) {
+			return txbox.Reject(fmt.Errorf("natsjs: header name %q is reserved: with CloudEventsSource set, ce-* headers (any case) are the CloudEvents attributes txbox writes: %w",
+				clip(k), txbox.ErrReservedHeader))
 		}
 	}
 	if p.fits(m, len(subj)) {
@@ -302,15 +315,23 @@ func (p *Publisher) unusable() error {
 }
 
 // Msg builds the NATS message for m (docs/wire-format.md): user headers
-// first, then Txbox-Key, Txbox-Created-At, the CloudEvents attributes if
+// first (the Content-Type header, in any case, as Content-Type), then
+// Txbox-Key, Txbox-Created-At, the CloudEvents attributes if
 // configured, and Nats-Msg-Id last, so no header can change the message's
 // identity.
 func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
 	msg := &nats.Msg{Subject: p.prefix + m.Topic, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+3)}
 	// One backing array for every header's value.
 	vals := make(values, 0, len(m.Headers)+3)
+	ct := ""
 	for k, v := range m.Headers {
-		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
+		switch {
+		case txbox.IsReservedHeader(k): // rows written by plain SQL are not validated by Add
+		case p.ceSource != "" && wire.HasPrefixFold(k, CloudEventsPrefix): // CheckMessage refuses these
+		case wire.IsContentType(k):
+			ct = v
+			msg.Header[wire.ContentTypeHeader] = vals.one(v)
+		default:
 			msg.Header[k] = vals.one(v) // as Header.Set: NATS header names keep their case
 		}
 	}
@@ -322,7 +343,10 @@ func (p *Publisher) Msg(m txbox.Message) *nats.Msg {
 	}
 	if p.ceSource != "" {
 		for _, a := range wire.CloudEvents(m.ID, m.Topic, p.ceSource, m.CreatedAt) {
-			msg.Header["ce-"+a.Name] = []string{a.Value}
+			msg.Header[CloudEventsPrefix+a.Name] = []string{wire.PercentEncode(a.Value)}
+		}
+		if ct != "" {
+			msg.Header[CloudEventsPrefix+"datacontenttype"] = []string{wire.PercentEncode(ct)}
 		}
 	}
 	if m.ID != "" {

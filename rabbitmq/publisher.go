@@ -50,12 +50,20 @@ type PublisherConfig struct {
 	// reported with txbox.Reject, so it ends dead instead of vanishing).
 	AllowUnroutable bool
 	// CloudEventsSource, when set, adds the CloudEvents binary-mode
-	// attributes as headers with the AMQP binding's prefix "cloudEvents:"
-	// (cloudEvents:specversion 1.0, cloudEvents:id = message id,
-	// cloudEvents:source = CloudEventsSource, cloudEvents:type = topic,
-	// cloudEvents:time = created-at); datacontenttype is the content_type
-	// property. Default: "" (none).
+	// attributes as headers (AMQP protocol binding) named with the prefix
+	// "cloudEvents" and CloudEventsSeparator: cloudEvents_specversion 1.0,
+	// cloudEvents_id = message id, cloudEvents_source = CloudEventsSource,
+	// cloudEvents_type = topic, cloudEvents_time = created-at;
+	// datacontenttype is the content_type property. The names beginning
+	// with "cloudEvents" (any case) are then reserved, so that one message
+	// carries one separator: CheckMessage refuses a message whose own
+	// headers use one, and the relay parks it dead. Default: "" (none).
 	CloudEventsSource string
+	// CloudEventsSeparator is the separator between "cloudEvents" and the
+	// attribute names: "_" (what JMS 2.0 consumers, Spring's CloudEvents
+	// AMQP support and the binding's recommendation read) or ":" (what the
+	// CloudEvents Go SDK's and Java SDK's AMQP bindings read). Default: "_".
+	CloudEventsSeparator string
 }
 
 // Publisher publishes to RabbitMQ with publisher confirms, on a channel of
@@ -70,7 +78,10 @@ type Publisher struct {
 	returns chan amqp.Return
 }
 
-var _ txbox.Publisher = (*Publisher)(nil)
+var (
+	_ txbox.Publisher      = (*Publisher)(nil)
+	_ txbox.MessageChecker = (*Publisher)(nil)
+)
 
 // NewPublisher returns a Publisher over conn, a connection the caller
 // made; whoever created it closes it. It opens no channel yet.
@@ -78,7 +89,31 @@ func NewPublisher(conn *Conn, cfg PublisherConfig) (*Publisher, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}
+	switch cfg.CloudEventsSeparator {
+	case "":
+		cfg.CloudEventsSeparator = "_"
+	case "_", ":":
+	default:
+		return nil, fmt.Errorf("%w: rabbitmq: CloudEventsSeparator %q: want \"_\" or \":\"", txbox.ErrInvalidConfig, cfg.CloudEventsSeparator)
+	}
 	return &Publisher{conn: conn, cfg: cfg}, nil
+}
+
+// CheckMessage refuses, with txbox.Reject wrapping txbox.ErrReservedHeader,
+// a message with a header whose name begins with "cloudEvents" (any case)
+// while CloudEventsSource is set: those names are the CloudEvents
+// attributes the Publisher writes. See txbox.MessageChecker.
+func (p *Publisher) CheckMessage(m txbox.Message) error {
+	if p.cfg.CloudEventsSource == "" {
+		return nil
+	}
+	for k := range m.Headers {
+		if wire.HasPrefixFold(k, CloudEventsPrefix) {
+			return txbox.Reject(fmt.Errorf("rabbitmq: header name %q is reserved: with CloudEventsSource set, cloudEvents* headers (any case, either separator) are the CloudEvents attributes txbox writes: %w",
+				k, txbox.ErrReservedHeader))
+		}
+	}
+	return nil
 }
 
 // channel returns the confirm-mode channel, opening it if needed.
@@ -122,13 +157,15 @@ func (p *Publisher) RoutingKey(topic string) string { return p.cfg.Prefix + topi
 // persistent; content_type from the Content-Type header (any case; taken
 // out of the headers); timestamp = created-at (seconds; the publish time
 // for a message without one); the other user headers (minus reserved
-// names), Txbox-Key, Txbox-Created-At, the CloudEvents attributes if
-// configured; then message_id = m.ID.
+// names, and cloudEvents* names when CloudEvents are on), Txbox-Key,
+// Txbox-Created-At, the CloudEvents attributes if configured; then
+// message_id = m.ID.
 func (p *Publisher) Publishing(m txbox.Message) amqp.Publishing {
 	h := amqp.Table{}
 	ctName, ct := wire.ContentType(m.Headers)
+	ce := p.cfg.CloudEventsSource != ""
 	for k, v := range m.Headers {
-		if !txbox.IsReservedHeader(k) && k != ctName {
+		if !txbox.IsReservedHeader(k) && k != ctName && (!ce || !wire.HasPrefixFold(k, CloudEventsPrefix)) {
 			h[k] = v
 		}
 	}
@@ -140,9 +177,10 @@ func (p *Publisher) Publishing(m txbox.Message) amqp.Publishing {
 		h[txbox.HeaderCreatedAt] = wire.Time(m.CreatedAt)
 		ts = m.CreatedAt
 	}
-	if p.cfg.CloudEventsSource != "" {
+	if ce {
+		prefix := CloudEventsPrefix + p.cfg.CloudEventsSeparator
 		for _, a := range wire.CloudEvents(m.ID, m.Topic, p.cfg.CloudEventsSource, m.CreatedAt) {
-			h[CloudEventsPrefix+a.Name] = a.Value
+			h[prefix+a.Name] = a.Value
 		}
 	}
 	return amqp.Publishing{
@@ -155,9 +193,10 @@ func (p *Publisher) Publishing(m txbox.Message) amqp.Publishing {
 	}
 }
 
-// CloudEventsPrefix is put before the CloudEvents attribute names in the
-// headers (the AMQP protocol binding's application-properties prefix).
-const CloudEventsPrefix = "cloudEvents:"
+// CloudEventsPrefix, then PublisherConfig.CloudEventsSeparator, is put
+// before the CloudEvents attribute names in the headers (the AMQP protocol
+// binding's application-properties prefix).
+const CloudEventsPrefix = "cloudEvents"
 
 // Publish sends msgs and waits for their confirms; see txbox.Publisher.
 func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {

@@ -11,7 +11,8 @@
 //	created_at  the row's created_at, RFC 3339 UTC with nine fractional
 //	         digits (absent when unknown)
 //	h:NAME   one field per header NAME (the "h:" prefix keeps a header from
-//	         ever colliding with id, key or payload)
+//	         ever colliding with id, key or payload); the Content-Type
+//	         header, in any case, is h:Content-Type
 //
 // Headers reserved by txbox.IsReservedHeader are dropped, so no header can
 // change a message's identity.

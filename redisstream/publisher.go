@@ -57,7 +57,8 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) (*Publisher, e
 // Stream returns the stream a topic is written to.
 func (p *Publisher) Stream(topic string) string { return p.cfg.Prefix + topic }
 
-// Values returns the XADD field-value list for m; see the package doc.
+// Values returns the XADD field-value list for m; see the package doc. The
+// Content-Type header, in any case, is the field h:Content-Type.
 func Values(m txbox.Message) []any {
 	v := make([]any, 0, 8+2*len(m.Headers))
 	v = append(v, FieldID, m.ID, FieldKey, m.Key, FieldPayload, m.Payload)
@@ -65,7 +66,11 @@ func Values(m txbox.Message) []any {
 		v = append(v, FieldCreatedAt, wire.Time(m.CreatedAt))
 	}
 	for k, val := range m.Headers {
-		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
+		switch {
+		case txbox.IsReservedHeader(k): // rows written by plain SQL are not validated by Add
+		case wire.IsContentType(k):
+			v = append(v, HeaderFieldPrefix+wire.ContentTypeHeader, val)
+		default:
 			v = append(v, HeaderFieldPrefix+k, val)
 		}
 	}

@@ -77,12 +77,17 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) (*Publisher, e
 }
 
 // Task returns the asynq task for m (docs/wire-format.md): type = topic,
-// the payload, and as headers the user's (less reserved ones), Txbox-Key
-// and Txbox-Created-At.
+// the payload, and as headers the user's (less reserved ones; the
+// Content-Type header, in any case, as Content-Type), Txbox-Key and
+// Txbox-Created-At.
 func (p *Publisher) Task(m txbox.Message) *asynq.Task {
 	h := make(map[string]string, len(m.Headers)+2)
 	for k, v := range m.Headers {
-		if !txbox.IsReservedHeader(k) { // rows written by plain SQL are not validated by Add
+		switch {
+		case txbox.IsReservedHeader(k): // rows written by plain SQL are not validated by Add
+		case wire.IsContentType(k):
+			h[wire.ContentTypeHeader] = v
+		default:
 			h[k] = v
 		}
 	}

@@ -80,16 +80,62 @@ func CloudEvents(id, topic, source string, created time.Time) []Attr {
 	return a
 }
 
+// ContentTypeHeader is the canonical name of the content type header: the
+// publishers send the producer's Content-Type header, whatever its
+// spelling, under this name (Kafka's CloudEvents binding under its own,
+// content-type).
+const ContentTypeHeader = "Content-Type"
+
+// IsContentType reports whether a header name is Content-Type in any case.
+func IsContentType(name string) bool {
+	return len(name) == len(ContentTypeHeader) && strings.EqualFold(name, ContentTypeHeader)
+}
+
 // ContentType returns the name and value of the Content-Type header in h,
 // whatever its case ("" if none).
 func ContentType(h map[string]string) (name, value string) {
 	for k, v := range h {
-		if strings.EqualFold(k, "Content-Type") {
+		if IsContentType(k) {
 			return k, v
 		}
 	}
 	return "", ""
 }
+
+// HasPrefixFold reports whether name begins with prefix, an ASCII text,
+// in any case.
+func HasPrefixFold(name, prefix string) bool {
+	return len(name) >= len(prefix) && strings.EqualFold(name[:len(prefix)], prefix)
+}
+
+// PercentEncode encodes a CloudEvents attribute value for a NATS header as
+// the NATS protocol binding requires (3.1.3.2): every byte of a space, a
+// double quote, a percent sign or a character outside printable ASCII
+// (U+0021 to U+007E) as %XY, upper-case hex; the rest as it is. A value
+// that needs none is returned as it is, without a copy.
+func PercentEncode(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if percentEncoded(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; percentEncoded(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func percentEncoded(c byte) bool { return c <= ' ' || c == '"' || c == '%' || c >= 0x7f }
 
 // String renders a header value a broker decoded as something other than
 // a string (AMQP tables carry typed values): integers, floats and booleans

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"net/url"
 	"testing"
 	"time"
 )
@@ -29,4 +30,43 @@ func BenchmarkTime(b *testing.B) {
 	for b.Loop() {
 		_ = Time(t)
 	}
+}
+
+// PercentEncode follows the NATS binding's example and encodes exactly
+// space, '"', '%' and the bytes outside printable ASCII; one round of
+// percent-decoding gives the value back.
+func TestPercentEncode(t *testing.T) {
+	for in, want := range map[string]string{
+		"Euro € 😀":              "Euro%20%E2%82%AC%20%F0%9F%98%80",
+		"ce-%41-é":              "ce-%2541-%C3%A9",
+		`ce id "quoted"`:        "ce%20id%20%22quoted%22",
+		"/shop/orders":          "/shop/orders",
+		"a\tb\x7f":              "a%09b%7F",
+		"!#$&'()*+,-./:;<=>?@~": "!#$&'()*+,-./:;<=>?@~",
+		"":                      "",
+	} {
+		got := PercentEncode(in)
+		if got != want {
+			t.Errorf("PercentEncode(%q) = %q, want %q", in, got, want)
+		}
+		if back, err := url.PathUnescape(got); err != nil || back != in {
+			t.Errorf("PathUnescape(%q) = %q, %v; want %q", got, back, err, in)
+		}
+	}
+}
+
+func FuzzPercentEncode(f *testing.F) {
+	f.Add("Euro € 😀")
+	f.Add("%%\"")
+	f.Fuzz(func(t *testing.T, s string) {
+		e := PercentEncode(s)
+		for i := 0; i < len(e); i++ {
+			if c := e[i]; c <= ' ' || c >= 0x7f || c == '"' {
+				t.Fatalf("PercentEncode(%q) = %q holds %#x", s, e, c)
+			}
+		}
+		if back, err := url.PathUnescape(e); err != nil || back != s {
+			t.Fatalf("PathUnescape(PercentEncode(%q)) = %q, %v", s, back, err)
+		}
+	})
 }

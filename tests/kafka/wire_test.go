@@ -14,7 +14,7 @@ import (
 
 // What the publisher produces, read with franz-go alone, is what
 // docs/wire-format.json lists for Kafka, field by field (with CloudEvents
-// on for a message with a key and headers, off for a bare one).
+// on and off for a message with a key and headers, off for a bare one).
 func TestWireFormat(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -25,6 +25,7 @@ func TestWireFormat(t *testing.T) {
 		source string
 	}{
 		{testenv.WireMessage("full"), "/shop/orders"},
+		{testenv.WireMessage("plain"), ""},
 		{testenv.WireBare("bare"), ""},
 	} {
 		p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{Prefix: "shop.", CloudEventsSource: tc.source})

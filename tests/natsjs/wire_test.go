@@ -24,8 +24,9 @@ func natsRead(m *nats.Msg) testenv.WireRead {
 }
 
 // What the publisher puts on the wire, read with nats.go alone, is what
-// docs/wire-format.json lists for NATS, field by field: with CloudEvents on
-// for a message with a key and headers, and off for a bare one.
+// docs/wire-format.json lists for NATS, field by field: for a message with
+// a key and headers (its content type named in lower case) with CloudEvents
+// on and off, and for a bare one with CloudEvents off.
 func TestWireFormat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -37,6 +38,7 @@ func TestWireFormat(t *testing.T) {
 		source string
 	}{
 		{testenv.WireMessage("wire.full"), "/shop/orders"},
+		{testenv.WireMessage("wire.plain"), ""},
 		{testenv.WireBare("wire.bare"), ""},
 	} {
 		p := newPublisher(t, nc, natsjs.PublisherConfig{Prefix: "big.", CloudEventsSource: tc.source})

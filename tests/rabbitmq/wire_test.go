@@ -34,8 +34,8 @@ func amqpRead(d amqp.Delivery) testenv.WireRead {
 
 // What the publisher puts on the wire, read with amqp091 alone, is what
 // docs/wire-format.json lists for RabbitMQ, field by field (with
-// CloudEvents on for a message with a key and headers, off for a bare
-// one), through an exchange with a routing-key prefix.
+// CloudEvents on and off for a message with a key and headers, off for a
+// bare one), through an exchange with a routing-key prefix.
 func TestWireFormat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -48,6 +48,7 @@ func TestWireFormat(t *testing.T) {
 		source string
 	}{
 		{testenv.WireMessage("wire.full"), "/shop/orders"},
+		{testenv.WireMessage("wire.plain"), ""},
 		{testenv.WireBare("wire.bare"), ""},
 	} {
 		p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{Exchange: ex, Prefix: "shop.", CloudEventsSource: tc.source})

@@ -20,6 +20,7 @@ const (
 type amqpFlags struct {
 	exchange        string
 	allowUnroutable bool
+	ceSeparator     string // --cloudevents-amqp-separator
 }
 
 func (f *amqpFlags) register(fs *pflag.FlagSet) {
@@ -27,10 +28,15 @@ func (f *amqpFlags) register(fs *pflag.FlagSet) {
 		"RabbitMQ only: exchange every message is published to, with routing key --subject-prefix + topic; it must exist; empty is the default exchange, which routes to the queue named by the routing key (env "+EnvExchange+")")
 	fs.BoolVar(&f.allowUnroutable, "allow-unroutable", false,
 		"RabbitMQ only: publish without the mandatory flag, so that a message no queue is bound to is dropped by the broker and counts as published (default: mandatory, such a message comes back and is rejected, and ends dead after --max-attempts)")
+	fs.StringVar(&f.ceSeparator, "cloudevents-amqp-separator", "_",
+		`RabbitMQ with --cloudevents-source only: the separator of the CloudEvents headers, "_" (cloudEvents_id: what JMS 2.0 consumers and Spring read) or ":" (cloudEvents:id: what the CloudEvents Go and Java SDKs' AMQP bindings read)`)
 }
 
 // check refuses the RabbitMQ flags with another broker.
 func (f *amqpFlags) check(fs *pflag.FlagSet, scheme string) error {
+	if s := f.ceSeparator; s != "" && s != "_" && s != ":" {
+		return fmt.Errorf(`--cloudevents-amqp-separator %q: want "_" or ":"`, f.ceSeparator)
+	}
 	if scheme == "amqp" || scheme == "amqps" {
 		if len(f.exchange) > maxRoutingKey {
 			return fmt.Errorf("%s is %d bytes, over RabbitMQ's limit of 255 bytes for an exchange name", sourceOf(fs, "exchange", EnvExchange), len(f.exchange))
@@ -42,6 +48,9 @@ func (f *amqpFlags) check(fs *pflag.FlagSet, scheme string) error {
 	}
 	if f.allowUnroutable {
 		return fmt.Errorf("--allow-unroutable is for RabbitMQ (amqp://), not %s", brokerKind(scheme))
+	}
+	if fs != nil && fs.Changed("cloudevents-amqp-separator") {
+		return fmt.Errorf("--cloudevents-amqp-separator is for RabbitMQ (amqp://), not %s", brokerKind(scheme))
 	}
 	return nil
 }
@@ -86,7 +95,8 @@ func openRabbitMQ(f *brokerFlags, out io.Writer) (*broker, error) {
 	}
 	_ = ch.Close()
 	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{
-		Exchange: f.amqp.exchange, Prefix: f.subjectPrefix, AllowUnroutable: f.amqp.allowUnroutable, CloudEventsSource: f.ceSource})
+		Exchange: f.amqp.exchange, Prefix: f.subjectPrefix, AllowUnroutable: f.amqp.allowUnroutable,
+		CloudEventsSource: f.ceSource, CloudEventsSeparator: f.amqp.ceSeparator})
 	if err != nil {
 		b.Close()
 		return nil, err

@@ -17,6 +17,8 @@ func TestAMQPFlags(t *testing.T) {
 		{brokerFlags{url: "amqps://u:p@rabbit.example:5671/shop", amqp: amqpFlags{exchange: "events", allowUnroutable: true}}, ""},
 		{brokerFlags{url: "nats://127.0.0.1:4222", amqp: amqpFlags{exchange: "events"}}, "--exchange is for RabbitMQ"},
 		{brokerFlags{url: "redis://127.0.0.1:6379/0", amqp: amqpFlags{allowUnroutable: true}}, "--allow-unroutable is for RabbitMQ"},
+		{brokerFlags{url: "amqp://127.0.0.1:5672/", amqp: amqpFlags{ceSeparator: ":"}}, ""},
+		{brokerFlags{url: "amqp://127.0.0.1:5672/", amqp: amqpFlags{ceSeparator: "-"}}, `--cloudevents-amqp-separator "-": want "_" or ":"`},
 		{brokerFlags{natsListen: DefaultNATSListen, amqp: amqpFlags{exchange: "events"}}, "not the embedded NATS server"},
 		{brokerFlags{url: "amqp://127.0.0.1", stream: "S"}, "--stream is for NATS JetStream"},
 		{brokerFlags{url: "kafka://127.0.0.1:9092", ceSource: "/shop/orders"}, ""},
