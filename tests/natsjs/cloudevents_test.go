@@ -26,7 +26,7 @@ func TestCloudEvents(t *testing.T) {
 	_, nc := privateNATS(t)
 	sub, err := nc.SubscribeSync("big.>")
 	testenv.Must(t, err, "subscribe")
-	const source = "/shop/orders%2Fv1 ü"
+	const source = "/shop/orders%2Fv1"
 	p := newPublisher(t, nc, natsjs.PublisherConfig{Prefix: "big.", CloudEventsSource: source})
 	rows := testenv.CERows(func(s string) string { return "ce." + s }, "CE-ID")
 	testenv.RelayCERows(t, p, rows)
