@@ -26,8 +26,10 @@ type Message struct {
 	Payload []byte
 	// Headers travel as broker headers. Names that could change a message's
 	// identity (see ErrReservedHeader) are refused. A Content-Type header
-	// (any case) is the payload's media type: RabbitMQ carries it as the
-	// content_type property, the other brokers as the header.
+	// (any case, at most once) is the payload's media type: RabbitMQ
+	// carries it as the content_type property, the other brokers as the
+	// header Content-Type (Redis h:Content-Type; Kafka content-type with
+	// CloudEvents), whatever the case it was written in.
 	Headers map[string]string
 	// CreatedAt is when the message was written to the outbox (the row's
 	// created_at, the database's clock): the relay sets it from the row and
