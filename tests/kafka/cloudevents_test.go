@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -68,5 +70,26 @@ func TestCloudEvents(t *testing.T) {
 			}
 			testenv.CheckCloudEvent(t, e, r, source, identity)
 		})
+	}
+}
+
+// With CloudEventsSource set, CheckMessage refuses a header named ce_* in
+// any case, as a rejection wrapping txbox.ErrReservedHeader; without it,
+// such a header is an ordinary one.
+func TestCheckMessageReservesCloudEventsNames(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	on, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{CloudEventsSource: "/shop"})
+	testenv.Must(t, err, "publisher")
+	off, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{})
+	testenv.Must(t, err, "publisher")
+	for _, name := range []string{"ce_id", "CE_ID", "Ce_Source", "ce_x"} {
+		m := txbox.Message{ID: "m", Topic: "t", Headers: map[string]string{name: "v"}}
+		if err := on.CheckMessage(m); !txbox.IsRejected(err) || !errors.Is(err, txbox.ErrReservedHeader) {
+			t.Errorf("CloudEvents on, header %q: %v; want a rejection wrapping ErrReservedHeader", name, err)
+		}
+		if err := off.CheckMessage(m); err != nil {
+			t.Errorf("CloudEvents off, header %q: %v", name, err)
+		}
 	}
 }

@@ -2,12 +2,14 @@ package natsjs_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -49,5 +51,27 @@ func TestCloudEvents(t *testing.T) {
 		}
 		delete(byID, id)
 		testenv.CheckCloudEvent(t, e, r, source, decode)
+	}
+}
+
+// With CloudEventsSource set, CheckMessage refuses a header named ce-*
+// in any case, as a rejection wrapping txbox.ErrReservedHeader; without
+// it, such a header is an ordinary one.
+func TestCheckMessageReservesCloudEventsNames(t *testing.T) {
+	t.Parallel()
+	_, nc := privateNATS(t)
+	on := newPublisher(t, nc, natsjs.PublisherConfig{Prefix: "big.", CloudEventsSource: "/shop"})
+	off := newPublisher(t, nc, natsjs.PublisherConfig{Prefix: "big."})
+	for _, name := range []string{"ce-id", "CE-ID", "Ce-Source", "ce-datacontenttype", "ce-x"} {
+		m := txbox.Message{ID: "m", Topic: "t", Headers: map[string]string{name: "v"}}
+		if err := on.CheckMessage(m); !txbox.IsRejected(err) || !errors.Is(err, txbox.ErrReservedHeader) {
+			t.Errorf("CloudEvents on, header %q: %v; want a rejection wrapping ErrReservedHeader", name, err)
+		}
+		if err := off.CheckMessage(m); err != nil {
+			t.Errorf("CloudEvents off, header %q: %v", name, err)
+		}
+	}
+	if err := on.CheckMessage(txbox.Message{ID: "m", Topic: "t", Headers: map[string]string{"cex-id": "v", "Content-Type": "a/b"}}); err != nil {
+		t.Errorf("CloudEvents on, ordinary headers: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -150,5 +152,31 @@ func TestCloudEvents(t *testing.T) {
 				t.Errorf("a message more in the queue: %q %v", d.MessageId, d.Headers)
 			}
 		})
+	}
+}
+
+// With CloudEventsSource set, CheckMessage refuses a header whose name
+// begins with cloudEvents in any case, as a rejection wrapping
+// txbox.ErrReservedHeader; without it, such a header is an ordinary one.
+// A separator other than "_" and ":" is refused.
+func TestCheckMessageReservesCloudEventsNames(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ(t)
+	conn := testenv.RabbitMQConn(t, url)
+	on, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{CloudEventsSource: "/shop"})
+	testenv.Must(t, err, "publisher")
+	off, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
+	testenv.Must(t, err, "publisher")
+	for _, name := range []string{"cloudEvents_id", "CLOUDEVENTS_SOURCE", "cloudevents", "CloudEventsX"} {
+		m := txbox.Message{ID: "m", Topic: "t", Headers: map[string]string{name: "v"}}
+		if err := on.CheckMessage(m); !txbox.IsRejected(err) || !errors.Is(err, txbox.ErrReservedHeader) {
+			t.Errorf("CloudEvents on, header %q: %v; want a rejection wrapping ErrReservedHeader", name, err)
+		}
+		if err := off.CheckMessage(m); err != nil {
+			t.Errorf("CloudEvents off, header %q: %v", name, err)
+		}
+	}
+	if _, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{CloudEventsSeparator: "."}); !errors.Is(err, txbox.ErrInvalidConfig) {
+		t.Errorf("separator \".\": %v, want ErrInvalidConfig", err)
 	}
 }
