@@ -24,7 +24,9 @@ const (
 // message under its own savepoint (inbox.HandleBatch): a failing handler
 // rolls back only its own effects and receipt and is retried or
 // dead-lettered alone; the rest commit together, once, and are then ACKed
-// together. At-least-once handlers are never batched.
+// together. At-least-once handlers are never batched. No two batches of a
+// binding hold messages of one key at once: a key's messages run one batch
+// at a time, in arrival order within a batch (see keyLanes).
 //
 // The trade-offs: the handlers of a batch run one after another on one
 // connection, and hold their row locks until the batch commits. A
