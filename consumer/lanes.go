@@ -13,8 +13,8 @@ import (
 // behind it (see keyLanes).
 const keyHoldLimit = 5 * time.Second
 
-// keyLanes hands the deliveries of a batched binding to its workers so that no
-// two workers hold deliveries of one key at once. A keyed delivery goes to
+// keyLanes hands the deliveries of a batched binding to its workers so that
+// no two workers hold deliveries of one key at once. A keyed delivery goes to
 // the lane of the worker that holds its key (it has the key's deliveries
 // queued, or in the batch it runs); a delivery whose key no worker holds,
 // and an unkeyed one, waits in a shared queue. A free worker takes the
@@ -32,8 +32,8 @@ const keyHoldLimit = 5 * time.Second
 // keys' later deliveries: an idle worker takes them over, so that one
 // stuck message never stalls the keys that happened to share its batch.
 //
-// The queues hold at most limit deliveries (put waits for room): the
-// broker's prefetch, with the deliveries the workers run.
+// The queues hold at most limit deliveries not yet taken by a worker (put
+// waits for room); a binding's limit is its prefetch.
 type keyLanes struct {
 	mu     sync.Mutex
 	shared []laneItem
