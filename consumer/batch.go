@@ -24,7 +24,9 @@ const (
 // message under its own savepoint (inbox.HandleBatch): a failing handler
 // rolls back only its own effects and receipt and is retried or
 // dead-lettered alone; the rest commit together, once, and are then ACKed
-// together. At-least-once handlers are never batched.
+// together. At-least-once handlers are never batched. No two batches of a
+// binding hold messages of one key at once: a key's messages run one batch
+// at a time, in arrival order within a batch (see keyLanes).
 //
 // The trade-offs: the handlers of a batch run one after another on one
 // connection, and hold their row locks until the batch commits. A
@@ -107,16 +109,23 @@ func (c *Consumer[TTx]) prefetch(b *binding[TTx]) int {
 	return 2 * n
 }
 
-// runBatches is one batching worker: it fills a batch from work and
-// handles it, until work is closed. After a batch that failed as a whole
-// its batches start again from one message, and grow back by doubling
-// after each committed batch (by one after a message handled alone), so
-// that while the database keeps failing (a flapping connection) a worker
-// risks little work per transaction, as unbatched.
-func (c *Consumer[TTx]) runBatches(ctx context.Context, b *binding[TTx], work <-chan txbox.Delivery, size int, wait time.Duration) {
+// runBatches is one batching worker, l of ls: it takes a batch from its
+// lane (keyLanes.collect) and handles it, until the lanes are closed. After a
+// batch that failed as a whole its batches start again from one message,
+// and grow back by doubling after each committed batch (by one after a
+// message handled alone), so that while the database keeps failing (a
+// flapping connection) a worker risks little work per transaction, as
+// unbatched.
+func (c *Consumer[TTx]) runBatches(ctx context.Context, b *binding[TTx], ls *keyLanes, l *keyLane, size int, wait time.Duration) {
 	cur := size
-	for d := range work {
-		switch c.processBatch(ctx, b, collect(d, work, cur, wait)) {
+	for {
+		ds, keys, ok := ls.collect(l, cur, wait)
+		if !ok {
+			return
+		}
+		outcome := c.processBatch(ctx, b, ds, func() { ls.progress(l) })
+		ls.done(l, keys)
+		switch outcome {
 		case batchFailed:
 			cur = 1
 		case batchCommitted:
@@ -133,29 +142,6 @@ const (
 	batchCommitted
 	batchFailed // failed as a whole
 )
-
-// collect returns first and what arrives on in within wait after it, up to
-// size deliveries; less if in is closed.
-func collect[T any](first T, in <-chan T, size int, wait time.Duration) []T {
-	batch := append(make([]T, 0, size), first)
-	if size <= 1 {
-		return batch
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for len(batch) < size {
-		select {
-		case d, ok := <-in:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, d)
-		case <-timer.C:
-			return batch
-		}
-	}
-	return batch
-}
 
 // batchJob is one delivery of a batch on its way to the batch's
 // transaction: process hands it over from the delivery's own goroutine,
@@ -181,8 +167,9 @@ type batchOutcome struct {
 // processWith on its own goroutine — its observer and tracer calls, its
 // settlement, concurrently with the others' (the ACKs of a batch are
 // pipelined) — whose run step hands the message to this goroutine and
-// waits for the batch to commit.
-func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all []txbox.Delivery) int {
+// waits for the batch to commit. progress is called whenever a handler of
+// the batch returns.
+func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all []txbox.Delivery, progress func()) int {
 	var ds []txbox.Delivery
 	var hs []*handler[TTx]
 	var alone sync.WaitGroup
@@ -237,7 +224,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all [
 		j := <-jobs
 		batch[j.i] = j
 	}
-	outcome := c.runBatch(ctx, batch)
+	outcome := c.runBatch(ctx, batch, progress)
 	settled.Wait()
 	return outcome
 }
@@ -251,7 +238,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all [
 // handler left aborted), the jobs run again at once, each in its own
 // transaction (c.invoke), so that the message that broke the batch fails
 // alone and the outcome of each is its own.
-func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int {
+func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx], progress func()) int {
 	var items []inbox.Item[TTx]
 	var idx []int
 	for i, j := range batch {
@@ -262,6 +249,7 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 		default:
 			items = append(items, inbox.Item[TTx]{Source: j.h.Name, ID: j.msg.ID, Metadata: metadata(j.msg),
 				Fn: func(ictx context.Context, tx TTx) error {
+					defer progress()
 					// The message's own context (its trace span), with the
 					// batch's deferred Adds, if any.
 					return c.timed(txbox.WithAddBuffer(j.ctx, txbox.AddBufferFrom(ictx)), j.h, func(ctx context.Context) error {
@@ -289,6 +277,7 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx]) int
 		for _, i := range idx {
 			j := batch[i]
 			dup, err := c.invoke(j.ctx, j.h, j.msg)
+			progress()
 			j.out <- batchOutcome{dup: dup, err: err}
 		}
 		return batchFailed

@@ -1,34 +1,9 @@
 package consumer
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
-
-// collect fills a batch up to its size from what is ready, stops short when
-// nothing more comes within the wait or the channel closes, and keeps the
-// arrival order.
-func TestCollect(t *testing.T) {
-	in := make(chan int, 10)
-	for i := 2; i <= 9; i++ {
-		in <- i
-	}
-	if got := collect(1, in, 4, time.Hour); !slices.Equal(got, []int{1, 2, 3, 4}) {
-		t.Fatalf("full batch: got %v, want [1 2 3 4]", got)
-	}
-	// 5 left, size 10: the wait ends the batch (the channel stays open).
-	if got := collect(50, in, 10, time.Millisecond); !slices.Equal(got, []int{50, 5, 6, 7, 8, 9}) {
-		t.Fatalf("batch ended by the wait: got %v, want [50 5 6 7 8 9]", got)
-	}
-	close(in)
-	if got := collect(10, in, 10, time.Hour); !slices.Equal(got, []int{10}) {
-		t.Fatalf("closed channel: got %v, want [10]", got)
-	}
-	if got := collect(11, in, 1, time.Hour); !slices.Equal(got, []int{11}) {
-		t.Fatalf("size 1: got %v, want [11]", got)
-	}
-}
 
 func TestBatchingDefaults(t *testing.T) {
 	c := &Consumer[int]{cfg: Config{Batch: BatchConfig{Size: 16}}}

@@ -554,8 +554,13 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 	if b.ordered() {
 		gate = c.keys.open(b.single.Name, 2*n)
 	}
+	var ls *keyLanes // batched: one worker at a time per key (lanes.go)
+	size, wait := c.bindingBatching(b)
+	if gate == nil && size > 1 {
+		ls = newKeyLanes(n, c.prefetch(b))
+	}
 	var workers sync.WaitGroup
-	for range n {
+	for i := range n {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
@@ -563,8 +568,8 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 				c.orderedWorker(fetchCtx, hardCtx, b.single, gate, work)
 				return
 			}
-			if size, wait := c.bindingBatching(b); size > 1 {
-				c.runBatches(hardCtx, b, work, size, wait)
+			if ls != nil {
+				c.runBatches(hardCtx, b, ls, ls.all[i], size, wait)
 				return
 			}
 			for d := range work {
@@ -597,6 +602,12 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 				continue // queued behind its key
 			}
 		}
+		if ls != nil {
+			if !ls.put(fetchCtx, d) {
+				c.release(d)
+			}
+			continue
+		}
 		select {
 		case work <- d:
 		case <-fetchCtx.Done():
@@ -604,6 +615,11 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 		}
 	}
 	close(work)
+	if ls != nil {
+		for _, d := range ls.close() {
+			c.release(d)
+		}
+	}
 	workers.Wait()
 	if gate != nil {
 		for _, d := range gate.drain() {
