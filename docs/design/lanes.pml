@@ -18,7 +18,8 @@
  * Mutations: -DNOFENCE (a lane taken over is read at once), -DNOAGE
  * (mayPublish without the claim's age check), -DNOHEAD (a claim without
  * the head-of-key rule: a lane's owner reads its rows in id order, skipping
- * rows locked by others).
+ * rows locked by others). -DNOA leaves the assertion of (a) out, to look
+ * for violations of (b) alone. -DNOCALM leaves calm out (safety checks).
  */
 
 /* Bounds (override with spin -D...). The rows: 0 (key 0), 1 (key 1),
@@ -129,6 +130,7 @@ proctype keeper(byte r) {
 	/* a beat, one step: Join + Renew; validUntil = sent + lease; keep(active, owned),
 	 * keep(pending, owned), owned-but-unknown lanes go to pending. */
 	:: atomic { alive[r] ->
+		printf("MSC: relay %d beats\n", r);
 		validLeft[r] = LEASE;
 		l = 0;
 		do
@@ -148,6 +150,7 @@ proctype keeper(byte r) {
 		:: l < NL ->
 			if
 			:: !calm && (has(act[r], l) || has(pend[r], l)) ->
+				printf("MSC: relay %d releases lane %d\n", r, l);
 				drop(r, l);
 				if :: owner[l] == ownerId(r) -> owner[l] = 0; leaseLeft[l] = 0 :: else fi
 			:: true
@@ -166,6 +169,7 @@ proctype keeper(byte r) {
 			fi;
 			if
 			:: take ->
+				printf("MSC: relay %d acquires lane %d\n", r, l);
 				owner[l] = ownerId(r); leaseLeft[l] = LEASE;
 				j = 0;
 				do /* epoch + 1: a lease kept with the old epoch reads nothing */
@@ -192,6 +196,7 @@ proctype keeper(byte r) {
 		:: l < NL ->
 			if
 			:: has(pend[r], l) && !has(anyLock, l) ->
+				printf("MSC: relay %d fences lane %d\n", r, l);
 				act[r] = act[r] | bit(l); pend[r] = pend[r] & ~bit(l)
 			:: else
 			fi;
@@ -243,7 +248,8 @@ proctype worker(byte r) {
 		od;
 		if
 		:: batch[r] == 0 -> endTx(r); resetWorker(r) /* nothing claimed: Release */
-		:: else -> age[r] = 0; txAlive[r] = true; wph[r] = 4
+		:: else -> age[r] = 0; txAlive[r] = true; wph[r] = 4;
+			printf("MSC: relay %d claims rows %d (bits)\n", r, batch[r])
 		fi }
 	/* mayPublish: validUntil holds and the claim transaction outlives the
 	 * publish (age + PublishTimeout < ClaimLease); else Release */
@@ -260,12 +266,16 @@ proctype worker(byte r) {
 			do
 			:: n < NR ->
 				if
-				:: n != r && open(n) -> lanesOf(batch[n], k); assert((k & lanes) == 0)
+				:: n != r && open(n) -> lanesOf(batch[n], k);
+#ifndef NOA
+					assert((k & lanes) == 0)
+#endif
 				:: else
 				fi;
 				n++
 			:: else -> break
 			od;
+			printf("MSC: relay %d may publish rows %d (age %d)\n", r, batch[r], age[r]);
 			pubLeft[r] = PT; wph[r] = 5
 		:: else -> endTx(r); resetWorker(r)
 		fi }
@@ -290,6 +300,7 @@ proctype worker(byte r) {
 					od
 				:: else
 				fi;
+				printf("MSC: relay %d publishes row %d\n", r, j);
 				delivered[j] = true; acked[r] = acked[r] | bit(j)
 			:: else
 			fi;
@@ -305,7 +316,7 @@ proctype worker(byte r) {
 			j = 0;
 			do
 			:: j < NROWS ->
-				if :: has(acked[r], j) && !marked[j] -> marked[j] = true; nmarked++ :: else fi;
+				if :: has(acked[r], j) && !marked[j] -> marked[j] = true; nmarked++; printf("MSC: relay %d marks row %d\n", r, j) :: else fi;
 				j++
 			:: else -> break
 			od
@@ -317,7 +328,7 @@ proctype worker(byte r) {
 
 /* the server ends a claim transaction idle for ClaimLease */
 #define killable(r) (wph[r] >= 4 && txAlive[r] && age[r] >= CL)
-#define kill(r)     atomic { killable(r) -> txAlive[r] = false; endTx(r) }
+#define kill(r)     atomic { killable(r) -> txAlive[r] = false; endTx(r); printf("MSC: server ends relay %d's claim transaction\n", r) }
 active proctype server() {
 	do
 	:: kill(0)
@@ -335,6 +346,7 @@ active proctype clock() {
 	byte r;
 	do
 	:: atomic {
+		printf("MSC: tick\n");
 		l = 0;
 		do
 		:: l < NL ->
@@ -382,6 +394,7 @@ active proctype writer() {
 /* deaths (the connections close: the claim transaction rolls back; the
  * leases stay until they expire), rejoins under a new owner name, and calm */
 #define die(r) atomic { !calm && deaths < MAXDEATHS && alive[r] -> \
+		printf("MSC: relay %d dies\n", r); \
 		alive[r] = false; deaths++; gen[r]++; \
 		txAlive[r] = false; endTx(r); resetWorker(r); \
 		act[r] = 0; pend[r] = 0; validLeft[r] = 0 }
