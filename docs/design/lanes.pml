@@ -1,0 +1,438 @@
+/*
+ * lanes.pml: txbox's lane protocol (relay/lanes.go, internal/outboxsql/lanes.go,
+ * sql/postgres_lanes.sql) for the spin model checker. See lanes-model.md.
+ *
+ * NR relays, each a keeper (the heartbeat: renew, release, acquire, fence)
+ * and a worker (the round: lane locks, claim, publish check, publish,
+ * marks), the database (leases with epochs, advisory lane locks, row
+ * locks, the claim transaction's idle timeout), a writer committing the
+ * rows, a broker and a clock. Relays stall (any step may wait any number
+ * of ticks), die (connections closed), rejoin under a new owner name, give
+ * lanes up and take them over.
+ *
+ * Time is a global tick. Counters hold what the code compares: a lease's
+ * time left by the database's clock, a relay's own validUntil, a batch's
+ * age and the claim transaction's idle time; clocks run at one rate
+ * (the relay's checks use Go's monotonic clock).
+ *
+ * Mutations: -DNOFENCE (a lane taken over is read at once), -DNOAGE
+ * (mayPublish without the claim's age check), -DNOHEAD (a claim without
+ * the head-of-key rule: a lane's owner reads its rows in id order, skipping
+ * rows locked by others). -DNOA leaves the assertion of (a) out, to look
+ * for violations of (b) alone. -DNOCALM leaves calm out (safety checks).
+ */
+
+/* Bounds (override with spin -D...). The rows: 0 (key 0), 1 (key 1),
+ * 2 (key 0), 3 (key 2); keys 0 and 1 share lane 0, key 2 is in lane 1. */
+#ifndef NR
+#define NR 2        /* relays, at most 3 */
+#endif
+#ifndef NL
+#define NL 1        /* lanes, 1 or 2 */
+#endif
+#ifndef NROWS
+#define NROWS 3     /* rows, 3 or 4 (the fourth needs NL 2) */
+#endif
+#define NK 3        /* keys */
+#ifndef LEASE
+#define LEASE 1     /* LaneLease, ticks */
+#endif
+#define CL 2        /* ClaimLease: the claim transaction's idle timeout */
+#define PT 1        /* PublishTimeout */
+#define BATCH 2     /* the claim's limit */
+#ifndef MAXDEATHS
+#define MAXDEATHS 1 /* relay deaths per run */
+#endif
+
+/* fixed data: a row's key, a key's lane */
+byte rowKey[NROWS];
+byte keyLane[NK];
+byte prevRow[NROWS];   /* the row of the same key before it, or NONE */
+#define NONE 255
+
+/* the outbox table */
+bool committed[NROWS];
+byte ncommitted;
+bool marked[NROWS];    /* published_at set */
+byte lockedBy[NROWS];  /* claim transaction holding the row's lock: relay + 1, or 0 */
+byte nmarked;
+
+/* the broker */
+bool delivered[NROWS];
+
+/* the lanes table */
+byte owner[NL];        /* owner name: 0 nobody, else ownerId(r) of some run of relay r */
+byte leaseLeft[NL];    /* ticks until expires_at; 0: expired */
+
+/* relays */
+bool alive[NR];
+byte gen[NR];          /* runs of the relay so far: the owner name changes with each */
+byte deaths;
+bool calm;             /* from here on relays stay alive, run fast and publish without errors */
+
+/* keeper (laneKeeper) */
+byte act[NR];       /* lanes, a bit each */
+byte pend[NR];
+byte validLeft[NR];    /* validUntil - now, by the relay's clock */
+
+/* worker (Relay.round) */
+byte wph[NR];          /* 0 idle, 4 claimed, 5 publishing, 6 settling */
+bool txAlive[NR];      /* the claim transaction is not ended by the server */
+byte age[NR];          /* now - batch.Started (relay), which is also the claim
+                          transaction's idle time (server): no statement runs
+                          between the claim and the marks */
+byte pubLeft[NR];      /* PublishTimeout left */
+byte shLock[NR];       /* lanes share-locked by the claim transaction */
+byte batch[NR];        /* rows, a bit each */
+byte acked[NR];        /* rows acknowledged */
+
+#define ownerId(r)     (r + 1 + NR * gen[r])
+#define bit(i)         (1 << (i))
+#define has(set, i)    (((set) >> (i)) & 1)
+#define rowLane(i)     keyLane[rowKey[i]]
+#define freeLane(l)    (owner[l] == 0 || leaseLeft[l] == 0)
+#define open(s)        (wph[s] == 5 && pubLeft[s] > 0)
+
+/* scratch, not part of the state */
+hidden byte anyLock, j, k, l, n, lanes, take;
+hidden byte ok, mine;
+
+/* endTx ends relay r's claim transaction (commit, rollback, or the
+ * server ending it): its row and lane locks go. */
+inline endTx(r) {
+	j = 0;
+	do
+	:: j < NROWS -> if :: lockedBy[j] == r + 1 -> lockedBy[j] = 0 :: else fi; j++
+	:: else -> break
+	od;
+	shLock[r] = 0
+}
+
+inline resetWorker(r) {
+	batch[r] = 0; acked[r] = 0; pubLeft[r] = 0; wph[r] = 0;
+	age[r] = 0; txAlive[r] = false
+}
+
+/* drop: the lane leaves act and pend */
+inline drop(r, l) { act[r] = act[r] & ~bit(l); pend[r] = pend[r] & ~bit(l) }
+
+/* lanesOf: the lanes of rows set */
+inline lanesOf(set, out) {
+	out = 0; j = 0;
+	do
+	:: j < NROWS -> if :: has(set, j) -> out = out | bit(rowLane(j)) :: else fi; j++
+	:: else -> break
+	od
+}
+
+proctype keeper(byte r) {
+	do
+	/* a beat, one step: Join + Renew; validUntil = sent + lease; keep(active, owned),
+	 * keep(pending, owned), owned-but-unknown lanes go to pending. */
+	:: atomic { alive[r] ->
+		printf("MSC: relay %d beats\n", r);
+		validLeft[r] = LEASE;
+		l = 0;
+		do
+		:: l < NL ->
+			if
+			:: owner[l] == ownerId(r) ->
+				leaseLeft[l] = LEASE;
+				if :: !has(act[r], l) -> pend[r] = pend[r] | bit(l) :: else fi
+			:: else -> drop(r, l)
+			fi;
+			l++
+		:: else -> break
+		od;
+		/* release the surplus: any of its lanes (the share is over-approximated) */
+		l = 0;
+		do
+		:: l < NL ->
+			if
+			:: !calm && (has(act[r], l) || has(pend[r], l)) ->
+				printf("MSC: relay %d releases lane %d\n", r, l);
+				drop(r, l);
+				if :: owner[l] == ownerId(r) -> owner[l] = 0; leaseLeft[l] = 0 :: else fi
+			:: true
+			fi;
+			l++
+		:: else -> break
+		od;
+		/* Acquire: free or expired lanes, each with a new epoch, to pending */
+		l = 0;
+		do
+		:: l < NL ->
+			take = 0;
+			if
+			:: freeLane(l) -> if :: take = 1 :: !calm fi
+			:: else
+			fi;
+			if
+			:: take ->
+				printf("MSC: relay %d acquires lane %d\n", r, l);
+				owner[l] = ownerId(r); leaseLeft[l] = LEASE;
+				j = 0;
+				do /* epoch + 1: a lease kept with the old epoch reads nothing */
+				:: j < NR -> drop(j, l); j++
+				:: else -> break
+				od;
+				pend[r] = pend[r] | bit(l)
+			:: else
+			fi;
+			l++
+		:: else -> break
+		od;
+		/* Fence: a pending lane no claim transaction share-locks becomes active */
+		anyLock = 0; j = 0;
+		do
+		:: j < NR -> anyLock = anyLock | shLock[j]; j++
+		:: else -> break
+		od;
+#ifdef NOFENCE
+		anyLock = 0;
+#endif
+		l = 0;
+		do
+		:: l < NL ->
+			if
+			:: has(pend[r], l) && !has(anyLock, l) ->
+				printf("MSC: relay %d fences lane %d\n", r, l);
+				act[r] = act[r] | bit(l); pend[r] = pend[r] & ~bit(l)
+			:: else
+			fi;
+			l++
+		:: else -> break
+		od }
+	od
+}
+
+proctype worker(byte r) {
+	do
+	/* One round trip (pgx: BEGIN, lane_lock, claim_lanes): leases() (the
+	 * active lanes while validUntil holds), Started, the shared advisory
+	 * locks of those lanes, then claim_lanes with a snapshot taken after
+	 * them: rows of the lanes still owned at the epochs known, heads of
+	 * their keys or behind a head in this batch (runs), SKIP LOCKED; the
+	 * window and the limit may end the batch anywhere. */
+	:: atomic { alive[r] && wph[r] == 0 ->
+		lanes = 0;
+		if
+		:: validLeft[r] > 0 ->
+			l = 0;
+			do
+			:: l < NL -> if :: has(act[r], l) -> lanes = lanes | bit(l) :: else fi; l++
+			:: else -> break
+			od
+		:: else
+		fi;
+		shLock[r] = act[r] * (validLeft[r] > 0);
+		n = 0; j = 0;
+		do
+		:: j < NROWS && n < BATCH ->
+			l = rowLane(j);
+			ok = committed[j] && !marked[j] && lockedBy[j] == 0 &&
+			     has(lanes, l) && owner[l] == ownerId(r);
+#ifndef NOHEAD
+			k = 0;
+			do /* every earlier pending row of the key is in the batch */
+			:: k < j -> if :: rowKey[k] == rowKey[j] && !marked[k] && !has(batch[r], k) -> ok = false :: else fi; k++
+			:: else -> break
+			od;
+#endif
+			if
+			:: ok -> batch[r] = batch[r] | bit(j); lockedBy[j] = r + 1; n++; j++
+			:: ok && !calm && n > 0 -> break /* the end of the claim's window */
+			:: !ok -> j++
+			fi
+		:: else -> break
+		od;
+		if
+		:: batch[r] == 0 -> endTx(r); resetWorker(r) /* nothing claimed: Release */
+		:: else -> age[r] = 0; txAlive[r] = true; wph[r] = 4;
+			printf("MSC: relay %d claims rows %d (bits)\n", r, batch[r])
+		fi }
+	/* mayPublish: validUntil holds and the claim transaction outlives the
+	 * publish (age + PublishTimeout < ClaimLease); else Release */
+	:: atomic { alive[r] && wph[r] == 4 ->
+		if
+#ifdef NOAGE
+		:: validLeft[r] > 0 ->
+#else
+		:: validLeft[r] > 0 && age[r] + PT < CL ->
+#endif
+			/* (a): no other relay's publish of these lanes is under way */
+			lanesOf(batch[r], lanes);
+			n = 0;
+			do
+			:: n < NR ->
+				if
+				:: n != r && open(n) -> lanesOf(batch[n], k);
+#ifndef NOA
+					assert((k & lanes) == 0)
+#endif
+				:: else
+				fi;
+				n++
+			:: else -> break
+			od;
+			printf("MSC: relay %d may publish rows %d (age %d)\n", r, batch[r], age[r]);
+			pubLeft[r] = PT; wph[r] = 5
+		:: else -> endTx(r); resetWorker(r)
+		fi }
+	/* publish the batch, one step: in id order, each row after the last
+	 * one's ack, within PublishTimeout (else nothing is sent). A publish
+	 * that fails or whose ack is lost is not modelled apart: a timeout
+	 * sends nothing, and a stall past ClaimLease after the publish loses
+	 * the marks of rows the broker has. */
+	:: atomic { alive[r] && wph[r] == 5 ->
+		j = 0;
+		do
+		:: j < NROWS && pubLeft[r] > 0 ->
+			if
+			:: has(batch[r], j) ->
+				/* (b): a row first reaches the broker after every earlier row of its key */
+				if
+				:: !delivered[j] ->
+					k = 0;
+					do
+					:: k < j -> assert(rowKey[k] != rowKey[j] || delivered[k]); k++
+					:: else -> break
+					od
+				:: else
+				fi;
+				printf("MSC: relay %d publishes row %d\n", r, j);
+				delivered[j] = true; acked[r] = acked[r] | bit(j)
+			:: else
+			fi;
+			j++
+		:: else -> break
+		od;
+		pubLeft[r] = 0; wph[r] = 6 }
+	/* settle: mark the acknowledged rows and commit; an ended transaction
+	 * marks nothing */
+	:: atomic { alive[r] && wph[r] == 6 ->
+		if
+		:: txAlive[r] ->
+			j = 0;
+			do
+			:: j < NROWS ->
+				if :: has(acked[r], j) && !marked[j] -> marked[j] = true; nmarked++; printf("MSC: relay %d marks row %d\n", r, j) :: else fi;
+				j++
+			:: else -> break
+			od
+		:: else
+		fi;
+		endTx(r); resetWorker(r) }
+	od
+}
+
+/* the server ends a claim transaction idle for ClaimLease */
+#define killable(r) (wph[r] >= 4 && txAlive[r] && age[r] >= CL)
+#define kill(r)     atomic { killable(r) -> txAlive[r] = false; endTx(r); printf("MSC: server ends relay %d's claim transaction\n", r) }
+active proctype server() {
+	do
+	:: kill(0)
+	:: kill(1)
+#if NR > 2
+	:: kill(2)
+#endif
+	od
+}
+
+/* time: the database's lease clock, the relays' clocks, idle timeouts.
+ * Once calm, the live relays take no time (their counters stand) and only
+ * dead runs' leases run out. */
+active proctype clock() {
+	byte r;
+	do
+	:: atomic {
+		printf("MSC: tick\n");
+		l = 0;
+		do
+		:: l < NL ->
+			mine = false; r = 0;
+			do
+			:: r < NR -> mine = mine || (alive[r] && owner[l] == ownerId(r)); r++
+			:: else -> break
+			od;
+			if :: leaseLeft[l] > 0 && !(calm && mine) -> leaseLeft[l]-- :: else fi;
+			l++
+		:: else -> break
+		od;
+		r = 0;
+		do
+		:: r < NR ->
+			if
+			:: alive[r] && !calm ->
+				if :: validLeft[r] > 0 -> validLeft[r]-- :: else fi;
+				if :: wph[r] >= 4 && txAlive[r] && age[r] < CL -> age[r]++ :: else fi;
+				if :: pubLeft[r] > 0 -> pubLeft[r]-- :: else fi
+			:: else
+			fi;
+			r++
+		:: else -> break
+		od }
+	od
+}
+
+/* the writer: a key's rows commit in id order (the insert-time key lock) */
+#define canCommit(i) (!committed[i] && (prevRow[i] == NONE || committed[prevRow[i]]))
+#define commit(i)    atomic { canCommit(i) -> committed[i] = true; ncommitted++ }
+active proctype writer() {
+	do
+	:: commit(2)
+#if NROWS > 3
+	:: commit(3)
+#endif
+#if NROWS > 4
+	:: commit(4)
+#endif
+	:: ncommitted == NROWS -> break
+	od
+}
+
+/* deaths (the connections close: the claim transaction rolls back; the
+ * leases stay until they expire), rejoins under a new owner name, and calm */
+#define die(r) atomic { !calm && deaths < MAXDEATHS && alive[r] -> \
+		printf("MSC: relay %d dies\n", r); \
+		alive[r] = false; deaths++; gen[r]++; \
+		txAlive[r] = false; endTx(r); resetWorker(r); \
+		act[r] = 0; pend[r] = 0; validLeft[r] = 0 }
+active proctype chaos() {
+	do
+	:: die(0)
+	:: die(1)
+#if NR > 2
+	:: die(2)
+#endif
+	:: atomic { !alive[0] -> alive[0] = true }
+	:: atomic { !alive[1] -> alive[1] = true }
+#if NR > 2
+	:: atomic { !alive[2] -> alive[2] = true }
+#endif
+#ifndef NOCALM
+	:: atomic { !calm -> calm = true }
+#endif
+	od
+}
+
+init {
+	byte r;
+	atomic {
+		rowKey[0] = 0; rowKey[1] = 1; rowKey[2] = 0;
+		committed[0] = true; committed[1] = true; ncommitted = 2;
+		prevRow[0] = NONE; prevRow[1] = NONE; prevRow[2] = 0;
+#if NROWS > 3
+		rowKey[3] = 2; prevRow[3] = NONE;
+#endif
+		keyLane[0] = 0; keyLane[1] = 0; keyLane[2] = NL - 1;
+		r = 0;
+		do
+		:: r < NR -> alive[r] = true; run keeper(r); run worker(r); r++
+		:: else -> break
+		od
+	}
+}
+
+/* (c): every row is published (the writer commits them all) */
+ltl published { <> (nmarked == NROWS) }
