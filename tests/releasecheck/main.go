@@ -8,7 +8,7 @@
 // step fails, when a txbox module resolves to another version than the
 // release's, or when one came from anywhere but the file proxy.
 //
-//	go run github.com/txbox/txbox/tests/releasecheck [-rev HEAD] [-version v0.1.0] [-keep]
+//	go run github.com/txbox/txbox/tests/releasecheck [-rev HEAD] [-version v0.1.0] [-readme FILE] [-keep]
 //
 // Third-party modules come from the local module cache when it has them and
 // from GOPROXY otherwise. The check keeps its own module cache (under the
@@ -49,8 +49,9 @@ func main() {
 	rev := flag.String("rev", "HEAD", "the commit to release")
 	version := flag.String("version", "", "the release version (default: the version the modules require each other at)")
 	keep := flag.Bool("keep", false, "keep the proxy and the user module (their directory is printed)")
+	readme := flag.String("readme", "", "take the install lines and the quick start from this file, not from the commit's README.md")
 	flag.Parse()
-	if err := run(*rev, *version, *keep); err != nil {
+	if err := run(*rev, *version, *readme, *keep); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("releasecheck: ok")
@@ -62,7 +63,7 @@ type repoModule struct {
 	gomod     []byte
 }
 
-func run(rev, version string, keep bool) error {
+func run(rev, version, readmeFile string, keep bool) error {
 	start := time.Now()
 	root, err := output("", nil, "git", "rev-parse", "--show-toplevel")
 	if err != nil {
@@ -124,7 +125,12 @@ func run(rev, version string, keep bool) error {
 	if err := os.MkdirAll(app, 0o755); err != nil {
 		return err
 	}
-	readme, err := fileAt(root, commit, "README.md")
+	var readme []byte
+	if readmeFile != "" {
+		readme, err = os.ReadFile(readmeFile)
+	} else {
+		readme, err = fileAt(root, commit, "README.md")
+	}
 	if err != nil {
 		return err
 	}
