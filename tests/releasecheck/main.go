@@ -117,10 +117,11 @@ func run(rev, version, readmeFile string, keep bool) error {
 		}
 	}
 
-	env, err := userEnv(tmp, proxy)
+	env, unlock, err := userEnv(tmp, proxy)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	app := filepath.Join(tmp, "app")
 	if err := os.MkdirAll(app, 0o755); err != nil {
 		return err
@@ -294,24 +295,32 @@ func (e environ) get(k string) string {
 
 // userEnv is a stranger's environment: no workspace, the file proxy first,
 // no checksum database for txbox (its modules are not public yet), and a
-// module cache holding no txbox module.
-func userEnv(tmp, proxy string) (environ, error) {
+// module cache holding no txbox module, locked against another run until
+// unlock.
+func userEnv(tmp, proxy string) (env environ, unlock func(), err error) {
 	gomodcache, err := goEnv("GOMODCACHE")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	upstream, err := goEnv("GOPROXY")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	own := filepath.Join(cache, "txbox-releasecheck", "mod")
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		return nil, nil, err
+	}
+	if unlock, err = lock(own + ".lock"); err != nil {
+		return nil, nil, err
+	}
 	for _, d := range []string{filepath.Join(own, "github.com", "txbox"), filepath.Join(own, "cache", "download", "github.com", "txbox")} {
 		if err := os.RemoveAll(d); err != nil {
-			return nil, err
+			unlock()
+			return nil, nil, err
 		}
 	}
 	proxies := "file://" + filepath.ToSlash(proxy)
@@ -321,7 +330,7 @@ func userEnv(tmp, proxy string) (environ, error) {
 	if upstream != "" && upstream != "off" {
 		proxies += "," + upstream
 	}
-	env := environ(os.Environ())
+	env = environ(os.Environ())
 	return append(env,
 		"GOWORK=off",
 		"GOFLAGS=-mod=mod -modcacherw",
@@ -332,7 +341,7 @@ func userEnv(tmp, proxy string) (environ, error) {
 		"GOTOOLCHAIN=local",
 		"GOMODCACHE="+own,
 		"GOBIN="+filepath.Join(tmp, "bin"),
-	), nil
+	), unlock, nil
 }
 
 // sameAsProxy checks that every txbox file the go command downloaded is
