@@ -339,6 +339,10 @@ func userEnv(tmp, proxy string) (env environ, unlock func(), err error) {
 		"GOPRIVATE=",
 		"GONOPROXY=",
 		"GOTOOLCHAIN=local",
+		// The go command indexes a module-cache directory by its path, taking
+		// a version's files as immutable; here a version's files change from
+		// one run to the next.
+		"GODEBUG=goindex=0",
 		"GOMODCACHE="+own,
 		"GOBIN="+filepath.Join(tmp, "bin"),
 	), unlock, nil
