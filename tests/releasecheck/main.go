@@ -139,6 +139,23 @@ func run(rev, version, readmeFile string, keep bool) error {
 	if err != nil {
 		return err
 	}
+	// An adapter alone, without the core got first, brings the core at the
+	// release version.
+	alone := filepath.Join(tmp, "alone")
+	if err := os.MkdirAll(alone, 0o755); err != nil {
+		return err
+	}
+	if _, err := step(alone, env, "go", "mod", "init", "example.com/alone"); err != nil {
+		return err
+	}
+	if _, err := step(alone, env, "go", "get", mod+"/natsjs@"+version); err != nil {
+		return err
+	}
+	if out, err := step(alone, env, "go", "list", "-m", mod); err != nil {
+		return err
+	} else if strings.TrimSpace(out) != mod+" "+version {
+		return fmt.Errorf("go get %s/natsjs@%s selected %s", mod, version, strings.TrimSpace(out))
+	}
 	if _, err := step(app, env, "go", "mod", "init", "example.com/app"); err != nil {
 		return err
 	}
