@@ -200,6 +200,7 @@ func run(rev, version, readmeFile string, keep bool) error {
 	if !strings.HasPrefix(out, "txbox "+version+" ") {
 		return fmt.Errorf("txbox version printed %q, want txbox %s", strings.TrimSpace(out), version)
 	}
+	fmt.Printf("releasecheck:   %s", out)
 	if _, err := step(app, env, bin, "--help"); err != nil {
 		return err
 	}
