@@ -7,7 +7,7 @@ toolchain go1.26.8
 require (
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox v0.1.0
 )
 
 require (
@@ -15,5 +15,3 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 )
-
-replace github.com/txbox/txbox => ..

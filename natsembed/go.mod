@@ -21,5 +21,3 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
-
-replace github.com/txbox/txbox => ..

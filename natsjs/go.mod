@@ -6,7 +6,7 @@ toolchain go1.26.8
 
 require (
 	github.com/nats-io/nats.go v1.56.0
-	github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox v0.1.0
 )
 
 require (
@@ -17,5 +17,3 @@ require (
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/txbox/txbox => ..

@@ -6,7 +6,7 @@ toolchain go1.26.8
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox v0.1.0
 )
 
 require (
@@ -15,5 +15,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/txbox/txbox => ..

@@ -4,31 +4,31 @@ go 1.26.0
 
 toolchain go1.26.8
 
-require github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox v0.1.0
 
 replace github.com/txbox/txbox => ..
 
-require github.com/txbox/txbox/kafka v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/kafka v0.1.0
 
 replace github.com/txbox/txbox/kafka => ../kafka
 
-require github.com/txbox/txbox/natsembed v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/natsembed v0.1.0
 
 replace github.com/txbox/txbox/natsembed => ../natsembed
 
-require github.com/txbox/txbox/natsjs v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/natsjs v0.1.0
 
 replace github.com/txbox/txbox/natsjs => ../natsjs
 
-require github.com/txbox/txbox/rabbitmq v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/rabbitmq v0.1.0
 
 replace github.com/txbox/txbox/rabbitmq => ../rabbitmq
 
-require github.com/txbox/txbox/redisstream v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/redisstream v0.1.0
 
 replace github.com/txbox/txbox/redisstream => ../redisstream
 
-require github.com/txbox/txbox/txboxasynq v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/txboxasynq v0.1.0
 
 replace github.com/txbox/txbox/txboxasynq => ../txboxasynq
 
@@ -43,7 +43,7 @@ require (
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	github.com/txbox/txbox/txboxpgx v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox/txboxpgx v0.1.0
 	modernc.org/sqlite v1.62.0
 )
 
@@ -117,7 +117,7 @@ replace github.com/txbox/txbox/txboxpgx => ../txboxpgx
 require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
-	github.com/txbox/txbox/txboxprom v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox/txboxprom v0.1.0
 )
 
 replace github.com/txbox/txbox/txboxprom => ../txboxprom
@@ -128,10 +128,11 @@ require (
 	github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2 v2.16.2
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/pressly/goose/v3 v3.26.0
-	github.com/txbox/txbox/txboxotel v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox/txboxotel v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	golang.org/x/mod v0.42.0
 )
 
 replace github.com/txbox/txbox/txboxotel => ../txboxotel

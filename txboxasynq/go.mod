@@ -7,7 +7,7 @@ toolchain go1.26.8
 require (
 	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox v0.1.0
 )
 
 require (
@@ -20,5 +20,3 @@ require (
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )
-
-replace github.com/txbox/txbox => ..

@@ -6,7 +6,7 @@ toolchain go1.26.8
 
 require (
 	github.com/jackc/pgx/v5 v5.13.0
-	github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox v0.1.0
 )
 
 require (
@@ -16,5 +16,3 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/txbox/txbox => ..

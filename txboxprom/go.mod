@@ -6,7 +6,7 @@ toolchain go1.26.8
 
 require (
 	github.com/prometheus/client_golang v1.23.2
-	github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox v0.1.0
 )
 
 require (
@@ -22,5 +22,3 @@ require (
 	golang.org/x/sys v0.35.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 )
-
-replace github.com/txbox/txbox => ../

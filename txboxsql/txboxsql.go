@@ -5,7 +5,7 @@
 // SQLite, github.com/go-sql-driver/mysql for MySQL) and says which dialect it
 // speaks.
 //
-//	db, _ := sql.Open("sqlite", "file:app.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+//	db, _ := sql.Open("sqlite", txboxsql.SQLiteDSN("app.db")) // WAL, busy timeout, immediate transactions
 //	drv := txboxsql.New(db, driver.SQLite)
 //
 // On MySQL, give it a classifier of the engine's errors (see

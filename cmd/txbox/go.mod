@@ -4,41 +4,23 @@ go 1.26.0
 
 toolchain go1.26.8
 
-require github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox v0.1.0
 
-replace github.com/txbox/txbox => ../..
+require github.com/txbox/txbox/kafka v0.1.0
 
-require github.com/txbox/txbox/kafka v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/natsembed v0.1.0
 
-replace github.com/txbox/txbox/kafka => ../../kafka
+require github.com/txbox/txbox/natsjs v0.1.0
 
-require github.com/txbox/txbox/natsembed v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/rabbitmq v0.1.0
 
-replace github.com/txbox/txbox/natsembed => ../../natsembed
+require github.com/txbox/txbox/redisstream v0.1.0
 
-require github.com/txbox/txbox/natsjs v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox/txboxasynq v0.1.0
 
-replace github.com/txbox/txbox/natsjs => ../../natsjs
+require github.com/txbox/txbox/tests v0.1.0
 
-require github.com/txbox/txbox/rabbitmq v0.0.0-00010101000000-000000000000
-
-replace github.com/txbox/txbox/rabbitmq => ../../rabbitmq
-
-require github.com/txbox/txbox/redisstream v0.0.0-00010101000000-000000000000
-
-replace github.com/txbox/txbox/redisstream => ../../redisstream
-
-require github.com/txbox/txbox/txboxasynq v0.0.0-00010101000000-000000000000
-
-replace github.com/txbox/txbox/txboxasynq => ../../txboxasynq
-
-require github.com/txbox/txbox/tests v0.0.0-00010101000000-000000000000
-
-replace github.com/txbox/txbox/tests => ../../tests
-
-require github.com/txbox/txbox/txboxprom v0.0.0-00010101000000-000000000000
-
-replace github.com/txbox/txbox/txboxprom => ../../txboxprom
+require github.com/txbox/txbox/txboxprom v0.1.0
 
 require (
 	github.com/dustin/go-humanize v1.1.0
@@ -55,7 +37,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/txbox/txbox/txboxpgx v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox/txboxpgx v0.1.0
 	modernc.org/sqlite v1.62.0
 )
 
@@ -97,5 +79,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace github.com/txbox/txbox/txboxpgx => ../../txboxpgx

@@ -4,14 +4,14 @@ go 1.26.0
 
 toolchain go1.26.8
 
-require github.com/txbox/txbox v0.0.0-00010101000000-000000000000
+require github.com/txbox/txbox v0.1.0
 
 replace github.com/txbox/txbox => ../..
 
 require (
 	entgo.io/ent v0.14.5
 	github.com/jmoiron/sqlx v1.4.0
-	github.com/txbox/txbox/tests v0.0.0-00010101000000-000000000000
+	github.com/txbox/txbox/tests v0.1.0
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/mysqldialect v1.3.0
 	github.com/uptrace/bun/dialect/pgdialect v1.3.0
@@ -22,13 +22,13 @@ replace github.com/txbox/txbox/tests => ../../tests
 
 replace github.com/txbox/txbox/kafka => ../../kafka
 
-require github.com/txbox/txbox/natsembed v0.0.0-00010101000000-000000000000 // indirect
+require github.com/txbox/txbox/natsembed v0.1.0 // indirect
 
 replace github.com/txbox/txbox/natsembed => ../../natsembed
 
 replace github.com/txbox/txbox/natsjs => ../../natsjs
 
-require github.com/txbox/txbox/rabbitmq v0.0.0-00010101000000-000000000000 // indirect
+require github.com/txbox/txbox/rabbitmq v0.1.0 // indirect
 
 replace github.com/txbox/txbox/rabbitmq => ../../rabbitmq
 
@@ -38,7 +38,7 @@ replace github.com/txbox/txbox/txboxasynq => ../../txboxasynq
 
 require (
 	github.com/jackc/pgx/v5 v5.13.0
-	github.com/txbox/txbox/txboxpgx v0.0.0-00010101000000-000000000000 // indirect
+	github.com/txbox/txbox/txboxpgx v0.1.0 // indirect
 	gorm.io/driver/mysql v1.5.7
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2

@@ -13,6 +13,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/semver"
 )
 
 const mod = "github.com/txbox/txbox"
@@ -117,14 +120,17 @@ func TestLayering(t *testing.T) {
 }
 
 // A user program that imports the core, txboxpgx and natsjs has none of the
-// other adapters' SDKs, the CLI's or the tests' in its module graph.
+// other adapters' SDKs, the CLI's or the tests' in its module graph. The
+// program's own go.mod points the three modules at the checkout, standing in
+// for a module proxy; tests/releasecheck builds the same program from a file
+// proxy with no replace at all.
 func TestUserModuleGraph(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	dir := t.TempDir()
 	gomod := "module example.com/app\n\ngo 1.26.0\n\n"
 	for _, m := range []string{"", "/txboxpgx", "/natsjs"} {
-		gomod += "require " + mod + m + " v0.0.0-00010101000000-000000000000\n"
+		gomod += "require " + mod + m + " " + releaseVersion(t) + "\n"
 		gomod += "replace " + mod + m + " => " + filepath.Join(root, m) + "\n"
 	}
 	// The README's quick start is the program, so that it compiles too;
@@ -182,4 +188,116 @@ var (
 		}
 	}
 	t.Logf("%d modules in the graph:\n%s", strings.Count(graph, "\n"), graph)
+}
+
+// mayReplace are the modules that are never a dependency of a user's
+// program (the CLI's tests import the tests module, which is tagged for
+// that); they keep replace directives for work outside the workspace.
+var mayReplace = map[string]bool{mod + "/tests": true, mod + "/examples/orm": true}
+
+type goMod struct {
+	dir  string // relative to the repository's root
+	file *modfile.File
+}
+
+// goMods parses every go.mod file git tracks in the repository.
+func goMods(t *testing.T) []goMod {
+	root := repoRoot(t)
+	cmd := exec.Command("git", "ls-files", "--", "go.mod", "*/go.mod")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	var mods []goMod
+	for _, rel := range strings.Fields(string(out)) {
+		data, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := modfile.Parse(rel, data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mods = append(mods, goMod{dir: filepath.Dir(rel), file: f})
+	}
+	if len(mods) < 10 {
+		t.Fatalf("found only %d go.mod files", len(mods))
+	}
+	return mods
+}
+
+// releaseVersion is the one version at which the modules require each
+// other.
+func releaseVersion(t *testing.T) string {
+	for _, m := range goMods(t) {
+		for _, r := range m.file.Require {
+			if r.Mod.Path == mod {
+				return r.Mod.Version
+			}
+		}
+	}
+	t.Fatal("no module requires " + mod)
+	return ""
+}
+
+// TestModulesInstallable checks what go get and go install need: no
+// published go.mod has a replace directive (a dependency's replaces are
+// ignored, and go install pkg@version refuses them), each module lives in
+// the directory its path names, every go.mod requires its siblings at one
+// release version, and go.work uses every module.
+func TestModulesInstallable(t *testing.T) {
+	t.Parallel()
+	mods := goMods(t)
+	want := releaseVersion(t)
+	if !semver.IsValid(want) || semver.Prerelease(want) != "" || semver.Build(want) != "" {
+		t.Errorf("siblings are required at %s, not a release version vX.Y.Z", want)
+	}
+	paths := map[string]bool{}
+	for _, m := range mods {
+		paths[m.file.Module.Mod.Path] = true
+	}
+	for _, m := range mods {
+		path := m.file.Module.Mod.Path
+		wantPath := mod
+		if m.dir != "." {
+			wantPath = mod + "/" + filepath.ToSlash(m.dir)
+		}
+		if path != wantPath {
+			t.Errorf("%s/go.mod declares module %s; the Go tooling finds it at %s only", m.dir, path, wantPath)
+		}
+		if !mayReplace[path] {
+			for _, r := range m.file.Replace {
+				t.Errorf("%s/go.mod replaces %s: a published module has no replace directive (go.work serves development)", m.dir, r.Old.Path)
+			}
+		}
+		for _, r := range m.file.Require {
+			if r.Mod.Path != mod && !strings.HasPrefix(r.Mod.Path, mod+"/") {
+				continue
+			}
+			if !paths[r.Mod.Path] {
+				t.Errorf("%s/go.mod requires %s, which is no module of this repository", m.dir, r.Mod.Path)
+			}
+			if r.Mod.Version != want {
+				t.Errorf("%s/go.mod requires %s %s, want the release version %s", m.dir, r.Mod.Path, r.Mod.Version, want)
+			}
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, err := modfile.ParseWork("go.work", data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, u := range work.Use {
+		used[filepath.Clean(u.Path)] = true
+	}
+	for _, m := range mods {
+		if !used[m.dir] {
+			t.Errorf("go.work does not use %s", m.dir)
+		}
+	}
 }

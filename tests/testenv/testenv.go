@@ -25,6 +25,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // Environment variables that point tests at services.
@@ -135,10 +136,7 @@ func PostgresDB(t testing.TB, maxConns int) (*sql.DB, string) {
 // SQLiteDSN returns the DSN txbox recommends for a SQLite file: WAL, a busy
 // timeout, and immediate transactions so writers queue instead of failing.
 // The path is escaped: a '#' or '?' in it must not end the file name.
-func SQLiteDSN(path string) string {
-	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(path)
-	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-}
+func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
 
 // SQLite returns a *sql.DB on a new SQLite file in t's temp dir.
 func SQLite(t testing.TB) *sql.DB {

@@ -123,14 +123,9 @@ func (t dbTarget) String() string {
 	return redact(t.url, t.url)
 }
 
-// SQLiteDSN is the DSN txbox uses for a SQLite file: WAL, a busy timeout, and
-// immediate transactions so that writers queue instead of failing. (The same
-// as internal/testenv.SQLiteDSN, which tests use.) Characters of path that
-// a file: URI would misread are escaped.
-func SQLiteDSN(path string) string {
-	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(path)
-	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-}
+// SQLiteDSN is txboxsql.SQLiteDSN: WAL, a busy timeout and immediate
+// transactions.
+func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
 
 // onDriver builds a tool (dead.New, inspect.New) over d's driver, whichever
 // of the two it is.

@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite"             // the SQLite engine
 
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // Open opens url: postgres://… (pgx through database/sql; unknown query
@@ -29,12 +30,8 @@ func Open(url string) (*sql.DB, driver.Dialect, error) {
 	return db, driver.Postgres, err
 }
 
-// SQLiteDSN is the modernc DSN of a SQLite file, the settings the txbox CLI
-// uses.
-func SQLiteDSN(path string) string {
-	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(path)
-	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-}
+// SQLiteDSN is txboxsql.SQLiteDSN, the settings the txbox CLI uses.
+func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
 
 // Q rewrites the ? placeholders of query for dialect d ($1, $2, … on
 // PostgreSQL).

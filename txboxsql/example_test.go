@@ -1,0 +1,14 @@
+package txboxsql_test
+
+import (
+	"fmt"
+
+	"github.com/txbox/txbox/txboxsql"
+)
+
+func ExampleSQLiteDSN() {
+	// sql.Open("sqlite", dsn) with modernc.org/sqlite imported.
+	fmt.Println(txboxsql.SQLiteDSN("data/app#1.db"))
+	// Output:
+	// file:data/app%231.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate
+}
