@@ -84,6 +84,12 @@ type Filter struct {
 	Key         string // only this ordering key; "": any
 	MinAttempts int    // only rows the broker rejected at least this often
 	Dead        bool   // dead rows too
+	// Error, Since and After are read by Page only: rows whose last error
+	// contains Error, created (dead rows: dead) at or after Since, with a
+	// Seq above After (the last Seq of the page before).
+	Error string
+	Since time.Time
+	After int64
 	// Limit is the most rows returned; 0 means DefaultLimit. Negative is
 	// an error.
 	Limit int
@@ -124,6 +130,7 @@ type Message struct {
 // Inspector reads one outbox table.
 type Inspector struct {
 	store *outboxsql.Store
+	find  *outboxsql.Finder
 }
 
 // New returns an Inspector for the outbox table cfg names (Schema, Table),
@@ -142,7 +149,11 @@ func New[TTx any](drv driver.Driver[TTx], cfg txbox.Config) (*Inspector, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Inspector{store: store}, nil
+	find, err := outboxsql.NewFinder(drv.Dialect(), drv.Pool(), table)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{store: store, find: find}, nil
 }
 
 // Backlog reads the counts by state and the ages in one statement (the
@@ -240,6 +251,28 @@ func (in *Inspector) Pending(ctx context.Context, f Filter) ([]Row, error) {
 		out[i] = row(r, now)
 	}
 	return out, nil
+}
+
+// Page is Pending with f.Error, f.Since and f.After, without payloads, and
+// whether more rows match after the ones returned.
+func (in *Inspector) Page(ctx context.Context, f Filter) ([]Row, bool, error) {
+	switch {
+	case f.Limit < 0:
+		return nil, false, fmt.Errorf("%w: inspect: Limit %d is negative", txbox.ErrInvalidConfig, f.Limit)
+	case f.Limit == 0:
+		f.Limit = DefaultLimit
+	}
+	rows, more, err := in.find.Undelivered(ctx, outboxsql.Find{After: f.After, Topic: f.Topic, Key: f.Key, Error: f.Error,
+		Since: f.Since, MinAttempts: f.MinAttempts, Limit: f.Limit}, f.Dead)
+	if err != nil {
+		return nil, false, fmt.Errorf("txbox/inspect: pending: %w", err)
+	}
+	now := time.Now()
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = row(r, now)
+	}
+	return out, more, nil
 }
 
 // Show returns the undelivered row seq (dead or not) in full, or an error

@@ -292,12 +292,19 @@ func toRowJSON(r inspect.Row) rowJSON {
 func newPendingListCmd(f *tableFlags) *cobra.Command {
 	var filter inspect.Filter
 	var asJSON bool
+	var since time.Duration
 	filter.Limit = 100
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List undelivered messages, oldest first",
+		Long: `List undelivered messages, oldest first: SEQ, state, topic, key, attempts,
+next attempt, age, last error. At most --limit are printed; when more match,
+the last line says so and how to page on (--after SEQ; with --json the line
+goes to standard error).`,
 		Example: `  txbox pending list --min-attempts 3
   txbox pending list --topic order.placed --key customer-7 --dead
+  txbox pending list --error "no JetStream stream" --since 1h
+  txbox pending list --limit 500 --after 20100
   txbox pending list --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -312,22 +319,32 @@ func newPendingListCmd(f *tableFlags) *cobra.Command {
 				return err
 			}
 			defer closeDB()
-			rows, err := in.Pending(cmd.Context(), filter)
+			if filter.Since, err = sinceTime(since); err != nil {
+				return err
+			}
+			rows, more, err := in.Page(cmd.Context(), filter)
 			if err != nil {
 				return fmt.Errorf("list pending messages: %w", err)
 			}
 			out := cmd.OutOrStdout()
+			cut := func(w io.Writer) {
+				if more {
+					fmt.Fprintf(w, "(cut at --limit %d: more undelivered messages match; next page: --after %d)\n", filter.Limit, rows[len(rows)-1].Seq)
+				}
+			}
 			if asJSON {
 				js := make([]rowJSON, len(rows))
 				for i, r := range rows {
 					js[i] = toRowJSON(r)
 				}
+				cut(cmd.ErrOrStderr())
 				return writeJSON(out, js)
 			}
 			if len(rows) == 0 {
 				fmt.Fprintln(out, "no undelivered messages")
 				return nil
 			}
+			defer cut(out)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SEQ\tSTATE\tTOPIC\tKEY\tATTEMPTS\tNEXT ATTEMPT\tAGE\tLAST ERROR")
 			for _, r := range rows {
@@ -346,6 +363,9 @@ func newPendingListCmd(f *tableFlags) *cobra.Command {
 	fl.StringVar(&filter.Key, "key", "", "only messages of this ordering key")
 	fl.IntVar(&filter.MinAttempts, "min-attempts", 0, "only messages the broker rejected at least this often")
 	fl.BoolVar(&filter.Dead, "dead", false, "dead messages too")
+	fl.StringVar(&filter.Error, "error", "", "only messages whose last error contains this text")
+	fl.DurationVar(&since, "since", 0, "only messages created (dead ones: dead) within this long, e.g. 1h")
+	fl.Int64Var(&filter.After, "after", 0, "start after this SEQ (the last of the page before)")
 	fl.IntVar(&filter.Limit, "limit", filter.Limit, "show at most this many (1 to 10000)")
 	fl.BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
@@ -357,6 +377,17 @@ type messageJSON struct {
 	Headers    map[string]string `json:"headers"`
 	RawHeaders string            `json:"raw_headers,omitempty"`
 	Payload    []byte            `json:"payload"` // base64
+}
+
+// sinceTime is now less d, or the zero time for 0.
+func sinceTime(d time.Duration) (time.Time, error) {
+	if d < 0 {
+		return time.Time{}, fmt.Errorf("--since %s: want a positive duration", d)
+	}
+	if d == 0 {
+		return time.Time{}, nil
+	}
+	return time.Now().Add(-d), nil
 }
 
 func newDeadShowCmd(f *tableFlags) *cobra.Command {

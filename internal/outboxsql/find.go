@@ -1,0 +1,182 @@
+package outboxsql
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/txbox/txbox/driver"
+)
+
+// Find is a filter over undelivered rows, for the tools that page through
+// them (txbox dead list, pending list and their bulk actions).
+type Find struct {
+	After       int64     // only rows with a greater seq
+	Topic, Key  string    // exactly; "": any
+	Error       string    // last_error contains this text; "": any
+	Since       time.Time // dead rows: dead at or after; others: created at or after; zero: any
+	MinAttempts int       // only rows tried at least this often
+	Limit       int       // at most this many rows, at least 1
+}
+
+// Finder pages through the undelivered rows of one table by Find.
+type Finder struct {
+	d       dialect
+	dialect driver.Dialect
+	pool    driver.Pool
+	table   string
+}
+
+// NewFinder returns a Finder for the quoted table.
+func NewFinder(d driver.Dialect, pool driver.Pool, table string) (*Finder, error) {
+	dl, err := newDialect(d, table)
+	if err != nil {
+		return nil, err
+	}
+	return &Finder{d: dl, dialect: d, pool: pool, table: table}, nil
+}
+
+// where returns the conditions of f after "WHERE published_at IS NULL"
+// and their arguments, for rows aliased o.
+func (fd *Finder) where(f Find) (string, []any) {
+	var b strings.Builder
+	var args []any
+	n := 0
+	ph := func(v any) string {
+		n++
+		args = append(args, v)
+		switch fd.dialect {
+		case driver.Postgres:
+			return fmt.Sprintf("$%d", n)
+		case driver.SQLite:
+			return fmt.Sprintf("?%d", n)
+		}
+		return "?"
+	}
+	textArg := func(v string) string {
+		if fd.dialect == driver.Postgres {
+			return ph(v) + "::text"
+		}
+		return ph(v)
+	}
+	fmt.Fprintf(&b, " AND o.id > %s AND o.attempts >= %s", ph(f.After), ph(f.MinAttempts))
+	if f.Topic != "" {
+		fmt.Fprintf(&b, " AND o.topic = %s", textArg(f.Topic))
+	}
+	if f.Key != "" {
+		fmt.Fprintf(&b, " AND o.ordering_key = %s", textArg(f.Key))
+	}
+	if f.Error != "" {
+		switch fd.dialect {
+		case driver.Postgres:
+			fmt.Fprintf(&b, " AND strpos(coalesce(o.last_error, ''), %s) > 0", textArg(f.Error))
+		case driver.SQLite:
+			fmt.Fprintf(&b, " AND instr(coalesce(o.last_error, ''), %s) > 0", ph(f.Error))
+		default:
+			fmt.Fprintf(&b, " AND LOCATE(%s, COALESCE(o.last_error, '')) > 0", ph(f.Error))
+		}
+	}
+	return b.String(), args
+}
+
+// page is how many rows one statement reads when Since is filtered here.
+const findPage = 500
+
+// Dead returns up to f.Limit dead rows that f selects, oldest first, and
+// whether more rows match after them.
+func (fd *Finder) Dead(ctx context.Context, f Find) ([]DeadRow, bool, error) {
+	var out []DeadRow
+	for {
+		cond, args := fd.where(f)
+		q := "SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.attempts, COALESCE(o.last_error, ''), o.created_at, o.dead_at, " +
+			"(SELECT COUNT(*) FROM " + fd.table + " p WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.dead_at IS NULL AND p.id > o.id) " +
+			"FROM " + fd.table + " o WHERE o.published_at IS NULL AND o.dead_at IS NOT NULL" + cond +
+			fmt.Sprintf(" ORDER BY o.id LIMIT %d", findPage)
+		rows, err := fd.pool.Query(ctx, q, args...)
+		if err != nil {
+			return out, false, err
+		}
+		created, dead := fd.d.newTime(), fd.d.newTime()
+		read := 0
+		for rows.Next() {
+			read++
+			var d DeadRow
+			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Attempts, &d.LastError, created.dest(), dead.dest(), &d.Parked); err != nil {
+				rows.Close()
+				return out, false, err
+			}
+			d.CreatedAt, d.DeadAt = created.time(), dead.time()
+			f.After = d.Seq
+			if !f.Since.IsZero() && d.DeadAt.Before(f.Since) {
+				continue
+			}
+			if len(out) == max(f.Limit, 1) {
+				rows.Close()
+				return out, true, nil
+			}
+			out = append(out, d)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return out, false, err
+		}
+		if read < findPage {
+			return out, false, nil
+		}
+	}
+}
+
+// Undelivered returns up to f.Limit undelivered rows that f selects (dead
+// ones with dead), oldest first, without payloads, and whether more rows
+// match after them.
+func (fd *Finder) Undelivered(ctx context.Context, f Find, dead bool) ([]PendingRow, bool, error) {
+	var out []PendingRow
+	state := " AND o.dead_at IS NULL"
+	if dead {
+		state = ""
+	}
+	for {
+		cond, args := fd.where(f)
+		q := "SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.created_at, o.attempts, o.next_attempt_at, COALESCE(o.last_error, ''), o.dead_at, " +
+			"CASE WHEN o.dead_at IS NULL AND o.ordering_key IS NOT NULL AND EXISTS (SELECT 1 FROM " + fd.table + " d WHERE d.ordering_key = o.ordering_key AND d.dead_at IS NOT NULL) THEN 1 ELSE 0 END " +
+			"FROM " + fd.table + " o WHERE o.published_at IS NULL" + state + cond + fmt.Sprintf(" ORDER BY o.id LIMIT %d", findPage)
+		rows, err := fd.pool.Query(ctx, q, args...)
+		if err != nil {
+			return out, false, err
+		}
+		created, next, deadAt := fd.d.newTime(), fd.d.newNullTime(), fd.d.newNullTime()
+		attempts := fd.d.newInt()
+		read := 0
+		for rows.Next() {
+			read++
+			var r PendingRow
+			var parked int
+			if err := rows.Scan(&r.Seq, &r.ID, &r.Topic, &r.Key, created.dest(), attempts.dest(), next.dest(), &r.LastError, deadAt.dest(), &parked); err != nil {
+				rows.Close()
+				return out, false, err
+			}
+			r.CreatedAt, r.Attempts, r.NextAttemptAt, r.DeadAt, r.Parked = created.time(), attempts.int(), next.time(), deadAt.time(), parked == 1
+			f.After = r.Seq
+			at := r.CreatedAt
+			if !r.DeadAt.IsZero() {
+				at = r.DeadAt
+			}
+			if !f.Since.IsZero() && at.Before(f.Since) {
+				continue
+			}
+			if len(out) == max(f.Limit, 1) {
+				rows.Close()
+				return out, true, nil
+			}
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return out, false, err
+		}
+		if read < findPage {
+			return out, false, nil
+		}
+	}
+}
