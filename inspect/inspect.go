@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -45,6 +46,9 @@ const (
 	Parked State = "parked"
 	// Dead: rejected MaxAttempts times (or invalid); no longer tried.
 	Dead State = "dead"
+	// Delivered: published, kept until the relay's retention removes it
+	// (Find only).
+	Delivered State = "delivered"
 )
 
 // Backlog is a snapshot of the table's undelivered rows.
@@ -249,6 +253,49 @@ func (in *Inspector) Pending(ctx context.Context, f Filter) ([]Row, error) {
 	out := make([]Row, len(rows))
 	for i, r := range rows {
 		out[i] = row(r, now)
+	}
+	return out, nil
+}
+
+// Found is one row Find found, in any state.
+type Found struct {
+	Message
+	// PublishedAt is when a Delivered row was published.
+	PublishedAt time.Time
+	// ParkedBy is the seq of the dead row of its key that a Parked row
+	// waits behind (0 if it went meanwhile).
+	ParkedBy int64
+}
+
+// Find returns the rows, in any state (delivered ones while the table
+// keeps them), whose message id is ref or, when ref is a positive
+// integer, whose seq is ref; oldest first, none when there are none.
+func (in *Inspector) Find(ctx context.Context, ref string) ([]Found, error) {
+	seq, _ := strconv.ParseInt(ref, 10, 64)
+	rows, err := in.find.Locate(ctx, max(seq, 0), ref)
+	if err != nil {
+		return nil, fmt.Errorf("txbox/inspect: find %q: %w", ref, err)
+	}
+	now := time.Now()
+	out := make([]Found, len(rows))
+	for i, r := range rows {
+		m := Message{Row: row(r.PendingRow, now), Payload: r.Payload, RawHeaders: string(r.Headers)}
+		if len(r.Headers) > 0 && string(r.Headers) != "{}" {
+			if err := json.Unmarshal([]byte(r.Headers), &m.Headers); err != nil && m.Invalid == "" {
+				m.Headers = nil
+				m.Invalid = fmt.Sprintf("headers are not a JSON object of strings: %v", err)
+			}
+		}
+		f := Found{Message: m, PublishedAt: r.PublishedAt}
+		if !r.PublishedAt.IsZero() {
+			f.State, f.NextAttemptAt = Delivered, time.Time{}
+		}
+		if f.State == Parked {
+			if f.ParkedBy, err = in.find.ParkedBy(ctx, r.Key); err != nil {
+				return nil, fmt.Errorf("txbox/inspect: find %q: %w", ref, err)
+			}
+		}
+		out[i] = f
 	}
 	return out, nil
 }

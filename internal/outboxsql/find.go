@@ -180,3 +180,60 @@ func (fd *Finder) Undelivered(ctx context.Context, f Find, dead bool) ([]Pending
 		}
 	}
 }
+
+// FoundRow is a row of the outbox in any state, as Locate returns it.
+type FoundRow struct {
+	PendingRow
+	PublishedAt time.Time // zero: not delivered
+}
+
+// Locate returns the rows, in any state (delivered ones while they are
+// kept), whose seq is seq or whose message id is id, oldest first.
+func (fd *Finder) Locate(ctx context.Context, seq int64, id string) ([]FoundRow, error) {
+	headers := "o.headers"
+	var cond string
+	var args []any
+	switch fd.dialect {
+	case driver.Postgres:
+		headers = "o.headers::text"
+		cond, args = "o.id = $1 OR o.message_id = $2::text", []any{seq, id}
+	case driver.SQLite:
+		cond, args = "o.id = ?1 OR o.message_id = ?2", []any{seq, id}
+	default:
+		cond, args = "o.id = ? OR o.message_id = ?", []any{seq, id}
+	}
+	q := "SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, " + headers + ", o.created_at, o.attempts, o.next_attempt_at, " +
+		"COALESCE(o.last_error, ''), o.dead_at, o.published_at, " +
+		"CASE WHEN o.dead_at IS NULL AND o.published_at IS NULL AND o.ordering_key IS NOT NULL AND EXISTS (SELECT 1 FROM " + fd.table +
+		" d WHERE d.ordering_key = o.ordering_key AND d.dead_at IS NOT NULL AND d.published_at IS NULL) THEN 1 ELSE 0 END " +
+		"FROM " + fd.table + " o WHERE " + cond + " ORDER BY o.id LIMIT 100"
+	rows, err := fd.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FoundRow
+	created, next, dead, published := fd.d.newTime(), fd.d.newNullTime(), fd.d.newNullTime(), fd.d.newNullTime()
+	attempts := fd.d.newInt()
+	for rows.Next() {
+		var r FoundRow
+		var parked int
+		if err := rows.Scan(&r.Seq, &r.ID, &r.Topic, &r.Key, &r.Payload, &r.Headers, created.dest(), attempts.dest(), next.dest(),
+			&r.LastError, dead.dest(), published.dest(), &parked); err != nil {
+			return nil, err
+		}
+		r.CreatedAt, r.Attempts, r.NextAttemptAt, r.DeadAt, r.PublishedAt = created.time(), attempts.int(), next.time(), dead.time(), published.time()
+		r.Parked = parked == 1
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ParkedBy returns the seq of the oldest dead row of key, 0 if none.
+func (fd *Finder) ParkedBy(ctx context.Context, key string) (int64, error) {
+	rows, _, err := fd.Dead(ctx, Find{Key: key, Limit: 1})
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	return rows[0].Seq, nil
+}

@@ -110,7 +110,7 @@ settings also come from the OUTBOX_* environment variables. See docs/cli.md.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
 	})
-	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
+	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newShowCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
 		newDemoCmd(), newBenchCmd(), newHealthCmd(), newVersionCmd())
 	return root
 }

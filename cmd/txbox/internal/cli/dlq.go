@@ -110,6 +110,9 @@ func (f *filterFlags) register(cmd *cobra.Command, what string) {
 	fl.StringVar(&f.key, "key", "", "only "+what+" of this ordering key (exactly)")
 	fl.StringVar(&f.errText, "error", "", "only "+what+" whose last error contains this text")
 	fl.DurationVar(&f.since, "since", 0, "only "+what+" that went dead within this long (e.g. 1h)")
+	if what == "dead letters" {
+		fl.StringSliceVar(&f.ids, "id", nil, "only the dead letters of this message id (repeat or comma-separate)")
+	}
 }
 
 // set reports whether any filter is given.
