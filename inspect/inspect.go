@@ -300,6 +300,18 @@ func (in *Inspector) Find(ctx context.Context, ref string) ([]Found, error) {
 	return out, nil
 }
 
+// Throughput counts the messages delivered, and the messages gone dead,
+// within the window before now, from the table's published_at and
+// dead_at (rows delivered and removed since, with relay --retention 0,
+// are not counted). It reads every delivered or dead row.
+func (in *Inspector) Throughput(ctx context.Context, window time.Duration) (delivered, dead int64, err error) {
+	delivered, dead, err = in.find.Throughput(ctx, time.Now().Add(-window))
+	if err != nil {
+		return 0, 0, fmt.Errorf("txbox/inspect: throughput: %w", err)
+	}
+	return delivered, dead, nil
+}
+
 // Page is Pending with f.Error, f.Since and f.After, without payloads, and
 // whether more rows match after the ones returned.
 func (in *Inspector) Page(ctx context.Context, f Filter) ([]Row, bool, error) {

@@ -237,3 +237,38 @@ func (fd *Finder) ParkedBy(ctx context.Context, key string) (int64, error) {
 	}
 	return rows[0].Seq, nil
 }
+
+// Throughput counts the rows published, and the rows gone dead, at or
+// after since. It reads every row of the table that is published or dead
+// (no index serves it): a figure for an operator's look, not a loop.
+func (fd *Finder) Throughput(ctx context.Context, since time.Time) (published, dead int64, err error) {
+	var arg any = since
+	ph := "?"
+	switch fd.dialect {
+	case driver.Postgres:
+		ph = "$1"
+	case driver.SQLite:
+		arg, ph = since.UnixMicro(), "?1"
+	default:
+		arg = since.UTC()
+	}
+	q := "SELECT COUNT(CASE WHEN published_at >= " + ph + " THEN 1 END), " +
+		"COUNT(CASE WHEN dead_at >= " + ph + " THEN 1 END) FROM " + fd.table +
+		" WHERE published_at IS NOT NULL OR dead_at IS NOT NULL"
+	args := []any{arg}
+	if fd.dialect == driver.MySQL {
+		args = append(args, arg)
+	}
+	rows, err := fd.pool.Query(ctx, q, args...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	p, d := fd.d.newInt(), fd.d.newInt()
+	if rows.Next() {
+		if err := rows.Scan(p.dest(), d.dest()); err != nil {
+			return 0, 0, err
+		}
+	}
+	return int64(p.int()), int64(d.int()), rows.Err()
+}

@@ -86,6 +86,9 @@ interval.`,
 					}
 					return fmt.Errorf("stats: %w", err)
 				}
+				var rate throughput
+				rate.delivered, rate.dead, rate.err = in.Throughput(ctx, time.Minute)
+				rate.ok = true
 				t, terr := in.Table(ctx)
 				if watch && tty && !asJSON {
 					fmt.Fprint(out, "\x1b[H\x1b[2J")
@@ -93,7 +96,7 @@ interval.`,
 				if watch && !asJSON {
 					fmt.Fprintf(out, "%s  %s\n", cell(f.table), time.Now().UTC().Format(time.RFC3339))
 				}
-				if err := printBacklog(out, b, t, terr, asJSON); err != nil {
+				if err := printBacklog(out, b, t, terr, rate, asJSON); err != nil {
 					return err
 				}
 				if !watch || n == count {
@@ -130,6 +133,11 @@ type backlogJSON struct {
 	OldestPendingAgeSeconds   float64     `json:"oldest_pending_age_seconds"`
 	OldestClaimableAgeSeconds float64     `json:"oldest_claimable_age_seconds"`
 	Topics                    []topicJSON `json:"topics"`
+	// DeliveredLastMinute and DeadLastMinute: from published_at and
+	// dead_at; RateError when they could not be read.
+	DeliveredLastMinute *int64 `json:"delivered_last_minute,omitempty"`
+	DeadLastMinute      *int64 `json:"dead_last_minute,omitempty"`
+	RateError           string `json:"rate_error,omitempty"`
 	// Table: PostgreSQL only; TableError when it could not be read.
 	Table      *tableJSON `json:"table,omitempty"`
 	TableError string     `json:"table_error,omitempty"`
@@ -160,7 +168,14 @@ type topicJSON struct {
 
 // printBacklog prints b, and t unless terr says the database has no such
 // figures (Inspector.Table off PostgreSQL).
-func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, asJSON bool) error {
+// throughput is stats' last minute: messages delivered and gone dead.
+type throughput struct {
+	delivered, dead int64
+	err             error
+	ok              bool // read (false: not shown)
+}
+
+func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, rate throughput, asJSON bool) error {
 	if asJSON {
 		j := backlogJSON{
 			Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
@@ -169,6 +184,11 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 		}
 		for _, t := range b.Topics {
 			j.Topics = append(j.Topics, topicJSON(t))
+		}
+		if rate.ok && rate.err == nil {
+			j.DeliveredLastMinute, j.DeadLastMinute = &rate.delivered, &rate.dead
+		} else if rate.err != nil {
+			j.RateError = rate.err.Error()
 		}
 		switch {
 		case errors.Is(terr, errors.ErrUnsupported):
@@ -194,6 +214,13 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 	fmt.Fprintf(tw, "undelivered\t%d\n", b.Undelivered())
 	fmt.Fprintf(tw, "oldest pending age\t%s\n", age(b.OldestPendingAge))
 	fmt.Fprintf(tw, "oldest claimable age\t%s\n", age(b.OldestClaimableAge))
+	switch {
+	case rate.err != nil:
+		fmt.Fprintf(tw, "last minute\tunavailable: %s\n", text(rate.err.Error()))
+	case rate.ok:
+		fmt.Fprintf(tw, "delivered last minute\t%d\t(rows published within the last minute still in the table)\n", rate.delivered)
+		fmt.Fprintf(tw, "dead last minute\t%d\n", rate.dead)
+	}
 	printTable(tw, t, terr)
 	if err := tw.Flush(); err != nil {
 		return err

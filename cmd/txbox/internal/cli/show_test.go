@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"database/sql"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,8 @@ import (
 
 // TestShowFindsAnyState, on SQLite, MariaDB and PostgreSQL: txbox show
 // finds a message by message id or SEQ whether it is pending, retrying,
-// parked, dead or delivered, and says why it is there.
+// parked, dead or delivered, and says why it is there; txbox stats counts
+// the last minute's delivered and dead messages.
 func TestShowFindsAnyState(t *testing.T) {
 	t.Parallel()
 	check := func(t *testing.T, args []string, exec func(string) error, seqOf func(id string) string, now string) {
@@ -51,6 +53,18 @@ func TestShowFindsAnyState(t *testing.T) {
 		}
 		if _, _, err := run(context.Background(), append([]string{"show", "m-never"}, args...)...); err == nil || !strings.Contains(err.Error(), "no row of outbox table") {
 			t.Fatalf("show of an unknown id: %v", err)
+		}
+		// txbox stats counts the last minute's deliveries and dead rows.
+		var stats struct {
+			Delivered *int64 `json:"delivered_last_minute"`
+			Dead      *int64 `json:"dead_last_minute"`
+		}
+		testenv.Must(t, json.Unmarshal([]byte(mustRun(t, append([]string{"stats", "--json"}, args...)...)), &stats), "stats --json")
+		if stats.Delivered == nil || *stats.Delivered != 1 || stats.Dead == nil || *stats.Dead != 1 {
+			t.Fatalf("stats: delivered %v, dead %v in the last minute; want 1 and 1", stats.Delivered, stats.Dead)
+		}
+		if out := mustRun(t, append([]string{"stats"}, args...)...); !strings.Contains(strings.Join(strings.Fields(out), " "), "delivered last minute 1") {
+			t.Fatalf("stats lacks the last minute's deliveries:\n%s", out)
 		}
 	}
 	sqlSeq := func(t *testing.T, conn *sql.DB) func(string) string {
