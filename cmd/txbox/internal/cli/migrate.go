@@ -112,7 +112,7 @@ func (f *tableFlags) checkLockFlags(cmd *cobra.Command) error {
 }
 
 // target parses --db (or TXBOX_DB), and refuses --schema (or
-// OUTBOX_SCHEMA) off PostgreSQL.
+// TXBOX_SCHEMA) off PostgreSQL.
 func (f *tableFlags) target() (dbTarget, error) {
 	t, err := parseDBFrom(sourceOf(f.fs, "db", EnvDB), f.db)
 	if err == nil && f.schema != "" && t.dialect != driver.Postgres {

@@ -90,7 +90,7 @@ others run. With --stores, SIGHUP reads the file again: stores added, removed
 or changed join or leave without a restart.`,
 		Example: `  txbox relay --db postgres://app@localhost:5432/app --broker nats://localhost:4222
   txbox relay --migrate                              # SQLite txbox.db + embedded NATS
-  OUTBOX_BATCH_SIZE=500 txbox relay --db sqlite://app.db --broker nats://nats:4222 \
+  TXBOX_BATCH_SIZE=500 txbox relay --db sqlite://app.db --broker nats://nats:4222 \
       --stream ORDERS --stream-subjects 'order.>'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, &f) },
