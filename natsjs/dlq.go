@@ -21,6 +21,10 @@ import (
 // without handing it out.
 const HeaderRedriveFor = "Txbox-Redrive-For"
 
+// redriveIDPrefix starts the Nats-Msg-Id of a redriven dead letter, whose
+// delivery's id is then its Txbox-Message-Id.
+const redriveIDPrefix = "redrive:"
+
 // DeadLetters implements dlq.Store on JetStream: a binding's dead letters
 // are the messages on its dead-letter subject (Subscriber.DeadLetterSubject)
 // in whichever stream captures it; a Ref is a dead letter's sequence in
@@ -208,7 +212,7 @@ func (d *DeadLetters) Redrive(ctx context.Context, binding string, refs []string
 			out.Header.Set(txbox.HeaderMessageID, l.ID)
 		}
 		out.Header.Set(HeaderRedriveFor, binding)
-		out.Header.Set(jetstream.MsgIDHeader, "redrive:"+st.CachedInfo().Config.Name+":"+strconv.FormatUint(raw.Sequence, 10))
+		out.Header.Set(jetstream.MsgIDHeader, redriveIDPrefix+st.CachedInfo().Config.Name+":"+strconv.FormatUint(raw.Sequence, 10))
 		if _, err := d.js.PublishMsg(ctx, out); err != nil {
 			return fmt.Errorf("natsjs: redrive dead letter %d to %s: %w", raw.Sequence, subject, err)
 		}

@@ -325,7 +325,8 @@ func (d *delivery) numDelivered() int {
 }
 
 // Message returns the message: id = Nats-Msg-Id (Txbox-Message-Id on a
-// redriven dead letter), topic = subject, key and
+// redriven dead letter, whose Nats-Msg-Id starts with "redrive:"), topic =
+// subject, key and
 // created-at from Txbox-Key and Txbox-Created-At (taken out of the
 // headers), each other header's first value but the Nats-* ones.
 func (d *delivery) Message() txbox.Received {
@@ -337,7 +338,7 @@ func (d *delivery) Message() txbox.Received {
 	}
 	key, created := h[txbox.HeaderKey], wire.ParseTime(h[txbox.HeaderCreatedAt])
 	id := d.m.Headers().Get(jetstream.MsgIDHeader)
-	if orig := h[txbox.HeaderMessageID]; orig != "" {
+	if orig := h[txbox.HeaderMessageID]; orig != "" && strings.HasPrefix(id, redriveIDPrefix) {
 		id = orig // a redriven dead letter (DeadLetters.Redrive)
 	}
 	for _, k := range []string{txbox.HeaderKey, txbox.HeaderCreatedAt, txbox.HeaderMessageID, HeaderRedriveFor} {
