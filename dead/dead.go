@@ -53,6 +53,7 @@ var ErrNotFound = errors.New("txbox/dead: no dead message with this seq")
 // Letters operates on the dead messages of one outbox table.
 type Letters struct {
 	store *outboxsql.Store
+	find  *outboxsql.Finder
 }
 
 // New returns Letters for the outbox table cfg names (Schema, Table), or,
@@ -70,7 +71,52 @@ func New[TTx any](drv driver.Driver[TTx], cfg txbox.Config) (*Letters, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Letters{store: store}, nil
+	find, err := outboxsql.NewFinder(drv.Dialect(), drv.Pool(), table)
+	if err != nil {
+		return nil, err
+	}
+	return &Letters{store: store, find: find}, nil
+}
+
+// Filter selects dead messages for Find and Seqs; the zero value selects
+// every one.
+type Filter struct {
+	Topic string    // of this topic, exactly
+	Key   string    // of this ordering key, exactly
+	Error string    // whose last error contains this text (MySQL: as its collation compares)
+	Since time.Time // dead at or after
+	After int64     // with a seq above this: the last seq of the page before
+	Limit int       // Find: at most this many (at least 1)
+}
+
+func (f Filter) find() outboxsql.Find {
+	return outboxsql.Find{After: f.After, Topic: f.Topic, Key: f.Key, Error: f.Error, Since: f.Since, Limit: f.Limit}
+}
+
+// Find returns up to f.Limit dead messages that f selects, oldest first,
+// and whether more match after them (the next page: After = the last
+// Seq).
+func (l *Letters) Find(ctx context.Context, f Filter) ([]Message, bool, error) {
+	rows, more, err := l.find.Dead(ctx, f.find())
+	if err != nil {
+		return nil, false, err
+	}
+	return messages(rows), more, nil
+}
+
+// All returns every dead message that f selects (f.Limit
+// aside), oldest first: what a filtered Redrive or Discard takes.
+func (l *Letters) All(ctx context.Context, f Filter) ([]Message, error) {
+	var out []Message
+	f.Limit = 1000
+	for {
+		page, more, err := l.Find(ctx, f)
+		out = append(out, page...)
+		if err != nil || !more || len(page) == 0 {
+			return out, err
+		}
+		f.After = page[len(page)-1].Seq
+	}
 }
 
 // List returns up to limit dead messages, oldest first.

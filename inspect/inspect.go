@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -45,6 +46,9 @@ const (
 	Parked State = "parked"
 	// Dead: rejected MaxAttempts times (or invalid); no longer tried.
 	Dead State = "dead"
+	// Delivered: published, kept until the relay's retention removes it
+	// (Find only).
+	Delivered State = "delivered"
 )
 
 // Backlog is a snapshot of the table's undelivered rows.
@@ -84,6 +88,12 @@ type Filter struct {
 	Key         string // only this ordering key; "": any
 	MinAttempts int    // only rows the broker rejected at least this often
 	Dead        bool   // dead rows too
+	// Error, Since and After are read by Page only: rows whose last error
+	// contains Error, created (dead rows: dead) at or after Since, with a
+	// Seq above After (the last Seq of the page before).
+	Error string
+	Since time.Time
+	After int64
 	// Limit is the most rows returned; 0 means DefaultLimit. Negative is
 	// an error.
 	Limit int
@@ -124,6 +134,7 @@ type Message struct {
 // Inspector reads one outbox table.
 type Inspector struct {
 	store *outboxsql.Store
+	find  *outboxsql.Finder
 }
 
 // New returns an Inspector for the outbox table cfg names (Schema, Table),
@@ -142,7 +153,11 @@ func New[TTx any](drv driver.Driver[TTx], cfg txbox.Config) (*Inspector, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Inspector{store: store}, nil
+	find, err := outboxsql.NewFinder(drv.Dialect(), drv.Pool(), table)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{store: store, find: find}, nil
 }
 
 // Backlog reads the counts by state and the ages in one statement (the
@@ -240,6 +255,83 @@ func (in *Inspector) Pending(ctx context.Context, f Filter) ([]Row, error) {
 		out[i] = row(r, now)
 	}
 	return out, nil
+}
+
+// Found is one row Find found, in any state.
+type Found struct {
+	Message
+	// PublishedAt is when a Delivered row was published.
+	PublishedAt time.Time
+	// ParkedBy is the seq of the dead row of its key that a Parked row
+	// waits behind (0 if it went meanwhile).
+	ParkedBy int64
+}
+
+// Find returns the rows, in any state (delivered ones while the table
+// keeps them), whose message id is ref or, when ref is a positive
+// integer, whose seq is ref; oldest first, none when there are none.
+func (in *Inspector) Find(ctx context.Context, ref string) ([]Found, error) {
+	seq, _ := strconv.ParseInt(ref, 10, 64)
+	rows, err := in.find.Locate(ctx, max(seq, 0), ref)
+	if err != nil {
+		return nil, fmt.Errorf("txbox/inspect: find %q: %w", ref, err)
+	}
+	now := time.Now()
+	out := make([]Found, len(rows))
+	for i, r := range rows {
+		m := Message{Row: row(r.PendingRow, now), Payload: r.Payload, RawHeaders: string(r.Headers)}
+		if len(r.Headers) > 0 && string(r.Headers) != "{}" {
+			if err := json.Unmarshal([]byte(r.Headers), &m.Headers); err != nil && m.Invalid == "" {
+				m.Headers = nil
+				m.Invalid = fmt.Sprintf("headers are not a JSON object of strings: %v", err)
+			}
+		}
+		f := Found{Message: m, PublishedAt: r.PublishedAt}
+		if !r.PublishedAt.IsZero() {
+			f.State, f.NextAttemptAt = Delivered, time.Time{}
+		}
+		if f.State == Parked {
+			if f.ParkedBy, err = in.find.ParkedBy(ctx, r.Key); err != nil {
+				return nil, fmt.Errorf("txbox/inspect: find %q: %w", ref, err)
+			}
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+// Throughput counts the messages delivered, and the messages gone dead,
+// within the window before now, from the table's published_at and
+// dead_at (rows delivered and removed since, with relay --retention 0,
+// are not counted). It reads every delivered or dead row.
+func (in *Inspector) Throughput(ctx context.Context, window time.Duration) (delivered, dead int64, err error) {
+	delivered, dead, err = in.find.Throughput(ctx, time.Now().Add(-window))
+	if err != nil {
+		return 0, 0, fmt.Errorf("txbox/inspect: throughput: %w", err)
+	}
+	return delivered, dead, nil
+}
+
+// Page is Pending with f.Error, f.Since and f.After, without payloads, and
+// whether more rows match after the ones returned.
+func (in *Inspector) Page(ctx context.Context, f Filter) ([]Row, bool, error) {
+	switch {
+	case f.Limit < 0:
+		return nil, false, fmt.Errorf("%w: inspect: Limit %d is negative", txbox.ErrInvalidConfig, f.Limit)
+	case f.Limit == 0:
+		f.Limit = DefaultLimit
+	}
+	rows, more, err := in.find.Undelivered(ctx, outboxsql.Find{After: f.After, Topic: f.Topic, Key: f.Key, Error: f.Error,
+		Since: f.Since, MinAttempts: f.MinAttempts, Limit: f.Limit}, f.Dead)
+	if err != nil {
+		return nil, false, fmt.Errorf("txbox/inspect: pending: %w", err)
+	}
+	now := time.Now()
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = row(r, now)
+	}
+	return out, more, nil
 }
 
 // Show returns the undelivered row seq (dead or not) in full, or an error

@@ -34,13 +34,15 @@ func (m *fuzzMsg) Metadata() (*jetstream.MsgMetadata, error) {
 // payloads, with or without JetStream metadata. The properties: no panic;
 // the id is Nats-Msg-Id's first value (canonical name, as nats.go reads
 // it) and nothing else, whatever Message-Id, Txbox-Message-Id or
-// lower-case spellings the headers hold; no Nats-* header reaches the
+// lower-case spellings the headers hold, but on a redriven dead letter
+// (a Nats-Msg-Id "redrive:…"), whose id is its Txbox-Message-Id; no Nats-* header reaches the
 // handler; the delivery count is the server's (NumDelivered, else 1),
 // never a Txbox-Deliveries header's; the topic is the subject; each other
 // header arrives with its first value.
 func FuzzDeliveryMessage(f *testing.F) {
 	f.Add("Nats-Msg-Id: m-1\nTrace: abc", "orders.created", []byte(`{}`), uint64(1), true)
 	f.Add("Nats-Msg-Id: m-1\nMessage-Id: forged\nTxbox-Message-Id: forged\nnats-msg-id: lower", "o", []byte(nil), uint64(3), true)
+	f.Add("Nats-Msg-Id: redrive:DLQ:7\nTxbox-Message-Id: m-1\nTxbox-Redrive-For: S/d", "o", []byte(nil), uint64(1), true)
 	f.Add("Txbox-Deliveries: 99\nTxbox-Subject: elsewhere\nTxbox-Topic: elsewhere", "o", []byte(nil), uint64(1), false)
 	f.Add("NATS-MSG-ID: shout\nNats-Expected-Stream: s\nA: 1\nA: 2", "o", []byte(nil), uint64(0), true)
 	f.Add("Nats-Msg-Id:\n: empty name\nx", "", []byte("\xff"), uint64(1<<63), true)
@@ -58,6 +60,9 @@ func FuzzDeliveryMessage(f *testing.F) {
 		var wantID string
 		if v := hdr[jetstream.MsgIDHeader]; len(v) > 0 {
 			wantID = v[0]
+		}
+		if v := hdr["Txbox-Message-Id"]; strings.HasPrefix(wantID, "redrive:") && len(v) > 0 && v[0] != "" {
+			wantID = v[0] // a redriven dead letter's original id
 		}
 		if got.ID != wantID {
 			t.Fatalf("id %q, want Nats-Msg-Id's %q (headers %q)", got.ID, wantID, hdr)

@@ -382,9 +382,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	opts := []jetstream.PublishOpt{jetstream.WithStallWait(stall)} // one slice for the batch
 	for i := range msgs {
-		f, err := p.js.PublishMsgAsync(p.Msg(msgs[i]), opts...)
+		nm := p.Msg(msgs[i])
+		f, err := p.js.PublishMsgAsync(nm, opts...)
 		if err != nil {
-			fail(i, p.classify(err))
+			fail(i, p.classify(err, nm.Subject))
 			continue
 		}
 		futures[i] = f
@@ -408,7 +409,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 				}
 				waiting = false
 			case err := <-f.Err():
-				fail(i, p.classify(err))
+				fail(i, p.classify(err, f.Msg().Subject))
 				waiting = false
 			case <-ctx.Done():
 				if p.nc.IsClosed() {
@@ -481,10 +482,11 @@ func (p *Publisher) learnMaxLine(msgs []txbox.Message, errs []error) {
 // while it waits for acks.
 const closedCheck = 100 * time.Millisecond
 
-// classify wraps errors that concern the message itself with txbox.Reject;
+// classify wraps errors that concern the message itself, published to
+// subject, with txbox.Reject;
 // everything that concerns the connection or the server's health stays
 // transient and costs the message no attempt.
-func (p *Publisher) classify(err error) error {
+func (p *Publisher) classify(err error, subject string) error {
 	if errors.Is(err, nats.ErrConnectionClosed) || p.nc.IsClosed() {
 		return p.closedErr()
 	}
@@ -505,7 +507,7 @@ func (p *Publisher) classify(err error) error {
 		// No stream listens on the subject. While connected that is the
 		// message's topic's fault; while reconnecting it is not.
 		if p.nc.IsConnected() {
-			return txbox.Reject(fmt.Errorf("no JetStream stream captures this subject: %w", err))
+			return txbox.Reject(fmt.Errorf("no JetStream stream captures subject %q: %w", subject, err))
 		}
 	}
 	return err

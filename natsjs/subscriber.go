@@ -252,17 +252,24 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 			return nil, err
 		}
 	}
-	if m := sub.popGathered(); m != nil {
-		return sub.deliver(m), nil
-	}
-	m, err := p.next(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	for {
+		m := sub.popGathered()
+		if m == nil {
+			var err error
+			if m, err = p.next(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("natsjs: next from %s: %w", sub.binding, err)
+			}
 		}
-		return nil, fmt.Errorf("natsjs: next from %s: %w", sub.binding, err)
+		d := sub.deliver(m)
+		if to := m.Headers().Get(HeaderRedriveFor); to != "" && to != sub.binding {
+			_ = d.Ack(ctx) // a dead letter of another binding, redriven to it
+			continue
+		}
+		return d, nil
 	}
-	return sub.deliver(m), nil
 }
 
 func (sub *subscription) deliver(m jetstream.Msg) *delivery {
@@ -317,7 +324,9 @@ func (d *delivery) numDelivered() int {
 	return 1
 }
 
-// Message returns the message: id = Nats-Msg-Id, topic = subject, key and
+// Message returns the message: id = Nats-Msg-Id (Txbox-Message-Id on a
+// redriven dead letter, whose Nats-Msg-Id starts with "redrive:"), topic =
+// subject, key and
 // created-at from Txbox-Key and Txbox-Created-At (taken out of the
 // headers), each other header's first value but the Nats-* ones.
 func (d *delivery) Message() txbox.Received {
@@ -328,10 +337,15 @@ func (d *delivery) Message() txbox.Received {
 		}
 	}
 	key, created := h[txbox.HeaderKey], wire.ParseTime(h[txbox.HeaderCreatedAt])
-	delete(h, txbox.HeaderKey)
-	delete(h, txbox.HeaderCreatedAt)
+	id := d.m.Headers().Get(jetstream.MsgIDHeader)
+	if orig := h[txbox.HeaderMessageID]; orig != "" && strings.HasPrefix(id, redriveIDPrefix) {
+		id = orig // a redriven dead letter (DeadLetters.Redrive)
+	}
+	for _, k := range []string{txbox.HeaderKey, txbox.HeaderCreatedAt, txbox.HeaderMessageID, HeaderRedriveFor} {
+		delete(h, k)
+	}
 	return txbox.Received{
-		Message: txbox.Message{ID: d.m.Headers().Get(jetstream.MsgIDHeader), Topic: d.m.Subject(), Key: key,
+		Message: txbox.Message{ID: id, Topic: d.m.Subject(), Key: key,
 			Payload: d.m.Data(), Headers: h, CreatedAt: created},
 		Deliveries: d.numDelivered(),
 		Binding:    d.sub.binding,

@@ -629,7 +629,7 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 			msg = msg[:4096]
 		}
 	}
-	c := d.copyOf(deadExchange(d.queue), d.queue, amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries()), txbox.HeaderError: msg, txbox.HeaderBinding: d.queue})
+	c := d.copyOf(deadExchange(d.queue), d.queue, amqp.Table{txbox.HeaderDeliveries: int64(d.deliveries()), txbox.HeaderError: msg, txbox.HeaderBinding: d.queue, HeaderDeadAt: deadAt()})
 	if err := d.st.deadQueueMissing(deadQueue(d.queue)); err != nil {
 		if rerr := d.Retry(ctx, time.Second); rerr != nil {
 			return fmt.Errorf("rabbitmq: dead-letter to %s: %v; not acked: %w", c, err, rerr)

@@ -169,6 +169,7 @@ type entry struct {
 	msg        txbox.Message // Topic is the stream's name
 	id         string        // the stream entry's id ("1700000000000-0")
 	deliveries int64         // to the group, this one included
+	redriveFor string        // FieldRedriveFor: the one group to handle it
 }
 
 // fetch returns up to n entries: first entries claimed from the pending
@@ -243,6 +244,7 @@ func (r *reader) claim(ctx context.Context, n int) ([]entry, error) {
 
 func (r *reader) entry(m redis.XMessage, n int64) entry {
 	msg := txbox.Message{Topic: r.stream}
+	redriveFor := ""
 	for k, v := range m.Values {
 		str, _ := v.(string)
 		switch {
@@ -254,6 +256,8 @@ func (r *reader) entry(m redis.XMessage, n int64) entry {
 			msg.Payload = []byte(str)
 		case k == FieldCreatedAt:
 			msg.CreatedAt = wire.ParseTime(str)
+		case k == FieldRedriveFor:
+			redriveFor = str
 		case strings.HasPrefix(k, HeaderFieldPrefix):
 			if msg.Headers == nil {
 				msg.Headers = map[string]string{}
@@ -261,7 +265,7 @@ func (r *reader) entry(m redis.XMessage, n int64) entry {
 			msg.Headers[k[len(HeaderFieldPrefix):]] = str
 		}
 	}
-	return entry{msg: msg, id: m.ID, deliveries: n}
+	return entry{msg: msg, id: m.ID, deliveries: n, redriveFor: redriveFor}
 }
 
 func (r *reader) ack(ctx context.Context, e entry) error {
@@ -299,7 +303,7 @@ return 1
 // dead-letter stream and acknowledges it (see deadLetter).
 func (r *reader) dead(ctx context.Context, e entry, reason string) error {
 	vals := Values(e.msg)
-	vals = append(vals, "error", reason, "stream", r.stream, "entry", e.id, "deliveries", e.deliveries)
+	vals = append(vals, FieldError, reason, FieldStream, r.stream, FieldEntry, e.id, FieldDeliveries, e.deliveries, FieldGroup, r.group)
 	args := append([]any{r.group, e.id}, vals...)
 	if err := deadLetter.Run(ctx, r.rdb, []string{r.stream, r.deadStream}, args...).Err(); err != nil {
 		return fmt.Errorf("redisstream: dead-letter %s %s: %w", r.stream, e.id, err)
@@ -326,6 +330,10 @@ func (s *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 			e := s.buf[0]
 			s.buf = s.buf[1:]
 			s.mu.Unlock()
+			if e.redriveFor != "" && e.redriveFor != s.r.group {
+				_ = s.r.ack(ctx, e) // a dead letter of another group, redriven to it
+				continue
+			}
 			return &delivery{s: s, e: e}, nil
 		}
 		s.mu.Unlock()

@@ -870,15 +870,16 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 	r.invalid.Add(int64(len(out.invalid)))
 	r.rejected.Add(int64(len(rejected) - len(out.invalid)))
 	for _, rj := range rejected {
+		topic, id := rowNames(batch, rj.Seq)
 		switch {
 		case rj.Invalid:
 			r.dead.Add(1)
-			r.log.Error("txbox relay: message is dead: the row breaks the outbox contract", "seq", rj.Seq, "err", rj.Err)
+			r.log.Error("txbox relay: message is dead: the row breaks the outbox contract", "seq", rj.Seq, "topic", topic, "message_id", id, "err", rj.Err)
 		case rj.Dead:
 			r.dead.Add(1)
-			r.log.Error("txbox relay: message is dead after too many rejections", "seq", rj.Seq, "err", rj.Err)
+			r.log.Error("txbox relay: message is dead after too many rejections", "seq", rj.Seq, "topic", topic, "message_id", id, "err", rj.Err)
 		default:
-			r.log.Warn("txbox relay: broker rejected message", "seq", rj.Seq, "err", rj.Err, "retry_in", rj.RetryAfter)
+			r.log.Warn("txbox relay: broker rejected message", "seq", rj.Seq, "topic", topic, "message_id", id, "err", rj.Err, "retry_in", rj.RetryAfter)
 		}
 	}
 	if len(rejected) > len(out.invalid) {
@@ -888,6 +889,17 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 		return fmt.Errorf("%w: %d of %d messages not acknowledged: %w", errPublish, nTransient, len(out.msgs), transient)
 	}
 	return nil
+}
+
+// rowNames returns the topic and message id of the batch's row seq, for a
+// log line.
+func rowNames(batch *outboxsql.Batch, seq int64) (topic, id string) {
+	for _, row := range batch.Rows {
+		if row.Seq == seq {
+			return row.Topic, row.ID
+		}
+	}
+	return "", ""
 }
 
 // chainedClaim is a claim sent with the marks of the batch before it

@@ -46,7 +46,7 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 		}
 		return "… (" + strconv.FormatInt(full, 10) + " bytes)"
 	},
-}).ParseFS(assets, "assets/page.html", "assets/letter.html"))
+}).ParseFS(assets, "assets/page.html", "assets/letter.html", "assets/dlq.html"))
 
 // csrfCookie is the cookie that must match the form's token.
 const (
@@ -70,6 +70,10 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /dead/{seq}", h.serveLetter)
 	h.mux.HandleFunc("POST /dead/{action}", h.serveAction)
 	h.mux.HandleFunc("POST /api/dead/{action}", h.serveAction)
+	h.mux.HandleFunc("POST /dead/bulk", h.serveBulk)
+	h.mux.HandleFunc("GET /dlq", h.serveDLQ)
+	h.mux.HandleFunc("GET /dlq/show", h.serveDLQLetter)
+	h.mux.HandleFunc("POST /dlq/{action}", h.serveDLQAction)
 }
 
 // authenticated: no Token is configured, or the request carries it.
@@ -91,12 +95,13 @@ type view struct {
 	Done    string // the result of the last action, from the redirect
 	Failed  bool
 	CanEdit bool
+	DLQ     bool // the consumer dead letters' panel is configured
 }
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	s := h.state(r.Context(), false)
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: h.csrf, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-	v := view{State: s, CSRF: h.csrf, CanEdit: !h.cfg.ReadOnly && s.HasDead && h.mayMutate(r) == nil}
+	v := view{State: s, CSRF: h.csrf, CanEdit: !h.cfg.ReadOnly && s.HasDead && h.mayMutate(r) == nil, DLQ: len(h.cfg.DLQ) > 0}
 	q := r.URL.Query()
 	if a := q.Get("done"); a == "redrive" || a == "discard" {
 		n, _ := strconv.ParseInt(q.Get("n"), 10, 64)

@@ -140,6 +140,9 @@ type Config struct {
 	Dead *dead.Letters
 	// Inboxes are the inbox tables whose receipts are counted per source.
 	Inboxes []InboxRef
+	// DLQ are the consumer bindings whose dead letters the panel at
+	// dlq lists, shows, redrives and discards.
+	DLQ []DLQRef
 	// Relays are the relays whose state and counters are shown; their
 	// published counters give the throughput.
 	Relays []RelayRef

@@ -35,8 +35,10 @@ func redisBroker(t testing.TB, ackWait time.Duration) *broker {
 	testenv.Must(t, err, "publisher")
 	sub, err := redisstream.NewSubscriber(rdb, redisstream.SubscriberConfig{Consumer: "c", Block: 50 * time.Millisecond, AckWait: ackWait})
 	testenv.Must(t, err, "subscriber")
+	dead, err := redisstream.NewDeadLetters(rdb, "")
+	testenv.Must(t, err, "dead letters")
 	return &broker{
-		name: "redis", pub: pub, sub: sub,
+		name: "redis", pub: pub, sub: sub, dead: dead,
 		// The dead stream's entries carry the error and the delivery
 		// count as fields.
 		errHeader: "error", delHeader: "deliveries",

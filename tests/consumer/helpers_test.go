@@ -16,6 +16,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
+	"github.com/txbox/txbox/dlq"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
@@ -105,6 +106,9 @@ type broker struct {
 	// resubscribe, where set, returns a subscriber on a connection of its
 	// own, closing the one it returned before, as a restarted process has.
 	resubscribe func(t testing.TB) txbox.Subscriber
+	// dead is the bindings' dead letters as txbox dlq sees them; nil
+	// where the broker has no dlq.Store.
+	dead dlq.Store
 }
 
 var flows = []string{"orders", "shipments", "events"}
@@ -134,9 +138,11 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 	testenv.Must(t, err, "publisher")
 	sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
 	testenv.Must(t, err, "subscriber")
+	dead, err := natsjs.NewDeadLetters(nc, prefix+"dlq.")
+	testenv.Must(t, err, "dead letters")
 	var subConn *nats.Conn
 	return &broker{
-		name: "nats", pub: pub, sub: sub,
+		name: "nats", pub: pub, sub: sub, dead: dead,
 		resubscribe: func(t testing.TB) txbox.Subscriber {
 			if subConn != nil {
 				subConn.Close()
@@ -217,8 +223,10 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 	t.Cleanup(func() { _ = pub.Close() })
 	sub, err := rabbitmq.NewSubscriber(testenv.RabbitMQConn(t, subURL), rabbitmq.SubscriberConfig{ReconnectMax: 200 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
+	dead, err := rabbitmq.NewDeadLetters(conn)
+	testenv.Must(t, err, "dead letters")
 	return &broker{
-		name: "rabbitmq", pub: pub, sub: sub,
+		name: "rabbitmq", pub: pub, sub: sub, dead: dead,
 		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries,
 		topic:   func(f string) string { return base + "." + f },
 		binding: func(f string) string { return base + "." + f },

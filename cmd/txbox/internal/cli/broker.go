@@ -500,7 +500,7 @@ func otherBroker(scheme string) bool {
 // publisher. --subject-prefix is put before topics to name routing keys,
 // streams and Kafka topics.
 // Query parameters: redis:// takes maxlen=N (XADD MAXLEN ~ N); asynq+redis://
-// takes queue=NAME (default "default") and reads OUTBOX_TASK_RETENTION.
+// takes queue=NAME (default "default") and reads TXBOX_TASK_RETENTION.
 func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
 	scheme, rest, _ := strings.Cut(f.url, "://")
 	if scheme == "amqp" || scheme == "amqps" {

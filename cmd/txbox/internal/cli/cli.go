@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Environment variables read by the CLI, besides relay's OUTBOX_* ones.
+// Environment variables read by the CLI, besides the relay's ones (env.go).
 const (
 	EnvDB             = "TXBOX_DB"
 	EnvBroker         = "TXBOX_BROKER"
@@ -74,6 +74,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.add(os.Getenv(EnvDB), os.Getenv(EnvBroker))
 	root := newRoot(r, stdout, stderr)
 	root.SetArgs(args)
+	for _, line := range deprecatedEnv() {
+		fmt.Fprintln(stderr, line)
+	}
 	if err := root.ExecuteContext(ctx); err != nil {
 		return &redactedError{msg: r.redact(err.Error()), err: err}
 	}
@@ -98,7 +101,7 @@ only if the transaction committed.
 Run "txbox demo" to see it work with no setup (SQLite and an embedded NATS
 server). Run "txbox migrate up" then "txbox relay" for real use. Databases and
 brokers are chosen by URL (--db, --broker or TXBOX_DB, TXBOX_BROKER); relay
-settings also come from the OUTBOX_* environment variables. See docs/cli.md.`,
+settings also come from the TXBOX_* environment variables. See docs/cli.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
@@ -110,7 +113,7 @@ settings also come from the OUTBOX_* environment variables. See docs/cli.md.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
 	})
-	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
+	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newShowCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
 		newDemoCmd(), newBenchCmd(), newHealthCmd(), newVersionCmd())
 	return root
 }
@@ -152,7 +155,7 @@ func Version() string {
 
 // envOr returns the environment variable name if set and not empty, else def.
 func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
+	if v, _, ok := lookupEnv(name); ok {
 		return v
 	}
 	return def

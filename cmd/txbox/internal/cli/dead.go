@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,35 +49,60 @@ var deadLimitSetting = setting[int]{flag: "limit", min: 1, max: 10000}
 
 func newDeadListCmd(f *tableFlags) *cobra.Command {
 	limit := 100
+	var after int64
+	var ff filterFlags
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List dead messages, oldest first",
-		Args:  cobra.NoArgs,
+		Long: `List dead messages, oldest first: SEQ, message id, topic, key, how many later
+messages of its key it parks, attempts, since when it is dead, the last error.
+The filters --topic, --key, --error and --since choose which (a message must
+pass each); at most --limit are printed, and when more match the last line
+says so and how to page on (--after SEQ; with --json the line goes to
+standard error).`,
+		Example: `  txbox dead list --topic order.placed --error "no JetStream stream" --since 2h
+  txbox dead list --limit 50 --after 1200`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := deadLimitSetting.validate(limit); err != nil {
 				return err
 			}
+			filter, err := ff.dead()
+			if err != nil {
+				return err
+			}
+			filter.After, filter.Limit = after, limit
 			l, closeDB, err := openLetters(cmd, f)
 			if err != nil {
 				return err
 			}
 			defer closeDB()
-			list, err := l.List(cmd.Context(), limit)
+			list, more, err := l.Find(cmd.Context(), filter)
 			if err != nil {
 				return fmt.Errorf("list dead messages: %w", err)
 			}
 			out := cmd.OutOrStdout()
+			cut := func(w io.Writer) {
+				if more {
+					fmt.Fprintf(w, "(cut at --limit %d: more dead messages match; next page: --after %d)\n", limit, list[len(list)-1].Seq)
+				}
+			}
 			if asJSON {
 				js := make([]deadJSON, len(list))
 				for i, m := range list {
 					js[i] = deadJSON{Seq: m.Seq, ID: m.ID, Topic: m.Topic, Key: m.Key, Parks: m.Parked, Attempts: m.Attempts,
 						LastError: m.LastError, CreatedAt: m.CreatedAt.UTC(), DeadAt: m.DeadAt.UTC()}
 				}
+				cut(cmd.ErrOrStderr())
 				return writeJSON(out, js)
 			}
 			if len(list) == 0 {
-				fmt.Fprintln(out, "no dead messages")
+				if ff.set() || after > 0 {
+					fmt.Fprintln(out, "no dead messages match")
+				} else {
+					fmt.Fprintln(out, "no dead messages")
+				}
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -85,12 +111,24 @@ func newDeadListCmd(f *tableFlags) *cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Seq, cell(m.ID), cell(m.Topic), cell(m.Key), m.Parked, m.Attempts,
 					m.DeadAt.UTC().Format(time.RFC3339), cell(m.LastError))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			cut(out)
+			return nil
 		},
 	}
+	ff.register(cmd, "dead messages")
 	cmd.Flags().IntVar(&limit, "limit", limit, "show at most this many (1 to 10000)")
+	cmd.Flags().Int64Var(&after, "after", 0, "start after this SEQ (the last of the page before)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
+}
+
+// dead returns the filters as a dead.Filter.
+func (f *filterFlags) dead() (dead.Filter, error) {
+	d, err := f.dlq()
+	return dead.Filter{Topic: d.Topic, Key: d.Key, Error: d.Error, Since: d.Since}, err
 }
 
 // deadJSON is one row of dead list --json.
@@ -107,7 +145,8 @@ type deadJSON struct {
 }
 
 func newDeadActionCmd(f *tableFlags, action string) *cobra.Command {
-	var all, asJSON bool
+	var all, asJSON, dryRun, yes bool
+	var ff filterFlags
 	short := "Make dead messages pending again with a fresh attempt budget"
 	if action == "discard" {
 		short = "Delete dead messages, releasing the keys they park"
@@ -121,13 +160,26 @@ Each message is ` + map[string]string{"redrive": "redriven", "discard": "discard
 refuses (a dead row that breaks the table's checks, such as one the contract
 migration parked as invalid) stays dead and is named with the database's
 reason, and the others are done. The command exits non-zero when any row
-was refused or any SEQ given is not a dead message.`,
+was refused or any SEQ given is not a dead message.
+
+Choose the messages by SEQ, or a set: --all, or the filters --topic, --key,
+--error, --since (a message must pass each). --dry-run prints what would be
+done and changes nothing. A set is confirmed: on a terminal the command asks;
+when standard input is not a terminal, --yes is required.`,
+		Example: `  txbox dead ` + action + ` 41 42
+  txbox dead ` + action + ` --topic order.placed --error "no JetStream stream" --dry-run
+  txbox dead ` + action + ` --all --yes`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if all && len(args) > 0 {
-				return fmt.Errorf("give the SEQs of the dead messages or --all, not both (%s every dead message with --all alone)", action)
+			set := all || ff.set()
+			if set && len(args) > 0 {
+				return fmt.Errorf("give the SEQs of the dead messages or --all (or filters), not both (%s every dead message with --all alone)", action)
 			}
-			if !all && len(args) == 0 {
-				return errors.New("give the SEQs of the dead messages (see txbox dead list), or --all")
+			if !set && len(args) == 0 {
+				return errors.New("give the SEQs of the dead messages (see txbox dead list), --all, or filters (--topic, --key, --error, --since)")
+			}
+			filter, err := ff.dead()
+			if err != nil {
+				return err
 			}
 			seqs := make([]int64, 0, len(args))
 			for _, a := range args {
@@ -144,11 +196,55 @@ was refused or any SEQ given is not a dead message.`,
 				return err
 			}
 			defer closeDB()
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			if set && (ff.set() || dryRun) {
+				chosen, err := l.All(ctx, filter)
+				if err != nil {
+					return fmt.Errorf("list dead messages: %w", err)
+				}
+				if dryRun {
+					fmt.Fprintf(out, "would %s %d dead message(s):\n", action, len(chosen))
+					for _, m := range chosen {
+						fmt.Fprintf(out, "  %d  %s  %s  %s  %s\n", m.Seq, cell(m.ID), cell(m.Topic), cell(m.Key), cell(clip(m.LastError, 120)))
+					}
+					return nil
+				}
+				if len(chosen) == 0 {
+					fmt.Fprintf(out, "no dead messages match; nothing to %s\n", action)
+					return nil
+				}
+				for _, m := range chosen {
+					seqs = append(seqs, m.Seq)
+				}
+			}
+			if dryRun {
+				for _, seq := range seqs {
+					m, err := l.Get(ctx, seq)
+					if errors.Is(err, dead.ErrNotFound) {
+						fmt.Fprintf(out, "would skip %d: not a dead message\n", seq)
+						continue
+					}
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "would %s %d  %s  %s  %s  %s\n", action, m.Seq, cell(m.ID), cell(m.Topic), cell(m.Key), cell(clip(m.LastError, 120)))
+				}
+				return nil
+			}
+			if set {
+				what := fmt.Sprintf("%s every dead message", action)
+				if len(seqs) > 0 {
+					what = fmt.Sprintf("%s %d dead message(s)", action, len(seqs))
+				}
+				if err := confirmBulk(cmd, yes, what); err != nil {
+					return err
+				}
+			}
 			do := l.Redrive
 			if action == "discard" {
 				do = l.Discard
 			}
-			n, err := do(cmd.Context(), seqs...)
+			n, err := do(ctx, seqs...)
 			var refused *dead.RefusedError
 			if errors.As(err, &refused) {
 				err = refused.Err
@@ -169,7 +265,6 @@ was refused or any SEQ given is not a dead message.`,
 			if len(seqs) > 0 {
 				res.Missed = int64(len(seqs)) - n - int64(len(res.Refused))
 			}
-			out := cmd.OutOrStdout()
 			if asJSON {
 				if err := writeJSON(out, res); err != nil {
 					return err
@@ -196,6 +291,9 @@ was refused or any SEQ given is not a dead message.`,
 			return nil
 		},
 	}
+	ff.register(cmd, "dead messages")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be done; change nothing")
+	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation (required off a terminal with --all or filters)")
 	cmd.Flags().BoolVar(&all, "all", false, "act on every dead message")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object: action, count, refused (seq, reason), missed")
 	return cmd

@@ -41,7 +41,7 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		bad := d.id("bad topic")
 		seq := func(n int64) string { return strconv.FormatInt(n, 10) }
 		args := func(a ...string) []string { return append(a, d.args...) }
-		out, _, err := run(t.Context(), args("dead", "redrive", "--all")...)
+		out, _, err := run(t.Context(), args("dead", "redrive", "--all", "--yes")...)
 		t.Logf("redrive --all: %q, %v", out, err)
 		if err == nil || !strings.Contains(err.Error(), "refused to redrive 1 dead message(s) (seq "+seq(bad)+")") {
 			t.Fatalf("redrive --all with one invalid row: err %v, want the refusal of seq %d", err, bad)
@@ -78,7 +78,7 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 		if !strings.Contains(err.Error(), "2 of the 5 SEQs given are not dead messages") {
 			t.Fatalf("redrive of a list: %v", err)
 		}
-		out, _, err = run(t.Context(), args("dead", "discard", "--all")...)
+		out, _, err = run(t.Context(), args("dead", "discard", "--all", "--yes")...)
 		if err != nil || !strings.Contains(out, "discarded 1 dead message(s)") {
 			t.Fatalf("discard --all: %q, %v", out, err)
 		}

@@ -57,7 +57,7 @@ func TestDeadCommands(t *testing.T) {
 	if dead != 1 || attempts != 0 {
 		t.Fatalf("after redrive: %d dead, m1 attempts %d; want 1 and 0", dead, attempts)
 	}
-	if out := mustRun(t, "dead", "discard", "--db", db, "--all"); !strings.Contains(out, "discarded 1") {
+	if out := mustRun(t, "dead", "discard", "--db", db, "--all", "--yes"); !strings.Contains(out, "discarded 1") {
 		t.Fatalf("discard --all: %s", out)
 	}
 	if out := mustRun(t, "dead", "list", "--db", db); !strings.Contains(out, "no dead messages") {

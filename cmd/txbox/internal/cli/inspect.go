@@ -86,6 +86,9 @@ interval.`,
 					}
 					return fmt.Errorf("stats: %w", err)
 				}
+				var rate throughput
+				rate.delivered, rate.dead, rate.err = in.Throughput(ctx, time.Minute)
+				rate.ok = true
 				t, terr := in.Table(ctx)
 				if watch && tty && !asJSON {
 					fmt.Fprint(out, "\x1b[H\x1b[2J")
@@ -93,7 +96,7 @@ interval.`,
 				if watch && !asJSON {
 					fmt.Fprintf(out, "%s  %s\n", cell(f.table), time.Now().UTC().Format(time.RFC3339))
 				}
-				if err := printBacklog(out, b, t, terr, asJSON); err != nil {
+				if err := printBacklog(out, b, t, terr, rate, asJSON); err != nil {
 					return err
 				}
 				if !watch || n == count {
@@ -130,6 +133,11 @@ type backlogJSON struct {
 	OldestPendingAgeSeconds   float64     `json:"oldest_pending_age_seconds"`
 	OldestClaimableAgeSeconds float64     `json:"oldest_claimable_age_seconds"`
 	Topics                    []topicJSON `json:"topics"`
+	// DeliveredLastMinute and DeadLastMinute: from published_at and
+	// dead_at; RateError when they could not be read.
+	DeliveredLastMinute *int64 `json:"delivered_last_minute,omitempty"`
+	DeadLastMinute      *int64 `json:"dead_last_minute,omitempty"`
+	RateError           string `json:"rate_error,omitempty"`
 	// Table: PostgreSQL only; TableError when it could not be read.
 	Table      *tableJSON `json:"table,omitempty"`
 	TableError string     `json:"table_error,omitempty"`
@@ -160,7 +168,14 @@ type topicJSON struct {
 
 // printBacklog prints b, and t unless terr says the database has no such
 // figures (Inspector.Table off PostgreSQL).
-func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, asJSON bool) error {
+// throughput is stats' last minute: messages delivered and gone dead.
+type throughput struct {
+	delivered, dead int64
+	err             error
+	ok              bool // read (false: not shown)
+}
+
+func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, rate throughput, asJSON bool) error {
 	if asJSON {
 		j := backlogJSON{
 			Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
@@ -169,6 +184,11 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 		}
 		for _, t := range b.Topics {
 			j.Topics = append(j.Topics, topicJSON(t))
+		}
+		if rate.ok && rate.err == nil {
+			j.DeliveredLastMinute, j.DeadLastMinute = &rate.delivered, &rate.dead
+		} else if rate.err != nil {
+			j.RateError = rate.err.Error()
 		}
 		switch {
 		case errors.Is(terr, errors.ErrUnsupported):
@@ -194,6 +214,13 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 	fmt.Fprintf(tw, "undelivered\t%d\n", b.Undelivered())
 	fmt.Fprintf(tw, "oldest pending age\t%s\n", age(b.OldestPendingAge))
 	fmt.Fprintf(tw, "oldest claimable age\t%s\n", age(b.OldestClaimableAge))
+	switch {
+	case rate.err != nil:
+		fmt.Fprintf(tw, "last minute\tunavailable: %s\n", text(rate.err.Error()))
+	case rate.ok:
+		fmt.Fprintf(tw, "delivered last minute\t%d\t(rows published within the last minute still in the table)\n", rate.delivered)
+		fmt.Fprintf(tw, "dead last minute\t%d\n", rate.dead)
+	}
 	printTable(tw, t, terr)
 	if err := tw.Flush(); err != nil {
 		return err
@@ -292,12 +319,19 @@ func toRowJSON(r inspect.Row) rowJSON {
 func newPendingListCmd(f *tableFlags) *cobra.Command {
 	var filter inspect.Filter
 	var asJSON bool
+	var since time.Duration
 	filter.Limit = 100
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List undelivered messages, oldest first",
+		Long: `List undelivered messages, oldest first: SEQ, state, topic, key, attempts,
+next attempt, age, last error. At most --limit are printed; when more match,
+the last line says so and how to page on (--after SEQ; with --json the line
+goes to standard error).`,
 		Example: `  txbox pending list --min-attempts 3
   txbox pending list --topic order.placed --key customer-7 --dead
+  txbox pending list --error "no JetStream stream" --since 1h
+  txbox pending list --limit 500 --after 20100
   txbox pending list --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -312,22 +346,32 @@ func newPendingListCmd(f *tableFlags) *cobra.Command {
 				return err
 			}
 			defer closeDB()
-			rows, err := in.Pending(cmd.Context(), filter)
+			if filter.Since, err = sinceTime(since); err != nil {
+				return err
+			}
+			rows, more, err := in.Page(cmd.Context(), filter)
 			if err != nil {
 				return fmt.Errorf("list pending messages: %w", err)
 			}
 			out := cmd.OutOrStdout()
+			cut := func(w io.Writer) {
+				if more {
+					fmt.Fprintf(w, "(cut at --limit %d: more undelivered messages match; next page: --after %d)\n", filter.Limit, rows[len(rows)-1].Seq)
+				}
+			}
 			if asJSON {
 				js := make([]rowJSON, len(rows))
 				for i, r := range rows {
 					js[i] = toRowJSON(r)
 				}
+				cut(cmd.ErrOrStderr())
 				return writeJSON(out, js)
 			}
 			if len(rows) == 0 {
 				fmt.Fprintln(out, "no undelivered messages")
 				return nil
 			}
+			defer cut(out)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SEQ\tSTATE\tTOPIC\tKEY\tATTEMPTS\tNEXT ATTEMPT\tAGE\tLAST ERROR")
 			for _, r := range rows {
@@ -346,6 +390,9 @@ func newPendingListCmd(f *tableFlags) *cobra.Command {
 	fl.StringVar(&filter.Key, "key", "", "only messages of this ordering key")
 	fl.IntVar(&filter.MinAttempts, "min-attempts", 0, "only messages the broker rejected at least this often")
 	fl.BoolVar(&filter.Dead, "dead", false, "dead messages too")
+	fl.StringVar(&filter.Error, "error", "", "only messages whose last error contains this text")
+	fl.DurationVar(&since, "since", 0, "only messages created (dead ones: dead) within this long, e.g. 1h")
+	fl.Int64Var(&filter.After, "after", 0, "start after this SEQ (the last of the page before)")
 	fl.IntVar(&filter.Limit, "limit", filter.Limit, "show at most this many (1 to 10000)")
 	fl.BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
@@ -357,6 +404,17 @@ type messageJSON struct {
 	Headers    map[string]string `json:"headers"`
 	RawHeaders string            `json:"raw_headers,omitempty"`
 	Payload    []byte            `json:"payload"` // base64
+}
+
+// sinceTime is now less d, or the zero time for 0.
+func sinceTime(d time.Duration) (time.Time, error) {
+	if d < 0 {
+		return time.Time{}, fmt.Errorf("--since %s: want a positive duration", d)
+	}
+	if d == 0 {
+		return time.Time{}, nil
+	}
+	return time.Now().Add(-d), nil
 }
 
 func newDeadShowCmd(f *tableFlags) *cobra.Command {

@@ -72,6 +72,24 @@ func (f *tableFlags) migrateConfig() migrate.Config {
 
 // registerLockFlags adds --lock-timeout and --lock-retries to migrate up
 // and down, whose warnings go to cmd's standard error.
+// tablesDesc names the schema and the tables the flags choose, for a line
+// such as migrate up's "… is up to date (schema app: outbox txbox_outbox,
+// inbox orders_inbox)".
+func (f *tableFlags) tablesDesc() string {
+	var tables []string
+	if !f.noOutbox {
+		tables = append(tables, "outbox "+cell(f.table))
+	}
+	for _, t := range f.inboxTables {
+		tables = append(tables, "inbox "+cell(t))
+	}
+	schema := "the connection's search_path"
+	if f.schema != "" {
+		schema = "schema " + cell(f.schema)
+	}
+	return schema + ": " + strings.Join(tables, ", ")
+}
+
 func (f *tableFlags) registerLockFlags(cmd *cobra.Command) {
 	f.lockFlags = true
 	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", migrate.DefaultLockTimeout,
@@ -94,7 +112,7 @@ func (f *tableFlags) checkLockFlags(cmd *cobra.Command) error {
 }
 
 // target parses --db (or TXBOX_DB), and refuses --schema (or
-// OUTBOX_SCHEMA) off PostgreSQL.
+// TXBOX_SCHEMA) off PostgreSQL.
 func (f *tableFlags) target() (dbTarget, error) {
 	t, err := parseDBFrom(sourceOf(f.fs, "db", EnvDB), f.db)
 	if err == nil && f.schema != "" && t.dialect != driver.Postgres {
@@ -211,9 +229,9 @@ that version only (migrate status lists them).`,
 			switch {
 			case len(applied) > 0:
 			case cmd.Flags().Changed("to"):
-				fmt.Fprintf(out, "%s: nothing pending up to version %d\n", db.target, to)
+				fmt.Fprintf(out, "%s: nothing pending up to version %d (%s)\n", db.target, to, f.tablesDesc())
 			default:
-				fmt.Fprintf(out, "%s is up to date\n", db.target)
+				fmt.Fprintf(out, "%s is up to date (%s)\n", db.target, f.tablesDesc())
 			}
 			return nil
 		},

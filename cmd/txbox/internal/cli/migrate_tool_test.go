@@ -41,7 +41,7 @@ func TestMigrateWithAnotherToolRecipe(t *testing.T) {
 		t.Fatalf("migrate status after psql -f:\n%s", status)
 	}
 	checkStatus(t, status, true)
-	if out := mustRun(t, "migrate", "up", "--db", db, "--schema", schema); !strings.Contains(out, "is up to date") {
+	if out := mustRun(t, "migrate", "up", "--db", db, "--schema", schema); !strings.Contains(out, "is up to date (schema "+schema+": outbox txbox_outbox)") {
 		t.Fatalf("migrate up after psql -f: %s", out)
 	}
 

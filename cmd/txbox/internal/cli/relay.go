@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -75,7 +74,7 @@ that is missing or not migrated exit 1 at once. While the broker is away the
 relay retries, and resumes within about a second of its return; a NATS
 connection the server closed for good is built anew.
 
-Settings come from the flags, else from the OUTBOX_* environment variables,
+Settings come from the flags, else from the TXBOX_* environment variables,
 else from the defaults shown. A bad value is an error at start.
 
 With no --broker, an embedded NATS server with JetStream is started (data in
@@ -91,7 +90,7 @@ others run. With --stores, SIGHUP reads the file again: stores added, removed
 or changed join or leave without a restart.`,
 		Example: `  txbox relay --db postgres://app@localhost:5432/app --broker nats://localhost:4222
   txbox relay --migrate                              # SQLite txbox.db + embedded NATS
-  OUTBOX_BATCH_SIZE=500 txbox relay --db sqlite://app.db --broker nats://nats:4222 \
+  TXBOX_BATCH_SIZE=500 txbox relay --db sqlite://app.db --broker nats://nats:4222 \
       --stream ORDERS --stream-subjects 'order.>'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, &f) },
@@ -141,7 +140,7 @@ var (
 )
 
 // relayConfig builds the relay's config from the flags the user set, else
-// the OUTBOX_* environment (a variable a flag overrides is not read).
+// the TXBOX_* environment (a variable a flag overrides is not read).
 func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 	var cfg relay.Config
 	fs := cmd.Flags()
@@ -176,7 +175,8 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 	if publish := cmp.Or(cfg.PublishTimeout, relay.DefaultPublishTimeout); cfg.ClaimLease != 0 && cfg.ClaimLease <= publish {
 		src := fmt.Sprintf("--%s %v", claimLeaseSetting.flag, cfg.ClaimLease)
 		if !fs.Changed(claimLeaseSetting.flag) {
-			src = fmt.Sprintf("%s=%q", EnvClaimLease, os.Getenv(EnvClaimLease))
+			v, from, _ := lookupEnv(EnvClaimLease)
+			src = fmt.Sprintf("%s=%q", from, v)
 		}
 		return cfg, fmt.Errorf("%w: %s: must exceed the publish timeout %v", txbox.ErrInvalidConfig, src, publish)
 	}

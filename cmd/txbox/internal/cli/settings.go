@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -28,11 +27,11 @@ type setting[T int | time.Duration] struct {
 // parse or lies out of range is an error naming the flag or the variable.
 func (s setting[T]) resolve(fs *pflag.FlagSet, v T, dst *T) error {
 	var src string
-	switch raw, ok := os.LookupEnv(s.env); {
+	switch raw, from, ok := lookupEnv(s.env); {
 	case fs.Changed(s.flag):
 		src = fmt.Sprintf("--%s %v", s.flag, v)
-	case s.env != "" && ok && raw != "":
-		src = fmt.Sprintf("%s=%q", s.env, raw)
+	case s.env != "" && ok:
+		src = fmt.Sprintf("%s=%q", from, raw)
 		var err error
 		if v, err = parseSetting[T](raw); err != nil {
 			return fmt.Errorf("%w: %s: %v", txbox.ErrInvalidConfig, src, err)
@@ -54,13 +53,13 @@ func resolveBool(fs *pflag.FlagSet, flag, env string, v bool, dst *bool) error {
 		*dst = v
 		return nil
 	}
-	raw, ok := os.LookupEnv(env)
-	if !ok || raw == "" {
+	raw, from, ok := lookupEnv(env)
+	if !ok {
 		return nil
 	}
 	b, err := strconv.ParseBool(raw)
 	if err != nil {
-		return fmt.Errorf("%w: %s=%q: want true or false", txbox.ErrInvalidConfig, env, raw)
+		return fmt.Errorf("%w: %s=%q: want true or false", txbox.ErrInvalidConfig, from, raw)
 	}
 	*dst = b
 	return nil
@@ -118,10 +117,13 @@ func parseSetting[T int | time.Duration](raw string) (T, error) {
 // sourceOf names where a string flag's value came from: --flag if the user
 // set it (or fs is nil), else the variable env if it is set.
 func sourceOf(fs *pflag.FlagSet, flag, env string) string {
-	if fs == nil || fs.Changed(flag) || env == "" || os.Getenv(env) == "" {
+	if fs == nil || fs.Changed(flag) || env == "" {
 		return "--" + flag
 	}
-	return env
+	if _, from, ok := lookupEnv(env); ok {
+		return from
+	}
+	return "--" + flag
 }
 
 // checkSubject checks a NATS subject (or, with prefix, the start of one that

@@ -26,7 +26,7 @@ func TestStatsTableUnavailable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var text bytes.Buffer
-			if err := printBacklog(&text, inspect.Backlog{}, inspect.Table{}, c.terr, false); err != nil {
+			if err := printBacklog(&text, inspect.Backlog{}, inspect.Table{}, c.terr, throughput{}, false); err != nil {
 				t.Fatal(err)
 			}
 			out := text.String()
@@ -40,7 +40,7 @@ func TestStatsTableUnavailable(t *testing.T) {
 				t.Fatalf("stats printed %q, want %q", out, c.text)
 			}
 			var js bytes.Buffer
-			if err := printBacklog(&js, inspect.Backlog{}, inspect.Table{}, c.terr, true); err != nil {
+			if err := printBacklog(&js, inspect.Backlog{}, inspect.Table{}, c.terr, throughput{}, true); err != nil {
 				t.Fatal(err)
 			}
 			var v map[string]any

@@ -39,6 +39,8 @@ type uiFlags struct {
 	allowed     []string
 	readOnly    bool
 	inboxTables []string
+	dlq         dlqFlags
+	dlqBindings []string
 	interval    time.Duration
 	logLevel    string
 	logJSON     bool
@@ -76,6 +78,10 @@ cross-origin check.`,
 	fs.StringSliceVar(&f.allowed, "allowed-host", nil, "host name (optionally :port) besides loopback that a request without a token may name in its Host header, e.g. the name a proxy forwards (repeat or comma-separate)")
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse redrive and discard")
 	fs.StringSliceVar(&f.inboxTables, "inbox-table", nil, "inbox table to show receipts of, per source (repeat or comma-separate)")
+	fs.StringVar(&f.dlq.broker, "broker", envOr(EnvBroker, ""), "with --dlq-binding: the consumers' broker, nats://…, amqp://…, redis://… (env "+EnvBroker+")")
+	fs.StringSliceVar(&f.dlqBindings, "dlq-binding", nil, "consumer binding whose dead letters the panel at /dlq lists and redrives (repeat or comma-separate; see txbox dlq)")
+	fs.StringVar(&f.dlq.prefix, "dead-letter-prefix", "", "JetStream: the subscriber's DeadLetterPrefix (default txbox.dlq.)")
+	fs.StringVar(&f.dlq.suffix, "dead-letter-suffix", "", "Redis: the subscriber's DeadLetterSuffix (default :dead)")
 	fs.DurationVar(&f.interval, "interval", txboxui.DefaultInterval, "how often the figures are read and sampled")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
@@ -147,6 +153,18 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 		return err
 	}
 	cfg.Token, cfg.AllowedHosts, cfg.ReadOnly, cfg.Interval, cfg.Logger = token, f.allowed, f.readOnly, f.interval, log
+	if len(f.dlqBindings) > 0 {
+		f.dlq.binding = f.dlqBindings[0]
+		store, closeStore, err := f.dlq.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		kind, _, _ := strings.Cut(f.dlq.broker, "://")
+		for _, b := range f.dlqBindings {
+			cfg.DLQ = append(cfg.DLQ, txboxui.DLQRef{Name: kind, Binding: b, Store: store})
+		}
+	}
 	h, err := txboxui.New(cfg)
 	if err != nil {
 		return err

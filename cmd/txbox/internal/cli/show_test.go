@@ -1,0 +1,109 @@
+package cli_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox/cmd/txbox/internal/cli"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// TestShowFindsAnyState, on SQLite, MariaDB and PostgreSQL: txbox show
+// finds a message by message id or SEQ whether it is pending, retrying,
+// parked, dead or delivered, and says why it is there; txbox stats counts
+// the last minute's delivered and dead messages.
+func TestShowFindsAnyState(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, args []string, exec func(string) error, seqOf func(id string) string, now string) {
+		rows := []struct{ id, key, attempts, lastErr, next, dead, published string }{
+			{"m-pending", "", "0", "NULL", "NULL", "NULL", "NULL"},
+			{"m-retrying", "", "2", "'publish timeout'", now, "NULL", "NULL"},
+			{"m-dead", "k", "10", "'no JetStream stream captures subject orders.x'", "NULL", now, "NULL"},
+			{"m-parked", "k", "0", "NULL", "NULL", "NULL", "NULL"},
+			{"m-delivered", "", "1", "NULL", "NULL", "NULL", now},
+		}
+		for _, r := range rows {
+			key := "NULL"
+			if r.key != "" {
+				key = "'" + r.key + "'"
+			}
+			testenv.Must(t, exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, attempts, last_error, next_attempt_at, dead_at, published_at)
+				VALUES ('`+r.id+`', 'orders.x', `+key+`, 'body of `+r.id+`', `+r.attempts+`, `+r.lastErr+`, `+r.next+`, `+r.dead+`, `+r.published+`)`), "insert %s", r.id)
+		}
+		deadSeq := seqOf("m-dead")
+		for _, c := range []struct{ ref, state, why string }{
+			{"m-pending", "pending", "never tried yet"},
+			{"m-retrying", "retrying", "the broker rejected it 2 time(s)"},
+			{"m-dead", "dead", "the relay no longer tries it: txbox dead redrive " + deadSeq},
+			{"m-parked", "parked", "waits behind dead message SEQ " + deadSeq + " of its key"},
+			{"m-delivered", "delivered", "delivered at "},
+			{seqOf("m-retrying"), "retrying", "publish timeout"},
+		} {
+			out := mustRun(t, append([]string{"show", c.ref}, args...)...)
+			flat := strings.Join(strings.Fields(out), " ")
+			for _, want := range []string{"state " + c.state + " why", c.why, "body of "} {
+				if !strings.Contains(flat, want) {
+					t.Fatalf("txbox show %s lacks %q:\n%s", c.ref, want, out)
+				}
+			}
+		}
+		if _, _, err := run(context.Background(), append([]string{"show", "m-never"}, args...)...); err == nil || !strings.Contains(err.Error(), "no row of outbox table") {
+			t.Fatalf("show of an unknown id: %v", err)
+		}
+		// txbox stats counts the last minute's deliveries and dead rows.
+		var stats struct {
+			Delivered *int64 `json:"delivered_last_minute"`
+			Dead      *int64 `json:"dead_last_minute"`
+		}
+		testenv.Must(t, json.Unmarshal([]byte(mustRun(t, append([]string{"stats", "--json"}, args...)...)), &stats), "stats --json")
+		if stats.Delivered == nil || *stats.Delivered != 1 || stats.Dead == nil || *stats.Dead != 1 {
+			t.Fatalf("stats: delivered %v, dead %v in the last minute; want 1 and 1", stats.Delivered, stats.Dead)
+		}
+		if out := mustRun(t, append([]string{"stats"}, args...)...); !strings.Contains(strings.Join(strings.Fields(out), " "), "delivered last minute 1") {
+			t.Fatalf("stats lacks the last minute's deliveries:\n%s", out)
+		}
+	}
+	sqlSeq := func(t *testing.T, conn *sql.DB) func(string) string {
+		return func(id string) (seq string) {
+			testenv.Must(t, conn.QueryRow("SELECT CAST(id AS CHAR(20)) FROM txbox_outbox WHERE message_id = ?", id).Scan(&seq), "seq of %s", id)
+			return seq
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "show.db")
+		args := []string{"--db", "sqlite://" + path}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
+		testenv.Must(t, err, "open sqlite")
+		t.Cleanup(func() { _ = conn.Close() })
+		check(t, args, func(q string) error { _, err := conn.Exec(q); return err }, sqlSeq(t, conn),
+			"CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)")
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		conn := testenv.MySQL(t)
+		var name string
+		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
+		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		check(t, args, func(q string) error { _, err := conn.Exec(q); return err }, sqlSeq(t, conn), "UTC_TIMESTAMP(6)")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		admin, schema := pgSchema(t)
+		args := []string{"--db", testenv.PostgresURL(), "--schema", schema}
+		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		ctx := context.Background()
+		in := func(q string) string { return strings.ReplaceAll(q, "txbox_outbox", schema+".txbox_outbox") }
+		check(t, args, func(q string) error { _, err := admin.Exec(ctx, in(q)); return err },
+			func(id string) (seq string) {
+				testenv.Must(t, admin.QueryRow(ctx, in("SELECT id::text FROM txbox_outbox WHERE message_id = $1"), id).Scan(&seq), "seq of %s", id)
+				return seq
+			}, "now()")
+	})
+}

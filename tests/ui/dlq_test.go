@@ -1,0 +1,180 @@
+package ui_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dead"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxui"
+)
+
+// TestDLQPanelAndBulkInBrowser: in headless Chromium, the consumer
+// dead-letter panel lists a JetStream dead letter (its error escaped) and
+// redrives it, which the binding then receives with its original id; a
+// bulk redrive of the dead rows of one topic, as a dry run, lists exactly
+// those rows and changes nothing, and for real redrives them and leaves
+// the other dead rows dead.
+func TestDLQPanelAndBulkInBrowser(t *testing.T) {
+	chromium, node := browserTools(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newFixture(t)
+	// The backlog dies too, but for the row its key's dead message parks:
+	// dead rows of ev.orders and ev.shipments.
+	killer, err := relay.New[pgx.Tx](f.drv, rejectAll{}, relay.Config{MaxAttempts: 1})
+	testenv.Must(t, err, "relay.New")
+	_, err = killer.Round(ctx)
+	testenv.Must(t, err, "round")
+	ships, err := f.letters.All(ctx, dead.Filter{Topic: "ev.shipments"})
+	testenv.Must(t, err, "dead of ev.shipments")
+	others, err := f.letters.All(ctx, dead.Filter{Topic: "ev.orders"})
+	testenv.Must(t, err, "dead of ev.orders")
+	if len(ships) != 2 || len(others) < 2 {
+		t.Fatalf("dead rows: %d of ev.shipments (want 2), %d of ev.orders (want >= 2)", len(ships), len(others))
+	}
+	seqsOf := func(ms []dead.Message) []int64 {
+		out := make([]int64, len(ms))
+		for i, m := range ms {
+			out[i] = m.Seq
+		}
+		return out
+	}
+
+	// A consumer's dead letter on JetStream.
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	stream := strings.ToUpper(testenv.Name("UIDLQ"))
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
+	for name, subj := range map[string]string{stream: prefix + "ev.>", stream + "_DL": prefix + "dlq.>"} {
+		_, err := natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: name, Subjects: []string{subj}})
+		testenv.Must(t, err, "stream %s", name)
+		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	}
+	_, err = natsjs.EnsureConsumer(ctx, nc, stream, natsjs.ConsumerConfig{Durable: "shipping"})
+	testenv.Must(t, err, "durable")
+	binding := natsjs.Binding(stream, "shipping")
+	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{Prefix: prefix})
+	testenv.Must(t, err, "publisher")
+	for _, err := range pub.Publish(ctx, []txbox.Message{{ID: "letter-1", Topic: "ev.orders", Payload: []byte(`{"order":1}`)}}) {
+		testenv.Must(t, err, "publish")
+	}
+	sub, err := natsjs.NewSubscriber(nc, natsjs.SubscriberConfig{DeadLetterPrefix: prefix + "dlq."})
+	testenv.Must(t, err, "subscriber")
+	s, err := sub.Subscribe(ctx, binding, 1)
+	testenv.Must(t, err, "subscribe")
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	d, err := s.Next(ctx)
+	testenv.Must(t, err, "next")
+	testenv.Must(t, d.DeadLetter(ctx, errors.New("handler <b>failed</b>")), "dead-letter")
+	store, err := natsjs.NewDeadLetters(nc, prefix+"dlq.")
+	testenv.Must(t, err, "dead letters")
+
+	const token = "t0ken-for-the-dlq-test"
+	h, err := txboxui.New(txboxui.Config{
+		Title: "orders outbox", Backlog: txboxui.InspectBacklog(f.in), Dead: f.letters,
+		DLQ:   []txboxui.DLQRef{{Name: "nats", Binding: binding, Store: store}},
+		Token: token, Interval: 200 * time.Millisecond,
+	})
+	testenv.Must(t, err, "txboxui.New")
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", http.StripPrefix("/ui", h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	cmd := exec.CommandContext(ctx, node, "drive_dlq.js")
+	cmd.Dir = "browser"
+	cmd.Env = append(os.Environ(), "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_LETTER=letter-1", "UI_TOPIC=ev.shipments", "CHROMIUM="+chromium)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	testenv.Must(t, err, "stdin")
+	stdout, err := cmd.StdoutPipe()
+	testenv.Must(t, err, "stdout")
+	testenv.Must(t, cmd.Start(), "start node")
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	step := func(name string, v any) {
+		t.Helper()
+		for lines.Scan() {
+			if rest, ok := strings.CutPrefix(lines.Text(), name+" "); ok {
+				testenv.Must(t, json.Unmarshal([]byte(rest), v), "decode %s", name)
+				return
+			}
+			t.Logf("drive_dlq.js: %s", lines.Text())
+		}
+		_ = cmd.Wait()
+		t.Fatalf("drive_dlq.js ended before %s: %s", name, stderr.String())
+	}
+	type letters struct {
+		Letters []struct {
+			Ref, ID string
+			Cells   []string
+		}
+		Flash string
+	}
+	var before, after letters
+	step("DLQ", &before)
+	if len(before.Letters) != 1 || before.Letters[0].ID != "letter-1" || !slices.ContainsFunc(before.Letters[0].Cells, func(c string) bool {
+		return strings.Contains(c, "handler <b>failed</b>")
+	}) {
+		t.Fatalf("the panel shows %+v, want letter-1 with its error as text", before)
+	}
+	step("DLQ_AFTER", &after)
+	if len(after.Letters) != 0 || !strings.Contains(after.Flash, "Redrove 1 dead letter(s).") {
+		t.Fatalf("after the redrive the panel shows %+v", after)
+	}
+	back, err := s.Next(ctx)
+	testenv.Must(t, err, "next after the redrive")
+	if m := back.Message(); m.ID != "letter-1" || string(m.Payload) != `{"order":1}` {
+		t.Fatalf("redriven delivery: id %q payload %q, want letter-1 with its payload", m.ID, m.Payload)
+	}
+	testenv.Must(t, back.Ack(ctx), "ack")
+
+	var dry struct {
+		Would string
+		Seqs  []int64
+	}
+	step("DRY", &dry)
+	if !slices.Equal(dry.Seqs, seqsOf(ships)) || !strings.Contains(dry.Would, "Would redrive 2 dead message(s)") {
+		t.Fatalf("dry run %+v, want the seqs %v of ev.shipments", dry, seqsOf(ships))
+	}
+	if left, err := f.letters.All(ctx, dead.Filter{}); err != nil || len(left) != len(ships)+len(others) {
+		t.Fatalf("after the dry run: %d dead rows (%v), want %d: unchanged", len(left), err, len(ships)+len(others))
+	}
+	_, err = stdin.Write([]byte("go\n"))
+	testenv.Must(t, err, "go ahead")
+	var bulk struct {
+		Flash string
+		Dead  []int64
+	}
+	step("BULK", &bulk)
+	if !strings.Contains(bulk.Flash, "Redrove 2 dead message(s).") {
+		t.Fatalf("bulk redrive says %q", bulk.Flash)
+	}
+	left, err := f.letters.All(ctx, dead.Filter{})
+	testenv.Must(t, err, "dead after")
+	if !slices.Equal(seqsOf(left), seqsOf(others)) {
+		t.Fatalf("dead rows after the bulk redrive of ev.shipments: %v, want those of ev.orders %v", seqsOf(left), seqsOf(others))
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("drive_dlq.js: %v: %s", err, stderr.String())
+	}
+}
