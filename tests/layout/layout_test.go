@@ -83,7 +83,7 @@ func TestLayering(t *testing.T) {
 		"github.com/hibiken/", "github.com/twmb/", "modernc.org/", "github.com/go-sql-driver/", "github.com/spf13/",
 		"github.com/prometheus/", "go.opentelemetry.io/"}
 	core := map[string]bool{mod: true, mod + "/driver": true, mod + "/relay": true, mod + "/consumer": true,
-		mod + "/inbox": true, mod + "/migrate": true, mod + "/dead": true, mod + "/txboxsql": true,
+		mod + "/inbox": true, mod + "/migrate": true, mod + "/dlq": true, mod + "/dead": true, mod + "/txboxsql": true,
 		mod + "/drivertest": true, mod + "/brokertest": true, mod + "/txboxtest": true, mod + "/health": true}
 	adapters := map[string]bool{mod + "/natsjs": true, mod + "/rabbitmq": true, mod + "/redisstream": true, mod + "/txboxasynq": true, mod + "/kafka": true, mod + "/txboxpgx": true}
 	seen := 0
@@ -100,8 +100,8 @@ func TestLayering(t *testing.T) {
 			if internal && !strings.HasPrefix(d, mod+"/internal/") && d != mod+"/driver" {
 				t.Errorf("%s imports %s: internal packages sit below the public ones", p.ImportPath, d)
 			}
-			if adapters[p.ImportPath] && d != mod && d != mod+"/driver" && !strings.HasPrefix(d, mod+"/internal/") {
-				t.Errorf("%s imports %s: an adapter imports only the root package (and the driver seam)", p.ImportPath, d)
+			if adapters[p.ImportPath] && d != mod && d != mod+"/driver" && d != mod+"/dlq" && !strings.HasPrefix(d, mod+"/internal/") {
+				t.Errorf("%s imports %s: an adapter imports only the root package (and the driver and dlq seams)", p.ImportPath, d)
 			}
 		}
 		if core[p.ImportPath] || strings.HasPrefix(p.ImportPath, mod+"/internal/") {
