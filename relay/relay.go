@@ -117,6 +117,8 @@ type Relay struct {
 	// table's upkeep (sampleUpkeep).
 	upkeepWarned atomic.Bool
 	running      atomic.Bool // run is running
+	// onWake, set while the relay is a Group's store, queues its turn.
+	onWake atomic.Pointer[wakeHook]
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -199,6 +201,10 @@ func (r *Relay) Config() Config { return r.cfg }
 // interval. Call it after committing a transaction that added messages, in
 // the same process, for millisecond delivery. It never blocks.
 func (r *Relay) Wake() {
+	if h := r.onWake.Load(); h != nil {
+		h.fn()
+		return
+	}
 	select {
 	case r.wake <- struct{}{}:
 	default:
