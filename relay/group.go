@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,6 +102,14 @@ type member struct {
 
 	channel string   // its notify channel; "" when it only polls
 	bell    doorbell // touched in its turns only
+
+	// wakeBy says why the store was queued while it backed off ("": its
+	// timer): a wake or the broker's reconnect makes the turn a full round.
+	wakeBy string
+	// stopWatch ends the watch for the publisher's reconnect, if any.
+	stopWatch context.CancelFunc
+	// services runs the relay's lane lease heartbeat (stopServices).
+	services *services
 }
 
 type memberState uint8
@@ -213,6 +222,14 @@ func (g *Group) database(s Store) *database {
 func (g *Group) start(m *member) {
 	m.ctx, m.cancel = context.WithCancel(g.runCtx)
 	m.r.running.Store(true)
+	m.r.onWake.Store(&wakeHook{fn: func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.running && !m.removed {
+			g.wake(m)
+		}
+	}})
+	m.services = m.r.startServices(g.runCtx)
 	now := time.Now()
 	m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
 	m.sampleAt = now.Add(m.r.cfg.SampleInterval)
@@ -244,12 +261,9 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 	// have (claim, publish up to PublishTimeout, marks), so that its
 	// rows are marked or released in its own transaction, not by a
 	// connection cut mid-claim.
-	if done == nil {
-		g.leave(m)
-	}
 	g.mu.Unlock()
 	if done == nil {
-		m.bell.release(ctx)
+		g.leave(ctx, m)
 		return nil
 	}
 	select {
@@ -260,15 +274,30 @@ func (g *Group) Remove(ctx context.Context, name string) error {
 	}
 }
 
-// leave ends m's membership: its relay may run elsewhere again.
-func (g *Group) leave(m *member) {
+// leave ends m's membership once its last round is over: its services
+// stop (its lanes are given up), its doorbell is disarmed, and its relay
+// may run elsewhere again. Called without g.mu.
+func (g *Group) leave(ctx context.Context, m *member) {
 	if m.cancel != nil {
 		m.cancel()
 	}
+	m.stopServices(ctx)
+	m.bell.release(context.WithoutCancel(ctx))
+	g.mu.Lock()
 	m.r.running.Store(false)
+	m.r.onWake.Store(nil)
 	m.r.log = m.log
 	m.r.leaveGroup()
 	g.emit(EventRemoved, m, 0, nil)
+	g.mu.Unlock()
+}
+
+// stopServices stops m's services, if they run, and gives its lanes up.
+func (m *member) stopServices(ctx context.Context) {
+	if m.services != nil {
+		m.services.stop(ctx)
+		m.services = nil
+	}
 }
 
 // park takes m out of the queue and stops its wait.
@@ -276,6 +305,10 @@ func (g *Group) park(m *member) {
 	if m.timer != nil {
 		m.timer.Stop()
 		m.timer = nil
+	}
+	if m.stopWatch != nil {
+		m.stopWatch()
+		m.stopWatch = nil
 	}
 	if m.state == queued {
 		g.queue = slices.DeleteFunc(g.queue, func(q *member) bool { return q == m })
@@ -298,6 +331,9 @@ func (g *Group) Wake(name string) {
 func (g *Group) wake(m *member) {
 	switch m.state {
 	case idle:
+		if m.failed != nil {
+			m.wakeBy = resumedByWake
+		}
 		g.park(m)
 		g.enqueue(m)
 		g.dispatch()
@@ -364,15 +400,21 @@ func (g *Group) Run(ctx context.Context) error {
 	for _, m := range ms {
 		m.r.running.Store(false)
 		m.r.notifyActive.Store(false)
+		m.r.onWake.Store(nil)
 	}
 	for _, db := range g.dbs {
 		db.listen = nil
 	}
 	fatal := g.fatal
 	g.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, m := range ms {
-		m.bell.release(context.WithoutCancel(ctx))
+		wg.Go(func() {
+			m.stopServices(ctx)
+			m.bell.release(context.WithoutCancel(ctx))
+		})
 	}
+	wg.Wait()
 	return fatal
 }
 
@@ -429,8 +471,8 @@ func (g *Group) turn(m *member) {
 	defer g.rounds.Done()
 	ctx := m.ctx
 	if m.failed != nil {
-		m.resumedBy = resumedByBackoff
-		if time.Now().Before(m.retryAt) {
+		m.resumedBy = cmp.Or(m.wakeBy, resumedByBackoff)
+		if m.wakeBy == "" && time.Now().Before(m.retryAt) {
 			if err := m.r.probe(ctx, m.failed); err != nil {
 				g.settle(ctx, m, 0, err, 0, true)
 				return
@@ -441,9 +483,7 @@ func (g *Group) turn(m *member) {
 	g.chores(ctx, m)
 	n, err := m.r.Round(ctx)
 	next := g.ring(ctx, m, n, err)
-	if g.settle(ctx, m, n, err, next, false) {
-		m.bell.release(context.WithoutCancel(ctx))
-	}
+	g.settle(ctx, m, n, err, next, false)
 }
 
 // ring keeps m's doorbell as its relay's own loop does (armed while idle,
@@ -470,22 +510,27 @@ func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Dura
 // an idle round), and reports whether m left the group. After a failed
 // round, m backs off as its relay would, its turns meanwhile probing every
 // probeEvery (probed: this turn was such a probe, and it failed).
-func (g *Group) settle(ctx context.Context, m *member, n int, err error, next time.Duration, probed bool) bool {
+func (g *Group) settle(ctx context.Context, m *member, n int, err error, next time.Duration, probed bool) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	m.db.busy--
 	m.state = idle
+	m.wakeBy = ""
 	g.emit(EventFinished, m, n, err)
-	defer g.dispatch()
 	if m.removed {
-		g.leave(m)
+		g.dispatch()
+		g.mu.Unlock()
+		g.leave(ctx, m)
 		close(m.done)
-		return true
+		return
 	}
+	defer g.mu.Unlock()
+	defer g.dispatch()
 	close(m.done)
 	if !g.running || ctx.Err() != nil {
-		return false
+		return
 	}
+	conn, _ := m.r.pub.(txbox.ConnectionChecker)
+	away := err != nil && conn != nil && !conn.Connected()
 	var wait time.Duration
 	switch {
 	case errors.Is(err, txbox.ErrPublisherClosed):
@@ -494,7 +539,7 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 			g.fatal = err
 		}
 		g.stop()
-		return false
+		return
 	case probed: // failed: the next probe, or the full round when due
 		wait = min(probeEvery, time.Until(m.retryAt))
 	case err != nil:
@@ -502,11 +547,11 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
 		m.failed, m.retryAt = err, now.Add(m.backoff)
 		wait = min(probeEvery, m.backoff)
-		m.r.outage.failed(m.r.log, err, m.backoff, false, now)
+		m.r.outage.failed(m.r.log, err, m.backoff, away, now)
 	case n > 0 || m.again || next == 0 || !m.cleanupCutoff.IsZero():
 		g.recovered(m)
 		g.enqueue(m)
-		return false
+		return
 	default:
 		g.recovered(m)
 		wait = next
@@ -520,7 +565,45 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 			g.dispatch()
 		}
 	})
-	return false
+	if away {
+		g.watchReconnect(m, conn)
+	}
+}
+
+// watchReconnect queues m, backing off while its publisher is not
+// connected, for a full round as soon as it is again (looked at every
+// reconnectCheck), as a lone relay's sleep does. Called with g.mu held;
+// park ends the watch.
+func (g *Group) watchReconnect(m *member, conn txbox.ConnectionChecker) {
+	if m.stopWatch != nil {
+		m.stopWatch()
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.stopWatch = cancel
+	go func() {
+		t := time.NewTicker(reconnectCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if !conn.Connected() {
+				continue
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if ctx.Err() == nil && g.running && !m.removed && m.state == idle {
+				m.backoff = 0 // the broker is back: a failure now starts the backoff afresh
+				g.park(m)
+				m.wakeBy = resumedByReconnect
+				g.enqueue(m)
+				g.dispatch()
+			}
+			return
+		}
+	}()
 }
 
 // recovered ends m's backoff after a round that succeeded.

@@ -237,20 +237,15 @@ func (k *laneKeeper) leases() []outboxsql.Lease {
 }
 
 // mayPublish reports whether a batch with ordering keys may still be
-// published: the lane leases hold, and the claim transaction will outlive
-// the publish (its server-side idle timeout is ClaimLease). A relay that
-// stalled between claim and publish (a pause, a frozen connection) longer
-// than that releases the batch instead: another relay may own its lanes.
+// published as far as lanes go: the lane leases hold (Relay.mayPublish
+// checks the claim's age). Else another relay may own its lanes.
 func (k *laneKeeper) mayPublish(batch *outboxsql.Batch) bool {
 	if !batch.Keyed() {
 		return true // no lane to fence: rows without a key are anyone's
 	}
-	started := batch.Started
 	k.mu.Lock()
-	valid := k.validUntil
-	k.mu.Unlock()
-	now := time.Now()
-	return now.Before(valid) && now.Sub(started)+k.r.cfg.PublishTimeout < k.r.cfg.ClaimLease
+	defer k.mu.Unlock()
+	return time.Now().Before(k.validUntil)
 }
 
 // Lanes returns the lanes this relay claims from now (Config.Lanes), in

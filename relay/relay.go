@@ -117,6 +117,8 @@ type Relay struct {
 	// table's upkeep (sampleUpkeep).
 	upkeepWarned atomic.Bool
 	running      atomic.Bool // run is running
+	// onWake, set while the relay is a Group's store, queues its turn.
+	onWake atomic.Pointer[wakeHook]
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -199,6 +201,10 @@ func (r *Relay) Config() Config { return r.cfg }
 // interval. Call it after committing a transaction that added messages, in
 // the same process, for millisecond delivery. It never blocks.
 func (r *Relay) Wake() {
+	if h := r.onWake.Load(); h != nil {
+		h.fn()
+		return
+	}
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -564,10 +570,7 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 		r.rounds.Add(1)
 	}
 	stage := "claim"
-	var claimedAt time.Time
-	if r.obs != nil {
-		claimedAt = time.Now()
-	}
+	claimedAt := time.Now()
 	defer func() {
 		if err != nil {
 			r.from.Store(0) // rows may have been given back below the scan's start
@@ -588,9 +591,8 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 			r.obs.Claimed(batchLen(batch), time.Since(claimedAt))
 		}
 	} else if c := r.chained.Swap(nil); c != nil {
-		batch, err = c.batch, c.err
+		batch, err, claimedAt = c.batch, c.err, c.at
 		if r.obs != nil {
-			claimedAt = c.at
 			r.obs.Claimed(batchLen(batch), c.took)
 		}
 	} else {
@@ -614,7 +616,7 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 		defer r.inFlight.add(claimedAt)()
 	}
 	out := r.prepare(batch.Rows)
-	if r.lanes != nil && !r.lanes.mayPublish(batch) {
+	if !r.mayPublish(batch, claimedAt) {
 		return 0, errors.Join(errLeaseStale, batch.Release(finishCtx))
 	}
 	var errs []error
@@ -648,6 +650,19 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 		return len(batch.Rows), err
 	}
 	return len(batch.Rows), nil
+}
+
+// mayPublish reports whether batch, claimed from claimedAt on, may still
+// be published: its claim outlives the publish (the claim transaction's
+// server-side idle timeout, or SQLite's lease, is ClaimLease), and the lane
+// leases of its keyed rows hold. A relay that stalled between claim and
+// publish (a pause, a frozen connection) longer than that releases the
+// batch instead: another relay may have sent its rows and their successors.
+func (r *Relay) mayPublish(batch *outboxsql.Batch, claimedAt time.Time) bool {
+	if time.Since(claimedAt)+r.cfg.PublishTimeout >= r.cfg.ClaimLease {
+		return false
+	}
+	return r.lanes == nil || r.lanes.mayPublish(batch)
 }
 
 // claimTurnWait bounds how long a claim waits for the relay's claim in

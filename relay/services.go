@@ -1,0 +1,47 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// services are the work a store's relay does beside its rounds, wherever
+// it runs (alone or in a Group): the lane lease heartbeat of a relay with
+// lanes.
+type services struct {
+	r      *Relay
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// wakeHook is what Relay.Wake calls instead of ringing the relay's own
+// loop: it queues the relay's turn in its Group.
+type wakeHook struct{ fn func() }
+
+// startServices starts r's services until ctx ends or stop. A relay with
+// lanes beats its heartbeat in the background: its first lanes come with
+// its first beat, and a fenced lane wakes the relay (Relay.Wake).
+func (r *Relay) startServices(ctx context.Context) *services {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &services{r: r, cancel: cancel}
+	if r.lanes != nil {
+		s.wg.Go(func() {
+			if err := r.lanes.beat(ctx); err != nil && ctx.Err() == nil {
+				r.lanes.outage.failed(r.log, err, 0, false, time.Now())
+			}
+			r.lanes.run(ctx)
+		})
+	}
+	return s
+}
+
+// stop ends the services, once the relay's rounds are over, and gives its
+// lanes up.
+func (s *services) stop(ctx context.Context) {
+	s.cancel()
+	s.wg.Wait()
+	if s.r.lanes != nil {
+		s.r.lanes.leave(ctx)
+	}
+}
