@@ -106,6 +106,15 @@ func TestContractRefusesBadInserts(t *testing.T) {
 		{"5000-char topic", "topic", strings.Repeat("t", 5000), nil, map[driver.Dialect]string{driver.Postgres: "topic_length"}},
 		{"topic with space", "topic", "a b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
 		{"topic with newline", "topic", "a\nb", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+0085", "topic", "a\u0085b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+1680", "topic", "a\u1680b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+2000", "topic", "a\u2000b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+2005", "topic", "a\u2005b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+200A", "topic", "a\u200ab", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+202F", "topic", "a\u202fb", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+205F", "topic", "a\u205fb", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"topic with U+3000", "topic", "a\u3000b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
+		{"empty key", "ordering_key", "", nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_length", driver.MySQL: "ordering_key_length"}},
 		{"300-byte key", "ordering_key", strings.Repeat("k", 300), nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_length", driver.MySQL: "Data too long for column 'ordering_key'"}},
 		{"300-byte key of 100 characters", "ordering_key", strings.Repeat("€", 100), nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_length", driver.MySQL: "ordering_key_length"}},
 		{"key with DEL", "ordering_key", "k\x7f", nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_control", driver.MySQL: "ordering_key_control"}},
@@ -157,6 +166,9 @@ func TestContractRefusesBadInserts(t *testing.T) {
 			// What is valid still goes in: only topic and payload, and
 			// everything Outbox.Add writes.
 			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO txbox_outbox (topic, payload) VALUES (?, ?)", "orders.placed", []byte("p")), "plain insert")
+			// Next to the white space refused, characters that are not white
+			// space (U+1FFF, U+200B, U+2010, U+3001) and a one-byte key.
+			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO txbox_outbox (topic, ordering_key, payload) VALUES (?, ?, ?)", "a\u1fffb\u200bc\u2010d\u3001e", "k", []byte("p")), "plain insert of a topic without white space")
 			ob, err := txbox.New(txboxsql.New(x.db, x.d), txbox.Config{})
 			testenv.Must(t, err, "outbox")
 			testenv.Must(t, testenv.Err(ob.AddNoTx(ctx,
@@ -165,8 +177,8 @@ func TestContractRefusesBadInserts(t *testing.T) {
 			)), "Add")
 			var n int
 			testenv.Must(t, x.db.QueryRowContext(ctx, "SELECT count(*) FROM txbox_outbox").Scan(&n), "count")
-			if n != 3 {
-				t.Fatalf("%d rows, want 3", n)
+			if n != 4 {
+				t.Fatalf("%d rows, want 4", n)
 			}
 		})
 	}
