@@ -33,6 +33,8 @@ func TestContractKeySpaceMigratesTableWithBadRows(t *testing.T) {
 				now = time.Now().UnixMicro()
 			}
 			insert(t, x, "topic, ordering_key, payload, published_at", "a\u3000b", "", []byte("published"), now)
+			insert(t, x, "topic, payload, dead_at", "a\u3000b", []byte("dead topic"), now)
+			insert(t, x, "topic, ordering_key, payload, dead_at", "t", "", []byte("dead key"), now)
 
 			applied, err := m.Up(ctx)
 			testenv.Must(t, err, "up on a table with bad rows")
@@ -44,11 +46,11 @@ func TestContractKeySpaceMigratesTableWithBadRows(t *testing.T) {
 				testenv.Must(t, x.db.QueryRowContext(ctx, "SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count %s", where)
 				return n
 			}
-			if n := count("ordering_key = ''"); n != 1 {
-				t.Errorf("%d rows with ordering_key '', want 1 (the published one)", n)
+			if n := count("ordering_key = ''"); n != 2 {
+				t.Errorf("%d rows with ordering_key '', want 2 (the published and the dead one)", n)
 			}
-			if n := count("ordering_key IS NULL"); n != 2 {
-				t.Errorf("%d rows with ordering_key NULL, want 2", n)
+			if n := count("ordering_key IS NULL"); n != 3 {
+				t.Errorf("%d rows with ordering_key NULL, want 3", n)
 			}
 			parked := 1
 			if x.d == driver.SQLite {
@@ -71,6 +73,14 @@ func TestContractKeySpaceMigratesTableWithBadRows(t *testing.T) {
 			}
 			if err := exec(ctx, x.db, x.d, "INSERT INTO txbox_outbox (topic, payload) VALUES (?, ?)", "a\u3000b", []byte("p")); err == nil {
 				t.Error("INSERT of a topic with U+3000 accepted")
+			}
+			// And a redrive of a dead row that breaks them (SQLite: the
+			// contract_redrive trigger).
+			if err := exec(ctx, x.db, x.d, "UPDATE txbox_outbox SET dead_at = NULL WHERE ordering_key = '' AND dead_at IS NOT NULL"); err == nil {
+				t.Error("redrive of a dead row with ordering_key '' accepted")
+			}
+			if err := exec(ctx, x.db, x.d, "UPDATE txbox_outbox SET dead_at = NULL WHERE last_error IS NULL AND dead_at IS NOT NULL AND ordering_key IS NULL"); err == nil {
+				t.Error("redrive of a dead row with a topic with U+3000 accepted")
 			}
 		})
 	}
