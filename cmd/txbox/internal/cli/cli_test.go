@@ -541,7 +541,7 @@ func TestMigrateDown(t *testing.T) {
 		t.Fatalf("a refused down reverted something:\n%s", statusAll)
 	}
 
-	if out := mustRun(t, "migrate", "down", "--db", db, "--to", "1"); out != "reverted outbox:txbox_outbox 003 lease\nreverted outbox:txbox_outbox 002 contract\n" {
+	if out := mustRun(t, "migrate", "down", "--db", db, "--to", "1"); out != "reverted outbox:txbox_outbox 004 contract_key_space\nreverted outbox:txbox_outbox 003 lease\nreverted outbox:txbox_outbox 002 contract\n" {
 		t.Fatalf("migrate down --to 1: %q", out)
 	}
 	if out := mustRun(t, "migrate", "status", "--db", db); !regexp.MustCompile(`002\s+contract\s+pending`).MatchString(out) {
@@ -567,19 +567,19 @@ func TestMigrateDown(t *testing.T) {
 	if _, _, err := run(context.Background(), "migrate", "up", "--db", db, "--to", "0"); err == nil || !strings.Contains(err.Error(), "want 1 or more") {
 		t.Fatalf("migrate up --to 0: %v", err)
 	}
-	if out := mustRun(t, "migrate", "up", "--db", db); out != "applied outbox:txbox_outbox 002 contract\napplied outbox:txbox_outbox 003 lease\n" {
+	if out := mustRun(t, "migrate", "up", "--db", db); out != "applied outbox:txbox_outbox 002 contract\napplied outbox:txbox_outbox 003 lease\napplied outbox:txbox_outbox 004 contract_key_space\n" {
 		t.Fatalf("migrate up after down: %q", out)
 	}
 
 	// A migration a newer release applied: listed, and not gone below.
-	if _, err := conn.Exec(`INSERT INTO txbox_migrations VALUES ('outbox:txbox_outbox', 4, 'fut' || char(27) || 'ure', '2030-01-02T03:04:05Z')`); err != nil {
+	if _, err := conn.Exec(`INSERT INTO txbox_migrations VALUES ('outbox:txbox_outbox', 5, 'fut' || char(27) || 'ure', '2030-01-02T03:04:05Z')`); err != nil {
 		t.Fatal(err)
 	}
 	out = mustRun(t, "migrate", "status", "--db", db)
-	if !regexp.MustCompile(`(?m)^outbox:txbox_outbox\s+004\s+fut\\x1bure\s+2030-01-02T03:04:05Z \(by a newer txbox release\)$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^outbox:txbox_outbox\s+005\s+fut\\x1bure\s+2030-01-02T03:04:05Z \(by a newer txbox release\)$`).MatchString(out) {
 		t.Fatalf("status with a newer release's migration:\n%s", out)
 	}
-	if out := mustRun(t, "migrate", "status", "--db", db, "--json"); !strings.Contains(out, `"version": 4,`) || !strings.Contains(out, `"newer": true`) {
+	if out := mustRun(t, "migrate", "status", "--db", db, "--json"); !strings.Contains(out, `"version": 5,`) || !strings.Contains(out, `"newer": true`) {
 		t.Fatalf("status --json with a newer release's migration:\n%s", out)
 	}
 	if _, _, err := run(context.Background(), "migrate", "down", "--db", db, "--to", "1"); err == nil || !strings.Contains(err.Error(), "applied by a newer txbox release") {
