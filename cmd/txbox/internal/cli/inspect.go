@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -465,34 +463,7 @@ payload base64-encoded.`,
 				}
 				return writeJSON(out, j)
 			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "seq\t%d\n", m.Seq)
-			fmt.Fprintf(tw, "message id\t%s\n", cell(m.ID))
-			fmt.Fprintf(tw, "topic\t%s\n", cell(m.Topic))
-			fmt.Fprintf(tw, "key\t%s\n", cell(m.Key))
-			fmt.Fprintf(tw, "state\t%s\n", m.State)
-			fmt.Fprintf(tw, "attempts\t%d\n", m.Attempts)
-			fmt.Fprintf(tw, "created at\t%s (%s ago)\n", m.CreatedAt.UTC().Format(time.RFC3339Nano), age(m.Age))
-			if !m.NextAttemptAt.IsZero() {
-				fmt.Fprintf(tw, "next attempt\t%s\n", m.NextAttemptAt.UTC().Format(time.RFC3339Nano))
-			}
-			if !m.DeadAt.IsZero() {
-				fmt.Fprintf(tw, "dead since\t%s\n", m.DeadAt.UTC().Format(time.RFC3339Nano))
-			}
-			fmt.Fprintf(tw, "last error\t%s\n", cell(m.LastError))
-			if m.Invalid != "" {
-				fmt.Fprintf(tw, "invalid\t%s\n", cell(m.Invalid))
-				fmt.Fprintf(tw, "raw headers\t%s\n", cell(m.RawHeaders))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "headers (%d):\n", len(m.Headers))
-			for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
-				fmt.Fprintf(out, "  %s: %s\n", cell(k), cell(m.Headers[k]))
-			}
-			fmt.Fprintf(out, "payload (%d bytes):\n%s\n", len(m.Payload), text(string(m.Payload)))
-			return nil
+			return printMessage(out, m, "", time.Time{}, 0)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object (payload base64-encoded)")

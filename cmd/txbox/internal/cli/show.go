@@ -99,29 +99,49 @@ txbox dlq list --id ID.`,
 }
 
 func printFound(out io.Writer, m inspect.Found) {
+	_ = printMessage(out, m.Message, why(m), m.PublishedAt, payloadClip)
+}
+
+// printMessage prints one outbox message: its fields (why, when not
+// empty, after its state; publishedAt when not zero), its headers and its
+// payload, escaped, clipped to clipAt bytes when clipAt > 0.
+func printMessage(out io.Writer, m inspect.Message, why string, publishedAt time.Time, clipAt int) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "seq\t%d\n", m.Seq)
 	fmt.Fprintf(tw, "message id\t%s\n", cell(m.ID))
 	fmt.Fprintf(tw, "topic\t%s\n", cell(m.Topic))
 	fmt.Fprintf(tw, "key\t%s\n", cell(m.Key))
 	fmt.Fprintf(tw, "state\t%s\n", m.State)
-	fmt.Fprintf(tw, "why\t%s\n", why(m))
+	if why != "" {
+		fmt.Fprintf(tw, "why\t%s\n", why)
+	}
 	fmt.Fprintf(tw, "attempts\t%d\n", m.Attempts)
 	fmt.Fprintf(tw, "created at\t%s (%s ago)\n", m.CreatedAt.UTC().Format(time.RFC3339Nano), age(m.Age))
+	if !m.NextAttemptAt.IsZero() {
+		fmt.Fprintf(tw, "next attempt\t%s\n", m.NextAttemptAt.UTC().Format(time.RFC3339Nano))
+	}
 	if !m.DeadAt.IsZero() {
 		fmt.Fprintf(tw, "dead since\t%s\n", m.DeadAt.UTC().Format(time.RFC3339Nano))
 	}
-	if !m.PublishedAt.IsZero() {
-		fmt.Fprintf(tw, "published at\t%s\n", m.PublishedAt.UTC().Format(time.RFC3339Nano))
+	if !publishedAt.IsZero() {
+		fmt.Fprintf(tw, "published at\t%s\n", publishedAt.UTC().Format(time.RFC3339Nano))
 	}
 	fmt.Fprintf(tw, "last error\t%s\n", cell(m.LastError))
 	if m.Invalid != "" {
 		fmt.Fprintf(tw, "invalid\t%s\n", cell(m.Invalid))
+		fmt.Fprintf(tw, "raw headers\t%s\n", cell(m.RawHeaders))
 	}
-	_ = tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "headers (%d):\n", len(m.Headers))
 	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
 		fmt.Fprintf(out, "  %s: %s\n", cell(k), cell(m.Headers[k]))
 	}
-	fmt.Fprintf(out, "payload (%d bytes):\n%s\n", len(m.Payload), text(clip(string(m.Payload), payloadClip)))
+	payload := string(m.Payload)
+	if clipAt > 0 {
+		payload = clip(payload, clipAt)
+	}
+	_, err := fmt.Fprintf(out, "payload (%d bytes):\n%s\n", len(m.Payload), text(payload))
+	return err
 }
