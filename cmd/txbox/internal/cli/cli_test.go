@@ -501,6 +501,31 @@ func emptySQLite(t *testing.T, name string) string {
 	return "sqlite://" + path
 }
 
+// migratedSQLite migrates a new SQLite file name (txbox migrate up) and
+// returns the flags that name it and a connection to it.
+func migratedSQLite(t *testing.T, name string) ([]string, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	args := []string{"--db", "sqlite://" + path}
+	mustRun(t, append([]string{"migrate", "up"}, args...)...)
+	conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
+	testenv.Must(t, err, "open sqlite")
+	t.Cleanup(func() { _ = conn.Close() })
+	return args, conn
+}
+
+// migratedMySQL migrates the test's own MySQL database (txbox migrate up)
+// and returns the flags that name it and a connection to it.
+func migratedMySQL(t *testing.T) ([]string, *sql.DB) {
+	t.Helper()
+	conn := testenv.MySQL(t)
+	var name string
+	testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
+	args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
+	mustRun(t, append([]string{"migrate", "up"}, args...)...)
+	return args, conn
+}
+
 // migrate down reverts the migrations above --to and refuses, before
 // changing anything, to drop an outbox table with undelivered messages;
 // --force drops it; migrate up brings everything back.

@@ -4,12 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -100,21 +98,12 @@ func TestDeadBulkRefusesRowByRow(t *testing.T) {
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "bulk.db")
-		args := []string{"--db", "sqlite://" + path}
-		mustRun(t, append([]string{"migrate", "up"}, args...)...)
-		conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
-		testenv.Must(t, err, "open sqlite")
-		t.Cleanup(func() { _ = conn.Close() })
+		args, conn := migratedSQLite(t, "bulk.db")
 		bulk(t, sqlDB(t, conn, args, "1"))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
-		conn := testenv.MySQL(t)
-		var name string
-		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
-		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
-		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		args, conn := migratedMySQL(t)
 		bulk(t, sqlDB(t, conn, args, "UTC_TIMESTAMP(6)"))
 	})
 	t.Run("postgres", func(t *testing.T) {

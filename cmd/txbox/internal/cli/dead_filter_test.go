@@ -3,11 +3,9 @@ package cli_test
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -115,22 +113,13 @@ func TestDeadFilters(t *testing.T) {
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "filters.db")
-		args := []string{"--db", "sqlite://" + path}
-		mustRun(t, append([]string{"migrate", "up"}, args...)...)
-		conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
-		testenv.Must(t, err, "open sqlite")
-		t.Cleanup(func() { _ = conn.Close() })
+		args, conn := migratedSQLite(t, "filters.db")
 		micros := "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
 		check(t, sqlDB(t, conn, args, micros, micros+" - 172800000000"))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
-		conn := testenv.MySQL(t)
-		var name string
-		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
-		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
-		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		args, conn := migratedMySQL(t)
 		check(t, sqlDB(t, conn, args, "UTC_TIMESTAMP(6)", "UTC_TIMESTAMP(6) - INTERVAL 2 DAY"))
 	})
 	t.Run("postgres", func(t *testing.T) {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -75,22 +73,13 @@ func TestShowFindsAnyState(t *testing.T) {
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "show.db")
-		args := []string{"--db", "sqlite://" + path}
-		mustRun(t, append([]string{"migrate", "up"}, args...)...)
-		conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
-		testenv.Must(t, err, "open sqlite")
-		t.Cleanup(func() { _ = conn.Close() })
+		args, conn := migratedSQLite(t, "show.db")
 		check(t, args, func(q string) error { _, err := conn.Exec(q); return err }, sqlSeq(t, conn),
 			"CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)")
 	})
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
-		conn := testenv.MySQL(t)
-		var name string
-		testenv.Must(t, conn.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
-		args := []string{"--db", "mysql://root@127.0.0.1:3306/" + name}
-		mustRun(t, append([]string{"migrate", "up"}, args...)...)
+		args, conn := migratedMySQL(t)
 		check(t, args, func(q string) error { _, err := conn.Exec(q); return err }, sqlSeq(t, conn), "UTC_TIMESTAMP(6)")
 	})
 	t.Run("postgres", func(t *testing.T) {
