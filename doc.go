@@ -6,7 +6,7 @@
 // caller's transaction type: pgx.Tx through package txboxpgx, *sql.Tx (and so
 // GORM, Bun, sqlx and ent) through package txboxsql.
 //
-// The outbox table is a stable SQL contract (docs/sql-contract.md): a service
+// The outbox table is a stable SQL contract (docs/reference/sql-contract.md): a service
 // written in another language may INSERT rows with plain SQL and the relay
 // delivers them. Tables are created by migrations (package migrate, or
 // `txbox migrate up`), never implicitly inside a caller's transaction.

@@ -33,7 +33,7 @@ type Message struct {
 	Headers map[string]string
 	// CreatedAt is when the message was written to the outbox (the row's
 	// created_at, the database's clock): the relay sets it from the row and
-	// the publishers carry it (HeaderCreatedAt, docs/wire-format.md);
+	// the publishers carry it (HeaderCreatedAt, docs/reference/wire-format.md);
 	// consumers read it back where it was carried (zero otherwise). Add
 	// ignores it: the database sets created_at.
 	CreatedAt time.Time
@@ -85,7 +85,7 @@ func IsReservedHeader(name string) bool {
 	return false
 }
 
-// Validate checks m against the message contract (docs/sql-contract.md
+// Validate checks m against the message contract (docs/reference/sql-contract.md
 // states it per column) and returns an *InvalidMessageError saying which
 // field breaks which rule, or nil. maxBytes caps the payload and the
 // headers together (<= 0: no cap). An empty ID passes: Add fills it in.

@@ -118,7 +118,7 @@ type RelaySample struct {
 	// excepted) has been open, zero when none: VACUUM removes no row
 	// version newer than its snapshot, so while it stays open every
 	// delivered row's index entry stays in the way of the claims
-	// (docs/operability.md). DeadRows is the table's dead row versions,
+	// (docs/guide/operations.md). DeadRows is the table's dead row versions,
 	// PostgreSQL's estimate.
 	OldestTransactionAge time.Duration
 	DeadRows             int64

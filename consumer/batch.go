@@ -56,7 +56,7 @@ type BatchConfig struct {
 	// batches adding the same keys cannot deadlock. Immediate keyed Adds
 	// hold their keys' locks, taken in handler order, until the batch
 	// commits: concurrent batches then deadlock on shared keys (each
-	// deadlock retried at once, see docs/consumer.md). Default: false;
+	// deadlock retried at once, see docs/guide/consumer.md). Default: false;
 	// set in Config or in any HandlerConfig of a batch, the whole batch
 	// adds at once.
 	ImmediateAdds bool

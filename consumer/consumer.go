@@ -163,7 +163,7 @@ type HandlerConfig struct {
 	// Ordered handles the messages of one key (Message.Key) one at a time,
 	// in arrival order, and different keys in parallel up to Concurrency;
 	// unkeyed messages run freely. A failed message is retried in process,
-	// holding back only its key (see docs/ordering.md). Default: false.
+	// holding back only its key (see docs/guide/ordering.md). Default: false.
 	Ordered bool
 	// DeadKey is what an Ordered handler does with a key after one of its
 	// messages was dead-lettered. Default: ParkKey.

@@ -47,11 +47,11 @@
 // one at a time in arrival order, different keys in parallel; a failed
 // message is retried in process, holding back only its key, and a dead
 // letter parks its key (ParkedKeys, ReleaseKey) unless DeadKey is
-// ContinueKey. docs/ordering.md has the rule to know: one consumer process
+// ContinueKey. docs/guide/ordering.md has the rule to know: one consumer process
 // per ordered binding.
 //
 // The broker side is the small Subscriber interface; implementations are
 // natsjs.Subscriber (JetStream) and rabbitmq.Subscriber. This package
-// imports no broker SDK. docs/consumer.md states the flow, the guarantee,
+// imports no broker SDK. docs/guide/consumer.md states the flow, the guarantee,
 // its duplicate windows, dead letters and startup validation.
 package consumer

@@ -23,7 +23,7 @@ var ErrUnrouted = errors.New("txbox/consumer: no route claims the message")
 
 // Route selects, within a binding, the deliveries one handler claims: by
 // topic, and optionally by the version and content-type headers the
-// producer set (see docs/wire-format.md). An empty field matches anything.
+// producer set (see docs/reference/wire-format.md). An empty field matches anything.
 // The most specific route that matches a delivery claims it: one that
 // names the topic beats one that does not, then one that names the
 // version, then one that names the content type; two routes of a binding

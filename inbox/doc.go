@@ -25,6 +25,6 @@
 // them per source.
 //
 // The table is created by migrations (package migrate, InboxTables; or
-// `txbox migrate`), never at run time. docs/inbox.md states the guarantee
+// `txbox migrate`), never at run time. docs/guide/inbox.md states the guarantee
 // and what lies outside it.
 package inbox

@@ -11,7 +11,7 @@
 // message's headers as record headers, Txbox-Created-At (the row's
 // created_at), the CloudEvents attributes when PublisherConfig.CloudEventsSource
 // is set, and the message id as the last header, Txbox-Message-Id (reserved
-// headers are dropped, so none can override it); docs/wire-format.md.
+// headers are dropped, so none can override it); docs/reference/wire-format.md.
 //
 // Dedupe: the idempotent producer removes the duplicates that its own
 // retries would create within one producer session. Kafka has no dedupe by

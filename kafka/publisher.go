@@ -82,7 +82,7 @@ func (p *Publisher) CheckMessage(m txbox.Message) error {
 }
 
 // Record returns the Kafka record for m; see the package doc and
-// docs/wire-format.md: the user headers (the Content-Type header, in any
+// docs/reference/wire-format.md: the user headers (the Content-Type header, in any
 // case, as Content-Type, or content-type with CloudEvents), Txbox-Created-At, the CloudEvents
 // attributes if configured, and Txbox-Message-Id last.
 func (p *Publisher) Record(m txbox.Message) *kgo.Record {

@@ -287,7 +287,7 @@ func deliveries(r *kgo.Record, binding string) int {
 	return 1
 }
 
-// Message returns the message (docs/wire-format.md): id = the
+// Message returns the message (docs/reference/wire-format.md): id = the
 // Txbox-Message-Id header, key = record key, created-at from
 // Txbox-Created-At, the other headers as text, the first of repeated ones;
 // Txbox-Message-Id, Txbox-Created-At, Txbox-Deliveries and Txbox-Binding

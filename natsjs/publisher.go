@@ -314,7 +314,7 @@ func (p *Publisher) unusable() error {
 	}
 }
 
-// Msg builds the NATS message for m (docs/wire-format.md): user headers
+// Msg builds the NATS message for m (docs/reference/wire-format.md): user headers
 // first (the Content-Type header, in any case, as Content-Type), then
 // Txbox-Key, Txbox-Created-At, the CloudEvents attributes if
 // configured, and Nats-Msg-Id last, so no header can change the message's

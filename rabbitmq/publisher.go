@@ -153,7 +153,7 @@ func (p *Publisher) Close() error {
 // RoutingKey returns the routing key a topic is published with.
 func (p *Publisher) RoutingKey(topic string) string { return p.cfg.Prefix + topic }
 
-// Publishing builds the AMQP message for m (docs/wire-format.md):
+// Publishing builds the AMQP message for m (docs/reference/wire-format.md):
 // persistent; content_type from the Content-Type header (any case; taken
 // out of the headers); timestamp = created-at (seconds; the publish time
 // for a message without one); the other user headers (minus reserved

@@ -407,7 +407,7 @@ func (d *delivery) deliveries() int {
 	return n
 }
 
-// Message returns the message (docs/wire-format.md): id = message_id, topic
+// Message returns the message (docs/reference/wire-format.md): id = message_id, topic
 // = routing key (or, on a copy back from the retry queue, the Txbox-Topic
 // it was first published with), key and created-at from Txbox-Key and
 // Txbox-Created-At (else the timestamp property), content_type as the

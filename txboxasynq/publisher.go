@@ -76,7 +76,7 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) (*Publisher, e
 	return &Publisher{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg}, nil
 }
 
-// Task returns the asynq task for m (docs/wire-format.md): type = topic,
+// Task returns the asynq task for m (docs/reference/wire-format.md): type = topic,
 // the payload, and as headers the user's (less reserved ones; the
 // Content-Type header, in any case, as Content-Type), Txbox-Key and
 // Txbox-Created-At.

@@ -13,6 +13,6 @@
 //     and, with Config.ProcessAsChild, its child. The handler runs in the
 //     span's context.
 //
-// See docs/operability.md for the span names, attributes and the
+// See docs/guide/operations.md for the span names, attributes and the
 // messaging.system values.
 package txboxotel

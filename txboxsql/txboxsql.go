@@ -50,7 +50,7 @@ type Options struct {
 	// *mysql.MySQLError, so on MySQL pass a function that checks
 	// errors.Is(err, mysql.ErrInvalidConn) and the numbers 1205 (lock wait
 	// timeout), 1213 (deadlock), 2006 and 2013 (server gone away, lost
-	// connection); docs/consumer.md has one to copy. Default: nil (nothing
+	// connection); docs/guide/consumer.md has one to copy. Default: nil (nothing
 	// beyond txbox's own checks).
 	IsTransient func(err error) bool
 	// IsRejected recognises the errors of the program's engine that say

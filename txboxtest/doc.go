@@ -27,5 +27,5 @@
 //	res := txboxtest.Deliver(ctx, t, b, c, "billing", msg, nil) // res.Outcome == txboxtest.Acked
 //
 // The package imports only txbox's core packages, testing and the standard
-// library. docs/testing.md walks through it.
+// library. docs/guide/testing.md walks through it.
 package txboxtest

@@ -60,7 +60,7 @@ type Backlog struct {
 	Upkeep *Upkeep
 }
 
-// Upkeep is what keeps VACUUM from the outbox table (docs/operability.md):
+// Upkeep is what keeps VACUUM from the outbox table (docs/guide/operations.md):
 // the database's oldest open transaction, and the dead row versions
 // waiting.
 type Upkeep struct {

@@ -1,5 +1,5 @@
 // Command txbox runs txbox's migrations, its relay daemon and its demo.
-// Every command lives in internal/cli; see docs/cli.md.
+// Every command lives in internal/cli; see docs/reference/cli.md.
 package main
 
 import (

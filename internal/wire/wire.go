@@ -1,6 +1,6 @@
 // Package wire holds what the broker adapters put on the wire alike: the
 // created-at text, the CloudEvents attributes, the content type's header
-// (docs/wire-format.md).
+// (docs/reference/wire-format.md).
 package wire
 
 import (

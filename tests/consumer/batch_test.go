@@ -20,7 +20,7 @@ import (
 	"github.com/txbox/txbox/txboxsql"
 )
 
-// mysqlClassified is MySQL with the program's classifier (docs/consumer.md),
+// mysqlClassified is MySQL with the program's classifier (docs/guide/consumer.md),
 // so that a deadlock between two batches is a database failure.
 func mysqlClassified(t testing.TB) db[*sql.Tx] {
 	return db[*sql.Tx]{name: "mysql", drv: txboxsql.NewWithOptions(testenv.MySQL(t), driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient})}

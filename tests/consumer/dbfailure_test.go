@@ -34,7 +34,7 @@ import (
 )
 
 // mysqlTransient is the classifier a MySQL program gives txboxsql
-// (docs/consumer.md shows the same function): go-sql-driver's lost
+// (docs/guide/consumer.md shows the same function): go-sql-driver's lost
 // connection and the error numbers that say the server failed.
 func mysqlTransient(err error) bool {
 	if errors.Is(err, mysql.ErrInvalidConn) {

@@ -181,7 +181,7 @@ func endToEnd[TTx any](t *testing.T, d db[TTx], b *broker) {
 	// On Kafka the dead letter's count is the broker deliveries that the
 	// member which dead-lettered it saw: a record re-read after a partition
 	// moved starts again (the consumer still dead-letters after
-	// MaxDeliveries of its own failures). A known gap, see docs/consumer.md.
+	// MaxDeliveries of its own failures). A known gap, see docs/guide/consumer.md.
 	minDeliveries := 3
 	if b.name == "kafka" {
 		minDeliveries = 1
@@ -194,7 +194,7 @@ func endToEnd[TTx any](t *testing.T, d db[TTx], b *broker) {
 	}
 	// Each failed message is dead-lettered once; on Kafka, the records the
 	// first consumer dead-lettered after its unACKed ones come back to the
-	// second and may be dead-lettered again (docs/consumer.md), always
+	// second and may be dead-lettered again (docs/guide/consumer.md), always
 	// under the same id.
 	st1, st2 := c1.Stats(), c2.Stats()
 	if n := st1.DeadLettered + st2.DeadLettered; n != 2 && !(b.rereads && n > 2) {

@@ -4,7 +4,7 @@
 // connections cut, frozen and dropped on the client side only through a
 // proxy, and at the end a ledger built from the database and a full read of
 // the stream: lost, phantom, double effects, per-key order violations, rows
-// stuck pending, and the recovery time after each fault. docs/guarantees.md
+// stuck pending, and the recovery time after each fault. docs/reference/guarantees.md
 // ("Crash tests") has the commands and a long run's figures.
 //
 // Settings (environment): TXBOX_CRASH_DURATION (per scenario, default

@@ -13,7 +13,7 @@ import (
 )
 
 // What the publisher produces, read with franz-go alone, is what
-// docs/wire-format.json lists for Kafka, field by field (with CloudEvents
+// docs/reference/wire-format.json lists for Kafka, field by field (with CloudEvents
 // on and off for a message with a key and headers, off for a bare one).
 func TestWireFormat(t *testing.T) {
 	t.Parallel()

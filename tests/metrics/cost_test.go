@@ -91,7 +91,7 @@ func drain(t *testing.T, n int, metricsOn bool) (took, sample time.Duration) {
 // each mode's fastest drain: on a machine shared with other work, the
 // fastest of several drains is the one nothing else slowed (the totals are
 // logged too). A measurement below the bound is taken again, up to three
-// tries. It runs only with TXBOX_BENCH set (docs/operability.md has the
+// tries. It runs only with TXBOX_BENCH set (docs/guide/operations.md has the
 // figures):
 //
 //	TXBOX_BENCH=metrics CI=true go test -count=1 -run TestDrainWithMetricsOnVsOff -v ./tests/metrics

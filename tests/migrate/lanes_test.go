@@ -36,7 +36,7 @@ func TestLanesMigratesTableWithRows(t *testing.T) {
 	ctx := context.Background()
 	for _, x := range databases(t) {
 		if x.d == driver.SQLite {
-			continue // no lanes: one writer (docs/scaling.md)
+			continue // no lanes: one writer (docs/guide/scaling.md)
 		}
 		t.Run(string(x.d), func(t *testing.T) {
 			m := up(t, x)

@@ -24,7 +24,7 @@ func natsRead(m *nats.Msg) testenv.WireRead {
 }
 
 // What the publisher puts on the wire, read with nats.go alone, is what
-// docs/wire-format.json lists for NATS, field by field: for a message with
+// docs/reference/wire-format.json lists for NATS, field by field: for a message with
 // a key and headers (its content type named in lower case) with CloudEvents
 // on and off, and for a bare one with CloudEvents off.
 func TestWireFormat(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 // Every claim transaction runs with JIT off. The claim's generic plan
 // costs more the larger the table, and past jit_above_cost every claim
 // compiled itself with LLVM: a relay on a 400,000-row backlog drained at a
-// sixth of its rate (docs/scaling.md). The claims' transactions must say
+// sixth of its rate (docs/guide/scaling.md). The claims' transactions must say
 // off, and the connection keeps its own setting after them.
 func TestClaimsRunWithoutJIT(t *testing.T) {
 	t.Parallel()

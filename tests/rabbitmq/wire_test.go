@@ -33,7 +33,7 @@ func amqpRead(d amqp.Delivery) testenv.WireRead {
 }
 
 // What the publisher puts on the wire, read with amqp091 alone, is what
-// docs/wire-format.json lists for RabbitMQ, field by field (with
+// docs/reference/wire-format.json lists for RabbitMQ, field by field (with
 // CloudEvents on and off for a message with a key and headers, off for a
 // bare one), through an exchange with a routing-key prefix.
 func TestWireFormat(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // What the publisher appends, read with go-redis alone (XRANGE), is what
-// docs/wire-format.json lists for Redis Streams, field by field.
+// docs/reference/wire-format.json lists for Redis Streams, field by field.
 func TestWireFormat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

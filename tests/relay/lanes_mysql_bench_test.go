@@ -12,7 +12,7 @@ import (
 
 // The drain time of 20,000 keyed rows (2,000 keys, committed at once once
 // the relays hold their lanes) on MySQL by 1 and 2 relays, with and without
-// lanes: a measurement for docs/scaling.md, not an assertion. Runs only
+// lanes: a measurement for docs/guide/scaling.md, not an assertion. Runs only
 // with TXBOX_LANE_BENCH=1.
 func TestLanesMySQLDrainFigures(t *testing.T) {
 	if os.Getenv("TXBOX_LANE_BENCH") == "" {

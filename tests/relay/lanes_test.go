@@ -200,7 +200,7 @@ func (p *stallingPublisher) CheckMessage(txbox.Message) error {
 // successors.
 //
 // PostgreSQL only: MySQL has no per-transaction idle timeout, so there b
-// waits until a's connection thaws or ends (docs/scaling.md).
+// waits until a's connection thaws or ends (docs/guide/scaling.md).
 func TestLanesStalledRelayPastItsLease(t *testing.T) {
 	t.Parallel()
 	f := pgxFixture(t, 8)
@@ -253,7 +253,7 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 // A relay dies in the middle of a batch: it sent the batch, and its
 // connections are cut before the marks. Another relay takes its lanes over
 // when the lease ends and sends the batch again (the duplicate window of
-// docs/guarantees.md) and everything after it, in order.
+// docs/reference/guarantees.md) and everything after it, in order.
 func TestLanesOwnerDiedMidBatch(t *testing.T) {
 	t.Parallel()
 	eachLaneDialect(t, 8, testLanesOwnerDiedMidBatch)

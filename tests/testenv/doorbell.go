@@ -43,7 +43,7 @@ func DoorbellArmed(t testing.TB, pool *pgxpool.Pool, wake string) bool {
 // commit must not race the arming: a transaction whose INSERT ran while the
 // doorbell was disarmed sends nothing, and if it commits after the relay's
 // last look it waits for the next poll (see "Wake-up latency" in
-// docs/guarantees.md). It fails, naming the relays still busy or unarmed,
+// docs/reference/guarantees.md). It fails, naming the relays still busy or unarmed,
 // after three minutes.
 func WaitIdleArmed(t testing.TB, pool *pgxpool.Pool, bells ...Doorbell) {
 	t.Helper()

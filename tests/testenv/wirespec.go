@@ -15,7 +15,7 @@ import (
 	"github.com/txbox/txbox"
 )
 
-// WireField is one field of docs/wire-format.json.
+// WireField is one field of docs/reference/wire-format.json.
 type WireField struct {
 	Where    string `json:"where"`
 	Name     string `json:"name"`
@@ -34,10 +34,10 @@ type wireSpec struct {
 func loadWireSpec(t testing.TB) wireSpec {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "wire-format.json"))
-	Must(t, err, "read docs/wire-format.json")
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "reference", "wire-format.json"))
+	Must(t, err, "read docs/reference/wire-format.json")
 	var s wireSpec
-	Must(t, json.Unmarshal(raw, &s), "parse docs/wire-format.json")
+	Must(t, json.Unmarshal(raw, &s), "parse docs/reference/wire-format.json")
 	return s
 }
 
@@ -65,14 +65,14 @@ type WireRead map[string]string
 
 // CheckWire checks read, the raw read of m as published to broker with
 // prefix before the topic and CloudEvents source (cloudevents: configured
-// or not), against every field docs/wire-format.json lists for broker.
+// or not), against every field docs/reference/wire-format.json lists for broker.
 // A field whose condition does not hold for m must be absent.
 func CheckWire(t testing.TB, broker string, m txbox.Message, prefix, source string, cloudevents bool, read WireRead) {
 	t.Helper()
 	spec := loadWireSpec(t)
 	b, ok := spec.Brokers[broker]
 	if !ok || len(b.Fields) == 0 {
-		t.Fatalf("docs/wire-format.json lists no fields for %q", broker)
+		t.Fatalf("docs/reference/wire-format.json lists no fields for %q", broker)
 	}
 	pattern := regexp.MustCompile(spec.Pattern)
 	ctName, ct := "", ""

@@ -13,7 +13,7 @@ import (
 )
 
 // What the publisher enqueues, read with asynq alone (its Inspector), is
-// what docs/wire-format.json lists for asynq, field by field.
+// what docs/reference/wire-format.json lists for asynq, field by field.
 func TestWireFormat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

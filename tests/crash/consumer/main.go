@@ -2,7 +2,7 @@
 // with one inbox handler that applies each message's effect to
 // crash_effects (key, version, message id, time, pid) in the inbox's
 // transaction. The handler keeps per-key order itself, as
-// docs/consumer.md advises a handler that needs it: a version that is not
+// docs/guide/consumer.md advises a handler that needs it: a version that is not
 // the key's next is refused (retried later), one at or below the key's last
 // applied version is applied anyway, so that the harness's ledger sees a
 // double effect or an order violation instead of this program hiding it.

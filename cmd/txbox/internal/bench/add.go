@@ -40,7 +40,7 @@ func Add(ctx context.Context, cfg Config) error {
 	}
 	payload := []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999,"currency":"EUR"}`)
 	// Each order is for one of 100,000 customers, whose id is the event's
-	// ordering key: same-key transactions serialise (see docs/ordering.md),
+	// ordering key: same-key transactions serialise (see docs/guide/ordering.md),
 	// which a shop with many customers rarely meets.
 	customer := func() string { return "c-" + strconv.Itoa(rand.IntN(100_000)) }
 	order := func(ctx context.Context, tx pgx.Tx, c string) error {

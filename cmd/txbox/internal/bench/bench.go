@@ -303,7 +303,7 @@ func refill(ctx context.Context, pool *pgxpool.Pool, ob *txbox.Outbox[pgx.Tx], t
 
 // rawPublish publishes n messages with jetstream.PublishMsgAsync, window in
 // flight, each with a message id. With txboxHeaders the messages carry what
-// the relay's do beyond their rows' headers (docs/wire-format.md): a UUID
+// the relay's do beyond their rows' headers (docs/reference/wire-format.md): a UUID
 // message id and a Txbox-Created-At header; without, a short id only.
 func rawPublish(ctx context.Context, nc *nats.Conn, subject string, n, window int, txboxHeaders bool) (float64, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(window))

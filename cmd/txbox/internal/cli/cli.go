@@ -101,7 +101,7 @@ only if the transaction committed.
 Run "txbox demo" to see it work with no setup (SQLite and an embedded NATS
 server). Run "txbox migrate up" then "txbox relay" for real use. Databases and
 brokers are chosen by URL (--db, --broker or TXBOX_DB, TXBOX_BROKER); relay
-settings also come from the TXBOX_* environment variables. See docs/cli.md.`,
+settings also come from the TXBOX_* environment variables. See docs/reference/cli.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {

@@ -15,7 +15,7 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// The recipe of docs/cli.md, "Migrating with another tool", as it is
+// The recipe of docs/reference/cli.md, "Migrating with another tool", as it is
 // written there: migrate sql, psql -f (no -1), then migrate status shows
 // every migration applied and migrate up has nothing to do. Then a column
 // retyped by hand: status names it and what to run, and exits non-zero;

@@ -108,7 +108,7 @@ or changed join or leave without a restart.`,
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+EnvMaxAttempts+")")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+EnvPublishTimeout+")")
 	fs.DurationVar(&f.claimLease, "claim-lease", relay.DefaultClaimLease, "how long a claim holds its rows once its relay is gone (killed, or its connection vanished; SQLite and PostgreSQL), 1s to 2h and more than --publish-timeout; unset, it is --publish-timeout + 5s (env "+EnvClaimLease+")")
-	fs.BoolVar(&f.lanes, "lanes", false, "PostgreSQL, MySQL, MariaDB: share the table with other relays by lanes (a hash of the ordering key), each relay claiming only the lanes it leases; give every relay of the table the same setting (env "+EnvLanes+"; docs/scaling.md)")
+	fs.BoolVar(&f.lanes, "lanes", false, "PostgreSQL, MySQL, MariaDB: share the table with other relays by lanes (a hash of the ordering key), each relay claiming only the lanes it leases; give every relay of the table the same setting (env "+EnvLanes+"; docs/guide/scaling.md)")
 	fs.DurationVar(&f.laneLease, "lane-lease", relay.DefaultLaneLease, "with --lanes: how long a relay's lane lease lasts unless renewed; a relay that died loses its lanes to the others after it; 1s to 10m (env "+EnvLaneLease+")")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
@@ -123,7 +123,7 @@ or changed join or leave without a restart.`,
 	return cmd
 }
 
-// Bounds of the relay's settings, as docs/cli.md lists them: below the
+// Bounds of the relay's settings, as docs/reference/cli.md lists them: below the
 // lower bounds a relay spins a core (polls, cleanups or stats queries without
 // pause), above the upper ones it holds more than a database gives.
 var (

@@ -70,7 +70,7 @@ func TestRelayRabbitMQ(t *testing.T) {
 				t.Errorf("delivery: body %q mode %d exchange %q key %q", d.Body, d.DeliveryMode, d.Exchange, d.RoutingKey)
 			}
 			ids[d.MessageId] = true
-			// The relay carries the row's created_at (docs/wire-format.md).
+			// The relay carries the row's created_at (docs/reference/wire-format.md).
 			created, _ := d.Headers[txbox.HeaderCreatedAt].(string)
 			at, err := time.Parse(time.RFC3339Nano, created)
 			if err != nil || time.Since(at) > time.Minute || len(created) != len("2006-01-02T15:04:05.000000000Z") {
