@@ -43,7 +43,7 @@ type Config struct {
 	// PollInterval is how long an idle relay waits before polling again
 	// after a batch that was not full. A relay woken by LISTEN/NOTIFY
 	// reaches it after looks that double from a few milliseconds (see
-	// docs/guarantees.md, Wake-up latency). Default: 1s. Env
+	// docs/reference/guarantees.md, Wake-up latency). Default: 1s. Env
 	// OUTBOX_POLL_INTERVAL.
 	PollInterval time.Duration
 	// BatchSize is the most rows one round claims and publishes. A full
@@ -95,7 +95,7 @@ type Config struct {
 	// idle_in_transaction_session_timeout, after which the server ends the
 	// transaction of a relay whose connection vanished without the server
 	// noticing. MySQL has no equivalent and ignores it (see
-	// docs/guarantees.md). It must exceed PublishTimeout: a claim that
+	// docs/reference/guarantees.md). It must exceed PublishTimeout: a claim that
 	// expires while its relay still publishes lets another relay publish
 	// the same rows, a duplicate (never a loss). Default: PublishTimeout +
 	// ClaimLeaseMargin (15s); at most 2h (a longer SQLite lease would count
@@ -107,7 +107,7 @@ type Config struct {
 	// ordering key) and do not scan past each other's rows. PostgreSQL,
 	// MySQL and MariaDB (New fails on SQLite). Every relay of a table should use the
 	// same setting: a relay without lanes claims from every lane. See
-	// docs/scaling.md. Default: false.
+	// docs/guide/scaling.md. Default: false.
 	Lanes bool
 	// LaneLease is how long a lane lease lasts unless renewed (every
 	// LaneLease/20): a relay that died loses its lanes to the others

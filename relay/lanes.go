@@ -25,7 +25,7 @@ var errLeaseStale = errors.New("txbox/relay: the claim outlived its lease; relea
 // laneKeeper holds the lane leases of one relay with Config.Lanes: it joins
 // the relays sharing the table, renews its leases, takes or gives lanes up
 // until it holds its share (16 / live relays, rounded up), and fences the
-// lanes it takes (see docs/scaling.md).
+// lanes it takes (see docs/guide/scaling.md).
 type laneKeeper struct {
 	r     *Relay
 	db    *outboxsql.Lanes

@@ -525,7 +525,7 @@ func (r *Relay) sleep(ctx context.Context, wait time.Duration, conn txbox.Connec
 // each commit waited for the relay's next look: at a trickle of 200
 // commits/s (txbox bench latency) the median commit-to-broker latency was
 // 2.8-2.9 ms against 0.8-1.0 ms now, at a writers' rate that did not move
-// beyond the machine's noise (docs/scaling.md).
+// beyond the machine's noise (docs/guide/scaling.md).
 const (
 	minRecheck = 2 * time.Millisecond
 	armAfter   = 2 * time.Millisecond
@@ -674,7 +674,7 @@ const claimTurnWait = 100 * time.Millisecond
 // from the same place, and the later one stepped over the rows the earlier
 // one was locking: taking turns, each starts where the last one ended
 // (claim), which costs PostgreSQL less per row and raised 4 relays from
-// 0.89–0.92× to 0.99–1.01× of one relay's rate (docs/scaling.md). A claim
+// 0.89–0.92× to 0.99–1.01× of one relay's rate (docs/guide/scaling.md). A claim
 // in turn that takes longer than claimTurnWait (a connection gone silent)
 // holds no one back: the others go on beside it, as before.
 func (r *Relay) takeTurn(ctx context.Context) (release func()) {

@@ -16,7 +16,7 @@ import (
 var postgresLanesSQL string
 
 // NumLanes is how many lanes the outbox table's lane column has (see
-// migration 006_lanes and docs/scaling.md).
+// migration 006_lanes and docs/guide/scaling.md).
 const NumLanes = 16
 
 // ErrLanesUnsupported is returned by NewLanes on a dialect without lanes.

@@ -53,7 +53,7 @@ func (m *mysql) placeholder(int) string { return "?" }
 // The lease is not applied: MySQL has no per-transaction idle timeout
 // (wait_timeout is per connection and would outlive the claim on a pooled
 // connection the application shares), so a relay whose connection vanished
-// holds its row locks until the server notices (see docs/guarantees.md).
+// holds its row locks until the server notices (see docs/reference/guarantees.md).
 func (m *mysql) beginClaim(ctx context.Context, pool driver.Pool, _ time.Duration) (driver.Tx, error) {
 	if b, ok := pool.(driver.TxBeginner); ok {
 		return b.BeginTx(ctx, driver.TxOptions{Isolation: driver.LevelReadCommitted})
