@@ -129,6 +129,7 @@ require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/pressly/goose/v3 v3.26.0
 	github.com/txbox/txbox/txboxotel v0.1.0
+	github.com/yuin/goldmark v1.8.7
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
