@@ -25,14 +25,15 @@ func ExampleConsumer_HandleInbox() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	ob, err := txbox.New(txboxsql.New(db, driver.SQLite), txbox.Config{})
+	drv := txboxsql.New(db, driver.SQLite)
+	ob, err := txbox.New(drv, txbox.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
 
 	broker := txboxtest.NewBroker(txboxtest.BrokerConfig{}) // or natsjs.NewSubscriber, …
 	broker.Bind("billing", "order.*")
-	c, err := consumer.New(ob, consumer.Config{Broker: broker})
+	c, err := consumer.New(drv, consumer.Config{Broker: broker})
 	if err != nil {
 		log.Fatal(err)
 	}

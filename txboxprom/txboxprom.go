@@ -13,7 +13,7 @@
 // every relay.Config.SampleInterval), never from a query per scrape. Topic
 // labels are bounded: the first Config.MaxTopics topics seen (or those of
 // Config.Topics) get their own label value, every other topic is counted as
-// "other". docs/guide/operations.md lists every metric.
+// "other". docs/reference/metrics.md lists every metric.
 //
 // One Metrics serves one relay (its gauges hold that relay's sample) and any
 // number of consumers (their series are labelled by handler name). For

@@ -22,7 +22,7 @@
 //	b.Bind("billing", "order.>")
 //	r, _ := relay.New(ob, b, relay.Config{})
 //	n := txboxtest.DrainRelay(ctx, t, r, nil)  // every deliverable row, published
-//	c, _ := consumer.New(ob, consumer.Config{Broker: b})
+//	c, _ := consumer.New(drv, consumer.Config{Broker: b}) // drv: the driver ob was built on
 //	c.HandleInbox(consumer.HandlerConfig{Name: "billing", Binding: "billing"}, handle)
 //	res := txboxtest.Deliver(ctx, t, b, c, "billing", msg, nil) // res.Outcome == txboxtest.Acked
 //
