@@ -27,9 +27,9 @@ const (
 // settled yet), and keeps each one alive (InProgress,
 // every third of the AckWait) from the moment it arrives until Next hands
 // it out. JetStream starts a message's AckWait when it sends it: a
-// message waiting behind busy workers in a client-side buffer (nats.go's
-// Messages iterator keeps one, out of reach) was redelivered after AckWait
-// while it waited, and then ran twice.
+// message waiting behind busy workers in a client-side buffer that nothing
+// keeps alive (nats.go's Messages iterator keeps one, out of reach) is
+// redelivered after AckWait while it waits, and then runs twice.
 //
 // One pull request is open at a time, for the room left (prefetch less
 // the messages queued and those handed out unsettled), and its messages are queued in the order they
@@ -188,8 +188,8 @@ func (p *puller) pull(cons jetstream.Consumer, n int) error {
 func (p *puller) push(m jetstream.Msg) {
 	h := &held{m: m}
 	if p.every > 0 && p.ctx.Err() == nil { // after close, nothing keeps it: the server redelivers it
-		// InProgress restarts its AckWait; a failure: the server may
-		// redeliver it, as before.
+		// InProgress restarts its AckWait; if it fails, the server may
+		// redeliver the message once its AckWait passes.
 		h.ticker = keepalive.Start(p.every, func() { _ = m.InProgress() })
 	}
 	p.mu.Lock()
