@@ -31,8 +31,8 @@ const (
 // DeadLetters implements dlq.Store on Redis Streams: a binding's dead
 // letters are the entries of its stream's dead-letter stream
 // (Subscriber.DeadLetterStream) whose group is the binding's (an entry
-// without a group field, written by an earlier release, belongs to every
-// group of the stream); a Ref is the dead letter's entry id.
+// without a group field belongs to every group of the stream); a Ref is
+// the dead letter's entry id.
 type DeadLetters struct {
 	rdb    redis.UniversalClient
 	suffix string

@@ -379,7 +379,7 @@ func (s *subscription) keepBuffered() {
 		for i, id := range ids {
 			cmds[i] = touch.Eval(ctx, pipe, []string{r.stream}, r.group, r.cfg.Consumer, id) // Eval: in a pipeline, Run cannot fall back from EVALSHA
 		}
-		_, _ = pipe.Exec(ctx) // a failure: the entries may be claimed, as before
+		_, _ = pipe.Exec(ctx) // if it fails, another consumer may claim the entries once they are idle for AckWait
 		for i, c := range cmds {
 			if n, err := c.Int(); err == nil && n == 0 {
 				gone[ids[i]] = true
