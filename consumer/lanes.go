@@ -28,7 +28,7 @@ const keyHoldLimit = 5 * time.Second
 // messages of its keys, and a handler that keeps a key's order itself
 // never sees a key's later message while the earlier one is uncommitted
 // in another batch. A batch in which no handler has returned for
-// keyHoldLimit (a handler stuck until its timeout) no longer holds back its
+// keyHoldLimit (a handler stuck until its timeout) stops holding back its
 // keys' later deliveries: an idle worker takes them over, so that one
 // stuck message never stalls the keys that happened to share its batch.
 //
