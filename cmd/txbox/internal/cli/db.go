@@ -206,7 +206,7 @@ func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error)
 			_ = db.Close()
 			return nil, fmt.Errorf("connect to %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
-		return &database{target: t, sql: txboxsql.NewWithOptions(db, driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient}), db: db}, nil
+		return &database{target: t, sql: txboxsql.New(db, driver.MySQL), db: db}, nil
 	default:
 		dsn := SQLiteDSN(t.path)
 		if !create {
@@ -237,25 +237,6 @@ func (d *database) transient(err error) bool {
 		return driver.IsTransientFor(d.pgx, err)
 	}
 	return driver.IsTransientFor(d.sql, err)
-}
-
-// mysqlTransient is txboxsql's Options.IsTransient for go-sql-driver/mysql,
-// whose error numbers txboxsql cannot read: a connection it found broken,
-// and 1040 (too many connections), 1053 (server shutdown), 1205 (lock wait
-// timeout), 1213 (deadlock), 2006 and 2013 (server gone away, connection
-// lost).
-func mysqlTransient(err error) bool {
-	if errors.Is(err, mysqldrv.ErrInvalidConn) {
-		return true
-	}
-	var me *mysqldrv.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1040, 1053, 1205, 1213, 2006, 2013:
-			return true
-		}
-	}
-	return false
 }
 
 func (d *database) Close() {
