@@ -123,8 +123,7 @@ func (t dbTarget) String() string {
 	return redact(t.url, t.url)
 }
 
-// SQLiteDSN is txboxsql.SQLiteDSN: WAL, a busy timeout and immediate
-// transactions.
+// SQLiteDSN is txboxsql.SQLiteDSN, for the tests that name it here.
 func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
 
 // onDriver builds a tool (dead.New, inspect.New) over d's driver, whichever
@@ -208,7 +207,7 @@ func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error)
 		}
 		return &database{target: t, sql: txboxsql.New(db, driver.MySQL), db: db}, nil
 	default:
-		dsn := SQLiteDSN(t.path)
+		dsn := txboxsql.SQLiteDSN(t.path)
 		if !create {
 			if _, err := os.Stat(t.path); errors.Is(err, fs.ErrNotExist) {
 				return nil, fmt.Errorf("open %s: the file does not exist (check the path; txbox migrate up creates it)", t)
