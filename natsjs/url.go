@@ -11,9 +11,9 @@ import (
 // ParseURL checks url, the servers of a NATS connection, and returns them
 // one URL each, for nats.Connect (joined by commas) or nats.Options.Servers.
 // url is a nats://, tls://, ws:// or wss:// URL, or a comma-separated list
-// of them; a server without a scheme takes the first one's, as nats.go
-// reads it. A ',' in a password must be percent-encoded (%2C), since the
-// list is split at commas. Errors quote no password.
+// of them; a server without a scheme takes the first server's. A ',' in
+// a password must be percent-encoded (%2C), since the list is split at
+// commas. Errors quote no password.
 //
 //	servers, err := natsjs.ParseURL(os.Getenv("NATS_URL"))
 //	nc, err := nats.Connect(strings.Join(servers, ","))
