@@ -23,7 +23,7 @@ func ParseURL(url string) ([]string, error) {
 		return nil, errors.New("kafka: want kafka://host:9092[,host2:9092]")
 	}
 	if strings.Contains(rest, "@") { // anywhere: a '/' or '?' in a password would hide it
-		return nil, errors.New("kafka: kafka:// takes no user name or password (give SASL to kgo.NewClient as an option)")
+		return nil, errors.New("kafka: kafka:// takes no user name or password")
 	}
 	hosts, _, _ := strings.Cut(rest, "/")
 	hosts, _, _ = strings.Cut(hosts, "?")
