@@ -327,15 +327,11 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 		if err != nil {
 			return nil, err
 		}
-		if port != 0 {
-			// natsembed only notices a busy port after its start timeout.
-			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-			if err != nil {
-				return nil, fmt.Errorf("embedded NATS server cannot listen on %s: %w (if a NATS server already runs there, use it with --broker nats://%s; or choose another --nats-listen)", f.natsListen, err, f.natsListen)
-			}
-			_ = l.Close()
-		}
 		srv, err := natsembed.Start(natsembed.Config{Dir: f.natsDir, Host: host, Port: port})
+		var listen *net.OpError
+		if errors.As(err, &listen) && listen.Op == "listen" {
+			return nil, fmt.Errorf("embedded NATS server: %w (if a NATS server already runs there, use it with --broker nats://%s; or choose another --nats-listen)", err, f.natsListen)
+		}
 		if err != nil {
 			return nil, err
 		}
