@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -33,7 +34,8 @@ type Server struct {
 	ns *server.Server
 }
 
-// Start starts a server and waits until it accepts clients.
+// Start starts a server and waits until it accepts clients. A Port that
+// cannot be listened on (another process holds it) is an error at once.
 func Start(cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("natsembed: Config.Dir is required (JetStream's storage)")
@@ -47,6 +49,15 @@ func Start(cfg Config) (*Server, error) {
 	port := cfg.Port
 	if port == 0 {
 		port = server.RANDOM_PORT
+	}
+	if cfg.Port > 0 {
+		// The server notices a busy port only when StartTimeout runs out.
+		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: cannot listen on %s: %w", addr, err)
+		}
+		_ = l.Close()
 	}
 	opts := &server.Options{
 		ServerName: "txbox-embedded",

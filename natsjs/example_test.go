@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -43,4 +44,17 @@ func ExampleBinding() {
 	stream, durable, err := natsjs.ParseBinding(b)
 	fmt.Println(b, stream, durable, err)
 	// Output: ORDERS/billing ORDERS billing <nil>
+}
+
+// Check a NATS URL from the environment or a flag before connecting with
+// nats.Connect(strings.Join(servers, ",")): a comma-separated list is
+// checked server by server, and an error never quotes a password.
+func ExampleParseURL() {
+	servers, err := natsjs.ParseURL("nats://10.0.0.1:4222, 10.0.0.2:4222")
+	fmt.Println(strings.Join(servers, ","), err)
+	_, err = natsjs.ParseURL("nats://app:s3cret@10.0.0.1:42x22")
+	fmt.Println(err)
+	// Output:
+	// nats://10.0.0.1:4222,nats://10.0.0.2:4222 <nil>
+	// natsjs: server "nats://app:xxxxx@10.0.0.1:42x22": malformed URL: invalid port ":42x22" after host
 }

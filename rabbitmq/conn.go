@@ -44,11 +44,14 @@ type Conn struct {
 	closed bool
 }
 
-// NewConn returns a Conn to url (amqp://user:pass@host:port/vhost); it
-// does not connect yet.
+// NewConn returns a Conn to url (amqp://user:pass@host:port/vhost, checked
+// by ParseURL); it does not connect yet.
 func NewConn(url string, cfg ConnConfig) (*Conn, error) {
 	if url == "" {
 		return nil, fmt.Errorf("%w: rabbitmq: URL is required", txbox.ErrInvalidConfig)
+	}
+	if _, err := ParseURL(url); err != nil {
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 	}
 	if cfg.DialTimeout < 0 {
 		return nil, fmt.Errorf("%w: rabbitmq: negative DialTimeout", txbox.ErrInvalidConfig)

@@ -32,7 +32,7 @@ type PublisherConfig struct {
 	Queue string
 	// Retention is asynq's retention of completed tasks: the window in
 	// which a re-enqueued message id is a duplicate. Default: 24h.
-	// (txbox relay reads OUTBOX_TASK_RETENTION.)
+	// (txbox relay reads TXBOX_TASK_RETENTION.)
 	Retention time.Duration
 	// Concurrency bounds the enqueues one Publish call has in flight
 	// (asynq enqueues one task per round trip). Default: 64.

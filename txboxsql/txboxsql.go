@@ -8,11 +8,9 @@
 //	db, _ := sql.Open("sqlite", txboxsql.SQLiteDSN("app.db")) // WAL, busy timeout, immediate transactions
 //	drv := txboxsql.New(db, driver.SQLite)
 //
-// On MySQL, give it a classifier of the engine's errors (see
-// Options.IsTransient), so that a lost connection is a database failure
-// and not the failure of the message being handled:
-//
-//	drv := txboxsql.NewWithOptions(db, driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient})
+// The Driver classifies the errors of modernc.org/sqlite and
+// go-sql-driver/mysql by itself (see Driver.IsTransient and
+// Driver.IsRejected); Options widen that for other engines.
 package txboxsql
 
 import (
@@ -42,25 +40,17 @@ var (
 type Options struct {
 	// IsTransient recognises the errors of the program's engine that say
 	// the database failed rather than the statement (see
-	// driver.ErrorClassifier), beyond what txbox recognises by itself:
-	// driver.IsTransient's standard errors and interfaces, and on SQLite
-	// SQLITE_BUSY and SQLITE_LOCKED from an engine whose errors have a
-	// Code() int method (modernc.org/sqlite). txboxsql imports no engine,
-	// and go-sql-driver/mysql exposes its error numbers only as a field of
-	// *mysql.MySQLError, so on MySQL pass a function that checks
-	// errors.Is(err, mysql.ErrInvalidConn) and the numbers 1205 (lock wait
-	// timeout), 1213 (deadlock), 2006 and 2013 (server gone away, lost
-	// connection); docs/guide/consumer.md has one to copy. Default: nil (nothing
-	// beyond txbox's own checks).
+	// driver.ErrorClassifier), beyond what Driver.IsTransient recognises
+	// by itself (modernc.org/sqlite and go-sql-driver/mysql): for another
+	// engine, such as mattn/go-sqlite3. Default: nil (nothing beyond
+	// txbox's own checks).
 	IsTransient func(err error) bool
 	// IsRejected recognises the errors of the program's engine that say
 	// the database refused the work itself (see driver.IsRejected: a
-	// constraint or data error, counted against the message), beyond
-	// the SQLSTATEs txbox recognises by itself and, on SQLite, the result
-	// codes of Driver.IsRejected. On MySQL, pass a function that checks
-	// the numbers of *mysql.MySQLError (1062 duplicate entry, 1048 null,
-	// 1451 and 1452 foreign key, 1406 data too long, 1264 out of range,
-	// 1366 incorrect value, 3819 check constraint). Default: nil.
+	// constraint or data error, counted against the message), beyond the
+	// SQLSTATEs txbox recognises by itself and what Driver.IsRejected
+	// recognises (modernc.org/sqlite and go-sql-driver/mysql). Default:
+	// nil.
 	IsRejected func(err error) bool
 }
 
@@ -86,8 +76,16 @@ const (
 
 // IsTransient implements driver.ErrorClassifier: on SQLite, an error with
 // a Code() int method whose primary result code is SQLITE_BUSY or
-// SQLITE_LOCKED; then Options.IsTransient, if set.
+// SQLITE_LOCKED (modernc.org/sqlite); on MySQL, go-sql-driver/mysql's
+// ErrInvalidConn and a *mysql.MySQLError numbered 1040 (too many
+// connections), 1053 (server shutdown), 1205 (lock wait timeout), 1213
+// (deadlock), 2006 or 2013 (server gone away, connection lost); then
+// Options.IsTransient, if set. txboxsql imports no engine: it recognises
+// go-sql-driver's types by their package path.
 func (d *Driver) IsTransient(err error) bool {
+	if d.dialect == driver.MySQL && mysqlTransient(err) {
+		return true
+	}
 	if d.dialect == driver.SQLite {
 		var coded interface{ Code() int }
 		if errors.As(err, &coded) {
@@ -102,8 +100,15 @@ func (d *Driver) IsTransient(err error) bool {
 // IsRejected implements driver.RejectionClassifier: on SQLite, an error
 // with a Code() int method whose primary result code is SQLITE_CONSTRAINT
 // (also a deferred foreign key checked at COMMIT), SQLITE_MISMATCH,
-// SQLITE_TOOBIG or SQLITE_RANGE; then Options.IsRejected, if set.
+// SQLITE_TOOBIG or SQLITE_RANGE; on MySQL, a *mysql.MySQLError numbered
+// 1048 (column cannot be null), 1062 (duplicate entry), 1264 (out of
+// range), 1366 (incorrect value), 1406 (data too long), 1451 or 1452
+// (foreign key) or 3819 (check constraint); then Options.IsRejected, if
+// set.
 func (d *Driver) IsRejected(err error) bool {
+	if d.dialect == driver.MySQL && mysqlRejected(err) {
+		return true
+	}
 	if d.dialect == driver.SQLite {
 		var coded interface{ Code() int }
 		if errors.As(err, &coded) {

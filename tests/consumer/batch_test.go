@@ -23,7 +23,7 @@ import (
 // mysqlClassified is MySQL with the program's classifier (docs/guide/consumer.md),
 // so that a deadlock between two batches is a database failure.
 func mysqlClassified(t testing.TB) db[*sql.Tx] {
-	return db[*sql.Tx]{name: "mysql", drv: txboxsql.NewWithOptions(testenv.MySQL(t), driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient})}
+	return db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), driver.MySQL)}
 }
 
 // txidExpr is an SQL expression naming the current transaction, "" where

@@ -33,25 +33,6 @@ import (
 	"github.com/txbox/txbox/txboxsql"
 )
 
-// mysqlTransient is the classifier a MySQL program gives txboxsql
-// (docs/guide/consumer.md shows the same function): go-sql-driver's lost
-// connection and the error numbers that say the server failed.
-func mysqlTransient(err error) bool {
-	if errors.Is(err, mysql.ErrInvalidConn) {
-		return true
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1040, 1053, 1205, 1213, 2006, 2013:
-			// too many connections, server shutdown, lock wait timeout,
-			// deadlock, server gone away, lost connection
-			return true
-		}
-	}
-	return false
-}
-
 // retryable is an error with pgconn's SafeToRetry method.
 type retryable struct{ safe bool }
 
@@ -101,11 +82,10 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 
 	pgxDrv := txboxpgx.New(nil)
 	sqliteDrv := txboxsql.New(nil, driver.SQLite)
-	mysqlDrv := txboxsql.NewWithOptions(nil, driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient})
-	mysqlBare := txboxsql.New(nil, driver.MySQL)
-	// want: core (driver.IsTransient), pgx, sqlite, mysql, mysql without a classifier.
-	type want struct{ core, pgx, sqlite, mysql, bare bool }
-	all, none := want{true, true, true, true, true}, want{}
+	mysqlDrv := txboxsql.New(nil, driver.MySQL)
+	// want: core (driver.IsTransient), pgx, sqlite, mysql.
+	type want struct{ core, pgx, sqlite, mysql bool }
+	all, none := want{true, true, true, true}, want{}
 	cases := []struct {
 		name string
 		err  error
@@ -171,7 +151,6 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 				pgx:    driver.IsTransientFor[pgx.Tx](pgxDrv, err),
 				sqlite: driver.IsTransientFor[*sql.Tx](sqliteDrv, err),
 				mysql:  driver.IsTransientFor[*sql.Tx](mysqlDrv, err),
-				bare:   driver.IsTransientFor[*sql.Tx](mysqlBare, err),
 			}
 			if got != tc.want {
 				t.Errorf("%s (%s): %v: got %+v, want %+v", tc.name, wrap.name, err, got, tc.want)
@@ -191,10 +170,7 @@ func TestClassifyRejectedErrors(t *testing.T) {
 	constraint := sqliteConstraint(t)
 	pgxDrv := txboxpgx.New(nil)
 	sqliteDrv := txboxsql.New(nil, driver.SQLite)
-	mysqlDrv := txboxsql.NewWithOptions(nil, driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient, IsRejected: func(err error) bool {
-		var me *mysql.MySQLError
-		return errors.As(err, &me) && (me.Number == 1062 || me.Number == 1452)
-	}})
+	mysqlDrv := txboxsql.New(nil, driver.MySQL)
 	// want: core (driver.IsRejected), pgx, sqlite, mysql; and IsConflict.
 	type want struct{ core, pgx, sqlite, mysql, conflict bool }
 	all := want{true, true, true, true, false}

@@ -42,7 +42,7 @@ func toolTargets(t *testing.T, d driver.Dialect) toolTarget {
 		return toolTarget{d: d, db: db, schema: schema}
 	case driver.SQLite:
 		path := filepath.Join(t.TempDir(), "tool.db")
-		db, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+		db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 		testenv.Must(t, err, "open sqlite")
 		t.Cleanup(func() { _ = db.Close() })
 		return toolTarget{d: d, db: db, path: path}

@@ -21,7 +21,7 @@ import (
 func ExampleOutbox_Add() {
 	dir, _ := os.MkdirTemp("", "txbox-example")
 	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(filepath.Join(dir, "shop.db")))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // the returned function removes it.
 func exampleOutbox() (*sql.DB, *txbox.Outbox[*sql.Tx], func()) {
 	dir, _ := os.MkdirTemp("", "txboxtest-example")
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(filepath.Join(dir, "shop.db")))
 	if err != nil {
 		log.Fatal(err)
 	}

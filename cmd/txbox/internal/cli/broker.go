@@ -25,6 +25,7 @@ import (
 	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/txboxasynq"
 )
@@ -235,60 +236,32 @@ func checkPrefixRoom(flag, scheme, prefix string) error {
 }
 
 // checkBrokerURL checks raw, the broker URL from name (--broker or
-// TXBOX_BROKER), and returns its scheme.
+// TXBOX_BROKER), with the ParseURL of the adapter its scheme names, and
+// returns its scheme.
 func checkBrokerURL(name, raw string) (string, error) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	switch {
-	case !ok:
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
 		return "", fmt.Errorf("%s %q: want a URL such as nats://127.0.0.1:4222", name, redact(raw, raw))
-	case scheme != "nats" && scheme != "tls" && !otherBroker(scheme):
-		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, amqp://user:pass@host:5672/vhost, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
-	case scheme == "kafka":
-		hostList, _, _ := strings.Cut(rest, "/")
-		hostList, _, _ = strings.Cut(hostList, "?")
-		if strings.Contains(rest, "@") { // anywhere: a '/' or '?' in a password would hide it
-			return "", fmt.Errorf("%s %q: kafka:// takes no user name or password (SASL is not supported)", name, redact(raw, raw))
-		}
-		seeds := splitList(hostList)
-		if len(seeds) == 0 {
-			return "", fmt.Errorf("%s %q: want kafka://host:9092[,host2:9092]", name, redact(raw, raw))
-		}
-		for _, seed := range seeds {
-			if _, _, err := net.SplitHostPort(seed); err != nil {
-				return "", fmt.Errorf("%s %q: seed %q: want host:port", name, redact(raw, raw), seed)
-			}
-		}
-	case scheme == "nats" || scheme == "tls":
-		if listSplitsPassword(raw) {
-			return "", fmt.Errorf("%s %q: a ',' in a password must be percent-encoded (%%2C): the URL is a list of servers split at commas", name, redact(raw, raw))
-		}
-		for _, server := range splitList(raw) {
-			if !strings.Contains(server, "://") {
-				server = scheme + "://" + server
-			}
-			if _, err := parseURL(name, server); err != nil {
-				return "", err
-			}
-		}
+	}
+	var err error
+	switch scheme {
+	case "nats", "tls":
+		_, err = natsjs.ParseURL(raw)
+	case "amqp", "amqps":
+		_, err = rabbitmq.ParseURL(raw)
+	case "redis", "rediss":
+		_, _, err = redisstream.ParseURL(raw)
+	case "asynq+redis", "asynq+rediss":
+		_, _, err = txboxasynq.ParseURL(raw)
+	case "kafka":
+		_, err = kafka.ParseURL(raw)
 	default:
-		if _, err := parseURL(name, strings.TrimPrefix(raw, "asynq+")); err != nil {
-			return "", err
-		}
+		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, amqp://user:pass@host:5672/vhost, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", name, redact(raw, raw), redactErr(err, raw))
 	}
 	return scheme, nil
-}
-
-// listSplitsPassword reports whether a password in raw holds a ',', where
-// a list of servers would be split (and its pieces quoted in errors).
-func listSplitsPassword(raw string) bool {
-	for _, seg := range authorities(raw) {
-		if at := strings.LastIndex(seg, "@"); at >= 0 {
-			if _, pw, ok := strings.Cut(seg[:at], ":"); ok && strings.Contains(pw, ",") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // isPrintable reports whether cell leaves s as it is.
@@ -354,15 +327,11 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 		if err != nil {
 			return nil, err
 		}
-		if port != 0 {
-			// natsembed only notices a busy port after its start timeout.
-			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-			if err != nil {
-				return nil, fmt.Errorf("embedded NATS server cannot listen on %s: %w (if a NATS server already runs there, use it with --broker nats://%s; or choose another --nats-listen)", f.natsListen, err, f.natsListen)
-			}
-			_ = l.Close()
-		}
 		srv, err := natsembed.Start(natsembed.Config{Dir: f.natsDir, Host: host, Port: port})
+		var listen *net.OpError
+		if errors.As(err, &listen) && listen.Op == "listen" {
+			return nil, fmt.Errorf("embedded NATS server: %w (if a NATS server already runs there, use it with --broker nats://%s; or choose another --nats-listen)", err, f.natsListen)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -502,17 +471,15 @@ func otherBroker(scheme string) bool {
 // Query parameters: redis:// takes maxlen=N (XADD MAXLEN ~ N); asynq+redis://
 // takes queue=NAME (default "default") and reads TXBOX_TASK_RETENTION.
 func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
-	scheme, rest, _ := strings.Cut(f.url, "://")
+	scheme, _, _ := strings.Cut(f.url, "://")
 	if scheme == "amqp" || scheme == "amqps" {
 		return openRabbitMQ(f, out)
 	}
 	b := &broker{desc: redact(f.url, f.url)}
 	if scheme == "kafka" {
-		hostList, _, _ := strings.Cut(rest, "/")
-		hostList, _, _ = strings.Cut(hostList, "?")
-		seeds := splitList(hostList)
-		if len(seeds) == 0 {
-			return nil, fmt.Errorf("--broker %q: want kafka://host:9092[,host2:9092]", b.desc)
+		seeds, err := kafka.ParseURL(f.url)
+		if err != nil {
+			return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
 		}
 		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("txbox"))
 		if err != nil {
@@ -533,13 +500,17 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		return b, nil
 	}
 	asynqTarget := strings.HasPrefix(scheme, "asynq+")
-	u, err := parseURL("--broker", strings.TrimPrefix(f.url, "asynq+"))
-	if err != nil {
-		return nil, err
+	var (
+		opt      *redis.Options
+		asynqCfg txboxasynq.PublisherConfig
+		redisCfg redisstream.PublisherConfig
+		err      error
+	)
+	if asynqTarget {
+		opt, asynqCfg, err = txboxasynq.ParseURL(f.url)
+	} else {
+		opt, redisCfg, err = redisstream.ParseURL(f.url)
 	}
-	q := u.Query()
-	u.RawQuery = ""
-	opt, err := redis.ParseURL(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
 	}
@@ -555,26 +526,19 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		return nil, &unreachableError{fmt.Errorf("connect to Redis at %s: %w", b.desc, redactErr(err, f.url))}
 	}
 	if asynqTarget {
-		retention, err := taskRetentionFromEnv()
-		cfg := txboxasynq.PublisherConfig{Queue: q.Get("queue"), Retention: retention}
+		asynqCfg.Retention, err = taskRetentionFromEnv()
 		if err == nil {
-			b.pub, err = txboxasynq.NewPublisher(rdb, cfg)
+			b.pub, err = txboxasynq.NewPublisher(rdb, asynqCfg)
 		}
 		if err != nil {
 			b.Close()
 			return nil, err
 		}
-		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, cell(b.pub.(*txboxasynq.Publisher).Queue()))
+		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, cell(asynqCfg.Queue))
 		return b, nil
 	}
-	var maxLen int64
-	if v := q.Get("maxlen"); v != "" {
-		if maxLen, err = strconv.ParseInt(v, 10, 64); err != nil || maxLen < 0 {
-			b.Close()
-			return nil, fmt.Errorf("--broker %q: maxlen=%q: want a non-negative integer", b.desc, v)
-		}
-	}
-	if b.pub, err = redisstream.NewPublisher(rdb, redisstream.PublisherConfig{Prefix: f.subjectPrefix, MaxLen: maxLen}); err != nil {
+	redisCfg.Prefix = f.subjectPrefix
+	if b.pub, err = redisstream.NewPublisher(rdb, redisCfg); err != nil {
 		b.Close()
 		return nil, err
 	}

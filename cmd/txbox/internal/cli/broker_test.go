@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -119,11 +122,29 @@ func TestOtherBrokers(t *testing.T) {
 		})
 	}
 	bad := brokerFlags{url: "redis://127.0.0.1:6379/0?maxlen=-1"}
-	testenv.Must(t, bad.check(), "check")
-	if _, err := openBroker(ctx, &bad, io.Discard); err == nil {
-		t.Fatal("maxlen=-1 accepted")
+	if err := bad.check(); err == nil || !strings.Contains(err.Error(), "maxlen") {
+		t.Fatalf("maxlen=-1: check returned %v, want an error naming maxlen", err)
 	}
 	if err := (&brokerFlags{url: "mqtt://x"}).check(); err == nil {
 		t.Fatal("mqtt:// accepted")
+	}
+}
+
+// The embedded server on a port another process holds is refused, with
+// the hint to use the server that may run there.
+func TestEmbeddedNATSBusyPort(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "listen")
+	defer l.Close()
+	f := brokerFlags{natsListen: l.Addr().String(), natsDir: t.TempDir()}
+	testenv.Must(t, f.check(), "check")
+	b, err := openBroker(context.Background(), &f, io.Discard)
+	if err == nil {
+		b.Close()
+		t.Fatal("the embedded server started on a busy port")
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "use it with --broker nats://"+l.Addr().String()) {
+		t.Fatalf("busy port: %v; want EADDRINUSE and the hint", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // run runs txbox with args and returns its stdout, stderr and error.
@@ -328,7 +329,7 @@ func TestRelayDeliversPlainSQLRows(t *testing.T) {
 		dir := t.TempDir()
 		dbURL := "sqlite://" + filepath.Join(dir, "app.db")
 		mustRun(t, "migrate", "up", "--db", dbURL)
-		db, err := sql.Open("sqlite", cli.SQLiteDSN(filepath.Join(dir, "app.db")))
+		db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(filepath.Join(dir, "app.db")))
 		testenv.Must(t, err, "open sqlite")
 		t.Cleanup(func() { _ = db.Close() })
 		testRelay(t, []string{"--db", dbURL},
@@ -508,7 +509,7 @@ func migratedSQLite(t *testing.T, name string) ([]string, *sql.DB) {
 	path := filepath.Join(t.TempDir(), name)
 	args := []string{"--db", "sqlite://" + path}
 	mustRun(t, append([]string{"migrate", "up"}, args...)...)
-	conn, err := sql.Open("sqlite", cli.SQLiteDSN(path))
+	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	testenv.Must(t, err, "open sqlite")
 	t.Cleanup(func() { _ = conn.Close() })
 	return args, conn
@@ -534,7 +535,7 @@ func TestMigrateDown(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
 	db := "sqlite://" + path
 	mustRun(t, "migrate", "up", "--db", db, "--inbox-table", "orders_inbox")
-	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,8 +123,7 @@ func (t dbTarget) String() string {
 	return redact(t.url, t.url)
 }
 
-// SQLiteDSN is txboxsql.SQLiteDSN: WAL, a busy timeout and immediate
-// transactions.
+// SQLiteDSN is txboxsql.SQLiteDSN, for the tests that name it here.
 func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
 
 // onDriver builds a tool (dead.New, inspect.New) over d's driver, whichever
@@ -206,9 +205,9 @@ func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error)
 			_ = db.Close()
 			return nil, fmt.Errorf("connect to %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
-		return &database{target: t, sql: txboxsql.NewWithOptions(db, driver.MySQL, txboxsql.Options{IsTransient: mysqlTransient}), db: db}, nil
+		return &database{target: t, sql: txboxsql.New(db, driver.MySQL), db: db}, nil
 	default:
-		dsn := SQLiteDSN(t.path)
+		dsn := txboxsql.SQLiteDSN(t.path)
 		if !create {
 			if _, err := os.Stat(t.path); errors.Is(err, fs.ErrNotExist) {
 				return nil, fmt.Errorf("open %s: the file does not exist (check the path; txbox migrate up creates it)", t)
@@ -237,25 +236,6 @@ func (d *database) transient(err error) bool {
 		return driver.IsTransientFor(d.pgx, err)
 	}
 	return driver.IsTransientFor(d.sql, err)
-}
-
-// mysqlTransient is txboxsql's Options.IsTransient for go-sql-driver/mysql,
-// whose error numbers txboxsql cannot read: a connection it found broken,
-// and 1040 (too many connections), 1053 (server shutdown), 1205 (lock wait
-// timeout), 1213 (deadlock), 2006 and 2013 (server gone away, connection
-// lost).
-func mysqlTransient(err error) bool {
-	if errors.Is(err, mysqldrv.ErrInvalidConn) {
-		return true
-	}
-	var me *mysqldrv.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1040, 1053, 1205, 1213, 2006, 2013:
-			return true
-		}
-	}
-	return false
 }
 
 func (d *database) Close() {

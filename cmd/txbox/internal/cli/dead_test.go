@@ -8,6 +8,7 @@ import (
 
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // txbox dead list shows a dead message and how many it parks; redrive and
@@ -17,7 +18,7 @@ func TestDeadCommands(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dead.db")
 	db := "sqlite://" + path
 	mustRun(t, "migrate", "up", "--db", db)
-	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	testenv.Must(t, err, "open")
 	defer conn.Close()
 	_, err = conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, attempts, last_error, dead_at)

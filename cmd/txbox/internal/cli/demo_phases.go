@@ -121,7 +121,7 @@ func (d *demo) prepare(ctx context.Context, errOut io.Writer) error {
 // openDatabase opens the shop's database: SQLite, with txbox's outbox and
 // inbox tables, an orders table and the shipping service's table.
 func (d *demo) openDatabase() (err error) {
-	if d.db, err = sql.Open("sqlite", SQLiteDSN(filepath.Join(d.dir, "shop.db"))); err != nil {
+	if d.db, err = sql.Open("sqlite", txboxsql.SQLiteDSN(filepath.Join(d.dir, "shop.db"))); err != nil {
 		return err
 	}
 	d.onClose(func() error { d.db.Close(); return nil })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // evil are values a row may hold that would reach the terminal: an OSC
@@ -58,7 +59,7 @@ func TestDeadListEscapesSQLite(t *testing.T) {
 
 // insertEvil adds two dead rows with the evil values to the SQLite file.
 func insertEvil(t *testing.T, path string) {
-	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	if err == nil {
 		defer conn.Close()
 		_, err = conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, attempts, last_error, dead_at)

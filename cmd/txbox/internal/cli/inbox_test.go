@@ -24,7 +24,7 @@ func TestInboxCommands(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "inbox.db")
 	db := "sqlite://" + path
 	mustRun(t, "migrate", "up", "--db", db, "--no-outbox", "--inbox-table", "orders_inbox")
-	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	testenv.Must(t, err, "open")
 	defer conn.Close()
 	day := (24 * time.Hour).Microseconds()

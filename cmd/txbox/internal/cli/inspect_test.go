@@ -39,7 +39,7 @@ func TestInspectCommands(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "inspect.db")
 		db := "sqlite://" + path
 		mustRun(t, "migrate", "up", "--db", db)
-		conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+		conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 		testenv.Must(t, err, "open")
 		t.Cleanup(func() { _ = conn.Close() })
 		_, err = conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES

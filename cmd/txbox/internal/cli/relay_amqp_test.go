@@ -10,8 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // amqpQueue declares a queue of its own on the shared RabbitMQ, bound to
@@ -94,7 +94,7 @@ func TestRelayRabbitMQ(t *testing.T) {
 		logs, stop := relayCmd(t, "--db", dbURL, "--broker", url, "--exchange", exchange, "--subject-prefix", "shop.",
 			"--max-attempts", "1", "--poll-interval", "20ms", "--stats-interval", "0")
 		dead := func() int {
-			db, err := sql.Open("sqlite", cli.SQLiteDSN(strings.TrimPrefix(dbURL, "sqlite://")))
+			db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(strings.TrimPrefix(dbURL, "sqlite://")))
 			testenv.Must(t, err, "open sqlite")
 			defer db.Close()
 			var n int

@@ -19,6 +19,7 @@ import (
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // freePort returns a loopback port nothing listens on (for now).
@@ -90,7 +91,7 @@ func sqliteOutbox(t *testing.T) (string, func(topic string), func() int) {
 	dir := t.TempDir()
 	dbURL := "sqlite://" + filepath.Join(dir, "app.db")
 	mustRun(t, "migrate", "up", "--db", dbURL)
-	db, err := sql.Open("sqlite", cli.SQLiteDSN(filepath.Join(dir, "app.db")))
+	db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(filepath.Join(dir, "app.db")))
 	testenv.Must(t, err, "open sqlite")
 	t.Cleanup(func() { _ = db.Close() })
 	insert := func(topic string) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // privateNATS starts /usr/sbin/nats-server with JetStream and the config
@@ -64,7 +65,7 @@ func TestRelayLearnsMaxControlLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mcl.db")
 	dbURL := "sqlite://" + path
 	mustRun(t, "migrate", "up", "--db", dbURL)
-	db, err := sql.Open("sqlite", cli.SQLiteDSN(path))
+	db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	testenv.Must(t, err, "open sqlite")
 	t.Cleanup(func() { _ = db.Close() })
 	long := "l." + strings.Repeat("x", 248) // 250 bytes: a valid topic

@@ -23,15 +23,12 @@ import (
 func Open(url string) (*sql.DB, driver.Dialect, error) {
 	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
 		path = strings.TrimPrefix(path, "//")
-		db, err := sql.Open("sqlite", SQLiteDSN(path))
+		db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 		return db, driver.SQLite, err
 	}
 	db, err := sql.Open("pgx", url)
 	return db, driver.Postgres, err
 }
-
-// SQLiteDSN is txboxsql.SQLiteDSN, the settings the txbox CLI uses.
-func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
 
 // Q rewrites the ? placeholders of query for dialect d ($1, $2, … on
 // PostgreSQL).

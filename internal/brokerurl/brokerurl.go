@@ -1,0 +1,157 @@
+// Package brokerurl holds what the broker adapters' ParseURL functions
+// share: url.Parse with errors that never quote a password, the masking of
+// passwords in what an error quotes, and the splitting of server lists.
+package brokerurl
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// Mask replaces a password in what an error quotes (as url.URL.Redacted).
+const Mask = "xxxxx"
+
+// Parse parses raw with url.Parse. Its error does not quote raw, and says
+// what is wrong without quoting a piece of the password: url.Parse reads the text of a password before a '/', '?' or
+// '#' in it as a port, and quotes a bad %-escape with the bytes after it.
+func Parse(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err == nil {
+		return u, nil
+	}
+	return nil, fmt.Errorf("malformed URL: %s", why(raw, err))
+}
+
+// why returns what url.Parse's error err says about raw, unless that could
+// quote a piece of a password; then it says how to write the password.
+func why(raw string, err error) string {
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		msg = ue.Err.Error()
+	}
+	if userinfo, ok := userinfoOf(raw); ok {
+		switch {
+		case strings.ContainsAny(userinfo, "/?#"):
+			return "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
+		case badEscape(userinfo):
+			return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
+		}
+	}
+	if pw := password(raw); pw != "" && strings.Contains(msg, pw) {
+		return "the URL does not parse"
+	}
+	return msg
+}
+
+// userinfoOf returns the text of raw between its "://" and the last '@',
+// leniently (as url.Parse reads a userinfo holding a '/', it does not).
+func userinfoOf(raw string) (string, bool) {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		rest = raw
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return "", false
+	}
+	return rest[:at], true
+}
+
+// password returns the password of raw's userinfo as written, leniently;
+// "" if it has none.
+func password(raw string) string {
+	userinfo, ok := userinfoOf(raw)
+	if !ok {
+		return ""
+	}
+	_, pw, _ := strings.Cut(userinfo, ":")
+	return pw
+}
+
+// Redact returns raw with the password of its userinfo masked: the text
+// between the first ':' after "://" and the last '@', so that a password
+// url.Parse refuses is masked too.
+func Redact(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPW := strings.Cut(rest[:at], ":")
+	if !hasPW {
+		return raw
+	}
+	out := user + ":" + Mask + rest[at:]
+	if ok {
+		out = scheme + "://" + out
+	}
+	return out
+}
+
+// Split splits a comma-separated list, trimming spaces and dropping empty
+// items.
+func Split(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// ListSplitsPassword reports whether a password in raw, a comma-separated
+// list of URLs, holds a ',' where the list would be split.
+func ListSplitsPassword(raw string) bool {
+	parts := strings.Split(raw, "://")
+	for i, seg := range parts[1:] {
+		if i < len(parts)-2 { // drop the next URL's scheme from the segment
+			if j := strings.LastIndexAny(seg, ", "); j >= 0 {
+				seg = seg[:j]
+			}
+		}
+		if at := strings.LastIndex(seg, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(seg[:at], ":"); ok && strings.Contains(pw, ",") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// badEscape reports whether s holds a '%' not followed by two hex digits.
+func badEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && (i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2])) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// Scrub returns msg, an SDK's error message about raw, with raw's password
+// masked wherever it occurs, as written and percent-decoded.
+func Scrub(msg, raw string) string {
+	pw := password(raw)
+	if pw == "" {
+		return msg
+	}
+	secrets := []string{pw}
+	if d, err := url.PathUnescape(pw); err == nil && d != pw {
+		secrets = append(secrets, d)
+	}
+	for _, s := range secrets {
+		msg = strings.ReplaceAll(msg, s, Mask)
+	}
+	return msg
+}
