@@ -62,7 +62,7 @@ type Backlog struct {
 }
 
 // Upkeep is what keeps VACUUM from the outbox table (docs/operability.md):
-// the database's oldest open transaction, and the dead row versions
+// the database's oldest open transaction, and the row versions to vacuum
 // waiting.
 type Upkeep struct {
 	OldestTransactionAge time.Duration // 0: none

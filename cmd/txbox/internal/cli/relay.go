@@ -481,14 +481,16 @@ func escapeAttr(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// statsLine formats one progress line of the relay.
+// statsLine formats one progress line of the relay, in the words of
+// docs/glossary.md: this process's counters (published, rejected, went
+// dead), then the table's outstanding (parked among them) and dead rows.
 func statsLine(st relay.Stats, delta int64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "relay: published %d (+%d), rejected %d, dead %d; pending %d", st.Published, delta, st.Rejected, st.Dead, st.Pending)
+	fmt.Fprintf(&b, "relay: published %d (+%d), rejected %d, went dead %d; outstanding %d (parked %d", st.Published, delta, st.Rejected, st.Dead, st.Pending, st.Parked)
 	if st.Pending > 0 {
-		fmt.Fprintf(&b, " (oldest %s)", st.OldestPendingAge.Round(time.Millisecond))
+		fmt.Fprintf(&b, ", oldest %s", st.OldestPendingAge.Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, ", dead rows %d, rounds %d (failed %d)", st.DeadRows, st.Rounds, st.FailedRounds)
+	fmt.Fprintf(&b, "), dead %d; rounds %d (failed %d)", st.DeadRows, st.Rounds, st.FailedRounds)
 	if st.Duplicates > 0 {
 		fmt.Fprintf(&b, ", broker duplicates %d", st.Duplicates)
 	}
