@@ -258,6 +258,37 @@ func (h *Handler) checkCSRF(r *http.Request) error {
 	return nil
 }
 
+// maxActionBody bounds the body of an action.
+const maxActionBody = 64 << 10
+
+// admit is the prologue of every action (redrive, discard, bulk, consumer
+// dead letters): it bounds the body, checks that r may act (may) and
+// carries the CSRF token, and parses the form when form is set. On a
+// refusal it answers through fail and returns false.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, may func(*http.Request) error, form bool, fail func(code int, err error)) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxActionBody)
+	if err := may(r); err != nil {
+		fail(http.StatusForbidden, err)
+		return false
+	}
+	if err := h.checkCSRF(r); err != nil {
+		fail(http.StatusForbidden, err)
+		return false
+	}
+	if form {
+		if err := r.ParseForm(); err != nil {
+			fail(http.StatusBadRequest, err)
+			return false
+		}
+	}
+	return true
+}
+
+// plainFail answers a refused action in plain text.
+func plainFail(w http.ResponseWriter) func(int, error) {
+	return func(code int, err error) { http.Error(w, "txbox dashboard: "+err.Error(), code) }
+}
+
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // actionResult is the JSON answer of api/dead/{action}.
@@ -290,13 +321,7 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusNotFound, fmt.Errorf("unknown action %q", action))
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := h.mayMutate(r); err != nil {
-		fail(http.StatusForbidden, err)
-		return
-	}
-	if err := h.checkCSRF(r); err != nil {
-		fail(http.StatusForbidden, err)
+	if !h.admit(w, r, h.mayMutate, false, fail) { // actionSeqs reads the form or the JSON body
 		return
 	}
 	seqs, err := actionSeqs(r, api)

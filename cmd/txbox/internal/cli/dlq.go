@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -383,7 +381,7 @@ func confirmBulk(cmd *cobra.Command, yes bool, what string) error {
 		return nil
 	}
 	in := cmd.InOrStdin()
-	if !isTerminalIn(in) {
+	if !isTerminal(in) {
 		return fmt.Errorf("%s: standard input is not a terminal, so nothing was asked: add --yes (or --dry-run to see what it would do)", what)
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "%s? [y/N] ", what)
@@ -392,14 +390,6 @@ func confirmBulk(cmd *cobra.Command, yes bool, what string) error {
 		return errors.New("not confirmed; nothing done")
 	}
 	return nil
-}
-
-func isTerminalIn(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 func newDLQActionCmd(f *dlqFlags, action string) *cobra.Command {
