@@ -126,8 +126,9 @@ func printMessage(out io.Writer, m inspect.Message, why string, publishedAt time
 	if !publishedAt.IsZero() {
 		fmt.Fprintf(tw, "published at\t%s\n", publishedAt.UTC().Format(time.RFC3339Nano))
 	}
-	if m.State == inspect.Pending && m.Attempts == 0 && m.LastError != "" {
-		// A redrive keeps the error; the next failed attempt replaces it.
+	if m.State != inspect.Dead && m.Attempts == 0 && m.LastError != "" {
+		// A redrive keeps the error (pending, then delivered); the next
+		// failed attempt replaces it.
 		fmt.Fprintf(tw, "previous error\t%s (before a redrive; not an error of its current attempts)\n", cell(m.LastError))
 	} else {
 		fmt.Fprintf(tw, "last error\t%s\n", cell(m.LastError))

@@ -73,6 +73,11 @@ func TestShowFindsAnyState(t *testing.T) {
 			strings.Contains(flat, "last error") {
 			t.Fatalf("txbox show of a redriven row does not show its error as the previous one:\n%s", out)
 		}
+		testenv.Must(t, exec(`UPDATE txbox_outbox SET published_at = `+now+` WHERE message_id = 'm-dead'`), "deliver m-dead")
+		out = mustRun(t, append([]string{"show", "m-dead"}, args...)...)
+		if flat := strings.Join(strings.Fields(out), " "); !strings.Contains(flat, "state delivered") || !strings.Contains(flat, "previous error no JetStream") || strings.Contains(flat, "last error") {
+			t.Fatalf("txbox show of a row delivered after a redrive does not show its error as the previous one:\n%s", out)
+		}
 	}
 	sqlSeq := func(t *testing.T, conn *sql.DB) func(string) string {
 		return func(id string) (seq string) {
