@@ -53,8 +53,12 @@ func ParseBinding(b string) (topic, group string, err error) {
 // dead-lettered). Kafka cannot redeliver one record: Retry waits (at most
 // MaxRetryWait), produces a copy to the same topic and key with
 // Txbox-Deliveries = n+1, and settles the original (the copy goes behind the
-// records published meanwhile: per-key order is not kept across a retry).
-// DeadLetter produces a copy to TOPIC+DeadLetterSuffix with Txbox-Error.
+// records published meanwhile: per-key order is not kept across a retry);
+// the topic's other groups settle such a copy unseen.
+// DeadLetter produces a copy to TOPIC+DeadLetterSuffix with Txbox-Error;
+// DeadLetters lists, redrives and discards them. A record with
+// HeaderRedriveFor (a redriven dead letter) is handed out only to the
+// binding it names; other groups settle it unseen.
 type Subscriber struct {
 	cl  *kgo.Client
 	cfg SubscriberConfig
@@ -193,6 +197,10 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 			r := sub.buf[0]
 			sub.buf = sub.buf[1:]
 			sub.mu.Unlock()
+			if !sub.mine(r) {
+				sub.settle(r)
+				continue
+			}
 			return &delivery{sub: sub, r: r}, nil
 		}
 		sub.mu.Unlock()
@@ -225,6 +233,19 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 			return nil, errors.Join(errs...)
 		}
 	}
+}
+
+// mine reports whether r is for this binding: not a retry copy another
+// group made (Txbox-Binding) nor a dead letter redriven for another group
+// (HeaderRedriveFor). Publishers cannot set either header (Txbox-* is
+// reserved).
+func (sub *subscription) mine(r *kgo.Record) bool {
+	for _, k := range []string{txbox.HeaderBinding, HeaderRedriveFor} {
+		if b, ok := header(r, k); ok && b != sub.binding {
+			return false
+		}
+	}
+	return true
 }
 
 // settle records r as done and marks for commit the offset after the
@@ -290,8 +311,8 @@ func deliveries(r *kgo.Record, binding string) int {
 // Message returns the message (docs/reference/wire-format.md): id = the
 // Txbox-Message-Id header, key = record key, created-at from
 // Txbox-Created-At, the other headers as text, the first of repeated ones;
-// Txbox-Message-Id, Txbox-Created-At, Txbox-Deliveries and Txbox-Binding
-// are taken out of the headers.
+// Txbox-Message-Id, Txbox-Created-At, Txbox-Deliveries, Txbox-Binding and
+// Txbox-Redrive-For are taken out of the headers.
 func (d *delivery) Message() txbox.Received {
 	m := txbox.Message{Topic: d.r.Topic, Key: string(d.r.Key), Payload: d.r.Value}
 	for _, h := range d.r.Headers {
@@ -304,7 +325,7 @@ func (d *delivery) Message() txbox.Received {
 			if m.CreatedAt.IsZero() {
 				m.CreatedAt = wire.ParseTime(string(h.Value))
 			}
-		case txbox.HeaderDeliveries, txbox.HeaderBinding:
+		case txbox.HeaderDeliveries, txbox.HeaderBinding, HeaderRedriveFor:
 		default:
 			if m.Headers == nil {
 				m.Headers = map[string]string{}

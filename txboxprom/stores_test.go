@@ -35,7 +35,7 @@ txbox_relay_published_total{relay="r1",store="b",topic="orders"} 2
 txbox_relay_published_total{relay="r1",store="b",topic="other"} 0
 txbox_relay_published_total{relay="r1",store="other",topic="orders"} 7
 txbox_relay_published_total{relay="r1",store="other",topic="other"} 0
-# HELP txbox_relay_backlog Outbox rows by state (pending, retrying, parked: undelivered; dead), from the relay's periodic sample.
+# HELP txbox_relay_backlog Outbox rows by state, from the relay's periodic sample: pending, retrying and parked (outstanding), dead; see docs/reference/glossary.md.
 # TYPE txbox_relay_backlog gauge
 txbox_relay_backlog{relay="r1",state="dead",store="a"} 0
 txbox_relay_backlog{relay="r1",state="dead",store="b"} 0

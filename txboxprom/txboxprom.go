@@ -133,8 +133,8 @@ func New(cfg Config) *Metrics {
 
 	m.published = counter("txbox_relay_published_total", "Messages the broker acknowledged and the relay marked, by topic.", "topic")
 	m.rejected = counter("txbox_relay_rejected_total", "Broker rejections (each costs the message an attempt; the message is retried), by topic.", "topic")
-	m.dead = counter("txbox_relay_dead_total", "Messages the relay parked as dead (after their last rejection, or invalid), by topic.", "topic")
-	m.invalid = counter("txbox_relay_invalid_total", "Rows that broke the outbox contract, parked dead at once (also in txbox_relay_dead_total), by topic.", "topic")
+	m.dead = counter("txbox_relay_dead_total", "Messages the relay marked dead (went dead: after their last rejection, or invalid), by topic.", "topic")
+	m.invalid = counter("txbox_relay_invalid_total", "Rows that broke the outbox contract, marked dead at once (also in txbox_relay_dead_total), by topic.", "topic")
 	m.unacked = counter("txbox_relay_unacked_total", "Messages the broker did not answer (outage, timeout), given back untouched, by topic.", "topic")
 	m.commitToAck = histogram("txbox_relay_commit_to_ack_seconds", "Time from a row's created_at to the record of the broker's ack.", cfg.LatencyBuckets)
 	m.claimDuration = histogram("txbox_relay_claim_duration_seconds", "Duration of one claim query.", durations)
@@ -142,7 +142,7 @@ func New(cfg Config) *Metrics {
 	m.batchSize = histogram("txbox_relay_batch_size", "Rows returned by one claim (0 for an idle poll).", []float64{0, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000})
 	m.roundsFailed = counter("txbox_relay_rounds_failed_total", "Rounds that failed, by stage (claim, publish, finish).", "stage")
 	m.backlog = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "txbox_relay_backlog",
-		Help: "Outbox rows by state (pending, retrying, parked: undelivered; dead), from the relay's periodic sample.", ConstLabels: cl}, []string{"state"})
+		Help: "Outbox rows by state, from the relay's periodic sample: pending, retrying and parked (outstanding), dead; see docs/reference/glossary.md.", ConstLabels: cl}, []string{"state"})
 	sampledFrom := len(m.collectors)
 	m.oldestClaimable = gauge("txbox_relay_oldest_claimable_age_seconds", "Age of the oldest row a claim could take now (due, not parked); 0 when none.")
 	m.oldestInFlight = gauge("txbox_relay_oldest_in_flight_age_seconds", "How long the oldest batch this relay holds has been claimed; 0 when none.")
@@ -154,7 +154,7 @@ func New(cfg Config) *Metrics {
 	upkeepFrom := len(m.collectors)
 	m.oldestSnapshot = gauge("txbox_relay_oldest_transaction_age_seconds",
 		"PostgreSQL: how long the database's oldest transaction holding a snapshot has been open (0: none); VACUUM removes no row version newer than it, so delivered rows' index entries stay in the claims' way.")
-	m.deadRows = gauge("txbox_relay_table_dead_rows", "PostgreSQL: the outbox table's dead row versions, awaiting VACUUM (PostgreSQL's estimate).")
+	m.deadRows = gauge("txbox_relay_table_dead_rows", "PostgreSQL: the outbox table's row versions to vacuum (dead tuples, PostgreSQL's estimate; not dead messages).")
 	m.upkept.cs = slices.Clone(m.collectors[upkeepFrom:])
 	m.collectors = slices.Clip(m.collectors[:upkeepFrom])
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_relay_sample_errors_total", Help: "Backlog samples that could not read the table.", ConstLabels: cl})

@@ -30,7 +30,7 @@ func TestUpkeepGaugesOnlyOnceSampled(t *testing.T) {
 # HELP txbox_relay_oldest_transaction_age_seconds PostgreSQL: how long the database's oldest transaction holding a snapshot has been open (0: none); VACUUM removes no row version newer than it, so delivered rows' index entries stay in the claims' way.
 # TYPE txbox_relay_oldest_transaction_age_seconds gauge
 txbox_relay_oldest_transaction_age_seconds 90
-# HELP txbox_relay_table_dead_rows PostgreSQL: the outbox table's dead row versions, awaiting VACUUM (PostgreSQL's estimate).
+# HELP txbox_relay_table_dead_rows PostgreSQL: the outbox table's row versions to vacuum (dead tuples, PostgreSQL's estimate; not dead messages).
 # TYPE txbox_relay_table_dead_rows gauge
 txbox_relay_table_dead_rows 1234
 `

@@ -163,17 +163,7 @@ func (h *Handler) serveDLQAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "txbox dashboard: unknown action", http.StatusNotFound)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := h.mayMutateDLQ(r); err != nil {
-		http.Error(w, "txbox dashboard: "+err.Error(), http.StatusForbidden)
-		return
-	}
-	if err := h.checkCSRF(r); err != nil {
-		http.Error(w, "txbox dashboard: "+err.Error(), http.StatusForbidden)
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "txbox dashboard: "+err.Error(), http.StatusBadRequest)
+	if !h.admit(w, r, h.mayMutateDLQ, true, plainFail(w)) {
 		return
 	}
 	d, ok := h.dlqRef(r.PostFormValue("binding"))
@@ -214,17 +204,7 @@ func (f bulkForm) String() string {
 // serveBulk redrives or discards the dead messages a filter selects: with
 // dry_run it shows them and a button that does it.
 func (h *Handler) serveBulk(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := h.mayMutate(r); err != nil {
-		http.Error(w, "txbox dashboard: "+err.Error(), http.StatusForbidden)
-		return
-	}
-	if err := h.checkCSRF(r); err != nil {
-		http.Error(w, "txbox dashboard: "+err.Error(), http.StatusForbidden)
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "txbox dashboard: "+err.Error(), http.StatusBadRequest)
+	if !h.admit(w, r, h.mayMutate, true, plainFail(w)) {
 		return
 	}
 	action := r.PostFormValue("action")

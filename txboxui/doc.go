@@ -10,6 +10,12 @@
 //	mux.Handle("/ui/", http.StripPrefix("/ui", h))
 //	go h.Run(ctx) // optional: keep sampling when nobody watches
 //
+// Several stores (outbox databases) share one dashboard with NewStores: a
+// list of the stores with their backlogs, each store's dashboard (made with
+// Stores.New) under store/N/, one token, Host and CSRF check for all. A
+// relay in another process shows in the relay panel through its readiness
+// endpoint (RelayRef.Readyz).
+//
 // Every link is relative, so the handler works under any prefix stripped
 // with http.StripPrefix. The page renders on the server (html/template, so
 // every value is escaped) and a small script refreshes it; GET api/state

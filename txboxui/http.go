@@ -46,7 +46,7 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 		}
 		return "… (" + strconv.FormatInt(full, 10) + " bytes)"
 	},
-}).ParseFS(assets, "assets/page.html", "assets/letter.html", "assets/dlq.html"))
+}).ParseFS(assets, "assets/page.html", "assets/letter.html", "assets/dlq.html", "assets/stores.html"))
 
 // csrfCookie is the cookie that must match the form's token.
 const (
@@ -76,32 +76,33 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /dlq/{action}", h.serveDLQAction)
 }
 
-// authenticated: no Token is configured, or the request carries it.
-func (h *Handler) authenticated(r *http.Request) bool {
-	if h.cfg.Token == "" {
+// authenticated: no token is configured, or the request carries it.
+func authenticated(r *http.Request, token string) bool {
+	if token == "" {
 		return true
 	}
 	_, pass, ok := r.BasicAuth()
 	if !ok {
 		pass, ok = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	}
-	return ok && subtle.ConstantTimeCompare([]byte(pass), []byte(h.cfg.Token)) == 1
+	return ok && subtle.ConstantTimeCompare([]byte(pass), []byte(token)) == 1
 }
 
 // view is what the page template renders.
 type view struct {
 	*State
-	CSRF    string
-	Done    string // the result of the last action, from the redirect
-	Failed  bool
-	CanEdit bool
-	DLQ     bool // the consumer dead letters' panel is configured
+	CSRF     string
+	Done     string // the result of the last action, from the redirect
+	Failed   bool
+	CanEdit  bool
+	DLQ      bool // the consumer dead letters' panel is configured
+	InStores bool // one store of a Stores dashboard: link to the list
 }
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	s := h.state(r.Context(), false)
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: h.csrf, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-	v := view{State: s, CSRF: h.csrf, CanEdit: !h.cfg.ReadOnly && s.HasDead && h.mayMutate(r) == nil, DLQ: len(h.cfg.DLQ) > 0}
+	v := view{State: s, CSRF: h.csrf, CanEdit: !h.cfg.ReadOnly && s.HasDead && h.mayMutate(r) == nil, DLQ: len(h.cfg.DLQ) > 0, InStores: h.parent != nil}
 	q := r.URL.Query()
 	if a := q.Get("done"); a == "redrive" || a == "discard" {
 		n, _ := strconv.ParseInt(q.Get("n"), 10, 64)
@@ -257,6 +258,37 @@ func (h *Handler) checkCSRF(r *http.Request) error {
 	return nil
 }
 
+// maxActionBody bounds the body of an action.
+const maxActionBody = 64 << 10
+
+// admit is the prologue of every action (redrive, discard, bulk, consumer
+// dead letters): it bounds the body, checks that r may act (may) and
+// carries the CSRF token, and parses the form when form is set. On a
+// refusal it answers through fail and returns false.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, may func(*http.Request) error, form bool, fail func(code int, err error)) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxActionBody)
+	if err := may(r); err != nil {
+		fail(http.StatusForbidden, err)
+		return false
+	}
+	if err := h.checkCSRF(r); err != nil {
+		fail(http.StatusForbidden, err)
+		return false
+	}
+	if form {
+		if err := r.ParseForm(); err != nil {
+			fail(http.StatusBadRequest, err)
+			return false
+		}
+	}
+	return true
+}
+
+// plainFail answers a refused action in plain text.
+func plainFail(w http.ResponseWriter) func(int, error) {
+	return func(code int, err error) { http.Error(w, "txbox dashboard: "+err.Error(), code) }
+}
+
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // actionResult is the JSON answer of api/dead/{action}.
@@ -289,13 +321,7 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusNotFound, fmt.Errorf("unknown action %q", action))
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := h.mayMutate(r); err != nil {
-		fail(http.StatusForbidden, err)
-		return
-	}
-	if err := h.checkCSRF(r); err != nil {
-		fail(http.StatusForbidden, err)
+	if !h.admit(w, r, h.mayMutate, false, fail) { // actionSeqs reads the form or the JSON body
 		return
 	}
 	seqs, err := actionSeqs(r, api)

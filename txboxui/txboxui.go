@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +62,7 @@ type Backlog struct {
 }
 
 // Upkeep is what keeps VACUUM from the outbox table (docs/guide/operations.md):
-// the database's oldest open transaction, and the dead row versions
+// the database's oldest open transaction, and the row versions to vacuum
 // waiting.
 type Upkeep struct {
 	OldestTransactionAge time.Duration // 0: none
@@ -114,11 +115,18 @@ func RelayBacklog(r *relay.Relay) BacklogFunc {
 	}
 }
 
-// RelayRef names a relay to show. Current returns the relay running now, or
-// nil when none is (shown as not running).
+// RelayRef names a relay to show: one in this process (Current) or one in
+// another process that serves its readiness over HTTP (Readyz).
 type RelayRef struct {
-	Name    string
+	Name string
+	// Current returns the relay running now in this process, or nil when
+	// none is (shown as not running).
 	Current func() *relay.Relay
+	// Readyz, instead of Current, is the URL of the readiness endpoint of
+	// a relay in another process (txbox relay --http ADDR serves
+	// http://ADDR/readyz): the panel shows each of its checks (one per
+	// store) from there, without counters.
+	Readyz string
 }
 
 // InboxRef names an inbox table to show; Stats is its Inbox.Stats method.
@@ -188,6 +196,8 @@ type Handler struct {
 	cop  *http.CrossOriginProtection
 	log  *slog.Logger
 
+	parent *Stores // the Stores whose New made it, or nil
+
 	refreshMu sync.Mutex // held while reading the figures
 	mu        sync.Mutex // guards the fields below
 	snap      *State
@@ -202,15 +212,17 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Interval < 0 || cfg.Samples < 0 || cfg.DeadLimit < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: txboxui: Interval, Samples, DeadLimit and Timeout must not be negative", txbox.ErrInvalidConfig)
 	}
-	if cfg.Token != "" && strings.TrimSpace(cfg.Token) == "" {
-		return nil, fmt.Errorf("%w: txboxui: Token is white space only", txbox.ErrInvalidConfig)
-	}
-	if err := hostcheck.Validate("txboxui: AllowedHosts", cfg.AllowedHosts); err != nil {
-		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
+	if err := checkAccess(cfg.Token, cfg.AllowedHosts); err != nil {
+		return nil, err
 	}
 	for _, r := range cfg.Relays {
-		if r.Current == nil {
-			return nil, fmt.Errorf("%w: txboxui: relay %q has no Current", txbox.ErrInvalidConfig, r.Name)
+		if (r.Current == nil) == (r.Readyz == "") {
+			return nil, fmt.Errorf("%w: txboxui: relay %q needs Current or Readyz, not both", txbox.ErrInvalidConfig, r.Name)
+		}
+		if r.Readyz != "" {
+			if u, err := url.Parse(r.Readyz); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return nil, fmt.Errorf("%w: txboxui: relay %q: Readyz %q is not an http(s) URL", txbox.ErrInvalidConfig, r.Name, r.Readyz)
+			}
 		}
 	}
 	for _, ib := range cfg.Inboxes {
@@ -244,21 +256,43 @@ func New(cfg Config) (*Handler, error) {
 
 // ServeHTTP serves the dashboard.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !guard(w, r, h.cfg.Token, h.cfg.AllowedHosts) {
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// checkAccess validates a Token and AllowedHosts.
+func checkAccess(token string, allowed []string) error {
+	if token != "" && strings.TrimSpace(token) == "" {
+		return fmt.Errorf("%w: txboxui: Token is white space only", txbox.ErrInvalidConfig)
+	}
+	if err := hostcheck.Validate("txboxui: AllowedHosts", allowed); err != nil {
+		return fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// guard is the one access check of Handler and Stores: it sets the
+// security headers, refuses a request without token whose Host is not
+// loopback nor allowed (DNS rebinding), and one without the token when
+// there is one. It reports whether to serve the request.
+func guard(w http.ResponseWriter, r *http.Request, token string, allowed []string) bool {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	w.Header().Set("Cache-Control", "no-store")
-	if h.cfg.Token == "" && !hostcheck.Allowed(r.Host, h.cfg.AllowedHosts) {
+	if token == "" && !hostcheck.Allowed(r.Host, allowed) {
 		hostcheck.Refuse(w, r, "open the dashboard by a loopback address, or allow the name (txboxui.Config.AllowedHosts, txbox ui --allowed-host)")
-		return
+		return false
 	}
-	if !h.authenticated(r) {
+	if !authenticated(r, token) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="txbox", charset="UTF-8"`)
 		http.Error(w, "txbox dashboard: a token is required (basic-auth password or Authorization: Bearer)", http.StatusUnauthorized)
-		return
+		return false
 	}
-	h.mux.ServeHTTP(w, r)
+	return true
 }
 
 // Run reads the figures every Interval until ctx ends, so the history
@@ -388,7 +422,10 @@ type InboxJSON struct {
 
 // RelayJSON is one relay's state and counters.
 type RelayJSON struct {
-	Name            string    `json:"name"`
+	Name string `json:"name"`
+	// Remote: read from a relay's readiness endpoint (RelayRef.Readyz);
+	// its counters are -1.
+	Remote          bool      `json:"remote,omitempty"`
 	Running         bool      `json:"running"`
 	Ready           bool      `json:"ready"`
 	NotReady        string    `json:"not_ready,omitempty"`
@@ -428,11 +465,18 @@ func (h *Handler) state(ctx context.Context, force bool) *State {
 func (h *Handler) read(ctx context.Context) *State {
 	s := &State{Title: h.cfg.Title, At: time.Now(), ReadOnly: h.cfg.ReadOnly, Dead: []DeadJSON{}, ParkedKeys: []ParkedKey{}, Inboxes: []InboxJSON{}, Relays: []RelayJSON{}, Topics: []TopicBacklog{}}
 	for _, ref := range h.cfg.Relays {
+		if ref.Readyz != "" {
+			s.Relays = append(s.Relays, remoteRelayStates(ctx, ref)...)
+			continue
+		}
 		s.Relays = append(s.Relays, relayState(ctx, ref))
 	}
 	backlog := h.cfg.Backlog
 	if backlog == nil {
 		for _, ref := range h.cfg.Relays {
+			if ref.Current == nil {
+				continue
+			}
 			if r := ref.Current(); r != nil {
 				backlog = RelayBacklog(r)
 				break
@@ -550,6 +594,10 @@ func (h *Handler) appendSample(s *State) []Sample {
 		if len(s.Relays) > 0 {
 			p.Published = 0
 			for _, r := range s.Relays {
+				if r.Remote {
+					p.Published = -1 // a remote relay's counters are not read
+					break
+				}
 				p.Published += r.Published
 			}
 		}

@@ -76,8 +76,8 @@ func TestUpkeepCards(t *testing.T) {
 			return rec.Body.String()
 		}
 		page, state := get("/"), get("/api/state")
-		card := regexp.MustCompile(`<div class="card( warn)?"[^>]*><span class="label">oldest transaction</span>`).FindStringSubmatch(page)
-		if (card != nil) != c.cards || strings.Contains(page, "dead row versions") != c.cards || (card != nil && (card[1] != "") != c.warn) {
+		card := regexp.MustCompile(`<div class="card( warn)?"[^>]*><span class="label">oldest snapshot</span>`).FindStringSubmatch(page)
+		if (card != nil) != c.cards || strings.Contains(page, "row versions to vacuum") != c.cards || (card != nil && (card[1] != "") != c.warn) {
 			t.Errorf("upkeep %+v: oldest transaction card %q, want shown %v, warn %v", c.upkeep, card, c.cards, c.warn)
 		}
 		var st struct {

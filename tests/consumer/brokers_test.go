@@ -92,6 +92,8 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 	t.Cleanup(scl.Close)
 	sub, err := kafka.NewSubscriber(scl, kafka.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
+	dead, err := kafka.NewDeadLetters(scl, "")
+	testenv.Must(t, err, "dead letters")
 
 	// Dead letters are read by one group-less reader per dead topic that
 	// accumulates what it has seen (a dead-letter topic only grows).
@@ -106,7 +108,7 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 		}
 	})
 	return &broker{
-		name: "kafka", pub: pub, sub: sub, rereads: true,
+		name: "kafka", pub: pub, sub: sub, dead: dead, rereads: true,
 		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries,
 		topic:   func(f string) string { return f },
 		binding: func(f string) string { return kafka.Binding(prefix+f, prefix+f+".g") },

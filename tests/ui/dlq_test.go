@@ -16,9 +16,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
+	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
@@ -26,8 +29,9 @@ import (
 )
 
 // TestDLQPanelAndBulkInBrowser: in headless Chromium, the consumer
-// dead-letter panel lists a JetStream dead letter (its error escaped) and
-// redrives it, which the binding then receives with its original id; a
+// dead-letter panel lists a JetStream and a Kafka dead letter (their errors
+// escaped) and redrives them, which each binding then receives with its
+// original id; a
 // bulk redrive of the dead rows of one topic, as a dry run, lists exactly
 // those rows and changes nothing, and for real redrives them and leaves
 // the other dead rows dead.
@@ -87,10 +91,34 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 	store, err := natsjs.NewDeadLetters(nc, prefix+"dlq.")
 	testenv.Must(t, err, "dead letters")
 
+	// And one on Kafka (franz-go's in-process kfake).
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "orders.dead"))
+	testenv.Must(t, err, "kfake")
+	t.Cleanup(kc.Close)
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(50*time.Millisecond))
+	testenv.Must(t, err, "kgo client")
+	t.Cleanup(kcl.Close)
+	kpub, err := kafka.NewPublisher(kcl, kafka.PublisherConfig{})
+	testenv.Must(t, err, "kafka publisher")
+	for _, err := range kpub.Publish(ctx, []txbox.Message{{ID: "kletter-1", Topic: "orders", Key: "k1", Payload: []byte(`{"order":2}`)}}) {
+		testenv.Must(t, err, "publish to kafka")
+	}
+	ksub, err := kafka.NewSubscriber(kcl, kafka.SubscriberConfig{})
+	testenv.Must(t, err, "kafka subscriber")
+	kbinding := kafka.Binding("orders", "shipping")
+	ks, err := ksub.Subscribe(ctx, kbinding, 1)
+	testenv.Must(t, err, "kafka subscribe")
+	t.Cleanup(func() { _ = ks.Close(context.Background()) })
+	kd, err := ks.Next(ctx)
+	testenv.Must(t, err, "kafka next")
+	testenv.Must(t, kd.DeadLetter(ctx, errors.New("kafka handler <i>failed</i>")), "kafka dead-letter")
+	kstore, err := kafka.NewDeadLetters(kcl, "")
+	testenv.Must(t, err, "kafka dead letters")
+
 	const token = "t0ken-for-the-dlq-test"
 	h, err := txboxui.New(txboxui.Config{
 		Title: "orders outbox", Backlog: txboxui.InspectBacklog(f.in), Dead: f.letters,
-		DLQ:   []txboxui.DLQRef{{Name: "nats", Binding: binding, Store: store}},
+		DLQ:   []txboxui.DLQRef{{Name: "nats", Binding: binding, Store: store}, {Name: "kafka", Binding: kbinding, Store: kstore}},
 		Token: token, Interval: 200 * time.Millisecond,
 	})
 	testenv.Must(t, err, "txboxui.New")
@@ -101,7 +129,7 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 
 	cmd := exec.CommandContext(ctx, node, "drive_dlq.js")
 	cmd.Dir = "browser"
-	cmd.Env = append(os.Environ(), "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_LETTER=letter-1", "UI_TOPIC=ev.shipments", "CHROMIUM="+chromium)
+	cmd.Env = append(os.Environ(), "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_LETTERS=letter-1,kletter-1", "UI_TOPIC=ev.shipments", "CHROMIUM="+chromium)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -130,16 +158,18 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 		}
 		Flash string
 	}
-	var before, after letters
+	var before, after, after2 letters
 	step("DLQ", &before)
-	if len(before.Letters) != 1 || before.Letters[0].ID != "letter-1" || !slices.ContainsFunc(before.Letters[0].Cells, func(c string) bool {
-		return strings.Contains(c, "handler <b>failed</b>")
-	}) {
-		t.Fatalf("the panel shows %+v, want letter-1 with its error as text", before)
+	hasText := func(cells []string, text string) bool {
+		return slices.ContainsFunc(cells, func(c string) bool { return strings.Contains(c, text) })
+	}
+	if len(before.Letters) != 2 || before.Letters[0].ID != "letter-1" || !hasText(before.Letters[0].Cells, "handler <b>failed</b>") ||
+		before.Letters[1].ID != "kletter-1" || before.Letters[1].Ref != "0:0" || !hasText(before.Letters[1].Cells, "kafka handler <i>failed</i>") {
+		t.Fatalf("the panel shows %+v, want letter-1 (JetStream) and kletter-1 (Kafka, ref 0:0) with their errors as text", before)
 	}
 	step("DLQ_AFTER", &after)
-	if len(after.Letters) != 0 || !strings.Contains(after.Flash, "Redrove 1 dead letter(s).") {
-		t.Fatalf("after the redrive the panel shows %+v", after)
+	if len(after.Letters) != 1 || after.Letters[0].ID != "kletter-1" || !strings.Contains(after.Flash, "Redrove 1 dead letter(s).") {
+		t.Fatalf("after the JetStream redrive the panel shows %+v, want kletter-1 left", after)
 	}
 	back, err := s.Next(ctx)
 	testenv.Must(t, err, "next after the redrive")
@@ -147,6 +177,16 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 		t.Fatalf("redriven delivery: id %q payload %q, want letter-1 with its payload", m.ID, m.Payload)
 	}
 	testenv.Must(t, back.Ack(ctx), "ack")
+	step("DLQ_AFTER", &after2)
+	if len(after2.Letters) != 0 || !strings.Contains(after2.Flash, "Redrove 1 dead letter(s).") {
+		t.Fatalf("after the Kafka redrive the panel shows %+v, want none left", after2)
+	}
+	kback, err := ks.Next(ctx)
+	testenv.Must(t, err, "kafka next after the redrive")
+	if m := kback.Message(); m.ID != "kletter-1" || string(m.Payload) != `{"order":2}` || m.Key != "k1" || m.Deliveries != 1 {
+		t.Fatalf("redriven Kafka delivery: id %q key %q payload %q deliveries %d, want kletter-1, k1, its payload, 1", m.ID, m.Key, m.Payload, m.Deliveries)
+	}
+	testenv.Must(t, kback.Ack(ctx), "kafka ack")
 
 	var dry struct {
 		Would string

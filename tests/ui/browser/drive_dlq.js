@@ -1,13 +1,13 @@
 // Drives the dashboard's consumer dead-letter panel and its filtered bulk
 // action on dead rows in the system Chromium (playwright-core), for
 // tests/ui TestDLQPanelAndBulkInBrowser: lists the dead letters, redrives
-// one, then runs a bulk redrive of the dead rows of a topic as a dry run
-// and for real.
+// them one by one, then runs a bulk redrive of the dead rows of a topic as
+// a dry run and for real.
 //
-// Environment: UI_URL, UI_TOKEN, UI_LETTER (the message id to redrive),
-// UI_TOPIC (the topic of the bulk redrive), CHROMIUM. Output: "DLQ
-// {json}", "DLQ_AFTER {json}", "DRY {json}", "BULK {json}"; exit 1 on
-// failure.
+// Environment: UI_URL, UI_TOKEN, UI_LETTERS (the message ids to redrive, in
+// order, comma-separated), UI_TOPIC (the topic of the bulk redrive),
+// CHROMIUM. Output: "DLQ {json}", "DLQ_AFTER {json}" after each redrive,
+// "DRY {json}", "BULK {json}"; exit 1 on failure.
 "use strict";
 const fs = require("fs");
 const os = require("os");
@@ -47,9 +47,11 @@ async function main() {
     await page.click("#dlq-link a");
     await page.waitForSelector("tr.letter", { timeout: 30000 });
     console.log("DLQ " + JSON.stringify(await letters(page)));
-    await page.click(`tr.letter[data-id="${process.env.UI_LETTER}"] button.redrive`);
-    await page.waitForSelector("#flash", { timeout: 30000 });
-    console.log("DLQ_AFTER " + JSON.stringify(await letters(page)));
+    for (const id of process.env.UI_LETTERS.split(",")) {
+      await Promise.all([page.waitForNavigation(), page.click(`tr.letter[data-id="${id}"] button.redrive`)]);
+      await page.waitForSelector("#flash", { timeout: 30000 });
+      console.log("DLQ_AFTER " + JSON.stringify(await letters(page)));
+    }
 
     await page.goto(url, { waitUntil: "load" });
     await page.selectOption("#bulk-action", "redrive");

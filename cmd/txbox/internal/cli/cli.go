@@ -104,8 +104,10 @@ brokers are chosen by URL (--db, --broker or TXBOX_DB, TXBOX_BROKER); relay
 settings also come from the TXBOX_* environment variables. See docs/reference/cli.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			err := applyEnv(cmd)
 			cmd.Flags().VisitAll(func(fl *pflag.Flag) { r.add(fl.Value.String()) })
+			return err
 		},
 	}
 	root.SetOut(stdout)
@@ -115,6 +117,7 @@ settings also come from the TXBOX_* environment variables. See docs/reference/cl
 	})
 	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newShowCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
 		newDemoCmd(), newBenchCmd(), newHealthCmd(), newVersionCmd())
+	nameEnv(root)
 	return root
 }
 

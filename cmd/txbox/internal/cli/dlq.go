@@ -7,19 +7,20 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox/dlq"
+	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
@@ -33,10 +34,11 @@ type dlqFlags struct {
 
 func (f *dlqFlags) register(cmd *cobra.Command) {
 	fs := cmd.PersistentFlags()
-	fs.StringVar(&f.broker, "broker", envOr(EnvBroker, ""), "the consumer's broker: nats://…, amqp://…, redis://… (env "+EnvBroker+")")
-	fs.StringVar(&f.binding, "binding", "", "the handler's binding: STREAM/durable (JetStream), the queue (RabbitMQ), STREAM/GROUP (Redis)")
+	fs.StringVar(&f.broker, "broker", envOr(EnvBroker, ""), "the consumer's broker: nats://…, amqp://…, redis://…, kafka://host:9092 (env "+EnvBroker+")")
+	fs.StringVar(&f.binding, "binding", "", "the handler's binding: STREAM/durable (JetStream), the queue (RabbitMQ), STREAM/GROUP (Redis), TOPIC/GROUP (Kafka)")
 	fs.StringVar(&f.prefix, "dead-letter-prefix", natsjs.DefaultDeadLetterPrefix, "JetStream: the subscriber's DeadLetterPrefix")
-	fs.StringVar(&f.suffix, "dead-letter-suffix", redisstream.DefaultDeadLetterSuffix, "Redis: the subscriber's DeadLetterSuffix")
+	fs.StringVar(&f.suffix, "dead-letter-suffix", "", "Redis, Kafka: the subscriber's DeadLetterSuffix (default "+
+		strconv.Quote(redisstream.DefaultDeadLetterSuffix)+" on Redis, "+strconv.Quote(kafka.DefaultDeadLetterSuffix)+" on Kafka)")
 }
 
 // open connects to the broker and returns its dead letters.
@@ -93,8 +95,31 @@ func (f *dlqFlags) open(ctx context.Context) (dlq.Store, func(), error) {
 			return nil, nil, err
 		}
 		return s, func() { _ = rdb.Close() }, nil
+	case "kafka":
+		hosts, _, _ := strings.Cut(strings.TrimPrefix(f.broker, "kafka://"), "/")
+		hosts, _, _ = strings.Cut(hosts, "?")
+		seeds := splitList(hosts)
+		if len(seeds) == 0 {
+			return nil, nil, fmt.Errorf("--broker %q: want kafka://host:9092[,host2:9092]", desc)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("txbox dlq"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--broker %q: %w", desc, redactErr(err, f.broker))
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := cl.Ping(pctx); err != nil {
+			cl.Close()
+			return nil, nil, fmt.Errorf("connect to Kafka at %s: %w", desc, redactErr(err, f.broker))
+		}
+		s, err := kafka.NewDeadLetters(cl, f.suffix)
+		if err != nil {
+			cl.Close()
+			return nil, nil, err
+		}
+		return s, cl.Close, nil
 	}
-	return nil, nil, fmt.Errorf("--broker %s: txbox dlq reads the dead letters of NATS JetStream, RabbitMQ and Redis Streams; not of %s", desc, scheme)
+	return nil, nil, fmt.Errorf("--broker %s: txbox dlq reads the dead letters of NATS JetStream, RabbitMQ, Redis Streams and Kafka; not of %s", desc, scheme)
 }
 
 // filterFlags are the filters of dlq list, redrive and discard.
@@ -139,7 +164,8 @@ func newDLQCmd() *cobra.Command {
 		Long: `A message a consumer handler gives up on (it failed MaxDeliveries times, or
 returned consumer.Permanent) is dead-lettered on the broker: to the subject
 txbox.dlq.STREAM.durable on JetStream (in whichever stream captures it), to
-the queue <queue>.dlq on RabbitMQ, to the stream STREAM:dead on Redis.
+the queue <queue>.dlq on RabbitMQ, to the stream STREAM:dead on Redis, to
+the topic TOPIC.dead on Kafka.
 
   txbox dlq list              the binding's dead letters: id, topic, deliveries, error
   txbox dlq show REF          one in full: headers, payload (escaped, clipped)
@@ -148,17 +174,20 @@ the queue <queue>.dlq on RabbitMQ, to the stream STREAM:dead on Redis.
   txbox dlq discard REF...    delete them
 
 REF is what list prints: a stream sequence (JetStream), a message id
-(RabbitMQ), an entry id (Redis). redrive and discard also take --all, or the
+(RabbitMQ), an entry id (Redis), PARTITION:OFFSET in the dead-letter topic
+(Kafka, where a redriven or discarded dead letter stays in the topic,
+settled by a marker record after it). redrive and discard also take --all, or the
 filters of list (--topic, --key, --error, --since), with --dry-run to print
 what they would do; acting on a set (not on REFs) asks for confirmation on a
 terminal, and needs --yes when standard input is not a terminal.
 
 Go: package dlq, and natsjs.NewDeadLetters, rabbitmq.NewDeadLetters,
-redisstream.NewDeadLetters. Kafka's dead-letter topics are not covered.`,
+redisstream.NewDeadLetters, kafka.NewDeadLetters.`,
 		Example: `  txbox dlq list --broker nats://127.0.0.1:4222 --binding ORDERS/shipping
   txbox dlq show 42 --broker nats://127.0.0.1:4222 --binding ORDERS/shipping
   txbox dlq redrive --error "timeout" --dry-run --broker redis://127.0.0.1:6379 --binding orders/shipping
-  txbox dlq redrive --all --yes --broker amqp://guest:guest@127.0.0.1:5672/ --binding shipping`,
+  txbox dlq redrive --all --yes --broker amqp://guest:guest@127.0.0.1:5672/ --binding shipping
+  txbox dlq list --broker kafka://127.0.0.1:9092 --binding orders/shipping`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -352,7 +381,7 @@ func confirmBulk(cmd *cobra.Command, yes bool, what string) error {
 		return nil
 	}
 	in := cmd.InOrStdin()
-	if !isTerminalIn(in) {
+	if !isTerminal(in) {
 		return fmt.Errorf("%s: standard input is not a terminal, so nothing was asked: add --yes (or --dry-run to see what it would do)", what)
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "%s? [y/N] ", what)
@@ -361,14 +390,6 @@ func confirmBulk(cmd *cobra.Command, yes bool, what string) error {
 		return errors.New("not confirmed; nothing done")
 	}
 	return nil
-}
-
-func isTerminalIn(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 func newDLQActionCmd(f *dlqFlags, action string) *cobra.Command {
@@ -392,7 +413,8 @@ terminal, --yes is required instead.` + map[string]string{"redrive": `
 A redriven message goes back to the binding it was dead-lettered from only
 (JetStream: republished to its subject, other durables of the stream skip
 it; RabbitMQ: through <queue>.retry; Redis: appended to its stream, other
-groups skip it), with its original message id, its payload and headers, and
+groups skip it; Kafka: produced to its topic, other groups skip it), with
+its original message id, its payload and headers, and
 a fresh delivery count: an inbox handler that did handle it meanwhile drops
 it as a duplicate.`, "discard": ""}[action],
 		Example: `  txbox dlq ` + action + ` 41 42 --broker nats://127.0.0.1:4222 --binding ORDERS/shipping

@@ -10,8 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
@@ -60,6 +63,19 @@ func dlqBrokers(t *testing.T, kind string) dlqBroker {
 		testenv.Must(t, err, "subscriber")
 		return dlqBroker{pub: pub, sub: sub, topic: "orders",
 			flags: []string{"--broker", testenv.RedisURL(), "--binding", redisstream.Binding(prefix+"orders", "shipping")}}
+	case "kafka":
+		kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders", "orders.dead"))
+		testenv.Must(t, err, "kfake")
+		t.Cleanup(kc.Close)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(50*time.Millisecond))
+		testenv.Must(t, err, "kgo client")
+		t.Cleanup(cl.Close)
+		pub, err := kafka.NewPublisher(cl, kafka.PublisherConfig{})
+		testenv.Must(t, err, "publisher")
+		sub, err := kafka.NewSubscriber(cl, kafka.SubscriberConfig{})
+		testenv.Must(t, err, "subscriber")
+		return dlqBroker{pub: pub, sub: sub, topic: "orders",
+			flags: []string{"--broker", "kafka://" + strings.Join(kc.ListenAddrs(), ","), "--binding", kafka.Binding("orders", "shipping")}}
 	}
 	url := testenv.RabbitMQ(t)
 	conn := testenv.RabbitMQConn(t, url)
@@ -88,7 +104,7 @@ func dlqBrokers(t *testing.T, kind string) dlqBroker {
 	return dlqBroker{pub: pub, sub: sub, topic: q, flags: []string{"--broker", url, "--binding", q}}
 }
 
-// TestDLQCommands, on JetStream, RabbitMQ and Redis: two messages are
+// TestDLQCommands, on JetStream, RabbitMQ, Redis and Kafka (kfake): two messages are
 // dead-lettered by the subscriber; txbox dlq list shows them with their
 // error, show prints one escaped, a redrive by --error with --dry-run
 // changes nothing, without --yes off a terminal is refused, with --yes
@@ -96,7 +112,7 @@ func dlqBrokers(t *testing.T, kind string) dlqBroker {
 // message id; discard removes the other.
 func TestDLQCommands(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"nats", "rabbitmq", "redis"} {
+	for _, kind := range []string{"nats", "rabbitmq", "redis", "kafka"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

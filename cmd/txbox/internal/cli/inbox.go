@@ -23,54 +23,68 @@ type inboxSweeper interface {
 	SweepWith(ctx context.Context, o inbox.SweepOptions) (int64, error)
 }
 
-// inboxFlags name the inbox table.
+// inboxFlags name the inbox tables: --inbox-table, a list, as on migrate,
+// ui and relay.
 type inboxFlags struct {
 	tableFlags
-	inboxTable string
+	inboxTables []string
 }
 
-func (f *inboxFlags) open(cmd *cobra.Command) (inboxSweeper, func(), error) {
-	if f.inboxTable == "" {
-		return nil, nil, errors.New("give the inbox table: --inbox-table NAME")
+// namedInbox is one inbox table of the flags.
+type namedInbox struct {
+	table string
+	ib    inboxSweeper
+}
+
+func (f *inboxFlags) open(cmd *cobra.Command) ([]namedInbox, func(), error) {
+	if len(f.inboxTables) == 0 {
+		return nil, nil, errors.New("give the inbox table: --inbox-table NAME (repeat or comma-separate for several)")
 	}
 	db, err := f.tableFlags.open(cmd.Context())
 	if err != nil {
 		return nil, nil, err
 	}
-	// The CLI reports what it swept itself: no audit log lines.
-	cfg := inbox.Config{Schema: f.schema, Table: f.inboxTable, Hook: func(context.Context, inbox.Event) {}, Logger: slog.New(slog.DiscardHandler)}
-	var ib inboxSweeper
-	if db.pgx != nil {
-		ib, err = inbox.New[pgx.Tx](db.pgx, cfg)
-	} else {
-		ib, err = inbox.New[*sql.Tx](db.sql, cfg)
+	var out []namedInbox
+	for _, table := range f.inboxTables {
+		// The CLI reports what it swept itself: no audit log lines.
+		cfg := inbox.Config{Schema: f.schema, Table: table, Hook: func(context.Context, inbox.Event) {}, Logger: slog.New(slog.DiscardHandler)}
+		var ib inboxSweeper
+		if db.pgx != nil {
+			ib, err = inbox.New[pgx.Tx](db.pgx, cfg)
+		} else {
+			ib, err = inbox.New[*sql.Tx](db.sql, cfg)
+		}
+		if err != nil {
+			db.Close()
+			return nil, nil, fmt.Errorf("--inbox-table %s: %w", table, err)
+		}
+		out = append(out, namedInbox{table, ib})
 	}
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return ib, db.Close, nil
+	return out, db.Close, nil
 }
 
 func newInboxCmd() *cobra.Command {
 	var f inboxFlags
 	cmd := &cobra.Command{
 		Use:   "inbox",
-		Short: "Count and sweep an inbox table's receipts",
+		Short: "Count and sweep inbox tables' receipts",
 		Long: `  txbox inbox stats    receipts per source: total, processed, pending
   txbox inbox sweep    delete the receipts past retention (--dry-run counts them)
 
---inbox-table names the inbox table (as migrate up --inbox-table created it).`,
+--inbox-table names the inbox tables (as migrate up --inbox-table created
+them; repeat or comma-separate for several), in --schema.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
+	f.noTable = true // no outbox table here
 	f.register(cmd, true)
-	cmd.PersistentFlags().StringVar(&f.inboxTable, "inbox-table", "", "the inbox table (required)")
+	cmd.PersistentFlags().StringSliceVar(&f.inboxTables, "inbox-table", nil, "the inbox tables (required; repeat or comma-separate for several)")
 	cmd.AddCommand(newInboxStatsCmd(&f), newInboxSweepCmd(&f))
 	return cmd
 }
 
 type sourceJSON struct {
+	Table     string `json:"table"`
 	Source    string `json:"source"`
 	Total     int64  `json:"total"`
 	Processed int64  `json:"processed"`
@@ -84,36 +98,45 @@ func newInboxStatsCmd(f *inboxFlags) *cobra.Command {
 		Short: "Count the receipts of each source (scans the table)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ib, closeDB, err := f.open(cmd)
+			ibs, closeDB, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeDB()
-			st, err := ib.Stats(cmd.Context())
-			if err != nil {
-				return err
+			js := []sourceJSON{}
+			for _, n := range ibs {
+				st, err := n.ib.Stats(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("%s: %w", n.table, err)
+				}
+				for _, s := range st {
+					js = append(js, sourceJSON{Table: n.table, Source: s.Source, Total: s.Total, Processed: s.Processed, Pending: s.Pending})
+				}
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				js := make([]sourceJSON, len(st))
-				for i, s := range st {
-					js[i] = sourceJSON(s)
-				}
 				return writeJSON(out, js)
 			}
-			if len(st) == 0 {
+			if len(js) == 0 {
 				fmt.Fprintln(out, "no receipts")
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			several := len(ibs) > 1
+			if several {
+				fmt.Fprint(tw, "INBOX TABLE\t")
+			}
 			fmt.Fprintln(tw, "SOURCE\tTOTAL\tPROCESSED\tPENDING")
-			for _, s := range st {
+			for _, s := range js {
+				if several {
+					fmt.Fprintf(tw, "%s\t", cell(s.Table))
+				}
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", cell(s.Source), s.Total, s.Processed, s.Pending)
 			}
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print a JSON array of {"table", "source", "total", "processed", "pending"}`)
 	return cmd
 }
 
@@ -146,7 +169,7 @@ redeliver. --dry-run counts what would be deleted and deletes nothing.`,
 			if every < 0 {
 				return fmt.Errorf("%w: --progress %s: want 0 or more", txbox.ErrInvalidConfig, every)
 			}
-			ib, closeDB, err := f.open(cmd)
+			ibs, closeDB, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -161,21 +184,40 @@ redeliver. --dry-run counts what would be deleted and deletes nothing.`,
 					}
 				}
 			}
-			n, err := ib.SweepWith(cmd.Context(), o)
+			type tableCount struct {
+				Table string `json:"table"`
+				Count int64  `json:"count"`
+			}
+			var total int64
+			counts := []tableCount{}
 			out := cmd.OutOrStdout()
-			if asJSON && err == nil {
+			for _, ni := range ibs {
+				n, err := ni.ib.SweepWith(cmd.Context(), o)
+				total += n
+				counts = append(counts, tableCount{ni.table, n})
+				prefix := ""
+				if len(ibs) > 1 {
+					prefix = cell(ni.table) + ": "
+				}
+				switch {
+				case asJSON:
+				case o.DryRun && err == nil:
+					fmt.Fprintf(out, "%swould sweep %d receipt(s)\n", prefix, n)
+				case !o.DryRun:
+					fmt.Fprintf(out, "%sswept %d receipt(s)\n", prefix, n)
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", ni.table, err)
+				}
+			}
+			if asJSON {
 				return writeJSON(out, struct {
-					DryRun bool  `json:"dry_run"`
-					Count  int64 `json:"count"`
-				}{o.DryRun, n})
+					DryRun bool         `json:"dry_run"`
+					Count  int64        `json:"count"`
+					Tables []tableCount `json:"tables"`
+				}{o.DryRun, total, counts})
 			}
-			switch {
-			case o.DryRun && err == nil:
-				fmt.Fprintf(out, "would sweep %d receipt(s)\n", n)
-			case !o.DryRun:
-				fmt.Fprintf(out, "swept %d receipt(s)\n", n)
-			}
-			return err
+			return nil
 		},
 	}
 	fl := cmd.Flags()

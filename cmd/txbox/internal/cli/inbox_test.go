@@ -109,3 +109,36 @@ func TestInboxCommands(t *testing.T) {
 		t.Errorf("inbox sweep --batch-size 2 --progress 0 printed %q, and on standard error %q; want %q", stdout, stderr, want)
 	}
 }
+
+// --inbox-table names a list on inbox as on migrate: stats and sweep go
+// through each table; inbox has no outbox --table.
+func TestInboxSeveralTables(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "inboxes.db")
+	db := "sqlite://" + path
+	mustRun(t, "migrate", "up", "--db", db, "--no-outbox", "--inbox-table", "orders_inbox,billing_inbox")
+	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	testenv.Must(t, err, "open")
+	defer conn.Close()
+	now := time.Now().UnixMicro()
+	for _, q := range []string{`INSERT INTO orders_inbox (source, message_id, received_at, processed_at) VALUES ('shop', 'm1', ?1, ?1)`,
+		`INSERT INTO billing_inbox (source, message_id, received_at, processed_at) VALUES ('ledger', 'm1', ?1, ?1), ('ledger', 'm2', ?1, NULL)`} {
+		_, err = conn.Exec(q, now)
+		testenv.Must(t, err, "insert")
+	}
+	var st []struct {
+		Table, Source             string
+		Total, Processed, Pending int64
+	}
+	testenv.Must(t, json.Unmarshal([]byte(mustRun(t, "inbox", "stats", "--json", "--db", db, "--inbox-table", "orders_inbox", "--inbox-table", "billing_inbox")), &st), "stats --json")
+	if len(st) != 2 || st[0].Table != "orders_inbox" || st[0].Total != 1 || st[1].Table != "billing_inbox" || st[1].Total != 2 || st[1].Pending != 1 {
+		t.Fatalf("inbox stats of two tables: %+v", st)
+	}
+	out := mustRun(t, "inbox", "sweep", "--dry-run", "--db", db, "--inbox-table", "orders_inbox,billing_inbox")
+	if !strings.Contains(out, "orders_inbox: would sweep 0 receipt(s)") || !strings.Contains(out, "billing_inbox: would sweep 0 receipt(s)") {
+		t.Fatalf("inbox sweep --dry-run of two tables:\n%s", out)
+	}
+	if help := mustRun(t, "inbox", "stats", "--help"); strings.Contains(help, "--table") {
+		t.Fatalf("inbox stats --help shows an outbox --table:\n%s", help)
+	}
+}

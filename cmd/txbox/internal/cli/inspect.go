@@ -44,11 +44,12 @@ func newStatsCmd(tty bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Show the outbox backlog: counts by state, oldest ages, top topics",
-		Long: `Print the outbox table's undelivered rows by state (pending: never tried;
-retrying: rejected, tried again later; parked: behind a dead row of their key;
-dead), the keys dead rows park, the age of the oldest pending row and of the
-oldest row a relay could claim now, and the topics with the most undelivered
-rows. The counts come from one statement, the relay's backlog sample (the
+		Long: `Print the outbox table's undelivered rows by state (pending: never rejected;
+retrying: rejected, tried again later; parked: behind a dead message of their
+key; dead), the keys dead messages park, the age of the oldest outstanding row
+(pending, retrying or parked) and of the oldest row a relay could claim now,
+the messages delivered and gone dead in the last minute, and the topics with
+the most undelivered rows (docs/reference/glossary.md defines each word). The counts come from one statement, the relay's backlog sample (the
 txbox_outbox_* gauges of txboxprom); package inspect gives the same in Go.
 
 With --watch it prints again every --interval until interrupted (or --count
@@ -209,15 +210,16 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 	fmt.Fprintf(tw, "retrying\t%d\n", b.Retrying)
 	fmt.Fprintf(tw, "parked\t%d\t(waiting behind a dead message of their key; dead messages park %d key(s))\n", b.Parked, b.ParkedKeys)
 	fmt.Fprintf(tw, "dead\t%d\n", b.Dead)
-	fmt.Fprintf(tw, "undelivered\t%d\n", b.Undelivered())
-	fmt.Fprintf(tw, "oldest pending age\t%s\n", age(b.OldestPendingAge))
+	fmt.Fprintf(tw, "outstanding\t%d\t(pending + retrying + parked)\n", b.Pending+b.Retrying+b.Parked)
+	fmt.Fprintf(tw, "undelivered\t%d\t(outstanding + dead)\n", b.Undelivered())
+	fmt.Fprintf(tw, "oldest outstanding age\t%s\n", age(b.OldestPendingAge))
 	fmt.Fprintf(tw, "oldest claimable age\t%s\n", age(b.OldestClaimableAge))
 	switch {
 	case rate.err != nil:
 		fmt.Fprintf(tw, "last minute\tunavailable: %s\n", text(rate.err.Error()))
 	case rate.ok:
 		fmt.Fprintf(tw, "delivered last minute\t%d\t(rows published within the last minute still in the table)\n", rate.delivered)
-		fmt.Fprintf(tw, "dead last minute\t%d\n", rate.dead)
+		fmt.Fprintf(tw, "went dead last minute\t%d\n", rate.dead)
 	}
 	printTable(tw, t, terr)
 	if err := tw.Flush(); err != nil {
@@ -249,7 +251,7 @@ func printTable(tw io.Writer, t inspect.Table, terr error) {
 	if t.Vacuumed {
 		vacuum = "last VACUUM " + age(t.SinceVacuum) + " ago"
 	}
-	fmt.Fprintf(tw, "row versions\t%d live, %d dead\t(%s)\n", t.LiveRows, t.DeadRows, vacuum)
+	fmt.Fprintf(tw, "row versions\t%d live, %d to vacuum\t(%s; PostgreSQL's estimate, not messages)\n", t.LiveRows, t.DeadRows, vacuum)
 	o := t.Oldest
 	if o == nil {
 		fmt.Fprintf(tw, "oldest snapshot\tnone\n")

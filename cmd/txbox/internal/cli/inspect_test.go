@@ -169,7 +169,7 @@ func checkInspect(t *testing.T, d inspectDB) {
 	// --watch with a bounded number of refreshes, not a terminal: one block
 	// each.
 	out = cmd("stats", "--watch", "--count", "3", "--interval", "100ms")
-	if n := len(regexp.MustCompile(`(?m)^undelivered\s+5$`).FindAllString(out, -1)); n != 3 {
+	if n := len(regexp.MustCompile(`(?m)^undelivered\s+5\s+\(outstanding \+ dead\)$`).FindAllString(out, -1)); n != 3 {
 		t.Errorf("stats --watch --count 3 printed %d blocks:\n%s", n, out)
 	}
 	if strings.Contains(out, "\x1b[") {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/mattn/go-isatty"
 )
 
 // writeJSON writes v as indented JSON and a newline. encoding/json escapes
@@ -47,12 +49,13 @@ func escapeJSON(b []byte) []byte {
 	return out
 }
 
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+// isTerminal reports whether f, a standard stream, is a terminal: a file
+// the terminal ioctl answers on (isatty), not any character device
+// (/dev/null is one).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
 	if !ok {
 		return false
 	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(file.Fd()) || isatty.IsCygwinTerminal(file.Fd())
 }

@@ -30,6 +30,9 @@ type tableFlags struct {
 	multiDB bool
 	moreDBs []string
 
+	// noTable: no --table (a command without an outbox table: inbox).
+	noTable bool
+
 	// migrate only
 	inboxTables []string
 	noOutbox    bool
@@ -57,8 +60,10 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 	}
 	fs.StringVar(&f.schema, "schema", envOr(EnvSchema, ""),
 		"PostgreSQL schema of txbox's tables, created by migrate up if missing; empty means the connection's search_path (env "+EnvSchema+")")
-	fs.StringVar(&f.table, "table", envOr(EnvTable, migrate.DefaultOutboxTable),
-		"outbox table name (env "+EnvTable+")")
+	if !f.noTable {
+		fs.StringVar(&f.table, "table", envOr(EnvTable, migrate.DefaultOutboxTable),
+			"outbox table name (env "+EnvTable+")")
+	}
 }
 
 func (f *tableFlags) migrateConfig() migrate.Config {

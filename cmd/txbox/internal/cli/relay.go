@@ -49,12 +49,13 @@ type relayFlags struct {
 	logJSON    bool
 
 	// --http (relay_http.go)
-	http       string
-	httpPublic bool
-	ui         bool
-	uiToken    string
-	allowed    []string // --allowed-host
-	served     *relayHTTP
+	http        string
+	httpPublic  bool
+	ui          bool
+	uiToken     string
+	inboxTables []string
+	allowed     []string // --allowed-host
+	served      *relayHTTP
 }
 
 func newRelayCmd() *cobra.Command {
@@ -118,6 +119,7 @@ or changed join or leave without a restart.`,
 	fs.StringVar(&f.http, "http", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090 (loopback only unless --http-public)")
 	fs.BoolVar(&f.httpPublic, "http-public", false, "allow --http on an address other than loopback")
 	fs.BoolVar(&f.ui, "ui", false, "also serve the web dashboard (as txbox ui) under /ui/ of --http")
+	fs.StringSliceVar(&f.inboxTables, "inbox-table", nil, "with --ui: inbox tables (in --schema) whose receipts per source the dashboard shows, in every store (repeat or comma-separate)")
 	fs.StringVar(&f.uiToken, "ui-token", "", "token the dashboard under /ui/ requires (basic-auth password or Authorization: Bearer); required when --http is not loopback, then at least 16 bytes (env "+EnvUIToken+")")
 	fs.StringSliceVar(&f.allowed, "allowed-host", nil, "with --http on loopback: host name (optionally :port) besides loopback that a request may name in its Host header, e.g. the name a proxy forwards; others are refused (DNS rebinding protection; repeat or comma-separate)")
 	return cmd
@@ -259,7 +261,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	}
 	defer db.Close()
 	if f.ui {
-		if err := f.served.mountUI(ctx, log, db, cfg.Schema, cfg.Table, uiToken(f.uiToken)); err != nil {
+		if err := f.served.mountUI(ctx, log, db, cfg.Schema, cfg.Table, uiToken(f.uiToken), f.inboxTables); err != nil {
 			return err
 		}
 	}
@@ -479,14 +481,16 @@ func escapeAttr(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// statsLine formats one progress line of the relay.
+// statsLine formats one progress line of the relay, in the words of
+// docs/reference/glossary.md: this process's counters (published, rejected, went
+// dead), then the table's outstanding (parked among them) and dead rows.
 func statsLine(st relay.Stats, delta int64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "relay: published %d (+%d), rejected %d, dead %d; pending %d", st.Published, delta, st.Rejected, st.Dead, st.Pending)
+	fmt.Fprintf(&b, "relay: published %d (+%d), rejected %d, went dead %d; outstanding %d (parked %d", st.Published, delta, st.Rejected, st.Dead, st.Pending, st.Parked)
 	if st.Pending > 0 {
-		fmt.Fprintf(&b, " (oldest %s)", st.OldestPendingAge.Round(time.Millisecond))
+		fmt.Fprintf(&b, ", oldest %s", st.OldestPendingAge.Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, ", dead rows %d, rounds %d (failed %d)", st.DeadRows, st.Rounds, st.FailedRounds)
+	fmt.Fprintf(&b, "), dead %d; rounds %d (failed %d)", st.DeadRows, st.Rounds, st.FailedRounds)
 	if st.Duplicates > 0 {
 		fmt.Fprintf(&b, ", broker duplicates %d", st.Duplicates)
 	}

@@ -315,7 +315,9 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	}()
 	f.served.setStarts(starts)
 	if f.ui {
-		f.served.mountGroupUI(log, specs, starts, uiToken(f.uiToken))
+		if err := f.served.mountGroupUI(log, specs, starts, uiToken(f.uiToken), f.inboxTables); err != nil {
+			return err
+		}
 	}
 	// SIGHUP reads --stores again: stores added, removed or changed join
 	// or leave the running group.

@@ -146,9 +146,9 @@ func checkLoopback(addr string, public bool) error {
 }
 
 // mountUI serves the dashboard of the relay's table under /ui/, with the
-// relay running now.
-func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database, schema, table, token string) error {
-	cfg, err := db.uiConfig(schema, table, nil)
+// relay running now and the inbox tables named.
+func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database, schema, table, token string, inboxTables []string) error {
+	cfg, err := db.uiConfig(schema, table, inboxTables)
 	if err != nil {
 		return err
 	}

@@ -56,11 +56,15 @@ func relayHTTP(t *testing.T, ui bool) {
 	defer cancel()
 	var out, errOut testenv.Buffer
 	done := make(chan error, 1)
+	db := "sqlite://" + filepath.Join(dir, "x.db")
+	if ui {
+		mustRun(t, "migrate", "up", "--db", db, "--inbox-table", "orders_inbox")
+	}
 	go func() {
-		args := []string{"relay", "--db", "sqlite://" + filepath.Join(dir, "x.db"), "--migrate",
+		args := []string{"relay", "--db", db, "--migrate",
 			"--nats-dir", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0", "--http", addr}
 		if ui {
-			args = append(args, "--ui")
+			args = append(args, "--ui", "--inbox-table", "orders_inbox")
 		}
 		done <- cli.Run(ctx, args, &out, &errOut)
 	}()
@@ -98,10 +102,39 @@ func relayHTTP(t *testing.T, ui bool) {
 	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "txbox_relay_claim_duration_seconds_count") {
 		t.Fatalf("/metrics %d without the relay's metrics:\n%s", code, body)
 	}
-	if code, body := get("/ui/"); ui && (code != http.StatusOK || !strings.Contains(body, `id="backlog"`) || !strings.Contains(body, `data-name="relay"`)) {
-		t.Fatalf("/ui/ %d without the dashboard:\n%s", code, body)
+	if code, body := get("/ui/"); ui && (code != http.StatusOK || !strings.Contains(body, `id="backlog"`) || !strings.Contains(body, `data-name="relay"`) ||
+		!strings.Contains(body, `<table class="inbox" data-name="orders_inbox">`)) {
+		t.Fatalf("/ui/ %d without the dashboard, its relay and its inbox:\n%s", code, body)
 	} else if !ui && (code != http.StatusNotFound || !strings.Contains(body, "start the relay with --ui")) {
 		t.Fatalf("/ui/ without --ui: %d %q, want 404 saying how to serve it", code, body)
+	}
+	if ui {
+		// txbox ui, in another process, shows the relay's state from its
+		// /readyz.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		testenv.Must(t, err, "free port")
+		uiAddr := ln.Addr().String()
+		_ = ln.Close()
+		uctx, ucancel := context.WithCancel(ctx)
+		var uiErr testenv.Buffer
+		uiDone := make(chan error, 1)
+		go func() {
+			uiDone <- cli.Run(uctx, []string{"ui", "--db", db, "--http", uiAddr, "--relay", "http://" + addr, "--inbox-table", "orders_inbox"}, io.Discard, &uiErr)
+		}()
+		waitServing(t, uiAddr, "/", uiDone, &uiErr)
+		resp, err := http.Get("http://" + uiAddr + "/")
+		testenv.Must(t, err, "txbox ui page")
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		page := string(b)
+		row := page[strings.Index(page, `<tr class="relay" data-name="`+addr+`">`)+1:]
+		if i := strings.Index(row, "</tr>"); i < 0 || !strings.Contains(row[:i], `<span class="ok">ready</span>`) || !strings.Contains(page, `data-name="orders_inbox"`) {
+			t.Fatalf("txbox ui --relay http://%s does not show the relay ready and the inbox:\n%s", addr, page)
+		}
+		ucancel()
+		if err := <-uiDone; err != nil {
+			t.Fatalf("txbox ui: %v", err)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -126,7 +126,13 @@ func printMessage(out io.Writer, m inspect.Message, why string, publishedAt time
 	if !publishedAt.IsZero() {
 		fmt.Fprintf(tw, "published at\t%s\n", publishedAt.UTC().Format(time.RFC3339Nano))
 	}
-	fmt.Fprintf(tw, "last error\t%s\n", cell(m.LastError))
+	if m.State != inspect.Dead && m.Attempts == 0 && m.LastError != "" {
+		// A redrive keeps the error (pending, then delivered); the next
+		// failed attempt replaces it.
+		fmt.Fprintf(tw, "previous error\t%s (before a redrive; not an error of its current attempts)\n", cell(m.LastError))
+	} else {
+		fmt.Fprintf(tw, "last error\t%s\n", cell(m.LastError))
+	}
 	if m.Invalid != "" {
 		fmt.Fprintf(tw, "invalid\t%s\n", cell(m.Invalid))
 		fmt.Fprintf(tw, "raw headers\t%s\n", cell(m.RawHeaders))

@@ -13,7 +13,8 @@ import (
 // TestShowFindsAnyState, on SQLite, MariaDB and PostgreSQL: txbox show
 // finds a message by message id or SEQ whether it is pending, retrying,
 // parked, dead or delivered, and says why it is there; txbox stats counts
-// the last minute's delivered and dead messages.
+// the last minute's delivered and dead messages; a redriven row shows its
+// error as the previous one.
 func TestShowFindsAnyState(t *testing.T) {
 	t.Parallel()
 	check := func(t *testing.T, args []string, exec func(string) error, seqOf func(id string) string, now string) {
@@ -63,6 +64,19 @@ func TestShowFindsAnyState(t *testing.T) {
 		}
 		if out := mustRun(t, append([]string{"stats"}, args...)...); !strings.Contains(strings.Join(strings.Fields(out), " "), "delivered last minute 1") {
 			t.Fatalf("stats lacks the last minute's deliveries:\n%s", out)
+		}
+		// A redriven row keeps its error, shown as the previous one.
+		mustRun(t, append([]string{"dead", "redrive", deadSeq}, args...)...)
+		out := mustRun(t, append([]string{"show", "m-dead"}, args...)...)
+		flat := strings.Join(strings.Fields(out), " ")
+		if !strings.Contains(flat, "state pending") || !strings.Contains(flat, "previous error no JetStream stream captures subject orders.x (before a redrive") ||
+			strings.Contains(flat, "last error") {
+			t.Fatalf("txbox show of a redriven row does not show its error as the previous one:\n%s", out)
+		}
+		testenv.Must(t, exec(`UPDATE txbox_outbox SET published_at = `+now+` WHERE message_id = 'm-dead'`), "deliver m-dead")
+		out = mustRun(t, append([]string{"show", "m-dead"}, args...)...)
+		if flat := strings.Join(strings.Fields(out), " "); !strings.Contains(flat, "state delivered") || !strings.Contains(flat, "previous error no JetStream") || strings.Contains(flat, "last error") {
+			t.Fatalf("txbox show of a row delivered after a redrive does not show its error as the previous one:\n%s", out)
 		}
 	}
 	sqlSeq := func(t *testing.T, conn *sql.DB) func(string) string {

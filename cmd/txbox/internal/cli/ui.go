@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -41,6 +42,7 @@ type uiFlags struct {
 	inboxTables []string
 	dlq         dlqFlags
 	dlqBindings []string
+	relays      []string
 	interval    time.Duration
 	logLevel    string
 	logJSON     bool
@@ -53,11 +55,13 @@ func newUICmd() *cobra.Command {
 	f := &uiFlags{}
 	cmd := &cobra.Command{
 		Use:   "ui",
-		Short: "Serve the web dashboard: backlog, dead messages, inboxes",
+		Short: "Serve the web dashboard: backlog, dead messages, inboxes, relays, consumer dead letters",
 		Long: `Serve txbox's web dashboard (package txboxui) for one outbox table: the backlog
 by state and the age of the oldest claimable row over time, the net backlog
 change per second, the dead messages with redrive and discard buttons, the keys
-they park and, with --inbox-table, the receipts of each inbox per source. Its
+they park, with --inbox-table the receipts of each inbox per source, with
+--relay the state of relays running elsewhere (read from their /readyz), with
+--dlq-binding the consumers' dead letters on the broker. Its
 assets are embedded: it works offline.
 
 It listens on loopback (` + DefaultUIAddr + `) unless --http names another
@@ -78,10 +82,11 @@ cross-origin check.`,
 	fs.StringSliceVar(&f.allowed, "allowed-host", nil, "host name (optionally :port) besides loopback that a request without a token may name in its Host header, e.g. the name a proxy forwards (repeat or comma-separate)")
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse redrive and discard")
 	fs.StringSliceVar(&f.inboxTables, "inbox-table", nil, "inbox table to show receipts of, per source (repeat or comma-separate)")
-	fs.StringVar(&f.dlq.broker, "broker", envOr(EnvBroker, ""), "with --dlq-binding: the consumers' broker, nats://…, amqp://…, redis://… (env "+EnvBroker+")")
+	fs.StringVar(&f.dlq.broker, "broker", envOr(EnvBroker, ""), "with --dlq-binding: the consumers' broker, nats://…, amqp://…, redis://…, kafka://… (env "+EnvBroker+")")
 	fs.StringSliceVar(&f.dlqBindings, "dlq-binding", nil, "consumer binding whose dead letters the panel at /dlq lists and redrives (repeat or comma-separate; see txbox dlq)")
 	fs.StringVar(&f.dlq.prefix, "dead-letter-prefix", "", "JetStream: the subscriber's DeadLetterPrefix (default txbox.dlq.)")
-	fs.StringVar(&f.dlq.suffix, "dead-letter-suffix", "", "Redis: the subscriber's DeadLetterSuffix (default :dead)")
+	fs.StringVar(&f.dlq.suffix, "dead-letter-suffix", "", "Redis, Kafka: the subscriber's DeadLetterSuffix (default :dead on Redis, .dead on Kafka)")
+	fs.StringSliceVar(&f.relays, "relay", nil, "the --http address of a txbox relay (http://127.0.0.1:9090) whose state the relay panel shows, read from its /readyz (repeat or comma-separate)")
 	fs.DurationVar(&f.interval, "interval", txboxui.DefaultInterval, "how often the figures are read and sampled")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
@@ -153,6 +158,13 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 		return err
 	}
 	cfg.Token, cfg.AllowedHosts, cfg.ReadOnly, cfg.Interval, cfg.Logger = token, f.allowed, f.readOnly, f.interval, log
+	for _, raw := range f.relays {
+		ref, err := remoteRelay(raw)
+		if err != nil {
+			return err
+		}
+		cfg.Relays = append(cfg.Relays, ref)
+	}
 	if len(f.dlqBindings) > 0 {
 		f.dlq.binding = f.dlqBindings[0]
 		store, closeStore, err := f.dlq.open(ctx)
@@ -195,6 +207,22 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 		return err
 	}
 	return nil
+}
+
+// remoteRelay is the relay panel's entry for --relay URL: the relay's
+// /readyz, named by its host and port.
+func remoteRelay(raw string) (txboxui.RelayRef, error) {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return txboxui.RelayRef{}, fmt.Errorf("--relay %q: want the relay's --http address, e.g. http://127.0.0.1:9090", redact(raw, raw))
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/readyz"
+	}
+	return txboxui.RelayRef{Name: u.Host, Readyz: u.String()}, nil
 }
 
 // uiConfig builds the dashboard's sources for the outbox table and inbox

@@ -1,0 +1,72 @@
+// Drives the dashboard of several stores (txboxui.Stores) in the system
+// Chromium (playwright-core), for tests/ui TestStoresDashboardInBrowser:
+// reads the list of stores, opens one store's dashboard from it (its
+// relay and inbox panels), redrives its dead message there, and goes back
+// to the list.
+//
+// Environment: UI_URL, UI_TOKEN, UI_STORE (the store to open), CHROMIUM.
+// Output: "LIST {json}", "STORE {json}", "REDROVE {json}", "BACK {json}";
+// exit 1 on failure.
+"use strict";
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+const { chromium } = require("playwright-core");
+
+const url = process.env.UI_URL;
+
+async function list(page) {
+  return page.evaluate(() => ({
+    stores: Array.from(document.querySelectorAll("tr.store")).map((tr) => ({
+      name: tr.dataset.name, cells: Array.from(tr.querySelectorAll("td")).map((td) => td.textContent.trim()),
+    })),
+  }));
+}
+
+async function store(page) {
+  return page.evaluate(() => {
+    const rows = (sel) => Array.from(document.querySelectorAll(sel)).map((tr) => Array.from(tr.querySelectorAll("td")).map((td) => td.textContent.trim()));
+    return {
+      title: document.querySelector("header h1").textContent.trim(),
+      relays: rows("tr.relay"),
+      inbox_rows: rows("table.inbox tr.source"),
+      dead_rows: rows("tr.dead"),
+      flash: (document.getElementById("flash") || {}).textContent || "",
+    };
+  });
+}
+
+async function main() {
+  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "txbox-ui-chromium-"));
+  const ctx = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync", "--no-first-run"],
+    httpCredentials: { username: "operator", password: process.env.UI_TOKEN || "" },
+    viewport: { width: 1280, height: 900 },
+  });
+  try {
+    const page = ctx.pages()[0] || (await ctx.newPage());
+    await page.goto(url, { waitUntil: "load" });
+    await page.waitForSelector("tr.store", { timeout: 30000 });
+    console.log("LIST " + JSON.stringify(await list(page)));
+    await Promise.all([page.waitForNavigation(), page.click(`tr.store[data-name="${process.env.UI_STORE}"] a`)]);
+    await page.waitForSelector("#relays", { timeout: 30000 });
+    console.log("STORE " + JSON.stringify(await store(page)));
+    await Promise.all([page.waitForNavigation(), page.click("tr.dead button.redrive")]);
+    await page.waitForSelector("#flash", { timeout: 30000 });
+    console.log("REDROVE " + JSON.stringify(await store(page)));
+    await Promise.all([page.waitForNavigation(), page.click("#all-stores")]);
+    await page.waitForSelector("tr.store", { timeout: 30000 });
+    console.log("BACK " + JSON.stringify(await list(page)));
+  } finally {
+    await ctx.close();
+    fs.rmSync(userDataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e) => {
+  console.error(e && e.stack ? e.stack : String(e));
+  process.exit(1);
+});
