@@ -365,6 +365,15 @@ func (d *delivery) settle() {
 	}
 }
 
+// StreamSequence is the message's sequence in the stream: the order in
+// which a key's messages were published (consumer.StreamSequencer).
+func (d *delivery) StreamSequence() uint64 {
+	if md, err := d.m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
+}
+
 func (d *delivery) numDelivered() int {
 	if md, err := d.m.Metadata(); err == nil {
 		return int(md.NumDelivered)
