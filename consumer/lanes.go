@@ -25,7 +25,7 @@ const keyHoldLimit = 5 * time.Second
 // last delivery of it that it took has been handled and settled (done).
 //
 // So a key's deliveries run one batch at a time, in arrival order within
-// a batch: a batch never waits on the row or key locks of another batch's
+// a batch (in stream order where the deliveries say it: inStreamOrder): a batch never waits on the row or key locks of another batch's
 // messages of its keys, and a handler that keeps a key's order itself
 // never sees a key's later message while the earlier one is uncommitted
 // in another batch. A batch in which no handler has returned for

@@ -10,10 +10,11 @@ import (
 	"github.com/txbox/txbox"
 )
 
-// DefaultAckWait is ConsumerConfig.AckWait's default. The consumer keeps
-// the messages it processes alive (InProgress), so the AckWait only bounds
-// how long the unacked messages of a consumer that was killed wait before
-// the server redelivers them.
+// DefaultAckWait is ConsumerConfig.AckWait's default. A subscription keeps
+// the messages it holds alive (its lease, SubscriberConfig.Lease; without
+// one, the consumer's InProgress), so the AckWait only bounds how long the
+// unacked messages of a consumer that was killed wait before the server
+// redelivers them, when it has no lease.
 const DefaultAckWait = 10 * time.Second
 
 var (

@@ -35,11 +35,12 @@ type ConsumerConfig struct {
 	Durable        string   // required
 	FilterSubjects []string // default: the whole stream
 	// AckWait is how long the server waits for an ack before redelivering.
-	// The txbox consumer extends it while a message is processed
-	// (InProgress, see consumer.Config.NoKeepAlive), so it need not exceed
-	// the longest handler run; it is how long the messages a killed
-	// consumer held wait before they are redelivered. Default:
-	// DefaultAckWait (10s).
+	// A subscription keeps the messages it holds alive (its lease,
+	// SubscriberConfig.Lease, by default a quarter of the AckWait; without
+	// one, the consumer's InProgress, see consumer.Config.NoKeepAlive), so
+	// it need not exceed the longest handler run; without a lease, it is
+	// how long the messages a killed consumer held wait before they are
+	// redelivered. Default: DefaultAckWait (10s).
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged messages across all subscribers
 	// of the consumer. Default: 1000.
