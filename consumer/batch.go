@@ -26,7 +26,8 @@ const (
 // dead-lettered alone; the rest commit together, once, and are then ACKed
 // together. At-least-once handlers are never batched. No two batches of a
 // binding hold messages of one key at once: a key's messages run one batch
-// at a time, in arrival order within a batch (see keyLanes).
+// at a time, in arrival order within a batch, or in stream order where the
+// broker says it (see keyLanes, StreamSequencer).
 //
 // The trade-offs: the handlers of a batch run one after another on one
 // connection, and hold their row locks until the batch commits. A

@@ -73,7 +73,8 @@ type Config struct {
 	// the handler left aborted; see driver.IsRejected) a message gets
 	// before it is dead-lettered. Failures of the database (a lost
 	// connection, a server shutting down, a deadlock; see
-	// driver.IsTransient), also when the handler returns them, retry
+	// driver.IsTransient; a bare network failure only when it broke the
+	// handler's transaction), also when the handler returns them, retry
 	// without ever dead-lettering, as soon as the database answers again,
 	// and do not count. The count is this
 	// consumer's own, kept in memory per (handler, message id): deliveries
@@ -311,7 +312,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 // not commit or roll back tx. Returning an error rolls everything back and
 // the message is retried; Permanent(err) dead-letters it at once. An error
 // that is, or wraps (%w), a failure of the database (driver.IsTransientFor)
-// never counts toward MaxDeliveries.
+// never counts toward MaxDeliveries, but a bare network failure
+// (driver.IsNetwork) only when tx could not roll back after it: else it
+// is fn's own call to another service failing.
 // Problems with h are reported by Start, all at once.
 func (c *Consumer[TTx]) HandleInbox(h HandlerConfig, fn func(ctx context.Context, tx TTx, msg Message) error) error {
 	return c.register(&handler[TTx]{HandlerConfig: h, guarantee: Inbox, txFn: fn})
@@ -742,14 +745,22 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 // panics, and the inbox's statements refused for what the handler did — a
 // deferred constraint failing at COMMIT, a COMMIT of a transaction the
 // handler left aborted.
+//
+// A bare network failure (driver.IsNetwork: a net.Error, a reset
+// connection) in the handler's own error is the database's only when the
+// handler's transaction could not roll back after it (its connection
+// broke: inbox.HandlerError.Rollback); otherwise it is the handler's call
+// to another service (an HTTP request that timed out), and counts. An
+// AtLeastOnce handler has no connection of the consumer's: its network
+// failures count.
 func (c *Consumer[TTx]) databaseFailed(h *handler[TTx], err error) bool {
-	if driver.IsTransientFor(c.drv, err) {
-		return true
-	}
 	var herr *inbox.HandlerError
 	var panicked *PanicError
-	return h.guarantee == Inbox && !errors.As(err, &herr) && !errors.As(err, &panicked) &&
-		!driver.IsRejectedFor(c.drv, err)
+	handlers := h.guarantee != Inbox || errors.As(err, &herr) || errors.As(err, &panicked)
+	if driver.IsTransientFor(c.drv, err) {
+		return !handlers || driver.IsDatabaseTransientFor(c.drv, err) || (herr != nil && herr.Rollback != nil)
+	}
+	return !handlers && !driver.IsRejectedFor(c.drv, err)
 }
 
 // maxDatabaseRetryDelay caps the wait before retrying a delivery that

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -24,7 +25,7 @@ const keyHoldLimit = 5 * time.Second
 // last delivery of it that it took has been handled and settled (done).
 //
 // So a key's deliveries run one batch at a time, in arrival order within
-// a batch: a batch never waits on the row or key locks of another batch's
+// a batch (in stream order where the deliveries say it: inStreamOrder): a batch never waits on the row or key locks of another batch's
 // messages of its keys, and a handler that keeps a key's order itself
 // never sees a key's later message while the earlier one is uncommitted
 // in another batch. A batch in which no handler has returned for
@@ -122,10 +123,68 @@ func (ls *keyLanes) collect(l *keyLane, size int, wait time.Duration) (ds []txbo
 			ds, keys = append(ds, q.d), append(keys, q.key)
 		}
 	}
+	inStreamOrder(ds, keys)
 	ls.mu.Lock()
 	l.busy = ls.now()
 	ls.mu.Unlock()
 	return ds, keys, true
+}
+
+// StreamSequencer is an optional capability of a txbox.Delivery: its
+// message's position in the stream its binding reads (natsjs: the stream
+// sequence), the order in which the relay published a key's messages.
+type StreamSequencer interface {
+	StreamSequence() uint64
+}
+
+// streamSequence is d's StreamSequence, looking through wrappers (the
+// keep-alive's); 0 if it has none.
+func streamSequence(d txbox.Delivery) uint64 {
+	for {
+		if s, ok := d.(StreamSequencer); ok {
+			return s.StreamSequence()
+		}
+		u, ok := d.(interface{ Unwrap() txbox.Delivery })
+		if !ok {
+			return 0
+		}
+		d = u.Unwrap()
+	}
+}
+
+// inStreamOrder puts the deliveries of each key of a batch in stream order
+// (StreamSequencer), in the places the key's deliveries hold in the batch,
+// when the broker says it for all of them: a message redelivered after a
+// kill arrives after its key's later messages, and runs before them.
+func inStreamOrder(ds []txbox.Delivery, keys []string) {
+	at := map[string][]int{}
+	for i, k := range keys {
+		if k != "" {
+			at[k] = append(at[k], i)
+		}
+	}
+	for _, is := range at {
+		if len(is) < 2 {
+			continue
+		}
+		type item struct {
+			d   txbox.Delivery
+			seq uint64
+		}
+		items := make([]item, len(is))
+		known := true
+		for j, i := range is {
+			items[j] = item{ds[i], streamSequence(ds[i])}
+			known = known && items[j].seq > 0
+		}
+		if !known {
+			continue
+		}
+		sort.SliceStable(items, func(a, b int) bool { return items[a].seq < items[b].seq })
+		for j, i := range is {
+			ds[i] = items[j].d
+		}
+	}
 }
 
 // take returns the next delivery for l (see pop), waiting until one comes,

@@ -226,3 +226,64 @@ func TestKeyLanesConcurrent(t *testing.T) {
 	default:
 	}
 }
+
+// seqDelivery is a gateDelivery with a stream sequence (StreamSequencer).
+type seqDelivery struct {
+	gateDelivery
+	seq uint64
+}
+
+func (d *seqDelivery) StreamSequence() uint64 { return d.seq }
+
+// unwrapped is a wrapper such as the keep-alive's.
+type unwrapped struct{ txbox.Delivery }
+
+func (u unwrapped) Unwrap() txbox.Delivery { return u.Delivery }
+
+// A batch runs each key's deliveries in stream order where the broker says
+// it, in the places the key's deliveries hold: a message redelivered after
+// a kill, arriving behind its key's later messages, runs before them.
+// Unkeyed deliveries, other keys' and keys with a delivery of unknown
+// sequence keep their arrival order.
+func TestKeyLanesStreamOrder(t *testing.T) {
+	ls := newKeyLanes(1, 100)
+	ctx := context.Background()
+	put := func(d txbox.Delivery) {
+		t.Helper()
+		if !ls.put(ctx, d) {
+			t.Fatal("put refused")
+		}
+	}
+	seq := func(id, key string, s uint64) txbox.Delivery {
+		return unwrapped{&seqDelivery{gateDelivery{id: id, key: key}, s}}
+	}
+	put(seq("a3", "a", 30))
+	put(seq("b2", "b", 21))
+	put(seq("a4", "a", 40))
+	put(seq("u9", "", 90))
+	put(seq("u1", "", 10))
+	put(seq("a2", "a", 20)) // redelivered: behind its key's later ones
+	put(seq("b1", "b", 11))
+	put(&gateDelivery{id: "c2", key: "c"}) // no sequence: c keeps arrival order
+	put(seq("c1", "c", 12))
+	ds, _, ok := ls.collect(ls.all[0], 10, time.Millisecond)
+	var ids []string
+	for _, d := range ds {
+		if u, isWrapped := d.(unwrapped); isWrapped {
+			d = u.Delivery
+		}
+		switch d := d.(type) {
+		case *seqDelivery:
+			ids = append(ids, d.id)
+		case *gateDelivery:
+			ids = append(ids, d.id)
+		}
+	}
+	// The worker takes a3 and with it key a (a4, a2 join its lane), then
+	// its lane first, then the shared queue: a3 a4 a2 b2 b1 u9 u1 c2 c1
+	// as they arrive.
+	want := []string{"a2", "a3", "a4", "b1", "b2", "u9", "u1", "c2", "c1"}
+	if !ok || !slices.Equal(ids, want) {
+		t.Fatalf("batch %v (ok %v), want %v", ids, ok, want)
+	}
+}

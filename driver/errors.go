@@ -42,14 +42,14 @@ type ErrorClassifier interface {
 // Errors only a driver's own types tell apart (MySQL's error numbers,
 // SQLite's result codes) are the driver's ErrorClassifier's to recognise.
 func IsTransient(err error) bool {
-	if err == nil {
-		return false
-	}
-	switch {
-	case errors.Is(err, sqldriver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+	return err != nil && (databaseSays(err) || IsNetwork(err))
+}
+
+// databaseSays reports whether err carries a database library's or the
+// database's own word that the database failed: database/sql's ErrBadConn
+// or ErrConnDone, SafeToRetry, a transient SQLSTATE.
+func databaseSays(err error) bool {
+	if errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
 		return true
 	}
 	var retry interface{ SafeToRetry() bool }
@@ -57,14 +57,29 @@ func IsTransient(err error) bool {
 		return true
 	}
 	var state interface{ SQLState() string }
-	if errors.As(err, &state) && TransientSQLState(state.SQLState()) {
+	return errors.As(err, &state) && TransientSQLState(state.SQLState())
+}
+
+// IsNetwork reports whether err, or any error it wraps, is a failure of a
+// network connection, whatever it connected to: io.ErrUnexpectedEOF, the
+// errnos ECONNRESET, ECONNREFUSED, ECONNABORTED and EPIPE, a net.Error that
+// is not a context's deadline or cancellation. IsTransient accepts these;
+// a handler's call to another service (an HTTP request that timed out)
+// fails with them too, which is why the consumer counts them as the
+// database's only when they come from its own connection (see
+// IsDatabaseTransientFor).
+func IsNetwork(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
 		return true
 	}
 	var ne net.Error
-	if errors.As(err, &ne) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		return true
-	}
-	return false
+	return errors.As(err, &ne) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // TransientSQLState reports whether an SQLSTATE (PostgreSQL's spelling)
@@ -152,6 +167,23 @@ func IsRejectedFor[TTx any](d Driver[TTx], err error) bool {
 	}
 	if c, ok := d.(RejectionClassifier); ok {
 		return c.IsRejected(err)
+	}
+	return false
+}
+
+// IsDatabaseTransientFor is IsTransientFor without its bare network
+// failures (IsNetwork): true when a database library or the database
+// itself says the database failed — database/sql's ErrBadConn or
+// ErrConnDone, SafeToRetry, a transient SQLSTATE, d's ErrorClassifier.
+func IsDatabaseTransientFor[TTx any](d Driver[TTx], err error) bool {
+	if err == nil {
+		return false
+	}
+	if databaseSays(err) {
+		return true
+	}
+	if c, ok := d.(ErrorClassifier); ok {
+		return c.IsTransient(err)
 	}
 	return false
 }

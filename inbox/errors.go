@@ -65,6 +65,11 @@ type HandlerError struct {
 	Source    string
 	MessageID string
 	Err       error
+	// Rollback is the error of the transaction's rollback after the
+	// handler failed (Handle), if it failed: the transaction's connection
+	// broke. Nil in a batch, where a failed rollback to the item's
+	// savepoint fails the whole batch (*BatchError).
+	Rollback error
 }
 
 func (e *HandlerError) Error() string {

@@ -225,8 +225,8 @@ func (ib *Inbox[TTx]) Handle(ctx context.Context, source, id string, metadata an
 	ib.hook(ctx, Event{Kind: EventReceived, Table: ib.table, Source: source, MessageID: id})
 	if err := fn(ctx, tx); err != nil {
 		done = true
-		_ = dtx.Rollback(context.WithoutCancel(ctx))
-		herr := &HandlerError{Source: source, MessageID: id, Err: err}
+		rerr := dtx.Rollback(context.WithoutCancel(ctx))
+		herr := &HandlerError{Source: source, MessageID: id, Err: err, Rollback: rerr}
 		ib.hook(ctx, Event{Kind: EventHandleFailed, Table: ib.table, Source: source, MessageID: id, Err: herr, Duration: time.Since(start)})
 		return Failed, herr
 	}

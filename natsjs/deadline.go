@@ -10,23 +10,32 @@ import (
 	"github.com/txbox/txbox"
 )
 
-// DefaultAckWait is ConsumerConfig.AckWait's default. The consumer keeps
-// the messages it processes alive (InProgress), so the AckWait only bounds
-// how long the unacked messages of a consumer that was killed wait before
-// the server redelivers them.
+// DefaultAckWait is ConsumerConfig.AckWait's default. A subscription keeps
+// the messages it holds alive (its lease, SubscriberConfig.Lease; without
+// one, the consumer's InProgress), so the AckWait only bounds how long the
+// unacked messages of a consumer that was killed wait before the server
+// redelivers them, when it has no lease.
 const DefaultAckWait = 10 * time.Second
 
 var (
-	_ txbox.DeadlineExtender = (*delivery)(nil)
+	_ txbox.DeadlineExtender = (*extendable)(nil)
 	_ txbox.HorizonReporter  = (*Subscriber)(nil)
 )
 
+// extendable is a delivery without a lease (SubscriberConfig.Lease off,
+// SubscribeOrdered): its deadline is the durable's AckWait, which the
+// consumer extends while it holds the message.
+type extendable struct {
+	*delivery
+	ackWait time.Duration
+}
+
 // AckDeadline is the durable's AckWait.
-func (d *delivery) AckDeadline() time.Duration { return d.ackWait }
+func (d *extendable) AckDeadline() time.Duration { return d.ackWait }
 
 // ExtendDeadline tells the server that the message is still being worked
 // on (InProgress): its AckWait starts again.
-func (d *delivery) ExtendDeadline(context.Context) error { return d.m.InProgress() }
+func (d *extendable) ExtendDeadline(context.Context) error { return d.m.InProgress() }
 
 // tuneAckWait gives the durable c the Subscriber's AckWait, if one is set
 // and the durable's differs.

@@ -130,6 +130,7 @@ func (sub *subscription) hold(ctx context.Context) error {
 // later messages; naked with a delay, the released messages are redelivered
 // together, in stream order, once the subscription is gone.
 func (sub *subscription) release(m jetstream.Msg) error {
+	sub.unlease(m)
 	if !sub.ordered {
 		return m.Nak()
 	}

@@ -24,12 +24,12 @@ const (
 
 // puller pulls a durable's messages for one subscription, at most
 // prefetch of them unacknowledged (queued, or handed out by Next and not
-// settled yet), and keeps each one alive (InProgress,
-// every third of the AckWait) from the moment it arrives until Next hands
-// it out. JetStream starts a message's AckWait when it sends it: a
-// message waiting behind busy workers in a client-side buffer that nothing
-// keeps alive (nats.go's Messages iterator keeps one, out of reach) is
-// redelivered after AckWait while it waits, and then runs twice.
+// settled yet), and keeps each one alive from the moment it arrives: under
+// the subscription's lease (see leaser) until it is settled, or, without
+// one, with InProgress every third of the AckWait until Next hands it out. JetStream starts a message's AckWait when it sends it: a
+// message waiting behind busy workers in a client-side buffer (nats.go's
+// Messages iterator keeps one, out of reach) is redelivered after AckWait
+// while it waits, and then runs twice.
 //
 // One pull request is open at a time, for the room left (prefetch less
 // the messages queued and those handed out unsettled), and its messages are queued in the order they
@@ -45,6 +45,7 @@ type puller struct {
 	lookup   func(context.Context) (jetstream.Consumer, error) // finds it again after a failed pull
 	prefetch int
 	every    time.Duration // the keep-alive period; 0: none
+	lease    *leaser       // keeps the messages instead, when set
 
 	ctx    context.Context // ends at close: stops the loop and cancels the open pull
 	cancel context.CancelFunc
@@ -68,11 +69,11 @@ type held struct {
 	ticker *keepalive.Ticker
 }
 
-func newPuller(nc *nats.Conn, cons jetstream.Consumer, lookup func(context.Context) (jetstream.Consumer, error), prefetch int, ackWait time.Duration) *puller {
+func newPuller(nc *nats.Conn, cons jetstream.Consumer, lookup func(context.Context) (jetstream.Consumer, error), prefetch int, ackWait time.Duration, lease *leaser) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &puller{first: cons, lookup: lookup, prefetch: max(prefetch, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{}),
-		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1), nc: nc, status: nc.StatusChanged(nats.CONNECTED)}
-	if ackWait > 0 {
+		arrived: make(chan struct{}, 1), room: make(chan struct{}, 1), nc: nc, status: nc.StatusChanged(nats.CONNECTED), lease: lease}
+	if ackWait > 0 && lease == nil {
 		p.every = max(ackWait/3, 50*time.Millisecond)
 	}
 	go p.loop()
@@ -187,7 +188,9 @@ func (p *puller) pull(cons jetstream.Consumer, n int) error {
 
 func (p *puller) push(m jetstream.Msg) {
 	h := &held{m: m}
-	if p.every > 0 && p.ctx.Err() == nil { // after close, nothing keeps it: the server redelivers it
+	if p.lease != nil && p.ctx.Err() == nil {
+		p.lease.hold(m) // until settled (delivery) or given back (Close)
+	} else if p.every > 0 && p.ctx.Err() == nil { // after close, nothing keeps it: the server redelivers it
 		// InProgress restarts its AckWait; if it fails, the server may
 		// redeliver the message once its AckWait passes.
 		h.ticker = keepalive.Start(p.every, func() { _ = m.InProgress() })

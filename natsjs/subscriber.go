@@ -35,11 +35,12 @@ type ConsumerConfig struct {
 	Durable        string   // required
 	FilterSubjects []string // default: the whole stream
 	// AckWait is how long the server waits for an ack before redelivering.
-	// The txbox consumer extends it while a message is processed
-	// (InProgress, see consumer.Config.NoKeepAlive), so it need not exceed
-	// the longest handler run; it is how long the messages a killed
-	// consumer held wait before they are redelivered. Default:
-	// DefaultAckWait (10s).
+	// A subscription keeps the messages it holds alive (its lease,
+	// SubscriberConfig.Lease, by default a quarter of the AckWait; without
+	// one, the consumer's InProgress, see consumer.Config.NoKeepAlive), so
+	// it need not exceed the longest handler run; without a lease, it is
+	// how long the messages a killed consumer held wait before they are
+	// redelivered. Default: DefaultAckWait (10s).
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged messages across all subscribers
 	// of the consumer. Default: 1000.
@@ -88,6 +89,22 @@ type SubscriberConfig struct {
 	// how long the messages of a killed consumer wait before they are
 	// redelivered. Default: 0, the durable's AckWait is left as it is.
 	AckWait time.Duration
+	// Lease is how long the messages a subscription holds — pulled and
+	// queued, or handed to the consumer and not settled — wait for
+	// redelivery once its process is gone (SIGKILL, OOM, a lost host),
+	// instead of the durable's AckWait: the subscription gives each
+	// message that deadline when it arrives (a NAK with the lease as its
+	// delay: the server keeps the message pending for the subscription,
+	// whose ACK settles it as usual, and redelivers it once the delay has
+	// passed) and renews it every third of the lease until the message is
+	// settled. The cost: one NAK per message received and one per held
+	// message every third of the lease; a process stalled for two thirds
+	// of it (a GC pause, an overloaded machine) has its messages
+	// redelivered under it (duplicates, which the inbox absorbs). Default:
+	// a quarter of the durable's AckWait, at least 1s; negative, or not
+	// shorter than the AckWait: none (InProgress keeps the messages, and a
+	// dead process's wait the AckWait). SubscribeOrdered never leases.
+	Lease time.Duration
 }
 
 // Binding returns the binding of the durable consumer durable on stream,
@@ -111,6 +128,7 @@ type Subscriber struct {
 	js      jetstream.JetStream
 	dlq     string
 	ackWait time.Duration
+	lease   time.Duration // SubscriberConfig.Lease
 }
 
 var _ txbox.Subscriber = (*Subscriber)(nil)
@@ -132,7 +150,7 @@ func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig) (*Subscriber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: %w", err)
 	}
-	return &Subscriber{nc: nc, js: js, dlq: cfg.DeadLetterPrefix, ackWait: cfg.AckWait}, nil
+	return &Subscriber{nc: nc, js: js, dlq: cfg.DeadLetterPrefix, ackWait: cfg.AckWait, lease: cfg.Lease}, nil
 }
 
 // DeadLetterID is the Nats-Msg-Id of the dead letter of message id from
@@ -207,6 +225,7 @@ type subscription struct {
 	cons            jetstream.Consumer
 	pull            *puller       // nil until opened: an ordered subscription opens after its hold
 	ackWait         time.Duration // the durable's, when it was opened
+	lease           *leaser       // set when opened, unless ordered or off (SubscriberConfig.Lease)
 	closed          bool
 	holdUntil       time.Time       // SubscribeOrdered: pull nothing before (ordered.go)
 	ordered         bool            // SubscribeOrdered: release with releaseDelay
@@ -226,7 +245,10 @@ func (sub *subscription) open() *puller {
 		lookup := func(ctx context.Context) (jetstream.Consumer, error) {
 			return sub.s.js.Consumer(ctx, sub.stream, sub.durable)
 		}
-		sub.pull = newPuller(sub.s.nc, sub.cons, lookup, sub.prefetch, sub.ackWait)
+		if lease := leaseFor(sub.s.lease, sub.ackWait); lease > 0 && !sub.ordered {
+			sub.lease = newLeaser(sub.s.nc, lease)
+		}
+		sub.pull = newPuller(sub.s.nc, sub.cons, lookup, sub.prefetch, sub.ackWait, sub.lease)
 	}
 	return sub.pull
 }
@@ -272,21 +294,28 @@ func (sub *subscription) Next(ctx context.Context) (txbox.Delivery, error) {
 	}
 }
 
-func (sub *subscription) deliver(m jetstream.Msg) *delivery {
+// deliver hands m out: a leased delivery keeps its lease until settled;
+// without a lease, the delivery's deadline is the AckWait, which the
+// consumer extends (txbox.DeadlineExtender).
+func (sub *subscription) deliver(m jetstream.Msg) txbox.Delivery {
 	sub.mu.Lock()
-	ackWait, p := sub.ackWait, sub.pull
+	ackWait, p, lease := sub.ackWait, sub.pull, sub.lease
 	sub.mu.Unlock()
 	if p != nil {
 		p.handOut()
 	}
-	return &delivery{m: m, sub: sub, ackWait: ackWait, pull: p}
+	d := &delivery{m: m, sub: sub, pull: p, lease: lease}
+	if lease != nil {
+		return d
+	}
+	return &extendable{delivery: d, ackWait: ackWait}
 }
 
 // Close stops pulling and naks the messages pulled but not handed out, so
 // that they are redelivered at once instead of after AckWait.
 func (sub *subscription) Close(ctx context.Context) error {
 	sub.mu.Lock()
-	p := sub.pull
+	p, lease := sub.pull, sub.lease
 	sub.pull, sub.closed = nil, true
 	gathered := sub.gathered
 	sub.gathered = nil
@@ -299,15 +328,35 @@ func (sub *subscription) Close(ctx context.Context) error {
 			_ = sub.release(m)
 		}
 	}
+	if lease != nil {
+		lease.stop()
+	}
 	return nil
+}
+
+// unlease ends m's lease, if it has one, before m is settled.
+func (sub *subscription) unlease(m jetstream.Msg) {
+	sub.mu.Lock()
+	lease := sub.lease
+	sub.mu.Unlock()
+	if lease != nil {
+		lease.release(m)
+	}
 }
 
 type delivery struct {
 	m       jetstream.Msg
 	sub     *subscription
-	ackWait time.Duration
 	pull    *puller     // whose prefetch the delivery counts in, until settled
+	lease   *leaser     // keeps it until settled; nil: see extendable
 	settled atomic.Bool // Ack, Retry or DeadLetter was called
+}
+
+// unlease ends the delivery's lease: no renewal follows the settlement.
+func (d *delivery) unlease() {
+	if d.lease != nil {
+		d.lease.release(d.m)
+	}
 }
 
 // settle gives the delivery's room under the prefetch back, once.
@@ -315,6 +364,15 @@ func (d *delivery) settle() {
 	if d.pull != nil && d.settled.CompareAndSwap(false, true) {
 		d.pull.settled()
 	}
+}
+
+// StreamSequence is the message's sequence in the stream: the order in
+// which a key's messages were published (consumer.StreamSequencer).
+func (d *delivery) StreamSequence() uint64 {
+	if md, err := d.m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
 }
 
 func (d *delivery) numDelivered() int {
@@ -355,6 +413,7 @@ func (d *delivery) Message() txbox.Received {
 // Ack acks and waits for the server's confirmation.
 func (d *delivery) Ack(ctx context.Context) error {
 	defer d.settle()
+	d.unlease()
 	return d.m.DoubleAck(ctx)
 }
 
@@ -364,6 +423,7 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 	if delay <= 0 {
 		return d.sub.release(d.m)
 	}
+	d.unlease()
 	return d.m.NakWithDelay(delay)
 }
 
@@ -405,7 +465,9 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	if md, err := d.m.Metadata(); err == nil {
 		out.Header.Set(HeaderStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
 	}
-	if _, err := d.sub.s.js.PublishMsg(ctx, out); err != nil {
+	_, err := d.sub.s.js.PublishMsg(ctx, out)
+	d.unlease() // kept until now: the copy may take a while
+	if err != nil {
 		_ = d.m.NakWithDelay(time.Second)
 		return fmt.Errorf("natsjs: dead-letter to %s: %w", out.Subject, err)
 	}

@@ -568,3 +568,81 @@ func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// A handler's own network failure — its call to another service refused
+// (a real dial of a closed port: ECONNREFUSED, a net.Error) — is the
+// message's failure, not the database's: with MaxDeliveries 2 the message
+// is dead-lettered after two runs, by an inbox handler batched and
+// unbatched (its transaction rolled back fine, so its connection is not
+// what failed) and by an at-least-once handler; no database failure is
+// counted. A network failure of the handler's own transaction stays the
+// database's (TestHandlerDatabaseErrorRetried, TestBatchConnectionKilled).
+func TestHandlerNetworkErrorCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := pgxDB(t, 10)
+	d.migrateAll(t)
+	b := natsBroker(t, testenv.NATS(t), 5*time.Second)
+	c, _ := loggedConsumer(t, d, b, 2)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "listen")
+	closed := ln.Addr().String()
+	testenv.Must(t, ln.Close(), "close") // nothing listens there now
+	var mu sync.Mutex
+	runs := map[string]int{}
+	call := func(h, id string) error {
+		mu.Lock()
+		runs[h+"/"+id]++
+		mu.Unlock()
+		conn, err := net.DialTimeout("tcp", closed, 5*time.Second)
+		if err == nil {
+			_ = conn.Close()
+			return consumer.Permanent(fmt.Errorf("%s accepted a connection", closed))
+		}
+		return fmt.Errorf("notify the warehouse: %w", err)
+	}
+	for flow, size := range map[string]int{"orders": 0, "shipments": 1} {
+		testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "inbox-" + flow, Binding: b.binding(flow), Batch: consumer.BatchConfig{Size: size}},
+			func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+					return err
+				}
+				return call("inbox-"+flow, msg.ID)
+			}), "register inbox %s", flow)
+	}
+	testenv.Must(t, c.HandleAtLeastOnce(consumer.HandlerConfig{Name: "notify", Binding: b.binding("events")},
+		func(ctx context.Context, msg consumer.Message) error { return call("notify", msg.ID) }), "register at-least-once")
+	testenv.Must(t, c.Start(ctx), "start")
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	for _, f := range flows {
+		var msgs []txbox.Message
+		for _, id := range ids("net-"+f, 3) { // one id space: the stream drops a repeated id
+			msgs = append(msgs, txbox.Message{ID: id, Topic: b.topic(f), Payload: []byte(id)})
+		}
+		for _, err := range b.pub.Publish(ctx, msgs) {
+			testenv.Must(t, err, "publish")
+		}
+	}
+	const want = 3 * 3
+	progressing(t, 30*time.Second, "every message dead-lettered", func() (int64, bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		total := 0
+		for k, n := range runs {
+			total += n
+			if n > 2 {
+				t.Fatalf("%s ran %d times with MaxDeliveries 2: its network failure was not counted (stats %+v)", k, n, c.Stats())
+			}
+		}
+		st := c.Stats()
+		return int64(total) + st.DeadLettered, st.DeadLettered == want, fmt.Sprintf("runs %v, stats %+v", runs, st)
+	})
+	if st := c.Stats(); st.DatabaseFailures != 0 {
+		t.Fatalf("stats %+v: a handler's network failure counted as the database's", st)
+	}
+	for _, f := range flows {
+		if n := len(b.deadLetters(t, f)); n != 3 {
+			t.Errorf("%s: %d dead letters, want 3", f, n)
+		}
+	}
+}

@@ -106,6 +106,8 @@ type broker struct {
 	// resubscribe, where set, returns a subscriber on a connection of its
 	// own, closing the one it returned before, as a restarted process has.
 	resubscribe func(t testing.TB) txbox.Subscriber
+	// dlqPrefix is the NATS bindings' dead-letter prefix.
+	dlqPrefix string
 	// dead is the bindings' dead letters as txbox dlq sees them; nil
 	// where the broker has no dlq.Store.
 	dead dlq.Store
@@ -154,7 +156,7 @@ func natsBroker(t testing.TB, nc *nats.Conn, ackWait time.Duration) *broker {
 			testenv.Must(t, err, "subscriber")
 			return sub
 		},
-		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries, dedupes: true,
+		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries, dedupes: true, dlqPrefix: prefix + "dlq.",
 		topic:   func(f string) string { return "ev." + f },
 		binding: func(f string) string { return natsjs.Binding(stream, f) },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
