@@ -133,15 +133,10 @@ func PostgresDB(t testing.TB, maxConns int) (*sql.DB, string) {
 	return db, schema
 }
 
-// SQLiteDSN returns the DSN txbox recommends for a SQLite file: WAL, a busy
-// timeout, and immediate transactions so writers queue instead of failing.
-// The path is escaped: a '#' or '?' in it must not end the file name.
-func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
-
 // SQLite returns a *sql.DB on a new SQLite file in t's temp dir.
 func SQLite(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", SQLiteDSN(filepath.Join(t.TempDir(), "txbox.db")))
+	db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(filepath.Join(t.TempDir(), "txbox.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

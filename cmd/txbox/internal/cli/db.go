@@ -123,9 +123,6 @@ func (t dbTarget) String() string {
 	return redact(t.url, t.url)
 }
 
-// SQLiteDSN is txboxsql.SQLiteDSN, for the tests that name it here.
-func SQLiteDSN(path string) string { return txboxsql.SQLiteDSN(path) }
-
 // onDriver builds a tool (dead.New, inspect.New) over d's driver, whichever
 // of the two it is.
 func onDriver[T any](d *database, cfg txbox.Config,

@@ -117,7 +117,7 @@ func TestInboxSeveralTables(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "inboxes.db")
 	db := "sqlite://" + path
 	mustRun(t, "migrate", "up", "--db", db, "--no-outbox", "--inbox-table", "orders_inbox,billing_inbox")
-	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(path))
+	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	testenv.Must(t, err, "open")
 	defer conn.Close()
 	now := time.Now().UnixMicro()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/txbox/txbox/txboxsql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,7 +55,7 @@ func TestRelayGroupStoresFile(t *testing.T) {
 			t.Fatalf("no start-up log:\n%s", errOut.String())
 		}
 	}
-	lite, err := sql.Open("sqlite", cli.SQLiteDSN(sqlitePath))
+	lite, err := sql.Open("sqlite", txboxsql.SQLiteDSN(sqlitePath))
 	testenv.Must(t, err, "open sqlite")
 	defer lite.Close()
 	const n = 25

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"github.com/txbox/txbox/txboxsql"
 	"io"
 	"net"
 	"net/http"
@@ -40,7 +41,7 @@ func TestUIServesDashboard(t *testing.T) {
 	dir := t.TempDir()
 	db := "sqlite://" + filepath.Join(dir, "x.db")
 	mustRun(t, "migrate", "up", "--db", db, "--inbox-table", "orders_inbox")
-	conn, err := sql.Open("sqlite", testenv.SQLiteDSN(filepath.Join(dir, "x.db")))
+	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(filepath.Join(dir, "x.db")))
 	testenv.Must(t, err, "open")
 	t.Cleanup(func() { _ = conn.Close() })
 	_, err = conn.Exec(`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, headers, attempts, last_error, next_attempt_at, dead_at) VALUES
