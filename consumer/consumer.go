@@ -794,7 +794,7 @@ func (c *Consumer[TTx]) databaseRetryDelay(ctx context.Context, h *handler[TTx],
 }
 
 // maxConflictRetries is how many more times a transaction that lost a
-// deadlock or a serialization failure (driver.IsConflict) runs again at
+// deadlock or a serialization failure (driver.IsConflictFor) runs again at
 // once, before its messages go the way of other database failures.
 const maxConflictRetries = 3
 
@@ -813,7 +813,7 @@ func (c *Consumer[TTx]) againOnConflict(ctx context.Context, fn func() (inbox.Re
 // conflict reports whether err is a conflict to run again at once: not
 // when ctx ended, nor after the handler's timeout.
 func (c *Consumer[TTx]) conflict(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && driver.IsConflict(err) && !IsPermanent(err) && !errors.Is(err, ErrHandlerTimeout)
+	return err != nil && ctx.Err() == nil && driver.IsConflictFor(c.drv, err) && !IsPermanent(err) && !errors.Is(err, ErrHandlerTimeout)
 }
 
 // invoke runs h's function, recovering a panic as a *PanicError.

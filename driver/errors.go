@@ -109,10 +109,40 @@ func ConflictSQLState(code string) bool { return code == "40001" || code == "40P
 
 // IsConflict reports whether err, or any error it wraps, has an SQLSTATE
 // (a SQLState() string method) that ConflictSQLState accepts: a deadlock
-// or a serialization failure.
+// or a serialization failure. Errors that carry no SQLSTATE (MySQL's error
+// numbers) are the driver's ConflictClassifier's to recognise; see
+// IsConflictFor.
 func IsConflict(err error) bool {
 	var state interface{ SQLState() string }
 	return errors.As(err, &state) && ConflictSQLState(state.SQLState())
+}
+
+// ConflictClassifier is an optional capability of a Driver: recognising
+// the errors of its database library that say the transaction lost to a
+// concurrent one (a deadlock, a serialization failure) and was rolled
+// back, so that the same work run again at once will likely succeed.
+// txbox asks a Driver for it with a type assertion; see IsConflictFor.
+// txboxsql implements it. Every error it accepts must also be one its
+// ErrorClassifier accepts (a conflict that loses every time it runs again
+// is a database failure). IsConflict must be quick, must not block and
+// must see through wrapping.
+type ConflictClassifier interface {
+	IsConflict(err error) bool
+}
+
+// IsConflictFor is IsConflict, widened by d's ConflictClassifier if d has
+// one.
+func IsConflictFor[TTx any](d Driver[TTx], err error) bool {
+	if err == nil {
+		return false
+	}
+	if IsConflict(err) {
+		return true
+	}
+	if c, ok := d.(ConflictClassifier); ok {
+		return c.IsConflict(err)
+	}
+	return false
 }
 
 // RejectionClassifier is an optional capability of a Driver: recognising

@@ -81,8 +81,9 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // concurrent batches holding the same message never both run it: the
 // second waits on the first's uncommitted receipt, as in Handle. Waits
 // between batches can end in a deadlock; on PostgreSQL the statement that
-// lost is the item's error (a transient one, see driver.IsTransient), on
-// MySQL InnoDB rolls the whole transaction back and the batch fails.
+// lost is the item's error (a conflict, see driver.IsConflictFor), on
+// MySQL InnoDB rolls the whole transaction back and the batch fails with a
+// *BatchError that wraps the deadlock (a conflict too).
 //
 // If the transaction fails as a whole (begin, a savepoint statement — as
 // when a Fn broke the transaction or its connection —, the commit, ctx),
@@ -174,7 +175,7 @@ func (ib *Inbox[TTx]) HandleBatch(ctx context.Context, items []Item[TTx], opts *
 		}
 		if res[i].Err != nil || res[i].Result == Duplicate {
 			if err := ib.sql.RollbackSavepoint(ctx, dtx); err != nil {
-				return doom("rollback to savepoint", err)
+				return doom("rollback to savepoint", ib.lostConflict(err, res[i].Err))
 			}
 			if inBulk { // its receipt came before the savepoint
 				if err := ib.sql.(inboxsql.BulkReceiver).Forget(ctx, dtx, it.Source, it.ID); err != nil {
@@ -204,6 +205,22 @@ func (ib *Inbox[TTx]) HandleBatch(ctx context.Context, items []Item[TTx], opts *
 		}
 	}
 	return res, nil
+}
+
+// lostConflict is the error of a rollback to an item's savepoint that
+// failed: rbErr, or, if the item's error is a conflict
+// (driver.IsConflictFor: InnoDB rolls the whole transaction back after a
+// deadlock, its savepoints included), that conflict first and rbErr after
+// it, so that the batch's error is classified as the conflict it is. A
+// *HandlerError gives its handler's error, the database's.
+func (ib *Inbox[TTx]) lostConflict(rbErr, itemErr error) error {
+	if !driver.IsConflictFor(ib.drv, itemErr) {
+		return rbErr
+	}
+	if herr, ok := itemErr.(*HandlerError); ok {
+		itemErr = herr.Err
+	}
+	return fmt.Errorf("%w; the transaction was rolled back: %w", itemErr, rbErr)
 }
 
 // receiveMany records, where the dialect can (inboxsql.BulkReceiver), the

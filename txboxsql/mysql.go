@@ -66,11 +66,11 @@ func walk(err error, f func(error) bool) bool {
 
 // mysqlTransient reports whether err says the MySQL server or the
 // connection failed rather than the statement: go-sql-driver's
-// ErrInvalidConn, and the error numbers 1040 (too many connections), 1053
-// (server shutdown), 1205 (lock wait timeout), 1213 (deadlock), 2006 and
-// 2013 (server gone away, connection lost).
+// ErrInvalidConn, a conflict (mysqlConflict), and the error numbers 1040
+// (too many connections), 1053 (server shutdown), 1205 (lock wait
+// timeout), 2006 and 2013 (server gone away, connection lost).
 func mysqlTransient(err error) bool {
-	if mysqlInvalidConn(err) {
+	if mysqlInvalidConn(err) || mysqlConflict(err) {
 		return true
 	}
 	n, ok := mysqlNumber(err)
@@ -78,10 +78,20 @@ func mysqlTransient(err error) bool {
 		return false
 	}
 	switch n {
-	case 1040, 1053, 1205, 1213, 2006, 2013:
+	case 1040, 1053, 1205, 2006, 2013:
 		return true
 	}
 	return false
+}
+
+// mysqlConflict reports whether err says the transaction lost a deadlock
+// and the server rolled it back: the error number 1213 (ER_LOCK_DEADLOCK,
+// SQLSTATE 40001). A lock wait timeout (1205) is not one: the server rolls
+// back only the statement, and the transaction holding the lock may hold it
+// as long again.
+func mysqlConflict(err error) bool {
+	n, ok := mysqlNumber(err)
+	return ok && n == 1213
 }
 
 // mysqlRejected reports whether err says MySQL refused the data itself:

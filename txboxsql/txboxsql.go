@@ -9,8 +9,8 @@
 //	drv := txboxsql.New(db, driver.SQLite)
 //
 // The Driver classifies the errors of modernc.org/sqlite and
-// go-sql-driver/mysql by itself (see Driver.IsTransient and
-// Driver.IsRejected); Options widen that for other engines.
+// go-sql-driver/mysql by itself (see Driver.IsTransient, Driver.IsRejected
+// and Driver.IsConflict); Options widen that for other engines.
 package txboxsql
 
 import (
@@ -34,6 +34,7 @@ var (
 	_ driver.Driver[*sql.Tx]     = (*Driver)(nil)
 	_ driver.ErrorClassifier     = (*Driver)(nil)
 	_ driver.RejectionClassifier = (*Driver)(nil)
+	_ driver.ConflictClassifier  = (*Driver)(nil)
 )
 
 // Options are the optional settings of NewWithOptions.
@@ -52,6 +53,14 @@ type Options struct {
 	// recognises (modernc.org/sqlite and go-sql-driver/mysql). Default:
 	// nil.
 	IsRejected func(err error) bool
+	// IsConflict recognises the errors of the program's engine that say
+	// the transaction lost a deadlock or a serialization failure and was
+	// rolled back (see driver.ConflictClassifier: run again at once),
+	// beyond the SQLSTATEs txbox recognises by itself and what
+	// Driver.IsConflict recognises (go-sql-driver/mysql); Driver.IsTransient
+	// accepts them too (a conflict that loses every time it runs again is a
+	// database failure). Default: nil.
+	IsConflict func(err error) bool
 }
 
 // New returns a Driver over db, which speaks dialect, with the zero
@@ -80,8 +89,8 @@ const (
 // ErrInvalidConn and a *mysql.MySQLError numbered 1040 (too many
 // connections), 1053 (server shutdown), 1205 (lock wait timeout), 1213
 // (deadlock), 2006 or 2013 (server gone away, connection lost); then
-// Options.IsTransient, if set. txboxsql imports no engine: it recognises
-// go-sql-driver's types by their package path.
+// Options.IsTransient and Options.IsConflict, if set. txboxsql imports no
+// engine: it recognises go-sql-driver's types by their package path.
 func (d *Driver) IsTransient(err error) bool {
 	if d.dialect == driver.MySQL && mysqlTransient(err) {
 		return true
@@ -94,7 +103,8 @@ func (d *Driver) IsTransient(err error) bool {
 			}
 		}
 	}
-	return d.opts.IsTransient != nil && d.opts.IsTransient(err)
+	return d.opts.IsTransient != nil && d.opts.IsTransient(err) ||
+		d.opts.IsConflict != nil && d.opts.IsConflict(err)
 }
 
 // IsRejected implements driver.RejectionClassifier: on SQLite, an error
@@ -119,6 +129,17 @@ func (d *Driver) IsRejected(err error) bool {
 		}
 	}
 	return d.opts.IsRejected != nil && d.opts.IsRejected(err)
+}
+
+// IsConflict implements driver.ConflictClassifier: on MySQL, a
+// *mysql.MySQLError numbered 1213 (deadlock: InnoDB rolled the whole
+// transaction back); then Options.IsConflict, if set. Every error it
+// accepts, IsTransient accepts too.
+func (d *Driver) IsConflict(err error) bool {
+	if d.dialect == driver.MySQL && mysqlConflict(err) {
+		return true
+	}
+	return d.opts.IsConflict != nil && d.opts.IsConflict(err)
 }
 
 // Dialect returns the dialect given to New.

@@ -162,7 +162,8 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 // The errors that say the database refused the work itself (its data, or
 // the transaction the handler left aborted): counted against the message
 // (driver.IsRejectedFor), never a database failure; and the conflicts run
-// again at once (driver.IsConflict). Through each classifier, bare and
+// again at once (driver.IsConflictFor, through txboxsql's MySQL
+// classifier). Through each classifier, bare and
 // wrapped as the inbox wraps a commit's error.
 func TestClassifyRejectedErrors(t *testing.T) {
 	t.Parallel()
@@ -171,7 +172,8 @@ func TestClassifyRejectedErrors(t *testing.T) {
 	pgxDrv := txboxpgx.New(nil)
 	sqliteDrv := txboxsql.New(nil, driver.SQLite)
 	mysqlDrv := txboxsql.New(nil, driver.MySQL)
-	// want: core (driver.IsRejected), pgx, sqlite, mysql; and IsConflict.
+	// want: core (driver.IsRejected), pgx, sqlite, mysql; and IsConflictFor
+	// (MySQL's driver: the SQLSTATEs and go-sql-driver's error numbers).
 	type want struct{ core, pgx, sqlite, mysql, conflict bool }
 	all := want{true, true, true, true, false}
 	cases := []struct {
@@ -191,7 +193,8 @@ func TestClassifyRejectedErrors(t *testing.T) {
 		{"pgx commit became a rollback", pgx.ErrTxCommitRollback, want{pgx: true}},
 		{"sqlite constraint", constraint, want{sqlite: true}},
 		{"mysql 1452 foreign key", &mysql.MySQLError{Number: 1452}, want{mysql: true}},
-		{"mysql 1213 deadlock", &mysql.MySQLError{Number: 1213}, want{}},
+		{"mysql 1213 deadlock", &mysql.MySQLError{Number: 1213}, want{conflict: true}},
+		{"mysql 1205 lock wait timeout", &mysql.MySQLError{Number: 1205}, want{}},
 		{"pg 40P01 deadlock", pg("40P01"), want{conflict: true}},
 		{"pg 40001 serialization", pg("40001"), want{conflict: true}},
 		{"pg 08006 connection failure", pg("08006"), want{}},
@@ -218,7 +221,7 @@ func TestClassifyRejectedErrors(t *testing.T) {
 				pgx:      driver.IsRejectedFor[pgx.Tx](pgxDrv, err),
 				sqlite:   driver.IsRejectedFor[*sql.Tx](sqliteDrv, err),
 				mysql:    driver.IsRejectedFor[*sql.Tx](mysqlDrv, err),
-				conflict: driver.IsConflict(err),
+				conflict: driver.IsConflictFor[*sql.Tx](mysqlDrv, err),
 			}
 			if got != tc.want {
 				t.Errorf("%s (%s): %v: got %+v, want %+v", tc.name, wrap.name, err, got, tc.want)

@@ -23,12 +23,13 @@ func (e *MySQLError) Error() string { return fmt.Sprintf("Error %d", e.Number) }
 
 // The Driver on MySQL classifies go-sql-driver/mysql's errors by itself,
 // bare and wrapped, with no Options: the server's failures are transient,
-// its refusals of the data are rejections, and nothing else is either.
+// a lost deadlock is a conflict (and transient), its refusals of the data
+// are rejections, and nothing else is any of these.
 func TestMySQLClassifier(t *testing.T) {
 	t.Parallel()
 	drv := txboxsql.New(nil, driver.MySQL)
 	sqlite := txboxsql.New(nil, driver.SQLite)
-	type want struct{ transient, rejected bool }
+	type want struct{ transient, rejected, conflict bool }
 	for _, c := range []struct {
 		name string
 		err  error
@@ -38,7 +39,7 @@ func TestMySQLClassifier(t *testing.T) {
 		{"1040 too many connections", &mysql.MySQLError{Number: 1040}, want{transient: true}},
 		{"1053 server shutdown", &mysql.MySQLError{Number: 1053}, want{transient: true}},
 		{"1205 lock wait timeout", &mysql.MySQLError{Number: 1205}, want{transient: true}},
-		{"1213 deadlock", &mysql.MySQLError{Number: 1213}, want{transient: true}},
+		{"1213 deadlock", &mysql.MySQLError{Number: 1213}, want{transient: true, conflict: true}},
 		{"2006 gone away", &mysql.MySQLError{Number: 2006}, want{transient: true}},
 		{"2013 lost connection", &mysql.MySQLError{Number: 2013}, want{transient: true}},
 		{"1048 null", &mysql.MySQLError{Number: 1048}, want{rejected: true}},
@@ -63,11 +64,11 @@ func TestMySQLClassifier(t *testing.T) {
 			{"errors.Join", func(e error) error { return errors.Join(errors.New("rollback failed"), e) }},
 		} {
 			err := wrap.fn(c.err)
-			got := want{transient: drv.IsTransient(err), rejected: drv.IsRejected(err)}
+			got := want{transient: drv.IsTransient(err), rejected: drv.IsRejected(err), conflict: drv.IsConflict(err)}
 			if got != c.want {
 				t.Errorf("%s (%s): got %+v, want %+v", c.name, wrap.name, got, c.want)
 			}
-			if sqlite.IsTransient(err) || sqlite.IsRejected(err) {
+			if sqlite.IsTransient(err) || sqlite.IsRejected(err) || sqlite.IsConflict(err) {
 				t.Errorf("%s (%s): the SQLite driver classifies a MySQL error", c.name, wrap.name)
 			}
 		}
@@ -76,7 +77,7 @@ func TestMySQLClassifier(t *testing.T) {
 
 // The errors a real MySQL or MariaDB server returns are classified: a
 // duplicate key is a rejection, a lock wait timeout and a lost deadlock
-// are transient.
+// are transient, and the deadlock alone is a conflict.
 func TestMySQLServerErrors(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
@@ -100,8 +101,8 @@ func TestMySQLServerErrors(t *testing.T) {
 	defer conn.Close()
 	testenv.Must(t, testenv.Err(conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1")), "lock wait timeout")
 	_, err = conn.ExecContext(ctx, "UPDATE t SET v = 2 WHERE id = 1")
-	if err == nil || !drv.IsTransient(err) {
-		t.Errorf("lock wait timeout: %v: transient %t; want transient", err, drv.IsTransient(err))
+	if err == nil || !drv.IsTransient(err) || drv.IsConflict(err) {
+		t.Errorf("lock wait timeout: %v: transient %t, conflict %t; want transient, no conflict", err, drv.IsTransient(err), drv.IsConflict(err))
 	}
 	testenv.Must(t, tx1.Rollback(), "rollback")
 
@@ -129,7 +130,23 @@ func TestMySQLServerErrors(t *testing.T) {
 	}
 	wg.Wait()
 	lost := errors.Join(errs...)
-	if lost == nil || !drv.IsTransient(lost) {
-		t.Errorf("deadlock: %v: transient %t; want one transaction to lose, transient", lost, drv.IsTransient(lost))
+	if lost == nil || !drv.IsTransient(lost) || !drv.IsConflict(lost) {
+		t.Errorf("deadlock: %v: transient %t, conflict %t; want one transaction to lose, a transient conflict", lost, drv.IsTransient(lost), drv.IsConflict(lost))
+	}
+}
+
+// Options.IsConflict widens Driver.IsConflict, and what it accepts is
+// transient too (a conflict that loses every time is a database failure);
+// other errors stay unclassified.
+func TestOptionsIsConflict(t *testing.T) {
+	t.Parallel()
+	lost := errors.New("engine: transaction lost a conflict")
+	drv := txboxsql.NewWithOptions(nil, driver.MySQL, txboxsql.Options{IsConflict: func(err error) bool { return errors.Is(err, lost) }})
+	err := fmt.Errorf("charge order: %w", lost)
+	if !drv.IsConflict(err) || !drv.IsTransient(err) || !driver.IsConflictFor[*sql.Tx](drv, err) {
+		t.Errorf("%v: conflict %t, transient %t; want a transient conflict", err, drv.IsConflict(err), drv.IsTransient(err))
+	}
+	if other := errors.New("cannot ship"); drv.IsConflict(other) || drv.IsTransient(other) {
+		t.Errorf("%v classified", other)
 	}
 }
