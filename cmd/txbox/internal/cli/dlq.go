@@ -78,7 +78,7 @@ func (f *dlqFlags) open(ctx context.Context) (dlq.Store, func(), error) {
 		}
 		return s, func() { _ = conn.Close() }, nil
 	case "redis", "rediss":
-		opt, err := redis.ParseURL(f.broker)
+		opt, _, err := redisstream.ParseURL(f.broker) // maxlen=N, the publisher's, is the relay's
 		if err != nil {
 			return nil, nil, fmt.Errorf("--broker %q: %w", desc, redactErr(err, f.broker))
 		}
@@ -96,11 +96,9 @@ func (f *dlqFlags) open(ctx context.Context) (dlq.Store, func(), error) {
 		}
 		return s, func() { _ = rdb.Close() }, nil
 	case "kafka":
-		hosts, _, _ := strings.Cut(strings.TrimPrefix(f.broker, "kafka://"), "/")
-		hosts, _, _ = strings.Cut(hosts, "?")
-		seeds := splitList(hosts)
-		if len(seeds) == 0 {
-			return nil, nil, fmt.Errorf("--broker %q: want kafka://host:9092[,host2:9092]", desc)
+		seeds, err := kafka.ParseURL(f.broker)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--broker %q: %w", desc, redactErr(err, f.broker))
 		}
 		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("txbox dlq"))
 		if err != nil {

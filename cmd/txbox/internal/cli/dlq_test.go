@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,41 @@ func TestDLQCommands(t *testing.T) {
 				t.Fatalf("after the discard:\n%s", out)
 			}
 		})
+	}
+}
+
+// txbox dlq reads the relay's --broker (TXBOX_BROKER) as the relay does,
+// through the adapters' ParseURL: a redis:// URL with the publisher's
+// maxlen=N and a go-redis option opens; a password is never printed, in
+// the errors of an unreachable Redis or of a Kafka URL that takes none.
+func TestDLQBrokerURLs(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := dlqBrokers(t, "redis")
+	sep := "?"
+	if strings.Contains(testenv.RedisURL(), "?") {
+		sep = "&"
+	}
+	flags := slices.Clone(b.flags)
+	flags[1] = testenv.RedisURL() + sep + "maxlen=1000&dial_timeout=3s"
+	if out := mustRun(t, append([]string{"dlq", "list"}, flags...)...); !strings.Contains(out, "no dead letters") {
+		t.Fatalf("dlq list --broker %s:\n%s", flags[1], out)
+	}
+	const pw = "s3cret-pw"
+	for _, broker := range []string{
+		"redis://user:" + pw + "@127.0.0.1:1/0?maxlen=5",
+		"redis://user:" + pw + "@127.0.0.1:6379/0?maxlen=-1",
+		"redis://user:" + pw + "@127.0.0.1:6379/0?no_such_option=1",
+		"kafka://user:" + pw + "@127.0.0.1:9092",
+	} {
+		out, errOut, err := run(ctx, "dlq", "list", "--broker", broker, "--binding", "orders/shipping")
+		if err == nil {
+			t.Errorf("dlq list --broker %s succeeded:\n%s", broker, out)
+			continue
+		}
+		if strings.Contains(err.Error()+out+errOut, pw) {
+			t.Errorf("dlq list --broker %s printed the password: %v\n%s%s", broker, err, out, errOut)
+		}
 	}
 }
