@@ -25,9 +25,9 @@ type tableFlags struct {
 	schema string
 	table  string
 
-	// relay only: --db may be repeated (relay_group.go); the second and
-	// later URLs are in moreDBs.
-	multiDB bool
+	// relay and ui: --db may be repeated (relay_group.go), as multiDB, the
+	// end of its usage, says; the second and later URLs are in moreDBs.
+	multiDB string
 	moreDBs []string
 
 	// noTable: no --table (a command without an outbox table: inbox).
@@ -52,9 +52,9 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 	}
 	f.fs = fs
 	dbUsage := "database URL: postgres://user:pass@host:5432/db (or postgresql://…), mysql://user:pass@host:3306/db, sqlite://path/to/file.db or sqlite:file.db (env " + EnvDB + ")"
-	if f.multiDB {
+	if f.multiDB != "" {
 		f.db = envOr(EnvDB, DefaultDB)
-		fs.Var(&repeatedDB{f: f}, "db", dbUsage+"; repeat it to relay several databases from one process")
+		fs.Var(&repeatedDB{f: f}, "db", dbUsage+"; "+f.multiDB)
 	} else {
 		fs.StringVar(&f.db, "db", envOr(EnvDB, DefaultDB), dbUsage)
 	}

@@ -96,7 +96,7 @@ or changed join or leave without a restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, &f) },
 	}
-	f.tables.multiDB = true
+	f.tables.multiDB = "repeat it to relay several databases from one process"
 	f.tables.register(cmd, false)
 	f.broker.register(cmd)
 	fs := cmd.Flags()

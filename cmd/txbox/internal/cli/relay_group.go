@@ -24,8 +24,8 @@ import (
 	"github.com/txbox/txbox/relay"
 )
 
-// repeatedDB is relay's --db: the first value replaces the default, later
-// ones are more stores (tableFlags.moreDBs).
+// repeatedDB is the --db of relay and ui: the first value replaces the
+// default, later ones are more stores (tableFlags.moreDBs).
 type repeatedDB struct {
 	f   *tableFlags
 	set bool
@@ -97,10 +97,25 @@ func groupStores(f *relayFlags) ([]storeSpec, error) {
 		specs = file
 	}
 	if f.storesFile == "" || f.tables.fs.Changed("db") {
-		for _, db := range append([]string{f.tables.db}, f.tables.moreDBs...) {
-			specs = append(specs, storeSpec{DB: db, Schema: f.tables.schema, Table: f.tables.table})
-		}
+		specs = append(specs, f.tables.dbStores()...)
 	}
+	return checkStores(specs, "two relays of one table in one process would only race")
+}
+
+// dbStores is a store for each --db, with --schema and --table.
+func (f *tableFlags) dbStores() []storeSpec {
+	var specs []storeSpec
+	for _, db := range append([]string{f.db}, f.moreDBs...) {
+		specs = append(specs, storeSpec{DB: db, Schema: f.schema, Table: f.table})
+	}
+	return specs
+}
+
+// checkStores parses each store's database URL and checks its table name,
+// names the stores without a name (defaultStoreName), and refuses two
+// stores of one name or of one table (why says what two stores of one
+// table would do).
+func checkStores(specs []storeSpec, why string) ([]storeSpec, error) {
 	seen := map[string]bool{}
 	tables := map[string]*storeSpec{}
 	for i := range specs {
@@ -129,8 +144,8 @@ func groupStores(f *relayFlags) ([]storeSpec, error) {
 		seen[s.Name] = true
 		k := tableKey(t, s.Schema, s.Table)
 		if o := tables[k]; o != nil {
-			return nil, fmt.Errorf("%w: stores %s and %s are the same table (%s): give each table one store (two relays of one table in one process would only race)",
-				txbox.ErrInvalidConfig, o.where(), s.where(), k)
+			return nil, fmt.Errorf("%w: stores %s and %s are the same table (%s): give each table one store (%s)",
+				txbox.ErrInvalidConfig, o.where(), s.where(), k, why)
 		}
 		tables[k] = s
 	}

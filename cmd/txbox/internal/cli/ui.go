@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -64,6 +66,14 @@ they park, with --inbox-table the receipts of each inbox per source, with
 --dlq-binding the consumers' dead letters on the broker. Its
 assets are embedded: it works offline.
 
+With --db repeated, it serves several stores (txboxui.NewStores, as txbox
+relay --ui does): at / the list of the stores with their backlogs, at
+/store/N/ the dashboard of the N-th (from 0), /?store=NAME redirects there.
+--schema, --table and --inbox-table apply to every --db; the --relay and
+--dlq-binding panels are on every store's dashboard. A store is named by
+its host, database, schema and table; a store whose database does not
+open at start is listed with its error and tried again when asked for.
+
 It listens on loopback (` + DefaultUIAddr + `) unless --http names another
 address, which needs a token (--token or ` + EnvUIToken + `): the browser asks for
 it as the password of basic auth (any user name); off loopback the token must
@@ -75,6 +85,7 @@ cross-origin check.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUI(cmd, f) },
 	}
+	f.tables.multiDB = "repeat it to serve several databases: the list of the stores at /, each store's dashboard at /store/N/"
 	f.tables.register(cmd, false)
 	fs := cmd.Flags()
 	fs.StringVar(&f.http, "http", DefaultUIAddr, "address to listen on; one that is not loopback needs --token")
@@ -148,22 +159,19 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 	if f.interval <= 0 {
 		return fmt.Errorf("--interval %s: want a positive duration", f.interval)
 	}
-	db, err := f.tables.open(ctx)
-	if err != nil {
-		return err
+	var specs []storeSpec
+	if len(f.tables.moreDBs) > 0 {
+		if specs, err = checkStores(f.tables.dbStores(), "one dashboard is enough"); err != nil {
+			return err
+		}
 	}
-	defer db.Close()
-	cfg, err := db.uiConfig(f.tables.schema, f.tables.table, f.inboxTables)
-	if err != nil {
-		return err
-	}
-	cfg.Token, cfg.AllowedHosts, cfg.ReadOnly, cfg.Interval, cfg.Logger = token, f.allowed, f.readOnly, f.interval, log
+	var panels txboxui.Config // the relay and dead-letter panels, on every store's dashboard
 	for _, raw := range f.relays {
 		ref, err := remoteRelay(raw)
 		if err != nil {
 			return err
 		}
-		cfg.Relays = append(cfg.Relays, ref)
+		panels.Relays = append(panels.Relays, ref)
 	}
 	if len(f.dlqBindings) > 0 {
 		f.dlq.binding = f.dlqBindings[0]
@@ -174,25 +182,59 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 		defer closeStore()
 		kind, _, _ := strings.Cut(f.dlq.broker, "://")
 		for _, b := range f.dlqBindings {
-			cfg.DLQ = append(cfg.DLQ, txboxui.DLQRef{Name: kind, Binding: b, Store: store})
+			panels.DLQ = append(panels.DLQ, txboxui.DLQRef{Name: kind, Binding: b, Store: store})
 		}
 	}
-	h, err := txboxui.New(cfg)
-	if err != nil {
-		return err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	setup := func(cfg *txboxui.Config) {
+		cfg.Relays, cfg.DLQ = panels.Relays, panels.DLQ
+		cfg.Token, cfg.AllowedHosts, cfg.ReadOnly, cfg.Interval, cfg.Logger = token, f.allowed, f.readOnly, f.interval, log
+	}
+	var h http.Handler
+	var served []any // what the log line names
+	if specs == nil {
+		db, err := f.tables.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { cancel(); db.Close() }() // the sampling ends first
+		cfg, err := db.uiConfig(f.tables.schema, f.tables.table, f.inboxTables)
+		if err != nil {
+			return err
+		}
+		setup(&cfg)
+		one, err := txboxui.New(cfg)
+		if err != nil {
+			return err
+		}
+		go one.Run(ctx)
+		h, served = one, []any{"db", db.target.String(), "table", cfg.Title}
+	} else {
+		s := &uiStores{ctx: ctx, inboxTables: f.inboxTables, setup: setup}
+		for _, sp := range specs {
+			s.stores = append(s.stores, &uiStore{spec: sp})
+		}
+		defer func() { cancel(); s.close() }() // the sampling ends first
+		if s.ui, err = txboxui.NewStores(txboxui.StoresConfig{Title: "txbox", Stores: s.refs, Token: token, AllowedHosts: f.allowed, Logger: log}); err != nil {
+			return err
+		}
+		for _, st := range s.stores {
+			if _, err := s.open(st); err != nil {
+				log.Warn("a store's database did not open; its page tries again when asked for", "store", st.spec.Name, "err", err)
+			}
+		}
+		h, served = s.ui, []any{"stores", len(specs)}
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", f.http)
 	if err != nil {
 		return fmt.Errorf("--http %s: %w", f.http, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go h.Run(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	addr := ln.Addr().String()
-	log.Info("serving the txbox dashboard", "url", "http://"+addr+"/", "db", db.target.String(), "table", cfg.Title, "auth", token != "")
+	log.Info("serving the txbox dashboard", append(append([]any{"url", "http://" + addr + "/"}, served...), "auth", token != "")...)
 	if f.ready != nil {
 		f.ready(addr)
 	}
@@ -207,6 +249,72 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 		return err
 	}
 	return nil
+}
+
+// uiStores is the dashboard of `txbox ui` with several --db: a
+// txboxui.Stores (the list at /, each store's dashboard at /store/N/),
+// each store's database opened at start, or, if it did not open then, when
+// its page or the list is asked for.
+type uiStores struct {
+	ctx         context.Context // ends the stores' sampling
+	inboxTables []string
+	setup       func(*txboxui.Config) // sets the panels, token and options common to every store
+	ui          *txboxui.Stores
+	stores      []*uiStore
+}
+
+type uiStore struct {
+	spec storeSpec
+	mu   sync.Mutex
+	db   *database        // nil until open
+	ui   *txboxui.Handler // nil until open
+}
+
+// refs lists the stores for txboxui.Stores.
+func (s *uiStores) refs() []txboxui.StoreRef {
+	out := make([]txboxui.StoreRef, len(s.stores))
+	for i, st := range s.stores {
+		out[i] = txboxui.StoreRef{Name: st.spec.Name, Open: func() (*txboxui.Handler, error) { return s.open(st) }}
+	}
+	return out
+}
+
+// open returns st's dashboard, opening its database and sampling its
+// figures every --interval if that is not done yet.
+func (s *uiStores) open(st *uiStore) (*txboxui.Handler, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ui != nil {
+		return st.ui, nil
+	}
+	db, err := openTarget(s.ctx, st.spec.target, mustExist)
+	if err != nil {
+		return nil, redactErr(err, st.spec.target.url, st.spec.target.dsn)
+	}
+	cfg, err := db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), s.inboxTables)
+	if err == nil {
+		s.setup(&cfg)
+		cfg.Title, cfg.Logger = st.spec.Name, cfg.Logger.With("store", st.spec.Name)
+		st.ui, err = s.ui.New(cfg)
+	}
+	if err != nil {
+		db.Close()
+		return nil, redactErr(err, st.spec.target.url, st.spec.target.dsn)
+	}
+	st.db = db
+	go st.ui.Run(s.ctx)
+	return st.ui, nil
+}
+
+// close closes the stores' databases.
+func (s *uiStores) close() {
+	for _, st := range s.stores {
+		st.mu.Lock()
+		if st.db != nil {
+			st.db.Close()
+		}
+		st.mu.Unlock()
+	}
 }
 
 // remoteRelay is the relay panel's entry for --relay URL: the relay's
