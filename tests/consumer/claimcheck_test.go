@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -112,10 +113,13 @@ func claimCheck[TTx any](t *testing.T, d db[TTx], b *broker) {
 		testenv.Must(t, err, "publish forged")
 	}
 
-	eventually(t, "both messages handled and the forged one dead-lettered", func() bool {
+	progressing(t, 30*time.Second, "both messages handled and the forged one dead-lettered", func() (int64, bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return runs["big"] == 1 && runs["small"] == 1 && len(b.deadLetters(t, "orders")) == 1
+		s := c.Stats()
+		dead := len(b.deadLetters(t, "orders"))
+		return s.Handled + s.Retried + s.DeadLettered, runs["big"] == 1 && runs["small"] == 1 && dead == 1,
+			fmt.Sprintf("runs %v, dead letters %d, stats %+v", runs, dead, s)
 	})
 	mu.Lock()
 	if !bytes.Equal(payloads["big"], big) || string(payloads["small"]) != "small" || runs["forged"] != 0 || runs["rolled-back"] != 0 {
@@ -137,10 +141,10 @@ func claimCheck[TTx any](t *testing.T, d db[TTx], b *broker) {
 	if n != 0 {
 		t.Fatalf("Sweep(1h) deleted %d", n)
 	}
-	eventually(t, "Sweep(1µs) deletes the payload", func() bool {
+	progressing(t, 30*time.Second, "Sweep(1µs) deletes the payload", func() (int64, bool, string) {
 		n, err := store.Sweep(ctx, time.Microsecond)
 		testenv.Must(t, err, "sweep")
-		return n == 1
+		return 0, n == 1, fmt.Sprintf("deleted %d", n)
 	})
 	if _, err := store.Get(ctx, "no-such-ref"); !errors.Is(err, txbox.ErrClaimNotFound) {
 		t.Fatalf("Get of a missing ref: %v, want ErrClaimNotFound", err)
