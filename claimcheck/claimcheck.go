@@ -16,6 +16,9 @@ const (
 	DefaultTable = "txbox_claim_check"
 	// DefaultSweepBatch is how many rows one statement of Sweep deletes.
 	DefaultSweepBatch = 1000
+	// DefaultRetention is the retention `txbox claimcheck sweep` applies
+	// unless told otherwise: a week.
+	DefaultRetention = 7 * 24 * time.Hour
 )
 
 // Config configures a Store.
