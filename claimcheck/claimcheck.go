@@ -9,6 +9,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/migrate"
 )
 
 // Defaults of Config.
@@ -38,6 +39,7 @@ type Store struct {
 	dialect              driver.Dialect
 	table                string // quoted, qualified
 	put, get, del, sweep string
+	migrator             *migrate.Migrator
 }
 
 var _ txbox.ClaimCheck = (*Store)(nil)
@@ -63,7 +65,11 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Store, error) {
 		}
 	}
 	t := sqlname.Qualified(d, cfg.Schema, table)
-	s := &Store{pool: drv.Pool(), dialect: d, table: t}
+	m, err := migrate.New(drv, migrate.Config{Schema: cfg.Schema, NoOutbox: true, ClaimCheckTables: []string{table}})
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: drv.Pool(), dialect: d, table: t, migrator: m}
 	switch d {
 	case driver.Postgres:
 		s.put = "INSERT INTO " + t + " (ref, payload) VALUES ($1, $2)"
@@ -84,6 +90,14 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: claimcheck: unsupported dialect %q", txbox.ErrInvalidConfig, d)
 	}
 	return s, nil
+}
+
+// Check reports what is wrong with the table: missing, its migrations not
+// all applied, its columns changed. The consumer runs it at start-up
+// (consumer.Config.ClaimCheck) and lists the problems in its
+// StartupError.
+func (s *Store) Check(ctx context.Context) []string {
+	return s.migrator.Check(ctx)
 }
 
 // Put stores payload under ref through ex, the transaction the message is

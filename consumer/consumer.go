@@ -130,8 +130,10 @@ type Config struct {
 	// the header. A reference the store does not hold (txbox.ErrClaimNotFound)
 	// dead-letters the message at once with the reason; another failure of
 	// the store counts toward MaxDeliveries (a transient failure of the
-	// consumer's own database does not, see MaxDeliveries). Default: nil,
-	// and then a message with a reference is dead-lettered.
+	// consumer's own database does not, see MaxDeliveries). A store with
+	// a method Check(ctx) []string (package claimcheck's) is checked at
+	// start-up: its problems are the StartupError's. Default: nil, and
+	// then a message with a reference is dead-lettered.
 	ClaimCheck txbox.ClaimCheck
 	// Batch sets how Inbox handlers' deliveries share transactions (see
 	// BatchConfig). Default: batches of up to DefaultBatchSize (32),
@@ -418,6 +420,11 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 			add("binding %q (%s): %v", b, strings.Join(bindings[b], ", "), err)
 		}
 	}
+	if ck, ok := c.cfg.ClaimCheck.(checker); ok {
+		for _, p := range ck.Check(ctx) {
+			add("claim check store: %s", p)
+		}
+	}
 	if needInbox && c.drv != nil {
 		problems = append(problems, c.checkInbox(ctx)...)
 		problems = append(problems, c.checkHorizons(ctx, hs)...)
@@ -426,6 +433,12 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		return &StartupError{Component: "consumer", Problems: problems}
 	}
 	return nil
+}
+
+// checker is a ClaimCheck store that checks itself at start-up (package
+// claimcheck's Store: its table and migrations).
+type checker interface {
+	Check(ctx context.Context) []string
 }
 
 // checkName applies the inbox's rules for a source.

@@ -53,6 +53,18 @@ func claimCheck[TTx any](t *testing.T, d db[TTx], b *broker) {
 	store, err := claimcheck.New(d.drv, claimcheck.Config{})
 	testenv.Must(t, err, "claimcheck.New")
 
+	// A consumer whose claim check table is missing does not start.
+	missing, err := claimcheck.New(d.drv, claimcheck.Config{Table: "no_such_claims"})
+	testenv.Must(t, err, "claimcheck.New")
+	c0, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, ClaimCheck: missing, Logger: quiet})
+	testenv.Must(t, err, "consumer.New")
+	testenv.Must(t, c0.HandleAtLeastOnce(consumer.HandlerConfig{Name: "cc0", Binding: b.binding("orders")},
+		func(context.Context, consumer.Message) error { return nil }), "register")
+	var se *consumer.StartupError
+	if err := c0.Validate(ctx); !errors.As(err, &se) || !strings.Contains(err.Error(), "no_such_claims") {
+		t.Fatalf("a missing claim check table: %v, want a StartupError naming it", err)
+	}
+
 	if _, err := txbox.New(d.drv, txbox.Config{Table: "cc_outbox", ClaimCheck: store, ClaimCheckThreshold: txbox.DefaultMaxMessageBytes}); !errors.Is(err, txbox.ErrInvalidConfig) {
 		t.Fatalf("a threshold at MaxMessageBytes: %v, want ErrInvalidConfig", err)
 	}
