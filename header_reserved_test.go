@@ -39,3 +39,22 @@ func BenchmarkIsReservedHeader(b *testing.B) {
 		}
 	}
 }
+
+// TestClaimCheckHeaderNotReserved: HeaderClaimCheck, in any case, is the
+// one Txbox-* name a row carries; its neighbours stay reserved.
+func TestClaimCheckHeaderNotReserved(t *testing.T) {
+	for _, n := range []string{HeaderClaimCheck, "txbox-claim-check", "TXBOX-CLAIM-CHECK"} {
+		if IsReservedHeader(n) {
+			t.Errorf("%q is reserved", n)
+		}
+		m := Message{Topic: "t", Headers: map[string]string{n: "ref"}}
+		if err := m.Validate(0); err != nil {
+			t.Errorf("%q: %v", n, err)
+		}
+	}
+	for _, n := range []string{"Txbox-Claim-Checks", "Txbox-Claim", "Txbox-Claim-Check-Size", "Txbox-Claim-Checß"} {
+		if !IsReservedHeader(n) {
+			t.Errorf("%q is not reserved", n)
+		}
+	}
+}
