@@ -8,6 +8,9 @@ func reservedASCII(name string) (reserved, ok bool) {
 			return false, false
 		}
 	}
+	if foldEqual(name, claimCheckLower) {
+		return false, true
+	}
 	for _, l := range reservedHeaders { // a slice: ranging over a map costs more than the compares
 		if foldEqual(name, l) {
 			return true, true

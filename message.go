@@ -67,13 +67,22 @@ var reservedHeaderPrefixes = []string{"nats-", "txbox-"}
 // identity on some broker.
 var reservedHeaders = []string{"message-id", "message_id", "messageid"}
 
+// claimCheckLower is HeaderClaimCheck in lower case: a Txbox-* name that
+// is not reserved.
+const claimCheckLower = "txbox-claim-check"
+
 // IsReservedHeader reports whether a header name is reserved for txbox and
-// the brokers (Nats-*, Txbox-*, Message-Id and its spellings).
+// the brokers (Nats-*, Txbox-*, Message-Id and its spellings), which a row
+// never carries to the broker. HeaderClaimCheck is not reserved: it
+// travels like a user header.
 func IsReservedHeader(name string) bool {
 	if r, ok := reservedASCII(name); ok { // no allocation: called per header and message
 		return r
 	}
 	l := strings.ToLower(name)
+	if l == claimCheckLower {
+		return false
+	}
 	if slices.Contains(reservedHeaders, l) {
 		return true
 	}

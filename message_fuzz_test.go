@@ -66,7 +66,7 @@ func FuzzMessageRows(f *testing.F) {
 			}
 		}
 		o := &Outbox[any]{maxPayload: maxBytes}
-		rows, ids, err := o.rows(context.Background(), []Message{m})
+		rows, ids, _, err := o.rows(context.Background(), []Message{m})
 		if (err == nil) != (verr == nil) {
 			t.Fatalf("Validate says %v, rows says %v", verr, err)
 		}

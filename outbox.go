@@ -48,6 +48,18 @@ type Config struct {
 	// is left out: tracing never fails a write). The caller's maps are not
 	// changed. Default: nil, no headers added.
 	Propagate func(ctx context.Context, headers map[string]string)
+	// ClaimCheck stores the payloads over ClaimCheckThreshold bytes (see
+	// ClaimCheck; package claimcheck has a table in the same database):
+	// Add puts such a payload into it, in the caller's transaction, and
+	// writes the message with an empty payload and the reference in the
+	// header HeaderClaimCheck. MaxMessageBytes then caps the message as
+	// written, not the stored payload. Default: nil, payloads travel
+	// inline.
+	ClaimCheck ClaimCheck
+	// ClaimCheckThreshold is the largest payload that travels inline when
+	// ClaimCheck is set; it must be below MaxMessageBytes. Default:
+	// DefaultClaimCheckThreshold (256 KiB).
+	ClaimCheckThreshold int
 }
 
 // TableName validates the schema and table of cfg and returns them quoted
@@ -84,6 +96,14 @@ type Outbox[TTx any] struct {
 	maxPayload    int
 	schema, table string
 	propagate     func(context.Context, map[string]string)
+	claims        ClaimCheck
+	threshold     int
+}
+
+// claim is a payload Add puts into the ClaimCheck store.
+type claim struct {
+	ref     string
+	payload []byte
 }
 
 var _ driver.Driver[any] = (*Outbox[any])(nil)
@@ -154,8 +174,15 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	if name == "" {
 		name = DefaultTable
 	}
+	threshold := cfg.ClaimCheckThreshold
+	if threshold == 0 {
+		threshold = DefaultClaimCheckThreshold
+	}
+	if cfg.ClaimCheck != nil && (threshold < 0 || (max > 0 && threshold >= max)) {
+		return nil, fmt.Errorf("%w: ClaimCheckThreshold %d must be positive and below MaxMessageBytes %d", ErrInvalidConfig, threshold, max)
+	}
 	return &Outbox[TTx]{drv: drv, ins: outboxsql.NewInserter(drv.Dialect(), table), maxPayload: max, schema: cfg.Schema, table: name,
-		propagate: cfg.Propagate}, nil
+		propagate: cfg.Propagate, claims: cfg.ClaimCheck, threshold: threshold}, nil
 }
 
 // Add writes msgs in tx, the caller's transaction: they are delivered if and
@@ -164,10 +191,14 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // to 1000 messages go in one round trip. If any message is invalid, Add
 // returns an *InvalidMessageError and writes nothing. Within a batch of the
 // consumer (an AddBuffer in ctx for tx), the rows are inserted with the
-// batch's others just before its commit.
+// batch's others just before its commit. With Config.ClaimCheck, a payload
+// over the threshold is put into the store first, in tx.
 func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]string, error) {
-	rows, ids, err := o.rows(ctx, msgs)
+	rows, ids, claims, err := o.rows(ctx, msgs)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.putClaims(ctx, o.drv.UnwrapTx(tx), claims); err != nil {
 		return nil, err
 	}
 	if b := AddBufferFrom(ctx); b.holds(tx) && len(rows) > 0 {
@@ -184,8 +215,11 @@ func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]strin
 // 1000 messages, and returns their ids as Add does. There is no atomicity
 // with other writes: use it only for events that stand alone.
 func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, error) {
-	rows, ids, err := o.rows(ctx, msgs)
+	rows, ids, claims, err := o.rows(ctx, msgs)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.putClaims(ctx, o.drv.Pool(), claims); err != nil {
 		return nil, err
 	}
 	if err := o.ins.Insert(ctx, o.drv.Pool(), rows); err != nil {
@@ -194,11 +228,63 @@ func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, e
 	return ids, nil
 }
 
-func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row, []string, error) {
+// putClaims stores the claimed payloads through ex.
+func (o *Outbox[TTx]) putClaims(ctx context.Context, ex driver.Executor, claims []claim) error {
+	for _, c := range claims {
+		if err := o.claims.Put(ctx, ex, c.ref, c.payload); err != nil {
+			return fmt.Errorf("txbox: add: claim check: %w", err)
+		}
+	}
+	return nil
+}
+
+// claimed returns msgs with each payload over the threshold replaced by a
+// claim check reference, and the claims to store; msgs itself when none is
+// (or no ClaimCheck is configured).
+func (o *Outbox[TTx]) claimed(msgs []Message) ([]Message, []claim, error) {
+	if o.claims == nil {
+		return msgs, nil, nil
+	}
+	var out []Message
+	var claims []claim
+	for i := range msgs {
+		m := &msgs[i]
+		if len(m.Payload) <= o.threshold {
+			continue
+		}
+		if hasHeader(m.Headers, HeaderClaimCheck) {
+			return nil, nil, &InvalidMessageError{ID: m.ID, Index: i, Field: "headers", Reason: fmt.Sprintf("has %s and a payload over the claim check threshold (%d bytes)", HeaderClaimCheck, o.threshold)}
+		}
+		if out == nil {
+			out = slices.Clone(msgs)
+		}
+		ref, err := uuid.NewV7()
+		if err != nil {
+			return nil, nil, fmt.Errorf("txbox: new claim check reference: %w", err)
+		}
+		hs := make(map[string]string, len(m.Headers)+1)
+		for k, v := range m.Headers {
+			hs[k] = v
+		}
+		hs[HeaderClaimCheck] = ref.String()
+		claims = append(claims, claim{ref: ref.String(), payload: m.Payload})
+		out[i].Payload, out[i].Headers = nil, hs
+	}
+	if out == nil {
+		return msgs, nil, nil
+	}
+	return out, claims, nil
+}
+
+func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row, []string, []claim, error) {
+	msgs, claims, err := o.claimed(msgs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	for i := range msgs {
 		if err := msgs[i].Validate(o.maxPayload); err != nil {
 			err.(*InvalidMessageError).Index = i
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	var extra []header // the trace context's headers (Config.Propagate)
@@ -213,7 +299,7 @@ func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row
 		if ids[i] == "" {
 			id, err := uuid.NewV7()
 			if err != nil {
-				return nil, nil, fmt.Errorf("txbox: new message id: %w", err)
+				return nil, nil, nil, fmt.Errorf("txbox: new message id: %w", err)
 			}
 			ids[i] = id.String()
 		}
@@ -225,7 +311,7 @@ func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row
 		if len(hs) > 0 {
 			b, err := json.Marshal(hs)
 			if err != nil {
-				return nil, nil, fmt.Errorf("txbox: encode headers: %w", err)
+				return nil, nil, nil, fmt.Errorf("txbox: encode headers: %w", err)
 			}
 			headers = string(b)
 		}
@@ -242,7 +328,7 @@ func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row
 	if len(rows) > 1 {
 		slices.SortStableFunc(rows, func(a, b outboxsql.Row) int { return strings.Compare(a.Key, b.Key) })
 	}
-	return rows, ids, nil
+	return rows, ids, claims, nil
 }
 
 type header struct{ name, value string }

@@ -39,7 +39,7 @@ func TestPropagateHeaders(t *testing.T) {
 		{Topic: "c", Payload: []byte(strings.Repeat("p", 125))}, // only traceparent (the first by name) fits the cap of 200
 		{Topic: "d", Payload: []byte(strings.Repeat("p", 190))}, // nothing fits
 	}
-	rows, _, err := o.rows(ctx, msgs)
+	rows, _, _, err := o.rows(ctx, msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +73,13 @@ func TestPropagateHeaders(t *testing.T) {
 	}
 
 	// A context without a trace adds nothing.
-	rows, _, err = o.rows(context.Background(), []Message{{Topic: "a"}})
+	rows, _, _, err = o.rows(context.Background(), []Message{{Topic: "a"}})
 	if err != nil || rows[0].Headers != "{}" {
 		t.Errorf("without a trace: headers %q, err %v; want {}", rows[0].Headers, err)
 	}
 	// An invalid message is refused before Propagate is asked.
 	calls = 0
-	if _, _, err := o.rows(ctx, []Message{{}}); err == nil || calls != 0 {
+	if _, _, _, err := o.rows(ctx, []Message{{}}); err == nil || calls != 0 {
 		t.Errorf("invalid message: err %v, %d Propagate calls; want an error and none", err, calls)
 	}
 }

@@ -124,6 +124,17 @@ type Config struct {
 	// InProgress, Redis Streams), so that a handler longer than AckWait is
 	// not redelivered under it. Default: false (keep-alive on).
 	NoKeepAlive bool
+	// ClaimCheck resolves claim check references (txbox.HeaderClaimCheck):
+	// before a handler runs, the consumer gets the payload a message's
+	// reference names from it, and the handler sees that payload, without
+	// the header. A reference the store does not hold (txbox.ErrClaimNotFound)
+	// dead-letters the message at once with the reason; another failure of
+	// the store counts toward MaxDeliveries (a transient failure of the
+	// consumer's own database does not, see MaxDeliveries). A store with
+	// a method Check(ctx) []string (package claimcheck's) is checked at
+	// start-up: its problems are the StartupError's. Default: nil, and
+	// then a message with a reference is dead-lettered.
+	ClaimCheck txbox.ClaimCheck
 	// Batch sets how Inbox handlers' deliveries share transactions (see
 	// BatchConfig). Default: batches of up to DefaultBatchSize (32),
 	// filled for up to DefaultBatchWait (2ms); Size 1 turns it off.
@@ -409,6 +420,11 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 			add("binding %q (%s): %v", b, strings.Join(bindings[b], ", "), err)
 		}
 	}
+	if ck, ok := c.cfg.ClaimCheck.(checker); ok {
+		for _, p := range ck.Check(ctx) {
+			add("claim check store: %s", p)
+		}
+	}
 	if needInbox && c.drv != nil {
 		problems = append(problems, c.checkInbox(ctx)...)
 		problems = append(problems, c.checkHorizons(ctx, hs)...)
@@ -417,6 +433,12 @@ func (c *Consumer[TTx]) Validate(ctx context.Context) error {
 		return &StartupError{Component: "consumer", Problems: problems}
 	}
 	return nil
+}
+
+// checker is a ClaimCheck store that checks itself at start-up (package
+// claimcheck's Store: its table and migrations).
+type checker interface {
+	Check(ctx context.Context) []string
 }
 
 // checkName applies the inbox's rules for a source.
@@ -669,7 +691,13 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		ctx, end = tr.StartProcess(ctx, h.Name, msg)
 		defer func() { end(result, err) }()
 	}
-	dup, err := run(ctx, msg)
+	var dup bool
+	claimed := false // the claim check reference could not be resolved
+	if msg, err = c.resolveClaim(ctx, msg); err != nil {
+		claimed = true
+	} else {
+		dup, err = run(ctx, msg)
+	}
 	// A handler that ran past its timeout failed for the message's own
 	// reasons, whatever its cancelled statement said: counted, never
 	// retried as a database failure without end.
@@ -711,7 +739,7 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		settle("release", d.Retry(sctx, 0))
 	case IsPermanent(err), errors.Is(err, inbox.ErrInvalidInput):
 		deadLetter("a message that cannot succeed", err)
-	case !timedOut && c.databaseFailed(h, err):
+	case !timedOut && ((claimed && driver.IsTransientFor(c.drv, err)) || (!claimed && c.databaseFailed(h, err))):
 		// The database failed, not the message: retry, never dead-letter,
 		// and do not count it toward MaxDeliveries.
 		log.Warn("txbox/consumer: the database failed; retrying, not counted toward MaxDeliveries", "err", err)
@@ -732,6 +760,48 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		c.retried.Add(1)
 		settle("retry", d.Retry(sctx, delay))
 	}
+}
+
+// resolveClaim returns msg with the payload its claim check reference
+// names (txbox.HeaderClaimCheck, any case) and without that header; msg
+// itself when it has none. A reference that cannot ever be resolved (not
+// in the store, no store configured) is a Permanent error.
+func (c *Consumer[TTx]) resolveClaim(ctx context.Context, msg Message) (Message, error) {
+	name, ref, ok := claimHeader(msg.Headers)
+	if !ok {
+		return msg, nil
+	}
+	if c.cfg.ClaimCheck == nil {
+		return msg, Permanent(fmt.Errorf("claim check %s: %q: the consumer has no ClaimCheck store (consumer.Config.ClaimCheck)", txbox.HeaderClaimCheck, ref))
+	}
+	payload, err := c.cfg.ClaimCheck.Get(ctx, ref)
+	if errors.Is(err, txbox.ErrClaimNotFound) {
+		return msg, Permanent(fmt.Errorf("claim check %s: %q: %w", txbox.HeaderClaimCheck, ref, err))
+	}
+	if err != nil {
+		return msg, fmt.Errorf("claim check %s: %q: %w", txbox.HeaderClaimCheck, ref, err)
+	}
+	hs := make(map[string]string, len(msg.Headers)-1)
+	for k, v := range msg.Headers {
+		if k != name {
+			hs[k] = v
+		}
+	}
+	msg.Headers, msg.Payload = hs, payload
+	return msg, nil
+}
+
+// claimHeader finds the claim check header in headers, in any case.
+func claimHeader(headers map[string]string) (name, ref string, ok bool) {
+	if v, ok := headers[txbox.HeaderClaimCheck]; ok {
+		return txbox.HeaderClaimCheck, v, true
+	}
+	for k, v := range headers {
+		if strings.EqualFold(k, txbox.HeaderClaimCheck) {
+			return k, v, true
+		}
+	}
+	return "", "", false
 }
 
 // databaseFailed tells a failure of the database from the message's. The

@@ -66,6 +66,7 @@ func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[
 		{"InboxSweepStats", s.testInboxSweepStats},
 		{"InboxSweepBesideAnother", s.testSweepBeside},
 		{"InboxConcurrentCopies", s.testInboxConcurrent},
+		{"ClaimCheck", s.testClaimCheck},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

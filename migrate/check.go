@@ -147,6 +147,8 @@ func (m *Migrator) repair(target string, found []string) string {
 	flags := ""
 	if kind == KindInbox {
 		flags = " --no-outbox --inbox-table " + table
+	} else if kind == KindClaimCheck {
+		flags = " --no-outbox --claim-check-table " + table
 	} else if table != DefaultOutboxTable {
 		flags = " --table " + table
 	}

@@ -140,14 +140,18 @@ func (m *Migrator) execDown(ctx context.Context, tx driver.Tx, stmt string) erro
 }
 
 // loss says which rows dropping target's table would lose: undelivered
-// messages (outbox), receipts (inbox); "" when none.
+// messages (outbox), receipts (inbox), payloads (claim check); "" when
+// none.
 func (m *Migrator) loss(ctx context.Context, ex driver.Executor, target string) (string, error) {
 	kind, table, _ := strings.Cut(target, ":")
 	q := "SELECT count(*) FROM " + sqlname.Qualified(m.dialect, m.schema, table)
 	what := "receipt(s) (without them a redelivered message is handled again)"
-	if kind == KindOutbox {
+	switch kind {
+	case KindOutbox:
 		q += " WHERE published_at IS NULL"
 		what = "undelivered message(s) (pending or dead)"
+	case KindClaimCheck:
+		what = "stored payload(s) (a message that refers to one can no longer be resolved)"
 	}
 	rows, err := ex.Query(ctx, q)
 	if err != nil {

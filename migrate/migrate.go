@@ -53,6 +53,8 @@ var ErrLockTimeout = errors.New("txbox/migrate: the table stayed in use by other
 const (
 	KindOutbox = "outbox"
 	KindInbox  = "inbox"
+	// KindClaimCheck is a claim check table (package claimcheck).
+	KindClaimCheck = "claimcheck"
 )
 
 // Config says which tables to migrate.
@@ -67,6 +69,10 @@ type Config struct {
 	NoOutbox bool
 	// InboxTables lists inbox tables to create. Default: none.
 	InboxTables []string
+	// ClaimCheckTables lists claim check tables to create (package
+	// claimcheck; default name claimcheck.DefaultTable,
+	// "txbox_claim_check"). Default: none.
+	ClaimCheckTables []string
 
 	// LockTimeout bounds how long a migration waits for a lock on its
 	// table while another session's transaction uses it (PostgreSQL's
@@ -174,6 +180,9 @@ func Plan(d driver.Dialect, cfg Config) ([]Migration, error) {
 	}
 	for _, t := range cfg.InboxTables {
 		targets = append(targets, target{KindInbox, t})
+	}
+	for _, t := range cfg.ClaimCheckTables {
+		targets = append(targets, target{KindClaimCheck, t})
 	}
 	var out []Migration
 	seen := map[string]bool{}

@@ -84,7 +84,7 @@ func TestLayering(t *testing.T) {
 		"github.com/prometheus/", "go.opentelemetry.io/"}
 	core := map[string]bool{mod: true, mod + "/driver": true, mod + "/relay": true, mod + "/consumer": true,
 		mod + "/inbox": true, mod + "/migrate": true, mod + "/dlq": true, mod + "/dead": true, mod + "/txboxsql": true,
-		mod + "/drivertest": true, mod + "/brokertest": true, mod + "/txboxtest": true, mod + "/health": true}
+		mod + "/drivertest": true, mod + "/brokertest": true, mod + "/txboxtest": true, mod + "/health": true, mod + "/claimcheck": true}
 	adapters := map[string]bool{mod + "/natsjs": true, mod + "/rabbitmq": true, mod + "/redisstream": true, mod + "/txboxasynq": true, mod + "/kafka": true, mod + "/txboxpgx": true}
 	seen := 0
 	for _, p := range listPkgs(t) {

@@ -44,11 +44,14 @@ func loadWireSpec(t testing.TB) wireSpec {
 // WireMessage is the message the wire tests publish in full: an ordering
 // key, a content type (named content-type, in lower case: the publishers
 // send it under the broker's canonical name; its value has a space, which
-// the NATS CloudEvents binding percent-encodes) and another header, a
+// the NATS CloudEvents binding percent-encodes), another header and a
+// claim check reference (txbox.HeaderClaimCheck, which travels as a user
+// header does), a
 // created-at with a time zone and nanoseconds.
 func WireMessage(topic string) txbox.Message {
 	return txbox.Message{ID: Name("wire-id"), Topic: topic, Key: "customer-7", Payload: []byte(`{"n":1}`),
-		Headers:   map[string]string{"content-type": "application/json; charset=utf-8", "X-Trace": "trace-1"},
+		Headers: map[string]string{"content-type": "application/json; charset=utf-8", "X-Trace": "trace-1",
+			txbox.HeaderClaimCheck: "0193a7c2-claim-ref"},
 		CreatedAt: time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.FixedZone("CET", 3600))}
 }
 

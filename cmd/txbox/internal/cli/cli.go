@@ -115,7 +115,7 @@ settings also come from the TXBOX_* environment variables. See docs/reference/cl
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
 	})
-	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newShowCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newUICmd(),
+	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newShowCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newClaimCheckCmd(), newUICmd(),
 		newDemoCmd(), newBenchCmd(), newHealthCmd(), newVersionCmd())
 	nameEnv(root)
 	return root

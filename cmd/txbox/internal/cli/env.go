@@ -98,15 +98,16 @@ var noEnv = map[string]bool{
 // envOverride names the variable of a flag whose generic name another
 // command's flag of the same name, meaning something else, already has.
 var envOverride = map[string]string{
-	"ui --token":               EnvUIToken,
-	"relay --ui-token":         EnvUIToken,
-	"inbox sweep --retention":  "TXBOX_INBOX_RETENTION",  // not the relay's TXBOX_RETENTION
-	"inbox sweep --batch-size": "TXBOX_INBOX_BATCH_SIZE", // not the relay's TXBOX_BATCH_SIZE
-	"stats --interval":         "TXBOX_WATCH_INTERVAL",   // not the relay's TXBOX_STATS_INTERVAL
-	"ui --interval":            "TXBOX_UI_INTERVAL",
-	"demo --timeout":           "TXBOX_DEMO_TIMEOUT",
-	"health --timeout":         "TXBOX_HEALTH_TIMEOUT",
-	"demo --dir":               "TXBOX_DEMO_DIR",
+	"ui --token":                   EnvUIToken,
+	"relay --ui-token":             EnvUIToken,
+	"inbox sweep --retention":      "TXBOX_INBOX_RETENTION", // not the relay's TXBOX_RETENTION
+	"claimcheck sweep --retention": "TXBOX_CLAIM_CHECK_RETENTION",
+	"inbox sweep --batch-size":     "TXBOX_INBOX_BATCH_SIZE", // not the relay's TXBOX_BATCH_SIZE
+	"stats --interval":             "TXBOX_WATCH_INTERVAL",   // not the relay's TXBOX_STATS_INTERVAL
+	"ui --interval":                "TXBOX_UI_INTERVAL",
+	"demo --timeout":               "TXBOX_DEMO_TIMEOUT",
+	"health --timeout":             "TXBOX_HEALTH_TIMEOUT",
+	"demo --dir":                   "TXBOX_DEMO_DIR",
 }
 
 // ownEnv are the variables whose commands read them themselves (as the

@@ -35,6 +35,7 @@ type tableFlags struct {
 
 	// migrate only
 	inboxTables []string
+	claimTables []string
 	noOutbox    bool
 	lockTimeout time.Duration // 0: the default
 	lockRetries int
@@ -67,7 +68,7 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 }
 
 func (f *tableFlags) migrateConfig() migrate.Config {
-	c := migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, NoOutbox: f.noOutbox,
+	c := migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, ClaimCheckTables: f.claimTables, NoOutbox: f.noOutbox,
 		LockTimeout: f.lockTimeout, LockRetries: f.lockRetries, Logger: f.log}
 	if f.lockFlags && f.lockRetries == 0 {
 		c.LockRetries = -1 // --lock-retries 0: none (0 is the default in Config)
@@ -87,6 +88,9 @@ func (f *tableFlags) tablesDesc() string {
 	}
 	for _, t := range f.inboxTables {
 		tables = append(tables, "inbox "+cell(t))
+	}
+	for _, t := range f.claimTables {
+		tables = append(tables, "claim check "+cell(t))
 	}
 	schema := "the connection's search_path"
 	if f.schema != "" {
@@ -185,6 +189,8 @@ PostgreSQL). Nothing in txbox ever creates a table implicitly.`,
 	f.register(cmd, true)
 	cmd.PersistentFlags().StringSliceVar(&f.inboxTables, "inbox-table", nil,
 		"inbox table to migrate too (repeat or comma-separate for several)")
+	cmd.PersistentFlags().StringSliceVar(&f.claimTables, "claim-check-table", nil,
+		"claim check table (large payloads, package claimcheck; usually txbox_claim_check) to migrate too (repeat or comma-separate for several)")
 	cmd.PersistentFlags().BoolVar(&f.noOutbox, "no-outbox", false,
 		"leave out the outbox table (a consumer-only service)")
 	cmd.AddCommand(newMigrateUpCmd(&f), newMigrateDownCmd(&f), newMigrateStatusCmd(&f), newMigrateSQLCmd(&f))
