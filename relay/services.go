@@ -4,11 +4,13 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/txbox/txbox"
 )
 
 // services are the work a store's relay does beside its rounds, wherever
 // it runs (alone or in a Group): the lane lease heartbeat of a relay with
-// lanes.
+// lanes, the observer's samples.
 type services struct {
 	r      *Relay
 	cancel context.CancelFunc
@@ -33,7 +35,31 @@ func (r *Relay) startServices(ctx context.Context) *services {
 			r.lanes.run(ctx)
 		})
 	}
+	if r.obs != nil {
+		s.wg.Go(func() { r.sampleLoop(ctx) })
+	}
 	return s
+}
+
+// sampleLoop hands the Observer a sample every SampleInterval, beside the
+// rounds: a round stuck on the broker stops none of the gauges that show
+// it (the oldest in-flight age).
+func (r *Relay) sampleLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.SampleInterval)
+	defer t.Stop()
+	var last txbox.RelaySample
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		last = r.Sample(ctx, last)
+		if ctx.Err() != nil {
+			return
+		}
+		r.obs.Sampled(last)
+	}
 }
 
 // stop ends the services, once the relay's rounds are over, and gives its
