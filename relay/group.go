@@ -113,15 +113,16 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 func (r *Relay) ownGroup(ctx context.Context) *Group {
 	g := &Group{cfg: GroupConfig{DatabaseBudget: r.cfg.Concurrency + 2, Logger: r.log}, log: r.log, prefix: "txbox relay",
 		stores: map[string]*member{}, dbs: map[any]*database{}}
-	m := &member{r: r, own: true, db: &database{budget: g.cfg.DatabaseBudget}, log: r.log, bell: doorbell{l: r.listen}}
+	m := &member{r: r, round: r.Round, own: true, db: &database{budget: g.cfg.DatabaseBudget}, log: r.log, bell: doorbell{l: r.listen}}
 	g.dbs[""] = m.db
 	m.channel = g.channelOf(ctx, r, "")
 	g.stores[""] = m
 	return g
 }
 
-// Add validates the store's outbox table (see Relay.Validate) and adds the
-// store; in a running group its first round is queued at once. A table
+// Add validates the store's outbox table (see Relay.Validate), hands its
+// relay's Observer, if any, a first sample, and adds the store; in a
+// running group its first round is queued at once. A table
 // that is missing or not migrated is a *txbox.StartupError and the store
 // is not added; so is a database that failed during the check, with its
 // error (driver.IsTransient), not retried: the caller retries the store.
@@ -141,6 +142,7 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 	if err := s.Relay.life.hold(); err != nil {
 		return fmt.Errorf("store %q: %w", s.Name, err)
 	}
+	s.Relay.sampleFirst(ctx)
 	channel := g.channelOf(ctx, s.Relay, s.Name)
 
 	g.mu.Lock()
@@ -149,7 +151,7 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 		s.Relay.life.release()
 		return fmt.Errorf("%w: %q", ErrDuplicateStore, s.Name)
 	}
-	m := &member{name: s.Name, r: s.Relay, db: g.database(s), log: s.Relay.log, channel: channel, bell: doorbell{l: s.Relay.listen}}
+	m := &member{name: s.Name, r: s.Relay, round: s.Relay.Round, db: g.database(s), log: s.Relay.log, channel: channel, bell: doorbell{l: s.Relay.listen}}
 	s.Relay.log = s.Relay.log.With("store", s.Name)
 	g.stores[s.Name] = m
 	if g.running {

@@ -95,10 +95,11 @@ type Relay struct {
 	// more: the last claim stopped at the end of its window with pending
 	// rows beyond it (outboxsql.Batch.Next), short of a batch.
 	more atomic.Bool
-	// chain: the relay runs its own single loop, whose full keyed batches
-	// are marked and followed by the next claim in one round trip (see
-	// settle); chained is that claim, for the next round.
-	chain   atomic.Bool
+	// onChain, set while the relay runs with Concurrency 1, says whether
+	// its next turn comes at once: a full keyed batch is then marked and
+	// followed by the next claim in one round trip (see settle); chained
+	// is that claim, for the next round.
+	onChain atomic.Pointer[chainHook]
 	chained atomic.Pointer[chainedClaim]
 
 	lanes        *laneKeeper // nil without Config.Lanes
@@ -230,7 +231,7 @@ func (r *Relay) validateOnce(ctx context.Context) error {
 // runs the relay in the background until Stop or ctx ends. ctx bounds the
 // relay's whole run, not only its start.
 func (r *Relay) Start(ctx context.Context) error {
-	return r.life.start(ctx, r.log, "txbox relay", func(ctx context.Context, _ context.CancelFunc) error { return r.Validate(ctx) }, r.run)
+	return r.life.start(ctx, r.log, "txbox relay", func(ctx context.Context, _ context.CancelFunc) error { return r.begin(ctx) }, r.run)
 }
 
 // Err returns the error that stopped a relay run with Start by itself (an
@@ -253,10 +254,20 @@ func (r *Relay) Stopped() <-chan struct{} { return r.life.done() }
 // txbox.ErrPublisherClosed once the publisher can never publish again. Use
 // Run or Start, not both.
 func (r *Relay) Run(ctx context.Context) error {
-	if err := r.Validate(ctx); err != nil {
+	if err := r.begin(ctx); err != nil {
 		return err
 	}
 	return r.run(ctx)
+}
+
+// begin validates the outbox table and, with an Observer, hands it the
+// first sample (sampleFirst) before the first round.
+func (r *Relay) begin(ctx context.Context) error {
+	if err := r.Validate(ctx); err != nil {
+		return err
+	}
+	r.sampleFirst(ctx)
+	return nil
 }
 
 // run relays as a Group of one store (see Group).
@@ -660,12 +671,16 @@ type chainedClaim struct {
 }
 
 // mayChain reports whether settle marks batch and claims the next one in
-// one round trip: the relay's own single loop, a full keyed batch (one
-// relay drains a keyed backlog one batch at a time, its next claim
-// waiting for these marks: see overlapLoop), every row acknowledged.
+// one round trip: a full keyed batch (one relay drains a keyed backlog one
+// batch at a time, its next claim waiting for these marks), every row
+// acknowledged, no chained claim waiting already, and the relay's next
+// turn coming at once (onChain: Concurrency 1, no other store of its
+// Group waiting for its database's budget).
 func (r *Relay) mayChain(ctx context.Context, batch *outboxsql.Batch, published []int64) bool {
-	return r.chain.Load() && ctx.Err() == nil && len(published) == len(batch.Rows) &&
-		len(batch.Rows) >= r.cfg.BatchSize && batch.Keyed() && batch.CanChain()
+	h := r.onChain.Load()
+	return h != nil && ctx.Err() == nil && len(published) == len(batch.Rows) &&
+		len(batch.Rows) >= r.cfg.BatchSize && batch.Keyed() && batch.CanChain() &&
+		r.chained.Load() == nil && h.fn()
 }
 
 // finishChained marks batch's rows and claims the next batch in one round
@@ -697,7 +712,11 @@ func (r *Relay) finishChained(ctx context.Context, batch *outboxsql.Batch, publi
 	if next != nil {
 		r.claimed(next, runs)
 	}
-	r.chained.Store(c)
+	if !r.chained.CompareAndSwap(nil, c) && next != nil {
+		// Another round of the relay chained first: this claim is given
+		// back, its rows claimed again by a round to come.
+		return next.Release(ctx)
+	}
 	return nil
 }
 
@@ -813,6 +832,13 @@ func (r *Relay) claimFrom() int64 {
 		return 0
 	}
 	return from
+}
+
+// claimsFromStart reports whether the relay's next round, with none in
+// flight, claims from the table's start (claimFrom): no chained claim
+// waits for it and no sweep of the backlog goes on.
+func (r *Relay) claimsFromStart() bool {
+	return r.chained.Load() == nil && r.from.Load() == 0
 }
 
 func retryDelay(base time.Duration, attempts int) time.Duration {

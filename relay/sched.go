@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,13 +17,25 @@ import (
 type member struct {
 	name string
 	r    *Relay
-	db   *database
-	log  *slog.Logger // the relay's own logger, given back when it leaves
-	own  bool         // the group is the relay's own (Relay.Run, Relay.Start)
+	// round runs one round of the store: r.Round (a test's stand-in in
+	// the scheduler's own tests).
+	round func(context.Context) (int, error)
+	db    *database
+	log   *slog.Logger // the relay's own logger, given back when it leaves
+	own   bool         // the group is the relay's own (Relay.Run, Relay.Start)
 
-	queued  bool
-	rounds  int  // rounds in flight
-	again   bool // woken while a round ran: queue it again after
+	queued bool
+	rounds int  // rounds in flight
+	again  bool // turned away for its budget while a round ran: queue it again after
+	// woken: a Wake came that no round has answered yet. It is answered by
+	// a round that starts after it, with no other round in flight, and
+	// claims from the table's start (Relay.claimsFromStart); the rounds in
+	// flight or queued meanwhile may not (their claims began before it, or
+	// go on with a sweep of the backlog window by window), so the store
+	// does not go idle while it is owed one.
+	woken bool
+	// started counts m's rounds; a turn knows its own (turnOf).
+	started uint64
 	full    bool // its last round claimed a full batch
 	removed bool // Remove was called
 	// done is made by Remove while rounds run, closed once the last ends.
@@ -81,6 +94,13 @@ func (g *Group) start(m *member) {
 			g.wake(m)
 		}
 	}})
+	if m.r.cfg.Concurrency == 1 {
+		m.r.onChain.Store(&chainHook{fn: func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return g.running && !m.removed && !g.waiting(m.db, m)
+		}})
+	}
 	m.services = m.r.startServices(g.runCtx)
 	g.bg.Go(func() { g.watchBacklog(m) })
 	now := time.Now()
@@ -94,7 +114,7 @@ func (g *Group) start(m *member) {
 // disarmed. Called without g.mu.
 func (m *member) finish(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
-	m.r.chain.Store(false)
+	m.r.onChain.Store(nil)
 	if c := m.r.chained.Swap(nil); c != nil && c.batch != nil {
 		_ = c.batch.Release(ctx)
 	}
@@ -126,27 +146,53 @@ func (g *Group) park(m *member) {
 	}
 }
 
-// wake queues m for a round now; one woken while a round runs is queued
-// again after it. Called with g.mu held.
+// wake queues m for a round now, and makes m owe a round from the table's
+// start (woken) until one starts: a store woken while its rounds run or
+// its turn is queued gets one after them. A wake while m backs off ends
+// the wait: the round it gets is a full one, not a probe. Called with g.mu
+// held.
 func (g *Group) wake(m *member) {
-	switch {
-	case m.queued:
-	case m.rounds > 0:
-		m.again = true
-	default:
-		if m.failed != nil {
-			m.wakeBy = resumedByWake
-		}
-		g.park(m)
-		g.enqueue(m)
-		g.dispatch()
+	m.woken = true
+	if m.failed != nil {
+		m.wakeBy = resumedByWake
 	}
+	if m.queued || m.rounds > 0 {
+		return
+	}
+	g.park(m)
+	g.enqueue(m)
+	g.dispatch()
 }
 
 func (g *Group) enqueue(m *member) {
 	m.queued = true
 	g.queue = append(g.queue, m)
 	g.emit(EventQueued, m, 0, nil)
+}
+
+// resume queues m at the head of the queue: its next round's batch is
+// claimed already (a chained claim), and holds its rows until that round
+// publishes them. A store chains only while no other store of its
+// database waits (waiting), so one queued meanwhile waits one more round
+// of it at most. Called with g.mu held.
+func (g *Group) resume(m *member) {
+	if m.queued {
+		g.queue = slices.DeleteFunc(g.queue, func(q *member) bool { return q == m })
+	}
+	m.queued = true
+	g.queue = slices.Insert(g.queue, 0, m)
+	g.emit(EventQueued, m, 0, nil)
+}
+
+// waiting reports whether a store of db other than m waits in the queue.
+// Called with g.mu held.
+func (g *Group) waiting(db *database, m *member) bool {
+	for _, q := range g.queue {
+		if q != m && q.db == db {
+			return true
+		}
+	}
+	return false
 }
 
 // dispatch starts the turns of the queued stores whose database has budget
@@ -173,12 +219,17 @@ func (g *Group) dispatch() {
 				continue
 			}
 			m.queued = false
+			m.started++
+			t := turnOf{id: m.started, alone: m.rounds == 0 && m.r.claimsFromStart()}
+			if t.alone {
+				m.woken = false
+			}
 			m.db.busy++
 			m.rounds++
 			m.again = false
 			g.emit(EventStarted, m, 0, nil)
 			g.rounds.Add(1)
-			go g.turn(m)
+			go g.turn(m, t)
 			started = append(started, m)
 		}
 		n := len(g.queue)
@@ -218,12 +269,20 @@ func (g *Group) watchBacklog(m *member) {
 	}
 }
 
+// turnOf is what a turn of m knows of itself: the number of its round
+// (member.started), and whether the round started with no other round of
+// m in flight and claims from the table's start (Relay.claimsFromStart).
+type turnOf struct {
+	id    uint64
+	alone bool
+}
+
 // turn runs one round of m (and its cleanup when due, and while
 // it backs off, a probe instead), then decides when m's next turn comes.
-func (g *Group) turn(m *member) {
+func (g *Group) turn(m *member, t turnOf) {
 	defer g.rounds.Done()
 	if m.ctx.Err() != nil {
-		g.settle(m.ctx, m, 0, nil, 0, false)
+		g.settle(m.ctx, m, t, 0, nil, 0, false)
 		return
 	}
 	ctx, cancel := graceful(m.ctx)
@@ -246,16 +305,16 @@ func (g *Group) turn(m *member) {
 	}
 	if probe {
 		if err := m.r.probe(ctx, failed); err != nil {
-			g.settle(ctx, m, 0, err, 0, true)
+			g.settle(ctx, m, t, 0, err, 0, true)
 			return
 		}
 		g.mu.Lock()
 		m.resumedBy = resumedByProbe
 		g.mu.Unlock()
 	}
-	n, err := m.r.Round(ctx)
+	n, err := m.round(ctx)
 	next := g.ring(ctx, m, n, err)
-	g.settle(ctx, m, n, err, next, false)
+	g.settle(ctx, m, t, n, err, next, false)
 }
 
 // stopGrace is how long a turn's round goes on once its store stops.
@@ -297,12 +356,15 @@ func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Dura
 	return wait
 }
 
-// settle ends a turn of m and decides when m's next turn comes (next:
-// after an idle round). After a failed round m backs off, its turns
-// meanwhile probing every probeEvery (probed: this turn was such a probe,
-// and it failed), and while its publisher says it is not connected, a
-// full round comes as soon as it is again.
-func (g *Group) settle(ctx context.Context, m *member, n int, err error, next time.Duration, probed bool) {
+// settle ends a turn t of m and decides when m's next turn comes (next:
+// after an idle round). m waits only after a round that claimed nothing
+// from the table's start, alone (t.alone), with no round started after it
+// and no Wake since (woken); after any other round its next comes at once.
+// After a failed round m backs off, its turns meanwhile probing every
+// probeEvery (probed: this turn was such a probe, and it failed), and
+// while its publisher says it is not connected, a full round comes as
+// soon as it is again.
+func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err error, next time.Duration, probed bool) {
 	g.mu.Lock()
 	m.db.busy--
 	m.rounds--
@@ -337,10 +399,13 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
 		m.failed, m.retryAt = err, now.Add(m.backoff)
 		m.r.outage.failed(m.r.log, err, m.backoff, conn != nil && !conn.Connected(), now)
-	case n > 0 || m.again || next == 0 || m.cleaning || m.r.more.Load():
+	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || m.r.more.Load() || !t.alone || t.id != m.started:
 		g.recovered(m)
 		m.full = n >= m.r.cfg.BatchSize
-		if !m.queued {
+		switch {
+		case m.r.chained.Load() != nil:
+			g.resume(m)
+		case !m.queued:
 			g.enqueue(m)
 		}
 		return
@@ -350,6 +415,13 @@ func (g *Group) settle(ctx context.Context, m *member, n int, err error, next ti
 	}
 	if m.rounds > 0 || m.queued {
 		return // the round still in flight decides
+	}
+	if m.woken {
+		// Woken while this round ran: it failed, or it was a probe. The
+		// wake ends the backoff, as it does for a store waiting.
+		m.wakeBy = resumedByWake
+		g.enqueue(m)
+		return
 	}
 	wait := next
 	if m.failed != nil {

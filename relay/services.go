@@ -21,6 +21,10 @@ type services struct {
 // loop: it queues the relay's turn in its Group.
 type wakeHook struct{ fn func() }
 
+// chainHook is what Relay.mayChain asks: whether the relay's next turn
+// in its Group comes at once.
+type chainHook struct{ fn func() bool }
+
 // startServices starts r's services until ctx ends or stop. A relay with
 // lanes beats its heartbeat in the background: its first lanes come with
 // its first beat, and a fenced lane wakes the relay (Relay.Wake).
@@ -41,9 +45,22 @@ func (r *Relay) startServices(ctx context.Context) *services {
 	return s
 }
 
-// sampleLoop hands the Observer a sample every SampleInterval, beside the
-// rounds: a round stuck on the broker stops none of the gauges that show
-// it (the oldest in-flight age).
+// sampleFirst hands the Observer a sample at once, as the relay starts
+// serving (Relay.Start and Run, Group.Add): a scrape right after a
+// restart sees the sample's gauges, the backlog and the oldest ages.
+func (r *Relay) sampleFirst(ctx context.Context) {
+	if r.obs == nil {
+		return
+	}
+	s := r.Sample(ctx, txbox.RelaySample{})
+	if ctx.Err() == nil {
+		r.obs.Sampled(s)
+	}
+}
+
+// sampleLoop hands the Observer a sample every SampleInterval after the
+// first (sampleFirst), beside the rounds: a round stuck on the broker
+// stops none of the gauges that show it (the oldest in-flight age).
 func (r *Relay) sampleLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SampleInterval)
 	defer t.Stop()
