@@ -30,10 +30,16 @@ var (
 // served; a turn runs one Round of the store, then the store goes to the
 // back of the queue if the round claimed rows (it may have more), or sleeps
 // for its relay's PollInterval if it claimed none (or until Wake), or for
-// its backoff if the round failed (probing meanwhile, see below). So a
+// its backoff if the round failed (probing meanwhile, see below). It
+// sleeps only after a round that claimed from the table's start with no
+// other round of it in flight, and no Wake since that round began; else it
+// looks once more. So a
 // store with a large backlog delays another store's rows by at most one
 // round of its own: the other store, once queued, is ahead of the
-// backlog's next round. A turn starts only while the store's database has
+// backlog's next round. A store with Concurrency 1 whose full keyed batch
+// was marked together with its next claim (one round trip) goes to the
+// head of the queue instead; it does so only while no other store of its
+// database waits. A turn starts only while the store's database has
 // budget left (GroupConfig.DatabaseBudget), and a database without budget
 // does not hold up the stores of others. A store runs up to its relay's
 // Concurrency rounds at once while its batches come full, and with
@@ -48,8 +54,9 @@ var (
 // while the store is idle, disarmed at work). While that connection is lost
 // (it reconnects with backoff), or with GroupConfig.DisableNotify, an idle
 // store polls every PollInterval; Wake queues it at once either way.
-// Cleanup and the Observer's samples run in the store's turns, when due;
-// the lane lease heartbeat of a relay with Lanes runs beside its turns.
+// Cleanup runs in the store's turns, when due; the Observer's samples (the
+// first as the store is added) and the lane lease heartbeat of a relay
+// with Lanes run beside its turns.
 //
 // A store that fails (its database down, its table dropped) backs off as
 // its relay's Config says, its turns meanwhile probing every 500 ms with a
