@@ -67,8 +67,10 @@ type member struct {
 	channel string // its notify channel; "" when it only polls
 	bellMu  sync.Mutex
 	bell    doorbell
-	// services runs the relay's lane lease heartbeat (see services).
+	// services runs the relay's lane lease heartbeat (see services);
+	// ready is its ready, for the turns.
 	services *services
+	ready    <-chan struct{}
 }
 
 // width is how many rounds of m may run at once: the relay's Concurrency,
@@ -102,6 +104,7 @@ func (g *Group) start(m *member) {
 		}})
 	}
 	m.services = m.r.startServices(g.runCtx)
+	m.ready = m.services.ready
 	g.bg.Go(func() { g.watchBacklog(m) })
 	now := time.Now()
 	m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
@@ -282,6 +285,12 @@ type turnOf struct {
 func (g *Group) turn(m *member, t turnOf) {
 	defer g.rounds.Done()
 	if m.ctx.Err() != nil {
+		g.settle(m.ctx, m, t, 0, nil, 0, false)
+		return
+	}
+	select {
+	case <-m.ready: // a relay with lanes claims keyed rows only once it holds lanes
+	case <-m.ctx.Done():
 		g.settle(m.ctx, m, t, 0, nil, 0, false)
 		return
 	}

@@ -15,6 +15,9 @@ type services struct {
 	r      *Relay
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// ready is closed once the relay's first lanes are taken (its first
+	// heartbeat went through or failed), at once without lanes.
+	ready chan struct{}
 }
 
 // wakeHook is what Relay.Wake calls instead of ringing the relay's own
@@ -27,17 +30,22 @@ type chainHook struct{ fn func() bool }
 
 // startServices starts r's services until ctx ends or stop. A relay with
 // lanes beats its heartbeat in the background: its first lanes come with
-// its first beat, and a fenced lane wakes the relay (Relay.Wake).
+// its first beat, which its first round waits for (ready), and a fenced
+// lane wakes the relay (Relay.Wake).
 func (r *Relay) startServices(ctx context.Context) *services {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &services{r: r, cancel: cancel}
+	s := &services{r: r, cancel: cancel, ready: make(chan struct{})}
 	if r.lanes != nil {
 		s.wg.Go(func() {
-			if err := r.lanes.beat(ctx); err != nil && ctx.Err() == nil {
+			err := r.lanes.beat(ctx)
+			close(s.ready)
+			if err != nil && ctx.Err() == nil {
 				r.lanes.outage.failed(r.log, err, 0, false, time.Now())
 			}
 			r.lanes.run(ctx)
 		})
+	} else {
+		close(s.ready)
 	}
 	if r.obs != nil {
 		s.wg.Go(func() { r.sampleLoop(ctx) })

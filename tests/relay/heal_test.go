@@ -90,14 +90,17 @@ func outage() time.Duration {
 // (BackoffMax is left at its default of 30s), the relay resumes as soon as
 // its connection is back, not when its backoff ends: the time from the
 // server's restart to the first delivery is logged, and bounded generously.
+// So does the relay of a Group's store.
 func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name string
-		mk   func(t *testing.T) fixture
+		name  string
+		mk    func(t *testing.T) fixture
+		group bool
 	}{
-		{"pgx", func(t *testing.T) fixture { return pgxFixture(t, 8) }},
-		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }},
+		{"pgx", func(t *testing.T) fixture { return pgxFixture(t, 8) }, false},
+		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }, false},
+		{"group", func(t *testing.T) fixture { return pgxFixture(t, 8) }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,7 +116,15 @@ func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 			prefix := testenv.Subject()
 			stream(t, nc, prefix, jetstream.StreamConfig{})
 			r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: 20 * time.Millisecond})
-			startRelay(t, r)
+			if c.group {
+				g, err := relay.NewGroup(relay.GroupConfig{})
+				testenv.Must(t, err, "NewGroup")
+				testenv.Must(t, g.Add(context.Background(), relay.Store{Name: "s", Relay: r}), "add")
+				testenv.Must(t, g.Start(context.Background()), "start group")
+				t.Cleanup(func() { _ = g.Stop(context.Background()) })
+			} else {
+				startRelay(t, r)
+			}
 			f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
 			eventually(t, "first message delivered", func() bool { return r.Counters().Published == 1 })
 
