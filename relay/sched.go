@@ -212,8 +212,7 @@ func (g *Group) dispatch() {
 				// A store's round beside its own (see more) leaves one
 				// unit of its database's budget to the others, and does
 				// not hold a place in the queue: its round in flight
-				// queues it again when it ends (a Wake may be what
-				// queued it: that round must not let it go).
+				// queues it again when it ends (again).
 				m.queued, m.again = false, true
 				continue
 			}
