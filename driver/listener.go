@@ -3,9 +3,10 @@ package driver
 import "context"
 
 // Listener is an optional capability of a Driver: it opens a connection of
-// its own that receives notifications (PostgreSQL's LISTEN/NOTIFY). The
-// relay uses it, when the driver has it, to wake as soon as a writer
-// commits; without it the relay polls. txboxpgx implements it.
+// its own that receives notifications (PostgreSQL's LISTEN/NOTIFY) on one
+// channel. txboxpgx implements it. The relay wakes through ChannelListener
+// (one connection per database); with a driver that is only a Listener it
+// polls.
 type Listener interface {
 	// Listen opens a connection that listens on channel. The caller closes
 	// the Notifications; that connection is never returned to the pool.
@@ -24,8 +25,9 @@ type Notifications interface {
 
 // ChannelListener is an optional capability of a Driver, beside Listener:
 // one connection that listens on many channels, added and removed while it
-// runs. A relay.Group uses it to wake the outbox tables of one database
-// with one connection. txboxpgx implements it.
+// runs. A relay (a relay.Group of one store) and a relay.Group use it to
+// wake the outbox tables of one database with one connection, as soon as a
+// writer commits; without it they poll. txboxpgx implements it.
 type ChannelListener interface {
 	// ListenChannels opens a connection that listens on no channel yet.
 	// The caller closes it; it is never returned to the pool.

@@ -17,8 +17,9 @@ type GroupConfig struct {
 	// one database (Store.Database): each round holds one connection of
 	// that database from its claim to its marks, so with it the group
 	// never holds more than DatabaseBudget connections of a database for
-	// relaying (cleanups and samples run inside a store's turn and count
-	// too). Size the database's pool above it. Default: 2.
+	// relaying (cleanups run inside a store's turn and count too; a
+	// store's samples and its lane heartbeat run beside its turns and do
+	// not). Size the database's pool above it. Default: 2.
 	DatabaseBudget int
 	// DisableNotify turns off the group's LISTEN/NOTIFY wake-up: by
 	// default the group opens one listening connection per PostgreSQL

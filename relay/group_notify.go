@@ -35,9 +35,9 @@ func (g *Group) subscribe(m *member) {
 		ctx, cancel := context.WithCancel(g.runCtx)
 		l = &dbListener{g: g, db: m.db, cancel: cancel, done: make(chan struct{}), stores: map[string][]*member{}}
 		m.db.listen = l
-		g.listeners.Add(1)
+		g.bg.Add(1)
 		go func() {
-			defer g.listeners.Done()
+			defer g.bg.Done()
 			defer close(l.done)
 			l.run(ctx)
 		}()
@@ -94,6 +94,9 @@ func (l *dbListener) source() *member {
 func (l *dbListener) setActive(channels []string, active bool) {
 	for _, ch := range channels {
 		for _, m := range l.stores[ch] {
+			if active && !m.r.notifyActive.Load() {
+				m.r.log.Debug("txbox relay: listening for notifications", "channel", ch)
+			}
 			m.r.notifyActive.Store(active)
 			if active && l.g.running && !m.removed {
 				l.g.wake(m)
@@ -127,7 +130,7 @@ func (l *dbListener) run(ctx context.Context) {
 			return
 		}
 		backoff = nextBackoff(backoff, backoffMax)
-		l.g.log.Warn("txbox relay group: notifications lost; its stores poll every poll interval until they are back",
+		l.g.log.Warn(l.g.prefix+": notifications lost; polling every poll interval until they are back",
 			"database", l.db.name, "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
@@ -249,7 +252,7 @@ func (l *dbListener) sync(ctx context.Context, conn driver.Channels, heard map[s
 				if ctx.Err() != nil {
 					return added, ctx.Err()
 				}
-				m.r.log.Warn("txbox relay group: no LISTEN/NOTIFY wake-up for this store; polling", "err", err)
+				m.r.log.Warn(l.g.prefix+": no LISTEN/NOTIFY wake-up; polling only", "err", err)
 				continue
 			}
 			ok = true

@@ -270,16 +270,3 @@ func keep(ls, owned []outboxsql.Lease) []outboxsql.Lease {
 func has(ls []outboxsql.Lease, l outboxsql.Lease) bool {
 	return slices.Contains(ls, l)
 }
-
-// startLanes takes the relay's first lanes before its loops start, then
-// keeps them in the background.
-func (r *Relay) startLanes(ctx context.Context, wg *sync.WaitGroup) {
-	if err := r.lanes.beat(ctx); err != nil && ctx.Err() == nil {
-		r.lanes.outage.failed(r.log, err, 0, false, time.Now())
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r.lanes.run(ctx)
-	}()
-}

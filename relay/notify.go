@@ -13,16 +13,15 @@ import (
 	"github.com/txbox/txbox/internal/sqlname"
 )
 
-// listener wakes the relay on PostgreSQL notifications from the outbox
-// table's notify trigger, through a driver that is a driver.Listener. It
-// holds one connection of the pool.
+// listener is what a relay's Group needs to wake the relay on PostgreSQL
+// notifications from the outbox table's notify trigger, through a driver
+// that is a driver.ChannelListener (see dbListener): the channel, and the
+// doorbell table that asks writers to notify.
 type listener struct {
 	r       *Relay
-	drv     driver.Listener
-	chans   driver.ChannelListener // nil: the driver cannot share a connection (see Group)
+	chans   driver.ChannelListener
 	pool    driver.Pool
 	channel string // the channel the trigger notifies
-	probe   string // the channel the start-up check notifies (== channel but in tests)
 	wake    string // the quoted doorbell table
 	// wasReset is set when reset disarmed the doorbell table, which makes a
 	// doorbell's armed stale; the doorbell clears it (see doorbell.sync).
@@ -164,27 +163,6 @@ func resolveSchema(ctx context.Context, pool driver.Pool, schema string) (string
 	return schema, rows.Close()
 }
 
-// run listens until ctx ends, reconnecting with backoff; while it is not
-// listening the relay polls as usual.
-func (l *listener) run(ctx context.Context) {
-	var backoff time.Duration
-	for ctx.Err() == nil {
-		err := l.listenOnce(ctx)
-		l.r.notifyActive.Store(false)
-		if ctx.Err() != nil {
-			return
-		}
-		l.r.listenFails.Add(1)
-		backoff = nextBackoff(backoff, l.r.cfg.BackoffMax)
-		l.r.log.Warn("txbox relay: notifications lost; polling every poll interval until they are back", "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-	}
-}
-
 // reset disarms the doorbell, checking that its table is there: it comes
 // with migration 3, and without it writers never notify.
 func (l *listener) reset(ctx context.Context) error {
@@ -206,31 +184,6 @@ func (l *listener) resolve(ctx context.Context) error {
 	}
 	table := l.r.tableName()
 	l.channel = notifyChannel(schema, table)
-	l.probe = l.channel
 	l.wake = sqlname.Qualified(driver.Postgres, schema, sqlname.Derived(table, "wake"))
 	return nil
-}
-
-func (l *listener) listenOnce(ctx context.Context) error {
-	if err := l.reset(ctx); err != nil {
-		return err
-	}
-	conn, err := l.drv.Listen(ctx, l.channel)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	token := fmt.Sprintf("probe-%d", time.Now().UnixNano())
-	if err := probeNotify(ctx, l.pool, l.probe, token, l.r.cfg.NotifyProbeTimeout, conn.Wait); err != nil {
-		return err
-	}
-	l.r.notifyActive.Store(true)
-	l.r.Wake() // catch up on what was committed while nobody listened
-	l.r.log.Debug("txbox relay: listening for notifications", "channel", l.channel)
-	for {
-		if _, err := conn.Wait(ctx); err != nil {
-			return err
-		}
-		l.r.Wake()
-	}
 }

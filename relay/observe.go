@@ -110,29 +110,6 @@ func (f *inFlight) oldest(now time.Time) time.Duration {
 	return age
 }
 
-// sampleLoop hands the observer a sample every SampleInterval until ctx
-// ends: the relay's one backlog query. The first comes after one interval,
-// not at start, where a relay restarted on a large backlog drains hardest:
-// the query's cost (it counts every undelivered row) is then spread over
-// the interval, as it is later (see TestDrainWithMetricsOnVsOff).
-func (r *Relay) sampleLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.SampleInterval)
-	defer t.Stop()
-	var last txbox.RelaySample
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		last = r.Sample(ctx, last)
-		if ctx.Err() != nil {
-			return
-		}
-		r.obs.Sampled(last)
-	}
-}
-
 // Sample reads the table's backlog (one query) and the relay's state. When
 // the table cannot be read, the sample carries the error and the table
 // figures of prev. A relay with an Observer calls it every SampleInterval

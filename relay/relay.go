@@ -60,7 +60,6 @@ type Relay struct {
 	store *outboxsql.Store
 	pub   txbox.Publisher
 	log   *slog.Logger
-	wake  chan struct{}
 
 	published, rejected, invalid, dead, rounds, failedRounds, probes atomic.Int64
 	// outage logs runs of failed rounds (see outage).
@@ -96,10 +95,11 @@ type Relay struct {
 	// more: the last claim stopped at the end of its window with pending
 	// rows beyond it (outboxsql.Batch.Next), short of a batch.
 	more atomic.Bool
-	// chain: the relay runs its own single loop, whose full keyed batches
-	// are marked and followed by the next claim in one round trip (see
-	// settle); chained is that claim, for the next round.
-	chain   atomic.Bool
+	// onChain, set while the relay runs with Concurrency 1, says whether
+	// its next turn comes at once: a full keyed batch is then marked and
+	// followed by the next claim in one round trip (see settle); chained
+	// is that claim, for the next round.
+	onChain atomic.Pointer[chainHook]
 	chained atomic.Pointer[chainedClaim]
 
 	lanes        *laneKeeper // nil without Config.Lanes
@@ -117,13 +117,11 @@ type Relay struct {
 	// table's upkeep (sampleUpkeep).
 	upkeepWarned atomic.Bool
 	running      atomic.Bool // run is running
-	// onWake, set while the relay is a Group's store, queues its turn.
+	// onWake, set while the relay runs (alone or in a Group), queues its
+	// turn.
 	onWake atomic.Pointer[wakeHook]
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	stopped chan struct{}
-	err     error // why the background run stopped, if not by Stop or ctx
+	life lifecycle // Start, Stop, Stopped, Err; held by a Group running it
 }
 
 // New returns a Relay reading drv's outbox table and publishing through pub.
@@ -150,9 +148,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if c.DeletePublished {
 		store.DeletePublished()
 	}
-	closed := make(chan struct{})
-	close(closed)
-	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, wake: make(chan struct{}, 1), onBacklog: make(chan struct{}, 1), claimTurn: make(chan struct{}, 1), stopped: closed,
+	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onBacklog: make(chan struct{}, 1), claimTurn: make(chan struct{}, 1),
 		obs: c.Observer, tracer: c.Tracer}
 	r.runs.Store(true) // see claim
 	if _, ok := pub.(txbox.DuplicateCounter); ok {
@@ -187,9 +183,8 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 			return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 		}
 	}
-	if l, ok := capable.(driver.Listener); ok && !c.DisableNotify {
-		r.listen = &listener{r: r, drv: l, pool: drv.Pool()}
-		r.listen.chans, _ = capable.(driver.ChannelListener)
+	if l, ok := capable.(driver.ChannelListener); ok && !c.DisableNotify {
+		r.listen = &listener{r: r, chans: l, pool: drv.Pool()}
 	}
 	return r, nil
 }
@@ -203,11 +198,6 @@ func (r *Relay) Config() Config { return r.cfg }
 func (r *Relay) Wake() {
 	if h := r.onWake.Load(); h != nil {
 		h.fn()
-		return
-	}
-	select {
-	case r.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -241,66 +231,22 @@ func (r *Relay) validateOnce(ctx context.Context) error {
 // runs the relay in the background until Stop or ctx ends. ctx bounds the
 // relay's whole run, not only its start.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	select {
-	case <-r.stopped:
-	default:
-		return ErrAlreadyStarted
-	}
-	if err := r.Validate(ctx); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	r.cancel = cancel
-	r.stopped = make(chan struct{})
-	r.err = nil
-	go func(done chan struct{}) {
-		defer close(done)
-		if err := r.run(ctx); err != nil {
-			r.log.Error("txbox relay: stopped", "err", err)
-			r.mu.Lock()
-			r.err = err
-			r.mu.Unlock()
-		}
-	}(r.stopped)
-	return nil
+	return r.life.start(ctx, r.log, "txbox relay", func(ctx context.Context, _ context.CancelFunc) error { return r.begin(ctx) }, r.run)
 }
 
 // Err returns the error that stopped a relay run with Start by itself (an
 // error wrapping txbox.ErrPublisherClosed), once Stopped is closed; nil while
 // it runs and after a stop asked by Stop or ctx.
-func (r *Relay) Err() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
+func (r *Relay) Err() error { return r.life.failure() }
 
 // Stop asks the relay to stop and waits until it has, or until ctx ends.
 // The batch in flight is finished (its acknowledged messages are marked) or
 // released.
-func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.stopped
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (r *Relay) Stop(ctx context.Context) error { return r.life.stop(ctx) }
 
 // Stopped is closed whenever the relay is not running in the background:
 // before Start, and once it has stopped.
-func (r *Relay) Stopped() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopped
-}
+func (r *Relay) Stopped() <-chan struct{} { return r.life.done() }
 
 // Run validates the outbox table (see Validate), then relays until ctx
 // ends and returns nil; it returns the error that kept it from running
@@ -308,214 +254,24 @@ func (r *Relay) Stopped() <-chan struct{} {
 // txbox.ErrPublisherClosed once the publisher can never publish again. Use
 // Run or Start, not both.
 func (r *Relay) Run(ctx context.Context) error {
-	if err := r.Validate(ctx); err != nil {
+	if err := r.begin(ctx); err != nil {
 		return err
 	}
 	return r.run(ctx)
 }
 
-func (r *Relay) run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	r.running.Store(true)
-	defer r.running.Store(false)
-	defer wg.Wait()
-	defer cancel()
-	if r.obs != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.sampleLoop(ctx)
-		}()
+// begin validates the outbox table and, with an Observer, hands it the
+// first sample (sampleFirst) before the first round.
+func (r *Relay) begin(ctx context.Context) error {
+	if err := r.Validate(ctx); err != nil {
+		return err
 	}
-	// The first loop that meets a fatal error stops them all.
-	var fatal error
-	var fatalOnce sync.Once
-	loop := func() {
-		if err := r.loop(ctx); err != nil {
-			fatalOnce.Do(func() { fatal = err })
-			cancel()
-		}
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r.cleanupLoop(ctx)
-	}()
-	if r.listen != nil {
-		if err := r.startListener(ctx, &wg); err != nil && ctx.Err() == nil {
-			r.log.Warn("txbox relay: no LISTEN/NOTIFY wake-up; polling only", "err", err)
-		}
-	}
-
-	if r.lanes != nil {
-		r.startLanes(ctx, &wg)
-	}
-	for i := 1; i < r.cfg.Concurrency; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			loop()
-		}()
-	}
-	if r.cfg.Concurrency == 1 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.overlapLoop(ctx)
-		}()
-	}
-	r.chain.Store(r.cfg.Concurrency == 1)
-	loop()
-	cancel()
-	wg.Wait()
-	r.chain.Store(false)
-	if c := r.chained.Swap(nil); c != nil && c.batch != nil {
-		_ = c.batch.Release(context.WithoutCancel(ctx))
-	}
-	if r.lanes != nil {
-		r.lanes.leave(ctx)
-	}
-	return fatal
+	r.sampleFirst(ctx)
+	return nil
 }
 
-// overlapLoop runs rounds beside the main loop of a relay with Concurrency
-// 1, but only while the backlog is unordered: full batches without ordering
-// keys. There a second claim costs the database little and hides the wait
-// for the broker's acks. With ordering keys it does not run, since its claim
-// would scan past every head that the main loop has in flight.
-func (r *Relay) overlapLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.onBacklog:
-		}
-		for r.backlog.Load() && ctx.Err() == nil {
-			n, err := r.Round(ctx)
-			if err != nil {
-				if ctx.Err() == nil && !errors.Is(err, txbox.ErrPublisherClosed) {
-					r.outage.failed(r.log, err, 0, false, time.Now())
-				}
-				break // the main loop backs off (or stops), and signals again
-			}
-			if n == 0 {
-				break
-			}
-		}
-	}
-}
-
-// loop runs rounds until ctx ends, or returns the error of a round that
-// says the publisher can never publish again. Concurrency loops run side by
-// side: while one waits for the broker's acks, another claims and marks, as
-// separate relays would (claims skip each other's rows, and a key's next
-// message is not claimable while its previous one is in flight), except
-// that their claims take turns (takeTurn).
-func (r *Relay) loop(ctx context.Context) error {
-	var backoff time.Duration
-	conn, _ := r.pub.(txbox.ConnectionChecker)
-	bell := doorbell{l: r.listen}
-	defer bell.release(context.WithoutCancel(ctx))
-	resumedBy := resumedByBackoff
-	for {
-		n, err := r.Round(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		var wait time.Duration
-		var failed error // non-nil: probe while waiting (see sleep)
-		switch {
-		case errors.Is(err, txbox.ErrPublisherClosed):
-			r.log.Error("txbox relay: the publisher can never publish again; stopping", "err", err)
-			return err
-		case err != nil:
-			backoff = nextBackoff(backoff, r.cfg.BackoffMax)
-			wait, failed = backoff, err
-			r.outage.failed(r.log, err, wait, conn != nil && !conn.Connected(), time.Now())
-		case n > 0 || r.more.Load():
-			// There may be more (a full batch, keys whose next message
-			// became claimable, rows beyond the claim's window): poll again
-			// at once, and on a full batch get another loop going too.
-			backoff = 0
-			r.outage.ended(r.log, resumedBy, time.Now())
-			if n >= r.cfg.BatchSize {
-				r.Wake()
-			}
-			bell.worked(ctx)
-			continue
-		case !r.Listening():
-			backoff = 0
-			r.outage.ended(r.log, resumedBy, time.Now())
-			wait = r.cfg.PollInterval
-		default:
-			backoff = 0
-			r.outage.ended(r.log, resumedBy, time.Now())
-			var err error
-			if wait, err = bell.quiet(ctx, r.cfg.PollInterval); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
-			} else if wait == 0 {
-				continue
-			}
-		}
-		resumedBy = r.sleep(ctx, wait, conn, failed)
-		if resumedBy == resumedByReconnect {
-			backoff = 0 // the broker is back: a failure now starts the backoff afresh
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-	}
-}
-
-// reconnectCheck is how often a relay whose broker is away looks whether
-// its publisher is connected again (a read of the connection's state).
-const reconnectCheck = 20 * time.Millisecond
-
-// sleep waits for wait, a Wake, or ctx, and says which ended it. After a
-// failed round (failed not nil) it also ends the wait as soon as a probe
-// says the failure is over (probe, every probeEvery), or, while conn says
-// the broker is not connected, as soon as it is again (looked at every
-// reconnectCheck).
-func (r *Relay) sleep(ctx context.Context, wait time.Duration, conn txbox.ConnectionChecker, failed error) string {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	var tick, probe <-chan time.Time
-	if failed != nil && conn != nil && !conn.Connected() {
-		t := time.NewTicker(reconnectCheck)
-		defer t.Stop()
-		tick = t.C
-	}
-	if failed != nil && wait > probeEvery {
-		t := time.NewTicker(probeEvery)
-		defer t.Stop()
-		probe = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return resumedByBackoff
-		case <-timer.C:
-			return resumedByBackoff
-		case <-r.wake:
-			return resumedByWake
-		case <-tick:
-			if conn.Connected() {
-				return resumedByReconnect
-			}
-		case <-probe:
-			switch err := r.probe(ctx, failed); {
-			case err == nil:
-				return resumedByProbe
-			case errors.Is(err, txbox.ErrPublisherClosed):
-				return resumedByBackoff // the next round says so and stops
-			}
-		}
-	}
-}
+// run relays as a Group of one store (see Group).
+func (r *Relay) run(ctx context.Context) error { return r.ownGroup(ctx).Run(ctx) }
 
 // While it listens for notifications, an idle relay looks again after
 // minRecheck, doubling, and arms the doorbell once armAfter has passed: one
@@ -530,18 +286,6 @@ const (
 	minRecheck = 2 * time.Millisecond
 	armAfter   = 2 * time.Millisecond
 )
-
-func (r *Relay) startListener(ctx context.Context, wg *sync.WaitGroup) error {
-	if err := r.listen.resolve(ctx); err != nil {
-		return err
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r.listen.run(ctx)
-	}()
-	return nil
-}
 
 func (r *Relay) tableName() string {
 	if r.cfg.Table == "" {
@@ -927,12 +671,16 @@ type chainedClaim struct {
 }
 
 // mayChain reports whether settle marks batch and claims the next one in
-// one round trip: the relay's own single loop, a full keyed batch (one
-// relay drains a keyed backlog one batch at a time, its next claim
-// waiting for these marks: see overlapLoop), every row acknowledged.
+// one round trip: a full keyed batch (one relay drains a keyed backlog one
+// batch at a time, its next claim waiting for these marks), every row
+// acknowledged, no chained claim waiting already, and the relay's next
+// turn coming at once (onChain: Concurrency 1, no other store of its
+// Group waiting for its database's budget).
 func (r *Relay) mayChain(ctx context.Context, batch *outboxsql.Batch, published []int64) bool {
-	return r.chain.Load() && ctx.Err() == nil && len(published) == len(batch.Rows) &&
-		len(batch.Rows) >= r.cfg.BatchSize && batch.Keyed() && batch.CanChain()
+	h := r.onChain.Load()
+	return h != nil && ctx.Err() == nil && len(published) == len(batch.Rows) &&
+		len(batch.Rows) >= r.cfg.BatchSize && batch.Keyed() && batch.CanChain() &&
+		r.chained.Load() == nil && h.fn()
 }
 
 // finishChained marks batch's rows and claims the next batch in one round
@@ -964,7 +712,11 @@ func (r *Relay) finishChained(ctx context.Context, batch *outboxsql.Batch, publi
 	if next != nil {
 		r.claimed(next, runs)
 	}
-	r.chained.Store(c)
+	if !r.chained.CompareAndSwap(nil, c) && next != nil {
+		// Another round of the relay chained first: this claim is given
+		// back, its rows claimed again by a round to come.
+		return next.Release(ctx)
+	}
 	return nil
 }
 
@@ -1082,6 +834,13 @@ func (r *Relay) claimFrom() int64 {
 	return from
 }
 
+// claimsFromStart reports whether the relay's next round, with none in
+// flight, claims from the table's start (claimFrom): no chained claim
+// waits for it and no sweep of the backlog goes on.
+func (r *Relay) claimsFromStart() bool {
+	return r.chained.Load() == nil && r.from.Load() == 0
+}
+
 func retryDelay(base time.Duration, attempts int) time.Duration {
 	return backoff.Nth(base, 5*time.Minute, attempts)
 }
@@ -1091,25 +850,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
-}
-
-func (r *Relay) cleanupLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.CleanupInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := r.Cleanup(ctx); err != nil {
-				if ctx.Err() == nil {
-					r.log.Warn("txbox relay: cleanup failed", "err", err, "deleted", n)
-				}
-			} else if n > 0 {
-				r.log.Info("txbox relay: cleanup", "deleted", n)
-			}
-		}
-	}
 }
 
 // Cleanup deletes rows published more than Retention ago, in statements of

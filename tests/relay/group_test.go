@@ -416,3 +416,60 @@ func TestGroupCountsDuplicatesPerStore(t *testing.T) {
 			sa.Duplicates, sa.Published, sb.Duplicates, sb.Published)
 	}
 }
+
+// A Group has a relay's lifecycle: Stopped is closed before Start and
+// after Stop, a second Start while it runs is ErrAlreadyStarted (and so is
+// starting a relay the group runs), Err is nil after a Stop, and a group
+// stopped starts again and delivers what was committed meanwhile.
+func TestGroupStartStop(t *testing.T) {
+	t.Parallel()
+	tn, pub, _ := pgGroup(t, 4, 2)
+	ctx := context.Background()
+	g, err := relay.NewGroup(relay.GroupConfig{})
+	testenv.Must(t, err, "NewGroup")
+	var relays []*relay.Relay
+	for _, tt := range tn {
+		r := tt.newRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+		relays = append(relays, r)
+		testenv.Must(t, g.Add(ctx, relay.Store{Name: tt.name, Relay: r}), "add %s", tt.name)
+	}
+	select {
+	case <-g.Stopped():
+	default:
+		t.Fatal("Stopped is open before Start")
+	}
+	for cycle := range 2 {
+		for _, tt := range tn {
+			tt.add(t, 5)
+		}
+		testenv.Must(t, g.Start(ctx), "start %d", cycle)
+		if err := g.Start(ctx); !errors.Is(err, relay.ErrAlreadyStarted) {
+			t.Fatalf("second Start: %v, want ErrAlreadyStarted", err)
+		}
+		if err := relays[0].Start(ctx); !errors.Is(err, relay.ErrAlreadyStarted) {
+			t.Fatalf("Start of a relay the group runs: %v, want ErrAlreadyStarted", err)
+		}
+		select {
+		case <-g.Stopped():
+			t.Fatal("Stopped is closed while the group runs")
+		default:
+		}
+		for _, tt := range tn {
+			eventually(t, "delivered "+tt.name, func() bool { return tt.pending(t) == 0 })
+		}
+		testenv.Must(t, g.Stop(ctx), "stop %d", cycle)
+		select {
+		case <-g.Stopped():
+		default:
+			t.Fatal("Stopped is open after Stop")
+		}
+		if err := g.Err(); err != nil {
+			t.Fatalf("Err after Stop: %v", err)
+		}
+		for _, r := range relays {
+			if r.Health(ctx).Running {
+				t.Fatal("a store's relay says it runs after the group stopped")
+			}
+		}
+	}
+}

@@ -22,14 +22,16 @@ import (
 // A NATS connection closed for good (here by the server, which closes a
 // connection that sends a protocol line over its max control line) stops
 // the relay: Run returns txbox.ErrPublisherClosed instead of running on and
-// delivering nothing; after Start, Stopped closes and Err says why.
+// delivering nothing; after Start, Stopped closes and Err says why. A
+// Group running the relay as its store stops alike: after Group.Start,
+// its Stopped closes and its Err says why.
 func TestRelayStopsWhenTheConnectionIsClosed(t *testing.T) {
 	t.Parallel()
 	closeByServer := func(t *testing.T, nc *nats.Conn) {
 		_ = nc.Publish(strings.Repeat("x", 5000), nil)
 		_ = nc.Flush()
 	}
-	for _, how := range []string{"run", "start"} {
+	for _, how := range []string{"run", "start", "group"} {
 		t.Run(how, func(t *testing.T) {
 			f := sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite)
 			srv := testenv.EmbeddedNATS(t)
@@ -42,11 +44,18 @@ func TestRelayStopsWhenTheConnectionIsClosed(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			done := make(chan error, 1)
-			if how == "run" {
+			switch how {
+			case "run":
 				go func() { done <- r.Run(ctx) }()
-			} else {
+			case "start":
 				testenv.Must(t, r.Start(ctx), "start")
 				go func() { <-r.Stopped(); done <- r.Err() }()
+			default:
+				g, err := relay.NewGroup(relay.GroupConfig{})
+				testenv.Must(t, err, "NewGroup")
+				testenv.Must(t, g.Add(ctx, relay.Store{Name: "s", Relay: r}), "add")
+				testenv.Must(t, g.Start(ctx), "start group")
+				go func() { <-g.Stopped(); done <- g.Err() }()
 			}
 			f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
 			eventually(t, "first message delivered", func() bool { return r.Counters().Published == 1 })
@@ -81,14 +90,17 @@ func outage() time.Duration {
 // (BackoffMax is left at its default of 30s), the relay resumes as soon as
 // its connection is back, not when its backoff ends: the time from the
 // server's restart to the first delivery is logged, and bounded generously.
+// So does the relay of a Group's store.
 func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name string
-		mk   func(t *testing.T) fixture
+		name  string
+		mk    func(t *testing.T) fixture
+		group bool
 	}{
-		{"pgx", func(t *testing.T) fixture { return pgxFixture(t, 8) }},
-		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }},
+		{"pgx", func(t *testing.T) fixture { return pgxFixture(t, 8) }, false},
+		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }, false},
+		{"group", func(t *testing.T) fixture { return pgxFixture(t, 8) }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -104,7 +116,15 @@ func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 			prefix := testenv.Subject()
 			stream(t, nc, prefix, jetstream.StreamConfig{})
 			r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: 20 * time.Millisecond})
-			startRelay(t, r)
+			if c.group {
+				g, err := relay.NewGroup(relay.GroupConfig{})
+				testenv.Must(t, err, "NewGroup")
+				testenv.Must(t, g.Add(context.Background(), relay.Store{Name: "s", Relay: r}), "add")
+				testenv.Must(t, g.Start(context.Background()), "start group")
+				t.Cleanup(func() { _ = g.Stop(context.Background()) })
+			} else {
+				startRelay(t, r)
+			}
 			f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
 			eventually(t, "first message delivered", func() bool { return r.Counters().Published == 1 })
 

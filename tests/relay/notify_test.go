@@ -162,9 +162,16 @@ func TestDoorbellNotifiesOnlyWhenArmed(t *testing.T) {
 	}
 }
 
-// deafDriver listens on a channel nobody notifies.
+// deafDriver's listening connections listen on a channel nobody notifies.
 type deafDriver struct{ *txboxpgx.Driver }
 
-func (d deafDriver) Listen(ctx context.Context, _ string) (driver.Notifications, error) {
-	return d.Driver.Listen(ctx, "nobody_listens_here")
+func (d deafDriver) ListenChannels(ctx context.Context) (driver.Channels, error) {
+	c, err := d.Driver.ListenChannels(ctx)
+	return deafChannels{c}, err
+}
+
+type deafChannels struct{ driver.Channels }
+
+func (c deafChannels) Listen(ctx context.Context, _ string) error {
+	return c.Channels.Listen(ctx, "nobody_listens_here")
 }

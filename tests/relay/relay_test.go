@@ -389,10 +389,11 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 		if f.count(t, "message_id = 'poison' AND dead_at IS NOT NULL AND last_error LIKE '%maximum%' AND attempts = 3") != 1 {
 			t.Fatal("the poison row is not dead with 3 attempts and the broker's error")
 		}
-		st, _ := r.Stats(context.Background())
-		if st.Rejected != 3 || st.Dead != 1 {
-			t.Fatalf("stats rejected=%d dead=%d, want 3 and 1", st.Rejected, st.Dead)
-		}
+		// The counters follow the marks' commit.
+		eventuallyState(t, "the relay counted 3 rejections and 1 dead", func() (bool, string) {
+			st := r.Counters()
+			return st.Rejected == 3 && st.Dead == 1, fmt.Sprintf("rejected=%d dead=%d", st.Rejected, st.Dead)
+		})
 	})
 }
 

@@ -1,0 +1,534 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// member is one store of a Group, and the scheduling state of its relay:
+// a Relay run on its own is the one member of a Group of its own.
+type member struct {
+	name string
+	r    *Relay
+	// round runs one round of the store: r.Round (a test's stand-in in
+	// the scheduler's own tests).
+	round func(context.Context) (int, error)
+	db    *database
+	log   *slog.Logger // the relay's own logger, given back when it leaves
+	own   bool         // the group is the relay's own (Relay.Run, Relay.Start)
+
+	queued bool
+	rounds int  // rounds in flight
+	again  bool // turned away for its budget while a round ran: queue it again after
+	// woken: a Wake came that no round has answered yet. It is answered by
+	// a round that starts after it, with no other round in flight, and
+	// claims from the table's start (Relay.claimsFromStart); the rounds in
+	// flight or queued meanwhile may not (their claims began before it, or
+	// go on with a sweep of the backlog window by window), so the store
+	// does not go idle while it is owed one.
+	woken bool
+	// started counts m's rounds; a turn knows its own (turnOf).
+	started uint64
+	full    bool // its last round claimed a full batch
+	removed bool // Remove was called
+	// done is made by Remove while rounds run, closed once the last ends.
+	done  chan struct{}
+	timer *time.Timer // the poll, backoff or probe wait, while idle
+	// While it backs off after a failed round (failed is that round's
+	// error), its turns are probes (Relay.probe) until retryAt, when a full
+	// round is due, or until a wake or the broker's reconnect (wakeBy).
+	backoff   time.Duration
+	failed    error
+	retryAt   time.Time
+	resumedBy string // how the last wait after a failure ended
+	wakeBy    string
+	stopWatch context.CancelFunc // ends the watch for the broker's reconnect
+	ctx       context.Context
+	cancel    context.CancelFunc
+
+	// chores: one turn at a time runs them (choring); cleaning says, for
+	// settle, that a cleanup is in progress.
+	choring, cleaning bool
+	cleanupAt         time.Time
+	// A cleanup in progress, one batch a turn: its cutoff (zero: none),
+	// the rows it deleted so far, when it began.
+	cleanupCutoff  time.Time
+	cleaned        int64
+	cleanupStarted time.Time
+	cleanupSaid    time.Time // when it last said how far it got
+
+	channel string // its notify channel; "" when it only polls
+	bellMu  sync.Mutex
+	bell    doorbell
+	// services runs the relay's lane lease heartbeat (see services);
+	// ready is its ready, for the turns.
+	services *services
+	ready    <-chan struct{}
+}
+
+// width is how many rounds of m may run at once: the relay's Concurrency,
+// and with Concurrency 1 a second round while the backlog is unordered
+// (its claim overlaps the first round's wait for the broker's acks).
+func (m *member) width() int {
+	w := m.r.cfg.Concurrency
+	if w == 1 && m.r.backlog.Load() {
+		w = 2
+	}
+	return w
+}
+
+// start makes m part of the running group and queues its first round.
+// Called with g.mu held.
+func (g *Group) start(m *member) {
+	m.ctx, m.cancel = context.WithCancel(g.runCtx)
+	m.r.running.Store(true)
+	m.r.onWake.Store(&wakeHook{fn: func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.running && !m.removed {
+			g.wake(m)
+		}
+	}})
+	if m.r.cfg.Concurrency == 1 {
+		m.r.onChain.Store(&chainHook{fn: func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return g.running && !m.removed && !g.waiting(m.db, m)
+		}})
+	}
+	m.services = m.r.startServices(g.runCtx)
+	m.ready = m.services.ready
+	g.bg.Go(func() { g.watchBacklog(m) })
+	now := time.Now()
+	m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
+	g.enqueue(m)
+	g.subscribe(m)
+}
+
+// finish ends m's run once its last round is over: the chained claim is
+// given back, its services stop (its lanes are given up), its doorbell is
+// disarmed. Called without g.mu.
+func (m *member) finish(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	m.r.onChain.Store(nil)
+	if c := m.r.chained.Swap(nil); c != nil && c.batch != nil {
+		_ = c.batch.Release(ctx)
+	}
+	if m.services != nil {
+		m.services.stop(ctx)
+		m.services = nil
+	}
+	m.bell.release(ctx)
+}
+
+// park takes m out of the queue and stops its wait. Called with g.mu held.
+func (g *Group) park(m *member) {
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
+	}
+	if m.stopWatch != nil {
+		m.stopWatch()
+		m.stopWatch = nil
+	}
+	if m.queued {
+		for i, q := range g.queue {
+			if q == m {
+				g.queue = append(g.queue[:i], g.queue[i+1:]...)
+				break
+			}
+		}
+		m.queued = false
+	}
+}
+
+// wake queues m for a round now, and makes m owe a round from the table's
+// start (woken) until one starts: a store woken while its rounds run or
+// its turn is queued gets one after them. A wake while m backs off ends
+// the wait: the round it gets is a full one, not a probe. Called with g.mu
+// held.
+func (g *Group) wake(m *member) {
+	m.woken = true
+	if m.failed != nil {
+		m.wakeBy = resumedByWake
+	}
+	if m.queued || m.rounds > 0 {
+		return
+	}
+	g.park(m)
+	g.enqueue(m)
+	g.dispatch()
+}
+
+func (g *Group) enqueue(m *member) {
+	m.queued = true
+	g.queue = append(g.queue, m)
+	g.emit(EventQueued, m, 0, nil)
+}
+
+// resume queues m at the head of the queue: its next round's batch is
+// claimed already (a chained claim), and holds its rows until that round
+// publishes them. A store chains only while no other store of its
+// database waits (waiting), so one queued meanwhile waits one more round
+// of it at most. Called with g.mu held.
+func (g *Group) resume(m *member) {
+	if m.queued {
+		g.queue = slices.DeleteFunc(g.queue, func(q *member) bool { return q == m })
+	}
+	m.queued = true
+	g.queue = slices.Insert(g.queue, 0, m)
+	g.emit(EventQueued, m, 0, nil)
+}
+
+// waiting reports whether a store of db other than m waits in the queue.
+// Called with g.mu held.
+func (g *Group) waiting(db *database, m *member) bool {
+	for _, q := range g.queue {
+		if q != m && q.db == db {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch starts the turns of the queued stores whose database has budget
+// left, in queue order, and queues another round of those whose backlog
+// lets rounds run side by side (see more): such a round starts only while
+// it leaves a unit of the budget free. Called with g.mu held.
+func (g *Group) dispatch() {
+	for g.running {
+		q := g.queue
+		g.queue = make([]*member, 0, len(q))
+		var started []*member
+		for _, m := range q {
+			if m.rounds > 0 && m.db.busy+1 >= m.db.budget {
+				// A store's round beside its own (see more) leaves one
+				// unit of its database's budget to the others, and does
+				// not hold a place in the queue: its round in flight
+				// queues it again when it ends (again).
+				m.queued, m.again = false, true
+				continue
+			}
+			if m.db.busy >= m.db.budget {
+				g.queue = append(g.queue, m)
+				continue
+			}
+			m.queued = false
+			m.started++
+			t := turnOf{id: m.started, alone: m.rounds == 0 && m.r.claimsFromStart()}
+			if t.alone {
+				m.woken = false
+			}
+			m.db.busy++
+			m.rounds++
+			m.again = false
+			g.emit(EventStarted, m, 0, nil)
+			g.rounds.Add(1)
+			go g.turn(m, t)
+			started = append(started, m)
+		}
+		n := len(g.queue)
+		for _, m := range started {
+			g.more(m)
+		}
+		if len(g.queue) == n {
+			return
+		}
+	}
+}
+
+// more queues another round of m beside those in flight when its backlog
+// lets one run (width): its last round came full, or its last claim found
+// an unordered backlog. Called with g.mu held.
+func (g *Group) more(m *member) {
+	if g.running && !m.queued && !m.removed && m.failed == nil && m.rounds > 0 && m.db.busy+1 < m.db.budget &&
+		m.rounds < m.width() && (m.full || m.r.backlog.Load()) {
+		g.enqueue(m)
+	}
+}
+
+// watchBacklog queues a second round of m as soon as a claim finds an
+// unordered backlog (Relay.claimed), so that its claim overlaps the
+// running round's wait for the broker's acks.
+func (g *Group) watchBacklog(m *member) {
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.r.onBacklog:
+		}
+		g.mu.Lock()
+		g.more(m)
+		g.dispatch()
+		g.mu.Unlock()
+	}
+}
+
+// turnOf is what a turn of m knows of itself: the number of its round
+// (member.started), and whether the round started with no other round of
+// m in flight and claims from the table's start (Relay.claimsFromStart).
+type turnOf struct {
+	id    uint64
+	alone bool
+}
+
+// turn runs one round of m (and its cleanup when due, and while
+// it backs off, a probe instead), then decides when m's next turn comes.
+func (g *Group) turn(m *member, t turnOf) {
+	defer g.rounds.Done()
+	if m.ctx.Err() != nil {
+		g.settle(m.ctx, m, t, 0, nil, 0, false)
+		return
+	}
+	select {
+	case <-m.ready: // a relay with lanes claims keyed rows only once it holds lanes
+	case <-m.ctx.Done():
+		g.settle(m.ctx, m, t, 0, nil, 0, false)
+		return
+	}
+	ctx, cancel := graceful(m.ctx)
+	defer cancel()
+	g.mu.Lock()
+	failed, probe := m.failed, false
+	if failed != nil {
+		m.resumedBy = cmp.Or(m.wakeBy, resumedByBackoff)
+		probe = m.wakeBy == "" && time.Now().Before(m.retryAt)
+	}
+	m.wakeBy = ""
+	chores := !m.choring
+	m.choring = true
+	g.mu.Unlock()
+	if chores {
+		cleaning := g.chores(ctx, m)
+		g.mu.Lock()
+		m.choring, m.cleaning = false, cleaning
+		g.mu.Unlock()
+	}
+	if probe {
+		if err := m.r.probe(ctx, failed); err != nil {
+			g.settle(ctx, m, t, 0, err, 0, true)
+			return
+		}
+		g.mu.Lock()
+		m.resumedBy = resumedByProbe
+		g.mu.Unlock()
+	}
+	n, err := m.round(ctx)
+	next := g.ring(ctx, m, n, err)
+	g.settle(ctx, m, t, n, err, next, false)
+}
+
+// stopGrace is how long a turn's round goes on once its store stops.
+const stopGrace = 5 * time.Second
+
+// graceful returns the context of a turn of a store whose run is ctx: it
+// ends stopGrace after ctx. A round in flight when the store stops
+// finishes its claim (then publishes and marks, or releases, its batch)
+// instead of having its claim cut mid-statement, whose row locks stay
+// until the server notices the connection gone.
+func graceful(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
+	return rctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// ring keeps m's doorbell (armed while idle, disarmed at work) and returns
+// how long m, idle, waits before its next round: 0 for at once.
+func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Duration {
+	switch {
+	case err != nil || ctx.Err() != nil:
+		return m.r.cfg.PollInterval
+	case !m.r.Listening() && n == 0:
+		return m.r.cfg.PollInterval
+	}
+	m.bellMu.Lock()
+	defer m.bellMu.Unlock()
+	if n > 0 {
+		m.bell.worked(ctx)
+		return 0
+	}
+	wait, err := m.bell.quiet(ctx, m.r.cfg.PollInterval)
+	if err != nil && ctx.Err() == nil {
+		m.r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
+	}
+	return wait
+}
+
+// settle ends a turn t of m and decides when m's next turn comes (next:
+// after an idle round). m waits only after a round that claimed nothing
+// from the table's start, alone (t.alone), with no round started after it
+// and no Wake since (woken); after any other round its next comes at once.
+// After a failed round m backs off, its turns meanwhile probing every
+// probeEvery (probed: this turn was such a probe, and it failed), and
+// while its publisher says it is not connected, a full round comes as
+// soon as it is again.
+func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err error, next time.Duration, probed bool) {
+	g.mu.Lock()
+	m.db.busy--
+	m.rounds--
+	g.emit(EventFinished, m, n, err)
+	if m.removed {
+		g.dispatch()
+		last := m.rounds == 0
+		g.mu.Unlock()
+		if last {
+			g.leave(ctx, m)
+			close(m.done)
+		}
+		return
+	}
+	defer g.mu.Unlock()
+	defer g.dispatch()
+	if !g.running || ctx.Err() != nil {
+		return
+	}
+	conn, _ := m.r.pub.(txbox.ConnectionChecker)
+	switch {
+	case errors.Is(err, txbox.ErrPublisherClosed):
+		m.r.log.Error(g.prefix+": the publisher can never publish again; stopping", "err", err)
+		if g.fatal == nil {
+			g.fatal = err
+		}
+		g.stop()
+		return
+	case probed:
+	case err != nil:
+		now := time.Now()
+		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
+		m.failed, m.retryAt = err, now.Add(m.backoff)
+		m.r.outage.failed(m.r.log, err, m.backoff, conn != nil && !conn.Connected(), now)
+	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || m.r.more.Load() || !t.alone || t.id != m.started:
+		g.recovered(m)
+		m.full = n >= m.r.cfg.BatchSize
+		switch {
+		case m.r.chained.Load() != nil:
+			g.resume(m)
+		case !m.queued:
+			g.enqueue(m)
+		}
+		return
+	default:
+		g.recovered(m)
+		m.full = false
+	}
+	if m.rounds > 0 || m.queued {
+		return // the round still in flight decides
+	}
+	if m.woken {
+		// Woken while this round ran: it failed, or it was a probe. The
+		// wake ends the backoff, as it does for a store waiting.
+		m.wakeBy = resumedByWake
+		g.enqueue(m)
+		return
+	}
+	wait := next
+	if m.failed != nil {
+		wait = min(probeEvery, time.Until(m.retryAt))
+	}
+	m.timer = time.AfterFunc(wait, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.running && !m.removed && !m.queued && m.rounds == 0 {
+			m.timer = nil
+			g.enqueue(m)
+			g.dispatch()
+		}
+	})
+	if m.failed != nil && conn != nil && !conn.Connected() {
+		g.watchReconnect(m, conn)
+	}
+}
+
+// recovered ends m's backoff after a round that succeeded.
+func (g *Group) recovered(m *member) {
+	m.backoff, m.failed, m.retryAt = 0, nil, time.Time{}
+	m.r.outage.ended(m.r.log, m.resumedBy, time.Now())
+}
+
+// reconnectCheck is how often a store whose broker is away looks whether
+// its publisher is connected again (a read of the connection's state).
+const reconnectCheck = 20 * time.Millisecond
+
+// watchReconnect queues m, backing off while its publisher is not
+// connected, for a full round as soon as it is again (looked at every
+// reconnectCheck). Called with g.mu held; park ends the watch.
+func (g *Group) watchReconnect(m *member, conn txbox.ConnectionChecker) {
+	if m.stopWatch != nil {
+		m.stopWatch()
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.stopWatch = cancel
+	go func() {
+		t := time.NewTicker(reconnectCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if !conn.Connected() {
+				continue
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if ctx.Err() == nil && g.running && !m.removed && !m.queued && m.rounds == 0 {
+				m.backoff = 0 // the broker is back: a failure now starts the backoff afresh
+				g.park(m)
+				m.wakeBy = resumedByReconnect
+				g.enqueue(m)
+				g.dispatch()
+			}
+			return
+		}
+	}()
+}
+
+// chores runs m's cleanup when it is due, in m's
+// turn, so that they count against its database's budget, and reports
+// whether a cleanup is in progress. A cleanup runs one statement
+// (CleanupBatchSize rows) a turn, and its store's round follows it: a
+// store with a large cleanup to do (the first after its Retention was
+// lowered: hours) goes on relaying meanwhile. Its next turn comes at once
+// while the cleanup has more to do.
+func (g *Group) chores(ctx context.Context, m *member) bool {
+	now := time.Now()
+	if m.cleanupCutoff.IsZero() && now.After(m.cleanupAt) {
+		m.cleanupCutoff, m.cleaned, m.cleanupStarted, m.cleanupSaid = now.Add(-m.r.cfg.Retention), 0, now, now
+	}
+	if !m.cleanupCutoff.IsZero() {
+		n, more, err := m.r.cleanupBatch(ctx, m.cleanupCutoff)
+		m.cleaned += n
+		switch {
+		case err != nil && ctx.Err() == nil:
+			m.r.log.Warn("txbox relay: cleanup failed", "err", err, "deleted", m.cleaned)
+		case err == nil && !more && m.cleaned > 0:
+			m.r.log.Info("txbox relay: cleanup", "deleted", m.cleaned, "for", now.Sub(m.cleanupStarted).Round(time.Millisecond))
+		case more && now.Sub(m.cleanupSaid) >= cleanupProgress:
+			// A first cleanup after Retention was lowered can take hours.
+			m.cleanupSaid = now
+			m.r.log.Info("txbox relay: cleanup going on", "deleted", m.cleaned, "for", now.Sub(m.cleanupStarted).Round(time.Second))
+		}
+		if !more {
+			m.cleanupCutoff = time.Time{}
+			m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
+		}
+	}
+	return !m.cleanupCutoff.IsZero()
+}
+
+func (g *Group) emit(k GroupEventKind, m *member, rows int, err error) {
+	if g.cfg.OnEvent != nil {
+		g.cfg.OnEvent(GroupEvent{Kind: k, Store: m.name, Database: m.db.name, Busy: m.db.busy, Rows: rows, Err: err})
+	}
+}
