@@ -21,12 +21,8 @@ type lifecycle struct {
 func (l *lifecycle) start(ctx context.Context, log *slog.Logger, what string, begin func(context.Context, context.CancelFunc) error, run func(context.Context) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.stopped != nil {
-		select {
-		case <-l.stopped:
-		default:
-			return ErrAlreadyStarted
-		}
+	if l.busy() {
+		return ErrAlreadyStarted
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	if err := begin(ctx, cancel); err != nil {
@@ -94,12 +90,8 @@ func (l *lifecycle) failure() error {
 func (l *lifecycle) hold() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.stopped != nil {
-		select {
-		case <-l.stopped:
-		default:
-			return ErrAlreadyStarted
-		}
+	if l.busy() {
+		return ErrAlreadyStarted
 	}
 	l.cancel, l.stopped = nil, make(chan struct{})
 	return nil
@@ -114,5 +106,18 @@ func (l *lifecycle) release() {
 		default:
 			close(l.stopped)
 		}
+	}
+}
+
+// busy reports whether a run is going on or held. Called with l.mu held.
+func (l *lifecycle) busy() bool {
+	if l.stopped == nil {
+		return false
+	}
+	select {
+	case <-l.stopped:
+		return false
+	default:
+		return true
 	}
 }

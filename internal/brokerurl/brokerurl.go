@@ -36,7 +36,7 @@ func why(raw string, err error) string {
 		switch {
 		case strings.ContainsAny(userinfo, "/?#"):
 			return "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
-		case badEscape(userinfo):
+		case BadEscape(userinfo):
 			return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
 		}
 	}
@@ -125,8 +125,8 @@ func ListSplitsPassword(raw string) bool {
 	return false
 }
 
-// badEscape reports whether s holds a '%' not followed by two hex digits.
-func badEscape(s string) bool {
+// BadEscape reports whether s holds a '%' not followed by two hex digits.
+func BadEscape(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] == '%' && (i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2])) {
 			return true

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/txbox/txbox/internal/brokerurl"
 )
 
 // secretMask replaces every secret the CLI redacts (as url.URL.Redacted).
@@ -297,7 +299,7 @@ func parseErrorWhy(raw string, err error) string {
 	var esc url.EscapeError
 	if errors.As(err, &esc) {
 		for _, pw := range passwordsIn(raw) {
-			if badEscape(pw) { // a password=…%zz… parameter, not only a userinfo
+			if brokerurl.BadEscape(pw) { // a password=…%zz… parameter, not only a userinfo
 				return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
 			}
 		}
@@ -308,23 +310,9 @@ func parseErrorWhy(raw string, err error) string {
 		case at < 0:
 		case strings.ContainsAny(seg[:at], "/?#"):
 			return "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
-		case badEscape(seg[:at]):
+		case brokerurl.BadEscape(seg[:at]):
 			return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
 		}
 	}
 	return why
-}
-
-// badEscape reports whether s holds a '%' not followed by two hex digits.
-func badEscape(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && (i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2])) {
-			return true
-		}
-	}
-	return false
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
