@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/txbox/txbox/txboxsql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // `txbox relay --stores FILE --db URL` relays the tables of two PostgreSQL

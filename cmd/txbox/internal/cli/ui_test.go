@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"github.com/txbox/txbox/txboxsql"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // txbox ui refuses an address other than loopback without a token, before
