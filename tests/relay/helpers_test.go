@@ -230,28 +230,35 @@ func streamIDs(t *testing.T, s jetstream.Stream, header string) map[string]int {
 	return ids
 }
 
-// eventually polls cond every 20ms until it holds or three minutes have
-// passed (generous: CI machines are slow and shared).
+// stall is how long a wait goes on while nothing it watches changes.
+const stall = 3 * time.Minute
+
+// eventually polls cond every 20ms until it holds, failing after stall
+// with no success (a bare condition shows no progress to wait on).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	eventuallyState(t, what, func() (bool, string) { return cond(), "" })
 }
 
-// eventuallyState is eventually whose cond also says what it saw, for the
-// failure message.
+// eventuallyState is eventually whose cond also says what it saw: the wait
+// fails only after what it saw stayed the same for stall, so a slow machine
+// that keeps making progress is never failed for being slow.
 func eventuallyState(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
+	last, since := "", time.Now()
 	for {
 		ok, state := cond()
 		if ok {
 			return
 		}
-		if time.Now().After(deadline) {
+		if state != last {
+			last, since = state, time.Now()
+		}
+		if time.Since(since) > stall {
 			if state != "" {
-				t.Fatalf("timed out waiting for: %s: %s", what, state)
+				t.Fatalf("no progress for %s waiting for: %s: %s", stall, what, state)
 			}
-			t.Fatalf("timed out waiting for: %s", what)
+			t.Fatalf("no progress for %s waiting for: %s", stall, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
