@@ -40,6 +40,8 @@ func leaseFor(cfg, ackWait time.Duration) time.Duration {
 // (the server re-arms its redelivery timer 10ms after each NAK with a
 // delay: NAKs spread evenly would keep putting it off).
 //
+// The NAK is sent as its bytes, not with Msg.NakWithDelay: nats.go counts
+// a message it sent any NAK for as settled and refuses its later ACK.
 // The NAKs are published on the subscription's connection, the one its
 // ACKs go out on, under mu: once release returns, no renewal of the
 // message can follow its settlement.
