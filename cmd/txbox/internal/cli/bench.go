@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"os"
 	"strings"
 	"time"
 
@@ -54,7 +54,7 @@ server, side by side in one run, repeated and interleaved, and print ratios:
            relays' PostgreSQL backends' CPU per message
   all      all of them but brokers and scale
 
-Everything runs in a new schema (txbox_bench_<time>) that is dropped at the end;
+Everything runs in a new schema (txbox_bench_<time>_<pid>) that is dropped at the end;
 streams are created and deleted on the NATS server. Durable numbers on a shared
 machine are noisy: read the ratios, and the paired medians.`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -123,7 +123,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 				return fmt.Errorf("txbox bench needs PostgreSQL: %s is a %s database (want postgres://…)", dbFlag, t.dialect)
 			}
 			ctx := cmd.Context()
-			schema := "txbox_bench_" + strconv.FormatInt(time.Now().Unix(), 10)
+			schema := fmt.Sprintf("txbox_bench_%d_%d", time.Now().Unix(), os.Getpid())
 			admin, err := pgxpool.New(ctx, t.url)
 			if err != nil {
 				return fmt.Errorf("open %s: %w", t, redactErr(err, t.url))
