@@ -1,14 +1,10 @@
 package ui_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -127,30 +123,7 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	cmd := exec.CommandContext(ctx, node, "drive_dlq.js")
-	cmd.Dir = "browser"
-	cmd.Env = append(os.Environ(), "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_LETTERS=letter-1,kletter-1", "UI_TOPIC=ev.shipments", "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	testenv.Must(t, err, "stdin")
-	stdout, err := cmd.StdoutPipe()
-	testenv.Must(t, err, "stdout")
-	testenv.Must(t, cmd.Start(), "start node")
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 1<<20), 1<<20)
-	step := func(name string, v any) {
-		t.Helper()
-		for lines.Scan() {
-			if rest, ok := strings.CutPrefix(lines.Text(), name+" "); ok {
-				testenv.Must(t, json.Unmarshal([]byte(rest), v), "decode %s", name)
-				return
-			}
-			t.Logf("drive_dlq.js: %s", lines.Text())
-		}
-		_ = cmd.Wait()
-		t.Fatalf("drive_dlq.js ended before %s: %s", name, stderr.String())
-	}
+	br := startDrive(ctx, t, node, "drive_dlq.js", "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_LETTERS=letter-1,kletter-1", "UI_TOPIC=ev.shipments", "CHROMIUM="+chromium)
 	type letters struct {
 		Letters []struct {
 			Ref, ID string
@@ -159,7 +132,7 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 		Flash string
 	}
 	var before, after, after2 letters
-	step("DLQ", &before)
+	br.step("DLQ", &before)
 	hasText := func(cells []string, text string) bool {
 		return slices.ContainsFunc(cells, func(c string) bool { return strings.Contains(c, text) })
 	}
@@ -167,7 +140,7 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 		before.Letters[1].ID != "kletter-1" || before.Letters[1].Ref != "0:0" || !hasText(before.Letters[1].Cells, "kafka handler <i>failed</i>") {
 		t.Fatalf("the panel shows %+v, want letter-1 (JetStream) and kletter-1 (Kafka, ref 0:0) with their errors as text", before)
 	}
-	step("DLQ_AFTER", &after)
+	br.step("DLQ_AFTER", &after)
 	if len(after.Letters) != 1 || after.Letters[0].ID != "kletter-1" || !strings.Contains(after.Flash, "Redrove 1 dead letter(s).") {
 		t.Fatalf("after the JetStream redrive the panel shows %+v, want kletter-1 left", after)
 	}
@@ -177,7 +150,7 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 		t.Fatalf("redriven delivery: id %q payload %q, want letter-1 with its payload", m.ID, m.Payload)
 	}
 	testenv.Must(t, back.Ack(ctx), "ack")
-	step("DLQ_AFTER", &after2)
+	br.step("DLQ_AFTER", &after2)
 	if len(after2.Letters) != 0 || !strings.Contains(after2.Flash, "Redrove 1 dead letter(s).") {
 		t.Fatalf("after the Kafka redrive the panel shows %+v, want none left", after2)
 	}
@@ -192,20 +165,19 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 		Would string
 		Seqs  []int64
 	}
-	step("DRY", &dry)
+	br.step("DRY", &dry)
 	if !slices.Equal(dry.Seqs, seqsOf(ships)) || !strings.Contains(dry.Would, "Would redrive 2 dead message(s)") {
 		t.Fatalf("dry run %+v, want the seqs %v of ev.shipments", dry, seqsOf(ships))
 	}
 	if left, err := f.letters.All(ctx, dead.Filter{}); err != nil || len(left) != len(ships)+len(others) {
 		t.Fatalf("after the dry run: %d dead rows (%v), want %d: unchanged", len(left), err, len(ships)+len(others))
 	}
-	_, err = stdin.Write([]byte("go\n"))
-	testenv.Must(t, err, "go ahead")
+	br.send("go")
 	var bulk struct {
 		Flash string
 		Dead  []int64
 	}
-	step("BULK", &bulk)
+	br.step("BULK", &bulk)
 	if !strings.Contains(bulk.Flash, "Redrove 2 dead message(s).") {
 		t.Fatalf("bulk redrive says %q", bulk.Flash)
 	}
@@ -214,7 +186,5 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 	if !slices.Equal(seqsOf(left), seqsOf(others)) {
 		t.Fatalf("dead rows after the bulk redrive of ev.shipments: %v, want those of ev.orders %v", seqsOf(left), seqsOf(others))
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("drive_dlq.js: %v: %s", err, stderr.String())
-	}
+	br.wait()
 }

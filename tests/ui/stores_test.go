@@ -1,14 +1,10 @@
 package ui_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -122,28 +118,7 @@ func TestStoresDashboardInBrowser(t *testing.T) {
 	stats, err := f.ib.Stats(ctx)
 	testenv.Must(t, err, "inbox stats")
 
-	cmd := exec.CommandContext(ctx, node, "drive_stores.js")
-	cmd.Dir = "browser"
-	cmd.Env = append(os.Environ(), "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_STORE=acme", "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	testenv.Must(t, err, "stdout")
-	testenv.Must(t, cmd.Start(), "start node")
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 1<<20), 1<<20)
-	step := func(name string, v any) {
-		t.Helper()
-		for lines.Scan() {
-			if rest, ok := strings.CutPrefix(lines.Text(), name+" "); ok {
-				testenv.Must(t, json.Unmarshal([]byte(rest), v), "decode %s", name)
-				return
-			}
-			t.Logf("drive_stores.js: %s", lines.Text())
-		}
-		_ = cmd.Wait()
-		t.Fatalf("drive_stores.js ended before %s: %s", name, stderr.String())
-	}
+	br := startDrive(ctx, t, node, "drive_stores.js", "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_STORE=acme", "CHROMIUM="+chromium)
 	type list struct {
 		Stores []struct {
 			Name  string
@@ -151,7 +126,7 @@ func TestStoresDashboardInBrowser(t *testing.T) {
 		}
 	}
 	var l list
-	step("LIST", &l)
+	br.step("LIST", &l)
 	if len(l.Stores) != 2 || l.Stores[0].Name != "acme" || l.Stores[1].Name != "globex" {
 		t.Fatalf("the list shows %+v, want acme and globex", l)
 	}
@@ -168,7 +143,7 @@ func TestStoresDashboardInBrowser(t *testing.T) {
 		DeadRows  [][]string `json:"dead_rows"`
 		Flash     string
 	}
-	step("STORE", &st)
+	br.step("STORE", &st)
 	if st.Title != "acme" || len(st.DeadRows) != 1 {
 		t.Errorf("the store page: title %q, dead rows %v; want acme with one dead row", st.Title, st.DeadRows)
 	}
@@ -182,15 +157,13 @@ func TestStoresDashboardInBrowser(t *testing.T) {
 	if len(st.InboxRows) != len(stats) {
 		t.Errorf("the inbox panel %v, Stats %+v", st.InboxRows, stats)
 	}
-	step("REDROVE", &st)
+	br.step("REDROVE", &st)
 	if !strings.Contains(st.Flash, "Redrove 1 dead message(s).") || len(st.DeadRows) != 0 {
 		t.Errorf("after the redrive: flash %q, dead rows %v", st.Flash, st.DeadRows)
 	}
-	step("BACK", &l)
+	br.step("BACK", &l)
 	if len(l.Stores) != 2 || l.Stores[0].Cells[4] != "0" {
 		t.Errorf("back on the list: %+v, want acme with 0 dead", l)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("drive_stores.js: %v: %s", err, stderr.String())
-	}
+	br.wait()
 }

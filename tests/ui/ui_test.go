@@ -4,9 +4,7 @@
 package ui_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -230,29 +228,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	testenv.Must(t, err, "inbox stats")
 
 	out := artifacts(t)
-	cmd := exec.CommandContext(ctx, node, "drive.js")
-	cmd.Dir = "browser"
-	cmd.Env = append(os.Environ(), "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_SEQ="+strconv.FormatInt(f.poison, 10), "UI_OUT="+out, "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	testenv.Must(t, err, "pipe")
-	testenv.Must(t, cmd.Start(), "start node")
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 1<<20), 1<<20)
-	step := func(name string) figures {
+	br := startDrive(ctx, t, node, "drive.js", "UI_URL="+srv.URL+"/ui/", "UI_TOKEN="+token, "UI_SEQ="+strconv.FormatInt(f.poison, 10), "UI_OUT="+out, "CHROMIUM="+chromium)
+	step := func(name string) (fg figures) {
 		t.Helper()
-		for lines.Scan() {
-			if rest, ok := strings.CutPrefix(lines.Text(), name+" "); ok {
-				var fg figures
-				testenv.Must(t, json.Unmarshal([]byte(rest), &fg), "decode %s", name)
-				return fg
-			}
-			t.Logf("drive.js: %s", lines.Text())
-		}
-		_ = cmd.Wait()
-		t.Fatalf("drive.js ended before %s: %s", name, stderr.String())
-		return figures{}
+		br.step(name, &fg)
+		return fg
 	}
 
 	before := step("FIGURES")
@@ -325,9 +305,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	after := step("AFTER")
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("drive.js: %v: %s", err, stderr.String())
-	}
+	br.wait()
 	if num(after.Pending) != 0 || num(after.Parked) != 0 || num(after.Dead) != 0 || len(after.Relays) != 1 || after.Relays[0][1] != "ready" {
 		t.Errorf("after delivery the page shows pending %d parked %d dead %d relays %v", num(after.Pending), num(after.Parked), num(after.Dead), after.Relays)
 	}
