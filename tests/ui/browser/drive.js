@@ -8,10 +8,8 @@
 // CHROMIUM (default /usr/bin/chromium). Output: one line per step,
 // "FIGURES {json}", "REDROVE {json}", "AFTER {json}"; exit 1 on failure.
 "use strict";
-const fs = require("fs");
-const os = require("os");
 const path = require("path");
-const { chromium } = require("playwright-core");
+const { withBrowser } = require("./launch");
 
 const url = process.env.UI_URL;
 const seq = process.env.UI_SEQ;
@@ -43,17 +41,7 @@ async function figures(page) {
 }
 
 async function main() {
-  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "txbox-ui-chromium-"));
-  const ctx = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--no-first-run"],
-    httpCredentials: { username: "operator", password: process.env.UI_TOKEN || "" },
-    viewport: { width: 1280, height: 900 },
-  });
-  try {
-    const page = ctx.pages()[0] || (await ctx.newPage());
+  await withBrowser(async (page) => {
     const offsite = [];
     page.on("request", (r) => {
       if (!r.url().startsWith(new URL(url).origin)) offsite.push(r.url());
@@ -83,10 +71,7 @@ async function main() {
     after.offsite_requests = offsite;
     console.log("AFTER " + JSON.stringify(after));
     await page.screenshot({ path: path.join(out, "dashboard-after.png"), fullPage: true });
-  } finally {
-    await ctx.close();
-    fs.rmSync(userDataDir, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((e) => {

@@ -9,10 +9,7 @@
 // CHROMIUM. Output: "DLQ {json}", "DLQ_AFTER {json}" after each redrive,
 // "DRY {json}", "BULK {json}"; exit 1 on failure.
 "use strict";
-const fs = require("fs");
-const os = require("os");
-const path = require("path");
-const { chromium } = require("playwright-core");
+const { withBrowser } = require("./launch");
 
 const url = process.env.UI_URL;
 
@@ -32,17 +29,7 @@ function goAhead() {
 }
 
 async function main() {
-  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "txbox-ui-chromium-"));
-  const ctx = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--no-first-run"],
-    httpCredentials: { username: "operator", password: process.env.UI_TOKEN || "" },
-    viewport: { width: 1280, height: 900 },
-  });
-  try {
-    const page = ctx.pages()[0] || (await ctx.newPage());
+  await withBrowser(async (page) => {
     await page.goto(url, { waitUntil: "load" });
     await page.click("#dlq-link a");
     await page.waitForSelector("tr.letter", { timeout: 30000 });
@@ -72,10 +59,7 @@ async function main() {
     }));
     console.log("BULK " + JSON.stringify(bulk));
     process.stdin.destroy();
-  } finally {
-    await ctx.close();
-    fs.rmSync(userDataDir, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((e) => {

@@ -8,10 +8,7 @@
 // Output: "LIST {json}", "STORE {json}", "REDROVE {json}", "BACK {json}";
 // exit 1 on failure.
 "use strict";
-const fs = require("fs");
-const os = require("os");
-const path = require("path");
-const { chromium } = require("playwright-core");
+const { withBrowser } = require("./launch");
 
 const url = process.env.UI_URL;
 
@@ -37,17 +34,7 @@ async function store(page) {
 }
 
 async function main() {
-  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "txbox-ui-chromium-"));
-  const ctx = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--no-first-run"],
-    httpCredentials: { username: "operator", password: process.env.UI_TOKEN || "" },
-    viewport: { width: 1280, height: 900 },
-  });
-  try {
-    const page = ctx.pages()[0] || (await ctx.newPage());
+  await withBrowser(async (page) => {
     await page.goto(url, { waitUntil: "load" });
     await page.waitForSelector("tr.store", { timeout: 30000 });
     console.log("LIST " + JSON.stringify(await list(page)));
@@ -60,10 +47,7 @@ async function main() {
     await Promise.all([page.waitForNavigation(), page.click("#all-stores")]);
     await page.waitForSelector("tr.store", { timeout: 30000 });
     console.log("BACK " + JSON.stringify(await list(page)));
-  } finally {
-    await ctx.close();
-    fs.rmSync(userDataDir, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((e) => {
