@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/internal/outboxsql"
 )
 
@@ -64,6 +65,21 @@ type Config struct {
 	// CleanupBatchSize bounds the rows one cleanup statement deletes.
 	// Default: 1000.
 	CleanupBatchSize int
+	// ClaimCheckTables are claim check tables (package claimcheck, in
+	// Schema) whose payloads the relay deletes once both sides are done
+	// with them: every CleanupInterval, beside its rounds, it runs
+	// claimcheck.Store.Sweep against its own outbox table with
+	// ClaimCheckRetention (a payload is kept while a row of the table
+	// that refers to it is still to deliver or dead, and for
+	// ClaimCheckRetention after). A claim check table that messages of
+	// other outbox tables refer to too must be swept against all of them
+	// (claimcheck.Config.OutboxTables), not here. See
+	// docs/guide/claim-check.md. Default: none.
+	ClaimCheckTables []string
+	// ClaimCheckRetention is how long a payload of ClaimCheckTables is
+	// kept once its message was delivered: longer than a consumer may
+	// take to handle it. Default: claimcheck.DefaultRetention (168h).
+	ClaimCheckRetention time.Duration
 	// MaxAttempts is how many times the broker may reject a message before
 	// it is parked as dead. Outages and timeouts do not count.
 	// Default: 10. Env OUTBOX_MAX_ATTEMPTS.
@@ -142,7 +158,7 @@ type Config struct {
 
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
-	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 ||
+	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 || out.ClaimCheckRetention < 0 ||
 		out.CleanupBatchSize < 0 || out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.BackoffMax < 0 ||
 		out.RetryDelay < 0 || out.LaneLease < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 || out.Concurrency < 0 || out.SampleInterval < 0 {
 		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
@@ -155,6 +171,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.PollInterval, DefaultPollInterval)
 	def(&out.Retention, DefaultRetention)
 	def(&out.CleanupInterval, DefaultCleanupInterval)
+	def(&out.ClaimCheckRetention, claimcheck.DefaultRetention)
 	def(&out.PublishTimeout, DefaultPublishTimeout)
 	def(&out.BackoffMax, DefaultBackoffMax)
 	def(&out.RetryDelay, DefaultRetryDelay)

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
@@ -122,6 +123,9 @@ type Relay struct {
 	onWake atomic.Pointer[wakeHook]
 
 	life lifecycle // Start, Stop, Stopped, Err; held by a Group running it
+
+	claimChecks       []*claimcheck.Store // Config.ClaimCheckTables (claimcheck.go)
+	ccSweeps, ccSwept atomic.Int64
 }
 
 // New returns a Relay reading drv's outbox table and publishing through pub.
@@ -174,6 +178,10 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 		}
 		return problems, err
 	}
+	if r.claimChecks, err = claimChecks(drv, c); err != nil {
+		return nil, err
+	}
+	r.check = r.withClaimChecks(r.check)
 	capable := any(drv)
 	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
 		capable = ob.Driver() // an Outbox: its driver's capabilities
@@ -908,6 +916,9 @@ type Stats struct {
 	// messages count, also when it shares its publisher (a Group). Such
 	// messages are in Published too.
 	Duplicates int64
+	// ClaimCheckSweeps counts the sweeps of Config.ClaimCheckTables that
+	// went through, ClaimCheckSwept the payloads they deleted.
+	ClaimCheckSweeps, ClaimCheckSwept int64
 
 	Pending          int64         // rows still to deliver (table-wide), parked ones included
 	DeadRows         int64         // dead rows (table-wide)
@@ -921,7 +932,7 @@ func (r *Relay) Counters() Stats {
 	return Stats{
 		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(), Invalid: r.invalid.Load(),
 		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), Probes: r.probes.Load(), ListenFailures: r.listenFails.Load(),
-		Duplicates: r.duplicates(),
+		Duplicates: r.duplicates(), ClaimCheckSweeps: r.ccSweeps.Load(), ClaimCheckSwept: r.ccSwept.Load(),
 	}
 }
 

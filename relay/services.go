@@ -10,7 +10,7 @@ import (
 
 // services are the work a store's relay does beside its rounds, wherever
 // it runs (alone or in a Group): the lane lease heartbeat of a relay with
-// lanes, the observer's samples.
+// lanes, the observer's samples, the claim check sweep.
 type services struct {
 	r      *Relay
 	cancel context.CancelFunc
@@ -49,6 +49,9 @@ func (r *Relay) startServices(ctx context.Context) *services {
 	}
 	if r.obs != nil {
 		s.wg.Go(func() { r.sampleLoop(ctx) })
+	}
+	if len(r.claimChecks) > 0 {
+		s.wg.Go(func() { r.claimCheckLoop(ctx) })
 	}
 	return s
 }

@@ -25,7 +25,8 @@ import (
 // payload and the reference, and the inbox handler sees the whole 2 MiB
 // payload, once; a payload under the threshold travels inline; a message
 // whose reference the store does not hold is dead-lettered at once with
-// the reason while the others flow; Sweep deletes stored payloads by age.
+// the reason while the others flow; Sweep deletes a payload once its
+// message was delivered (released) for longer than the retention.
 func TestClaimCheck(t *testing.T) {
 	t.Parallel()
 	for _, dbName := range e2eDatabases {
@@ -50,7 +51,7 @@ func claimCheck[TTx any](t *testing.T, d db[TTx], b *broker) {
 	testenv.Must(t, err, "migrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up claim check")
-	store, err := claimcheck.New(d.drv, claimcheck.Config{})
+	store, err := claimcheck.New(d.drv, claimcheck.Config{OutboxTables: []string{"cc_outbox"}})
 	testenv.Must(t, err, "claimcheck.New")
 
 	// A consumer whose claim check table is missing does not start.
@@ -146,8 +147,9 @@ func claimCheck[TTx any](t *testing.T, d db[TTx], b *broker) {
 		t.Fatalf("DeadLettered = %d, want 1", got)
 	}
 
-	// Retention: nothing is older than an hour; everything is older than
-	// a microsecond once one has passed.
+	// Retention: the first sweep releases the delivered message's payload
+	// (nothing was released an hour ago); a later one deletes it once a
+	// microsecond has passed.
 	n, err := store.Sweep(ctx, time.Hour)
 	testenv.Must(t, err, "sweep")
 	if n != 0 {

@@ -28,11 +28,11 @@ func newClaimCheckCmd() *cobra.Command {
 
 --claim-check-table names the claim check tables (as migrate up
 --claim-check-table created them; repeat or comma-separate for several), in
---schema. See docs/guide/claim-check.md.`,
+--schema; --table the outbox table whose messages refer to their payloads.
+See docs/guide/claim-check.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	f.noTable = true // no outbox table here
 	f.register(cmd, true)
 	cmd.PersistentFlags().StringSliceVar(&f.tables, "claim-check-table", []string{claimcheck.DefaultTable},
 		"the claim check tables (repeat or comma-separate for several)")
@@ -45,12 +45,15 @@ func newClaimCheckSweepCmd(f *claimCheckFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "sweep",
-		Short: "Delete the stored payloads past retention",
-		Long: `Delete the payloads of the claim check tables stored more than --retention
-ago, in batches, as claimcheck.Store.Sweep does. A message whose payload was
-swept is dead-lettered when a consumer receives it, so --retention must
-exceed the longest time a message may take to be delivered and handled
-(outbox backlog, broker redelivery and replay, a dead letter redriven).`,
+		Short: "Delete the stored payloads both sides are done with",
+		Long: `Delete the payloads of the claim check tables that both sides are done with,
+in batches, as claimcheck.Store.Sweep and the relay's cleanup
+(txbox relay --claim-check-table) do: a payload is kept while a row of the
+outbox table (--table) that refers to it is still to deliver or dead, and
+for --retention once a sweep found its message delivered. A message whose
+payload was swept is dead-lettered when a consumer receives it, so
+--retention must exceed the longest time a consumer may take to handle a
+delivered message (broker redelivery and replay, a consumer that is down).`,
 		Example: `  txbox claimcheck sweep --retention 168h
   txbox claimcheck sweep --db postgres://app@db/app --claim-check-table big_payloads`,
 		Args: cobra.NoArgs,
@@ -74,7 +77,7 @@ exceed the longest time a message may take to be delivered and handled
 			counts := []tableCount{}
 			out := cmd.OutOrStdout()
 			for _, table := range f.tables {
-				cfg := claimcheck.Config{Schema: f.schema, Table: table}
+				cfg := claimcheck.Config{Schema: f.schema, Table: table, OutboxTables: []string{f.table}}
 				var st *claimcheck.Store
 				if db.pgx != nil {
 					st, err = claimcheck.New[pgx.Tx](db.pgx, cfg)
@@ -108,7 +111,7 @@ exceed the longest time a message may take to be delivered and handled
 		},
 	}
 	fl := cmd.Flags()
-	fl.DurationVar(&retention, "retention", retention, "keep stored payloads this long")
+	fl.DurationVar(&retention, "retention", retention, "keep a stored payload this long once its message was delivered")
 	fl.BoolVar(&asJSON, "json", false, "print a JSON object")
 	return cmd
 }

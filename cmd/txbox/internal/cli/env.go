@@ -100,10 +100,10 @@ var noEnv = map[string]bool{
 var envOverride = map[string]string{
 	"ui --token":                   EnvUIToken,
 	"relay --ui-token":             EnvUIToken,
-	"inbox sweep --retention":      "TXBOX_INBOX_RETENTION", // not the relay's TXBOX_RETENTION
-	"claimcheck sweep --retention": "TXBOX_CLAIM_CHECK_RETENTION",
-	"inbox sweep --batch-size":     "TXBOX_INBOX_BATCH_SIZE", // not the relay's TXBOX_BATCH_SIZE
-	"stats --interval":             "TXBOX_WATCH_INTERVAL",   // not the relay's TXBOX_STATS_INTERVAL
+	"inbox sweep --retention":      "TXBOX_INBOX_RETENTION",       // not the relay's TXBOX_RETENTION
+	"claimcheck sweep --retention": "TXBOX_CLAIM_CHECK_RETENTION", // the relay's --claim-check-retention
+	"inbox sweep --batch-size":     "TXBOX_INBOX_BATCH_SIZE",      // not the relay's TXBOX_BATCH_SIZE
+	"stats --interval":             "TXBOX_WATCH_INTERVAL",        // not the relay's TXBOX_STATS_INTERVAL
 	"ui --interval":                "TXBOX_UI_INTERVAL",
 	"demo --timeout":               "TXBOX_DEMO_TIMEOUT",
 	"health --timeout":             "TXBOX_HEALTH_TIMEOUT",

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/relay"
@@ -37,6 +38,8 @@ type relayFlags struct {
 	claimLease      time.Duration
 	lanes           bool
 	laneLease       time.Duration
+	claimTables     []string      // --claim-check-table
+	claimRetention  time.Duration // --claim-check-retention
 
 	noNotify      bool
 	statsInterval time.Duration
@@ -111,6 +114,8 @@ or changed join or leave without a restart.`,
 	fs.DurationVar(&f.claimLease, "claim-lease", relay.DefaultClaimLease, "how long a claim holds its rows once its relay is gone (killed, or its connection vanished; SQLite and PostgreSQL), 1s to 2h and more than --publish-timeout; unset, it is --publish-timeout + 5s (env "+EnvClaimLease+")")
 	fs.BoolVar(&f.lanes, "lanes", false, "PostgreSQL, MySQL, MariaDB: share the table with other relays by lanes (a hash of the ordering key), each relay claiming only the lanes it leases; give every relay of the table the same setting (env "+EnvLanes+"; docs/guide/scaling.md)")
 	fs.DurationVar(&f.laneLease, "lane-lease", relay.DefaultLaneLease, "with --lanes: how long a relay's lane lease lasts unless renewed; a relay that died loses its lanes to the others after it; 1s to 10m (env "+EnvLaneLease+")")
+	fs.StringSliceVar(&f.claimTables, "claim-check-table", nil, "claim check tables (in --schema) whose payloads cleanup deletes, every --cleanup-interval, once both sides are done with them (repeat or comma-separate; docs/guide/claim-check.md)")
+	fs.DurationVar(&f.claimRetention, "claim-check-retention", claimcheck.DefaultRetention, "with --claim-check-table: how long a payload is kept once its message was delivered, at least 1s")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
@@ -171,6 +176,12 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 	}
 	cfg.Schema, cfg.Table = f.tables.schema, f.tables.table
 	cfg.DisableNotify = f.noNotify
+	if len(f.claimTables) > 0 {
+		if f.claimRetention < time.Second {
+			return cfg, fmt.Errorf("%w: --claim-check-retention %v: want 1s or more", txbox.ErrInvalidConfig, f.claimRetention)
+		}
+		cfg.ClaimCheckTables, cfg.ClaimCheckRetention = f.claimTables, f.claimRetention
+	}
 	// A lease that does not outlast a publish would let a second relay
 	// publish rows the first still publishes. Unset, it follows the
 	// publish timeout (relay.ClaimLeaseMargin more).

@@ -1,0 +1,186 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
+	"github.com/txbox/txbox/consumer"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// TestClaimCheckSweepByRelay, on each database with NATS JetStream: the
+// relay's cleanup (relay.Config.ClaimCheckTables) deletes a stored payload
+// only once both sides are done with it. Every payload is backdated ten
+// days, so a sweep by age alone would delete them all at once. A payload
+// whose message is still to deliver (due tomorrow) or dead is kept through
+// sweep after sweep, also when marked released by mistake; one whose
+// message was delivered but not yet applied (its handler fails) is kept
+// for the retention, and the handler, applying it at last, sees the whole
+// payload; once released for longer than the retention (backdated), the
+// relay deletes the delivered ones and keeps the others.
+func TestClaimCheckSweepByRelay(t *testing.T) {
+	t.Parallel()
+	for _, dbName := range e2eDatabases {
+		t.Run(dbName, func(t *testing.T) {
+			t.Parallel()
+			switch dbName {
+			case "pgx":
+				claimCheckSweep(t, pgxDB(t, 10), newBroker(t, "nats"))
+			case "sqlite":
+				claimCheckSweep(t, sqliteDB(t), newBroker(t, "nats"))
+			case "mysql":
+				claimCheckSweep(t, mysqlDB(t), newBroker(t, "nats"))
+			}
+		})
+	}
+}
+
+func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
+	ctx := context.Background()
+	const outboxTable, claims = "ccs_outbox", "ccs_claims"
+	d.migrateAll(t, outboxTable)
+	m, err := migrate.New(d.drv, migrate.Config{NoOutbox: true, ClaimCheckTables: []string{claims}})
+	testenv.Must(t, err, "migrate.New")
+	_, err = m.Up(ctx)
+	testenv.Must(t, err, "migrate up claim check")
+	store, err := claimcheck.New(d.drv, claimcheck.Config{Table: claims, OutboxTables: []string{outboxTable}})
+	testenv.Must(t, err, "claimcheck.New")
+	ob, err := txbox.New(d.drv, txbox.Config{Table: outboxTable, ClaimCheck: store, ClaimCheckThreshold: 1024})
+	testenv.Must(t, err, "outbox")
+
+	// The clock of each dialect, as the tables are written.
+	var now, day, tenDays, twoHours string
+	switch d.drv.Dialect() {
+	case driver.Postgres:
+		now, day, tenDays, twoHours = "now()", "interval '1 day'", "interval '10 days'", "interval '2 hours'"
+	case driver.SQLite:
+		now, day, tenDays, twoHours = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)", "86400000000", "864000000000", "7200000000"
+	case driver.MySQL:
+		now, day, tenDays, twoHours = "UTC_TIMESTAMP(6)", "INTERVAL 1 DAY", "INTERVAL 10 DAY", "INTERVAL 2 HOUR"
+	}
+
+	payload := func(id string) []byte { return bytes.Repeat([]byte(id), 4096/len(id)+1) }
+	ids := []string{"done", "late", "pending", "dead"}
+	tx, dtx, err := d.drv.BeginTx(ctx)
+	testenv.Must(t, err, "begin")
+	for _, id := range ids {
+		testenv.Must(t, testenv.Err(ob.Add(ctx, tx, txbox.Message{ID: id, Topic: b.topic("orders"), Payload: payload(id)})), "add %s", id)
+	}
+	testenv.Must(t, dtx.Commit(ctx), "commit")
+	// "pending" is due tomorrow, "dead" is dead: neither is delivered.
+	d.exec(t, "UPDATE "+outboxTable+" SET next_attempt_at = "+now+" + "+day+" WHERE message_id = 'pending'")
+	d.exec(t, "UPDATE "+outboxTable+" SET dead_at = "+now+", last_error = 'test' WHERE message_id = 'dead'")
+	d.exec(t, "UPDATE "+claims+" SET created_at = "+now+" - "+tenDays)
+	if n := d.count(t, "SELECT count(*) FROM "+claims); n != 4 {
+		t.Fatalf("claim check table holds %d payloads, want 4", n)
+	}
+
+	var mu sync.Mutex
+	applied := map[string][]byte{}
+	lateTries := 0
+	gate := false
+	c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, ClaimCheck: store, MaxDeliveries: 100000,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: quiet})
+	testenv.Must(t, err, "consumer.New")
+	testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "ccs", Binding: b.binding("orders")},
+		func(ctx context.Context, tx TTx, msg consumer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if msg.ID == "late" && !gate {
+				lateTries++
+				return errors.New("not yet")
+			}
+			applied[msg.ID] = msg.Payload
+			return nil
+		}), "register")
+	testenv.Must(t, c.Start(ctx), "start consumer")
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+
+	r, err := relay.New(d.drv, b.pub, relay.Config{Table: outboxTable, PollInterval: 20 * time.Millisecond, DisableNotify: true,
+		CleanupInterval: 20 * time.Millisecond, ClaimCheckTables: []string{claims}, ClaimCheckRetention: time.Hour, Logger: quiet})
+	testenv.Must(t, err, "relay")
+	testenv.Must(t, r.Start(ctx), "start relay")
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+
+	stored := func() int64 { return d.count(t, "SELECT count(*) FROM "+claims) }
+	// sweeps waits for n more sweeps of the relay.
+	sweeps := func(n int64, what string) {
+		t.Helper()
+		from := r.Counters().ClaimCheckSweeps
+		progressing(t, 30*time.Second, what, func() (int64, bool, string) {
+			s := r.Counters().ClaimCheckSweeps
+			return s, s >= from+n, fmt.Sprintf("sweeps %d since %d", s, from)
+		})
+	}
+
+	// "done" is applied, "late" delivered and failing.
+	progressing(t, 30*time.Second, "done applied, late tried", func() (int64, bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		s := c.Stats()
+		return s.Handled + s.Retried, applied["done"] != nil && lateTries >= 2,
+			fmt.Sprintf("applied %d, late tries %d, stats %+v", len(applied), lateTries, s)
+	})
+	sweeps(3, "three sweeps")
+	if n := stored(); n != 4 {
+		t.Fatalf("after sweeps within the retention, %d payloads stored, want all 4", n)
+	}
+	if n, err := store.Sweep(ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("Sweep(1h) of payloads stored ten days ago: %d deleted, %v; want 0 (none released an hour ago)", n, err)
+	}
+	if n := d.count(t, "SELECT count(*) FROM "+claims+" WHERE released_at IS NOT NULL"); n != 2 {
+		t.Fatalf("%d payloads released, want 2 (done, late: delivered)", n)
+	}
+
+	// "late" is applied at last, with its payload.
+	mu.Lock()
+	gate = true
+	mu.Unlock()
+	progressing(t, 30*time.Second, "late applied", func() (int64, bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		s := c.Stats()
+		return s.Handled + s.Retried, applied["late"] != nil, fmt.Sprintf("stats %+v", s)
+	})
+	mu.Lock()
+	for _, id := range []string{"done", "late"} {
+		if !bytes.Equal(applied[id], payload(id)) {
+			t.Fatalf("%s: the handler saw %d bytes, not its payload", id, len(applied[id]))
+		}
+	}
+	mu.Unlock()
+
+	// Every payload is marked released two hours ago, "pending" and
+	// "dead" by mistake: their rows still hold them.
+	d.exec(t, "UPDATE "+claims+" SET released_at = "+now+" - "+twoHours)
+	sweeps(2, "two sweeps")
+	if n := stored(); n != 2 {
+		t.Fatalf("after the payloads were released two hours ago, %d stored, want 2 (pending, dead)", n)
+	}
+	if n := d.count(t, "SELECT count(*) FROM "+claims+" WHERE released_at IS NULL"); n != 2 {
+		t.Fatalf("%d of the payloads kept are held again (released_at NULL), want 2", n)
+	}
+	refs, err := store.Held(ctx)
+	testenv.Must(t, err, "held")
+	if len(refs) != 2 {
+		t.Fatalf("Held: %v, want the references of pending and dead", refs)
+	}
+	for ref := range refs {
+		if _, err := store.Get(ctx, ref); err != nil {
+			t.Fatalf("the payload of a message still to deliver or dead: %v", err)
+		}
+	}
+	if st := r.Counters(); st.ClaimCheckSwept != 2 {
+		t.Fatalf("ClaimCheckSwept = %d, want 2 (done, late)", st.ClaimCheckSwept)
+	}
+}
