@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
@@ -135,6 +136,25 @@ type InboxRef struct {
 	Stats func(ctx context.Context) ([]inbox.SourceStats, error)
 }
 
+// ClaimCheckRef names a claim check table to show; Stats reads its
+// figures as a sweep with its retention sees them (StoreClaimCheck).
+type ClaimCheckRef struct {
+	Name  string
+	Stats func(ctx context.Context) (claimcheck.Stats, error)
+	// Retention is the sweep's retention, shown beside the figures; 0:
+	// not shown.
+	Retention time.Duration
+}
+
+// StoreClaimCheck shows the claim check table of store, whose sweep (the
+// relay's cleanup, relay.Config.ClaimCheckTables, or txbox claimcheck
+// sweep) runs with retention.
+func StoreClaimCheck(name string, store *claimcheck.Store, retention time.Duration) ClaimCheckRef {
+	return ClaimCheckRef{Name: name, Retention: retention, Stats: func(ctx context.Context) (claimcheck.Stats, error) {
+		return store.Stats(ctx, retention)
+	}}
+}
+
 // Config configures the dashboard. Every source is optional: a section
 // whose source is nil is not shown.
 type Config struct {
@@ -148,6 +168,10 @@ type Config struct {
 	Dead *dead.Letters
 	// Inboxes are the inbox tables whose receipts are counted per source.
 	Inboxes []InboxRef
+	// ClaimChecks are the claim check tables whose stored payloads are
+	// shown: count, bytes, oldest age, those not released, what the next
+	// sweep deletes (one scan of the table per reading).
+	ClaimChecks []ClaimCheckRef
 	// DLQ are the consumer bindings whose dead letters the panel at
 	// dlq lists, shows, redrives and discards.
 	DLQ []DLQRef
@@ -228,6 +252,11 @@ func New(cfg Config) (*Handler, error) {
 	for _, ib := range cfg.Inboxes {
 		if ib.Stats == nil {
 			return nil, fmt.Errorf("%w: txboxui: inbox %q has no Stats", txbox.ErrInvalidConfig, ib.Name)
+		}
+	}
+	for _, cc := range cfg.ClaimChecks {
+		if cc.Stats == nil || cc.Retention < 0 {
+			return nil, fmt.Errorf("%w: txboxui: claim check %q has no Stats or a negative Retention", txbox.ErrInvalidConfig, cc.Name)
 		}
 	}
 	def := func(p *time.Duration, v time.Duration) {
@@ -330,21 +359,22 @@ func (s Sample) Undelivered() int64 { return s.Pending + s.Retrying + s.Parked +
 
 // State is what the page shows and api/state returns.
 type State struct {
-	Title        string         `json:"title"`
-	At           time.Time      `json:"at"`
-	ReadOnly     bool           `json:"read_only"`
-	HasBacklog   bool           `json:"has_backlog"`
-	Backlog      BacklogJSON    `json:"backlog"`
-	BacklogError string         `json:"backlog_error,omitempty"`
-	Throughput   Throughput     `json:"throughput"`
-	History      []Sample       `json:"history"`
-	HasDead      bool           `json:"has_dead"`
-	Dead         []DeadJSON     `json:"dead"`
-	DeadError    string         `json:"dead_error,omitempty"`
-	ParkedKeys   []ParkedKey    `json:"parked_keys"`
-	Inboxes      []InboxJSON    `json:"inboxes"`
-	Relays       []RelayJSON    `json:"relays"`
-	Topics       []TopicBacklog `json:"topics"`
+	Title        string           `json:"title"`
+	At           time.Time        `json:"at"`
+	ReadOnly     bool             `json:"read_only"`
+	HasBacklog   bool             `json:"has_backlog"`
+	Backlog      BacklogJSON      `json:"backlog"`
+	BacklogError string           `json:"backlog_error,omitempty"`
+	Throughput   Throughput       `json:"throughput"`
+	History      []Sample         `json:"history"`
+	HasDead      bool             `json:"has_dead"`
+	Dead         []DeadJSON       `json:"dead"`
+	DeadError    string           `json:"dead_error,omitempty"`
+	ParkedKeys   []ParkedKey      `json:"parked_keys"`
+	Inboxes      []InboxJSON      `json:"inboxes"`
+	ClaimChecks  []ClaimCheckJSON `json:"claim_checks"`
+	Relays       []RelayJSON      `json:"relays"`
+	Topics       []TopicBacklog   `json:"topics"`
 }
 
 // BacklogJSON is Backlog with ages in seconds.
@@ -420,6 +450,21 @@ type InboxJSON struct {
 	Error   string              `json:"error,omitempty"`
 }
 
+// ClaimCheckJSON is one claim check table's figures (claimcheck.Stats),
+// ages in seconds.
+type ClaimCheckJSON struct {
+	Name       string  `json:"name"`
+	Payloads   int64   `json:"payloads"`
+	Bytes      int64   `json:"bytes"`
+	OldestSec  float64 `json:"oldest_seconds"`
+	Unreleased int64   `json:"unreleased"`
+	// Due and DueBytes are what the next sweep deletes.
+	Due          int64   `json:"due"`
+	DueBytes     int64   `json:"due_bytes"`
+	RetentionSec float64 `json:"retention_seconds"` // 0: not known
+	Error        string  `json:"error,omitempty"`
+}
+
 // RelayJSON is one relay's state and counters.
 type RelayJSON struct {
 	Name string `json:"name"`
@@ -463,7 +508,7 @@ func (h *Handler) state(ctx context.Context, force bool) *State {
 }
 
 func (h *Handler) read(ctx context.Context) *State {
-	s := &State{Title: h.cfg.Title, At: time.Now(), ReadOnly: h.cfg.ReadOnly, Dead: []DeadJSON{}, ParkedKeys: []ParkedKey{}, Inboxes: []InboxJSON{}, Relays: []RelayJSON{}, Topics: []TopicBacklog{}}
+	s := &State{Title: h.cfg.Title, At: time.Now(), ReadOnly: h.cfg.ReadOnly, Dead: []DeadJSON{}, ParkedKeys: []ParkedKey{}, Inboxes: []InboxJSON{}, ClaimChecks: []ClaimCheckJSON{}, Relays: []RelayJSON{}, Topics: []TopicBacklog{}}
 	for _, ref := range h.cfg.Relays {
 		if ref.Readyz != "" {
 			s.Relays = append(s.Relays, remoteRelayStates(ctx, ref)...)
@@ -543,6 +588,16 @@ func (h *Handler) read(ctx context.Context) *State {
 			ij.Sources = st
 		}
 		s.Inboxes = append(s.Inboxes, ij)
+	}
+	for _, ref := range h.cfg.ClaimChecks {
+		cj := ClaimCheckJSON{Name: ref.Name, RetentionSec: ref.Retention.Seconds()}
+		st, err := ref.Stats(ctx)
+		if err != nil {
+			cj.Error = h.failed("read the claim check table "+ref.Name, err)
+		} else {
+			cj.Payloads, cj.Bytes, cj.OldestSec, cj.Unreleased, cj.Due, cj.DueBytes = st.Payloads, st.Bytes, st.OldestAge.Seconds(), st.Unreleased, st.Due, st.DueBytes
+		}
+		s.ClaimChecks = append(s.ClaimChecks, cj)
 	}
 	return s
 }

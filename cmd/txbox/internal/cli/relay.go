@@ -196,6 +196,12 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 	return cfg, nil
 }
 
+// uiTables are the tables the dashboard under /ui/ shows beside the
+// outbox table: --inbox-table and the claim check tables the relay sweeps.
+func (f *relayFlags) uiTables() uiTables {
+	return uiTables{inbox: f.inboxTables, claims: f.claimTables, claimRetention: f.claimRetention}
+}
+
 // checkLanes refuses lanes on a database that has none, before the relay
 // waits for any database or broker.
 func checkLanes(cfg relay.Config, d driver.Dialect, where string) error {
@@ -272,7 +278,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	}
 	defer db.Close()
 	if f.ui {
-		if err := f.served.mountUI(ctx, log, db, cfg.Schema, cfg.Table, uiToken(f.uiToken), f.inboxTables); err != nil {
+		if err := f.served.mountUI(ctx, log, db, cfg.Schema, cfg.Table, uiToken(f.uiToken), f.uiTables()); err != nil {
 			return err
 		}
 	}

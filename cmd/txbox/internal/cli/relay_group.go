@@ -330,7 +330,7 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	}()
 	f.served.setStarts(starts)
 	if f.ui {
-		if err := f.served.mountGroupUI(log, specs, starts, uiToken(f.uiToken), f.inboxTables); err != nil {
+		if err := f.served.mountGroupUI(log, specs, starts, uiToken(f.uiToken), f.uiTables()); err != nil {
 			return err
 		}
 	}

@@ -17,11 +17,11 @@ import (
 // /ui/store/N/) over the group's stores, whose dashboards it makes once
 // their databases are open.
 type storesUI struct {
-	log         *slog.Logger
-	h           *relayHTTP
-	starts      *storeStarts
-	inboxTables []string
-	ui          *txboxui.Stores
+	log    *slog.Logger
+	h      *relayHTTP
+	starts *storeStarts
+	tables uiTables
+	ui     *txboxui.Stores
 
 	mu     sync.Mutex
 	stores []storeUI
@@ -35,8 +35,8 @@ type storeUI struct {
 // mountGroupUI serves the dashboards of the group's stores under /ui/.
 // They read their figures when watched only (no background sampling, which
 // would cost every store's database a query every few seconds).
-func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, starts *storeStarts, token string, inboxTables []string) error {
-	s := &storesUI{log: log, h: h, starts: starts, inboxTables: inboxTables}
+func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, starts *storeStarts, token string, tables uiTables) error {
+	s := &storesUI{log: log, h: h, starts: starts, tables: tables}
 	for _, sp := range specs {
 		s.stores = append(s.stores, storeUI{spec: sp})
 	}
@@ -107,7 +107,7 @@ func (s *storesUI) open(spec storeSpec) (*txboxui.Handler, error) {
 	if db == nil {
 		return nil, cmp.Or(s.starts.wait(st.spec.Name), errNotOpenYet)
 	}
-	cfg, err := db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), s.inboxTables)
+	cfg, err := db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), s.tables)
 	if err != nil {
 		return nil, err
 	}

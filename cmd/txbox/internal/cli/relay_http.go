@@ -147,8 +147,8 @@ func checkLoopback(addr string, public bool) error {
 
 // mountUI serves the dashboard of the relay's table under /ui/, with the
 // relay running now and the inbox tables named.
-func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database, schema, table, token string, inboxTables []string) error {
-	cfg, err := db.uiConfig(schema, table, inboxTables)
+func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database, schema, table, token string, tables uiTables) error {
+	cfg, err := db.uiConfig(schema, table, tables)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
@@ -42,6 +43,8 @@ type uiFlags struct {
 	allowed     []string
 	readOnly    bool
 	inboxTables []string
+	claimTables []string      // --claim-check-table
+	claimRet    time.Duration // --claim-check-retention
 	dlq         dlqFlags
 	dlqBindings []string
 	relays      []string
@@ -93,6 +96,8 @@ cross-origin check.`,
 	fs.StringSliceVar(&f.allowed, "allowed-host", nil, "host name (optionally :port) besides loopback that a request without a token may name in its Host header, e.g. the name a proxy forwards (repeat or comma-separate)")
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse redrive and discard")
 	fs.StringSliceVar(&f.inboxTables, "inbox-table", nil, "inbox table to show receipts of, per source (repeat or comma-separate)")
+	fs.StringSliceVar(&f.claimTables, "claim-check-table", nil, "claim check table (in --schema) to show the stored payloads of: count, bytes, oldest, what the next sweep deletes (repeat or comma-separate)")
+	fs.DurationVar(&f.claimRet, "claim-check-retention", claimcheck.DefaultRetention, "with --claim-check-table: the sweeps' retention (as txbox relay --claim-check-retention), for what the next sweep deletes")
 	fs.StringVar(&f.dlq.broker, "broker", envOr(EnvBroker, ""), "with --dlq-binding: the consumers' broker, nats://…, amqp://…, redis://…, kafka://… (env "+EnvBroker+")")
 	fs.StringSliceVar(&f.dlqBindings, "dlq-binding", nil, "consumer binding whose dead letters the panel at /dlq lists and redrives (repeat or comma-separate; see txbox dlq)")
 	fs.StringVar(&f.dlq.prefix, "dead-letter-prefix", "", "JetStream: the subscriber's DeadLetterPrefix (default txbox.dlq.)")
@@ -199,7 +204,7 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 			return err
 		}
 		defer func() { cancel(); db.Close() }() // the sampling ends first
-		cfg, err := db.uiConfig(f.tables.schema, f.tables.table, f.inboxTables)
+		cfg, err := db.uiConfig(f.tables.schema, f.tables.table, f.uiTables())
 		if err != nil {
 			return err
 		}
@@ -211,7 +216,7 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 		go one.Run(ctx)
 		h, served = one, []any{"db", db.target.String(), "table", cfg.Title}
 	} else {
-		s := &uiStores{ctx: ctx, inboxTables: f.inboxTables, setup: setup}
+		s := &uiStores{ctx: ctx, tables: f.uiTables(), setup: setup}
 		for _, sp := range specs {
 			s.stores = append(s.stores, &uiStore{spec: sp})
 		}
@@ -256,11 +261,11 @@ func runUI(cmd *cobra.Command, f *uiFlags) error {
 // each store's database opened at start, or, if it did not open then, when
 // its page or the list is asked for.
 type uiStores struct {
-	ctx         context.Context // ends the stores' sampling
-	inboxTables []string
-	setup       func(*txboxui.Config) // sets the panels, token and options common to every store
-	ui          *txboxui.Stores
-	stores      []*uiStore
+	ctx    context.Context // ends the stores' sampling
+	tables uiTables
+	setup  func(*txboxui.Config) // sets the panels, token and options common to every store
+	ui     *txboxui.Stores
+	stores []*uiStore
 }
 
 type uiStore struct {
@@ -291,7 +296,7 @@ func (s *uiStores) open(st *uiStore) (*txboxui.Handler, error) {
 	if err != nil {
 		return nil, redactErr(err, st.spec.target.url, st.spec.target.dsn)
 	}
-	cfg, err := db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), s.inboxTables)
+	cfg, err := db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), s.tables)
 	if err == nil {
 		s.setup(&cfg)
 		cfg.Title, cfg.Logger = st.spec.Name, cfg.Logger.With("store", st.spec.Name)
@@ -333,9 +338,21 @@ func remoteRelay(raw string) (txboxui.RelayRef, error) {
 	return txboxui.RelayRef{Name: u.Host, Readyz: u.String()}, nil
 }
 
-// uiConfig builds the dashboard's sources for the outbox table and inbox
-// tables named: its dead letters, its backlog and each inbox's Stats.
-func (d *database) uiConfig(schema, table string, inboxTables []string) (txboxui.Config, error) {
+// uiTables are the tables beside the outbox table that a dashboard shows.
+type uiTables struct {
+	inbox          []string
+	claims         []string
+	claimRetention time.Duration
+}
+
+func (f *uiFlags) uiTables() uiTables {
+	return uiTables{inbox: f.inboxTables, claims: f.claimTables, claimRetention: f.claimRet}
+}
+
+// uiConfig builds the dashboard's sources for the outbox table and the
+// tables named: its dead letters, its backlog, each inbox's Stats and each
+// claim check table's.
+func (d *database) uiConfig(schema, table string, tables uiTables) (txboxui.Config, error) {
 	cfg := txboxui.Config{Title: table}
 	if schema != "" {
 		cfg.Title = schema + "." + table
@@ -348,7 +365,20 @@ func (d *database) uiConfig(schema, table string, inboxTables []string) (txboxui
 	if cfg.Backlog, err = d.backlog(schema, table); err != nil {
 		return cfg, err
 	}
-	for _, name := range inboxTables {
+	for _, name := range tables.claims {
+		ccfg := claimcheck.Config{Schema: schema, Table: name, OutboxTables: []string{table}}
+		var st *claimcheck.Store
+		if d.pgx != nil {
+			st, err = claimcheck.New[pgx.Tx](d.pgx, ccfg)
+		} else {
+			st, err = claimcheck.New[*sql.Tx](d.sql, ccfg)
+		}
+		if err != nil {
+			return cfg, fmt.Errorf("--claim-check-table %s: %w", name, err)
+		}
+		cfg.ClaimChecks = append(cfg.ClaimChecks, txboxui.StoreClaimCheck(name, st, cmp.Or(tables.claimRetention, claimcheck.DefaultRetention)))
+	}
+	for _, name := range tables.inbox {
 		icfg := inbox.Config{Schema: schema, Table: name, Logger: slog.New(slog.DiscardHandler)}
 		var stats func(context.Context) ([]inbox.SourceStats, error)
 		if d.pgx != nil {
