@@ -3,8 +3,11 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -182,5 +185,87 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 	}
 	if st := r.Counters(); st.ClaimCheckSwept != 2 {
 		t.Fatalf("ClaimCheckSwept = %d, want 2 (done, late)", st.ClaimCheckSwept)
+	}
+}
+
+// TestWireFormatClaimCheck follows docs/reference/wire-format.json's
+// claim_check object as a foreign consumer would, on each database: the
+// message Add writes carries an empty payload and the reference in the
+// header named there, and the query named for the dialect, run with the
+// reference, returns the payload.
+func TestWireFormatClaimCheck(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference", "wire-format.json"))
+	testenv.Must(t, err, "read wire-format.json")
+	var spec struct {
+		ClaimCheck struct {
+			Header           string            `json:"header"`
+			RedisStreamField string            `json:"redisstream_field"`
+			DefaultTable     string            `json:"default_table"`
+			Query            map[string]string `json:"query"`
+		} `json:"claim_check"`
+	}
+	testenv.Must(t, json.Unmarshal(raw, &spec), "parse wire-format.json")
+	cc := spec.ClaimCheck
+	if cc.Header != txbox.HeaderClaimCheck || cc.RedisStreamField != "h:"+txbox.HeaderClaimCheck || cc.DefaultTable != claimcheck.DefaultTable {
+		t.Fatalf("wire-format.json claim_check %+v: header, field or table differ from txbox.HeaderClaimCheck %q, claimcheck.DefaultTable %q",
+			cc, txbox.HeaderClaimCheck, claimcheck.DefaultTable)
+	}
+	for _, dbName := range e2eDatabases {
+		t.Run(dbName, func(t *testing.T) {
+			t.Parallel()
+			switch dbName {
+			case "pgx":
+				wireClaimCheck(t, pgxDB(t, 4), cc.Header, cc.Query["postgres"])
+			case "sqlite":
+				wireClaimCheck(t, sqliteDB(t), cc.Header, cc.Query["sqlite"])
+			case "mysql":
+				wireClaimCheck(t, mysqlDB(t), cc.Header, cc.Query["mysql"])
+			}
+		})
+	}
+}
+
+func wireClaimCheck[TTx any](t *testing.T, d db[TTx], header, query string) {
+	ctx := context.Background()
+	if query == "" {
+		t.Fatalf("wire-format.json names no query for %s", d.drv.Dialect())
+	}
+	m, err := migrate.New(d.drv, migrate.Config{ClaimCheckTables: []string{claimcheck.DefaultTable}})
+	testenv.Must(t, err, "migrate.New")
+	_, err = m.Up(ctx)
+	testenv.Must(t, err, "migrate up")
+	store, err := claimcheck.New(d.drv, claimcheck.Config{})
+	testenv.Must(t, err, "claimcheck.New")
+	ob, err := txbox.New(d.drv, txbox.Config{ClaimCheck: store, ClaimCheckThreshold: 1024})
+	testenv.Must(t, err, "outbox")
+	payload := bytes.Repeat([]byte("wire"), 1000)
+	_, err = ob.AddNoTx(ctx, txbox.Message{ID: "w1", Topic: "wire.cc", Payload: payload})
+	testenv.Must(t, err, "add")
+	// The row as the relay reads it: its headers and payload.
+	var hs, ref string
+	rows, err := d.drv.Pool().Query(ctx, "SELECT "+map[driver.Dialect]string{driver.Postgres: "headers::text", driver.SQLite: "headers", driver.MySQL: "CAST(headers AS CHAR)"}[d.drv.Dialect()]+
+		", length(payload) FROM "+txbox.DefaultTable)
+	testenv.Must(t, err, "read the row")
+	var n int64
+	for rows.Next() {
+		testenv.Must(t, rows.Scan(&hs, &n), "scan")
+	}
+	rows.Close()
+	var headers map[string]string
+	testenv.Must(t, json.Unmarshal([]byte(hs), &headers), "headers %s", hs)
+	if ref = headers[header]; ref == "" || n != 0 {
+		t.Fatalf("the row carries headers %v and a payload of %d bytes; want %s and none", headers, n, header)
+	}
+	rows, err = d.drv.Pool().Query(ctx, query, ref)
+	testenv.Must(t, err, "the query of wire-format.json")
+	defer rows.Close()
+	if !rows.Next() {
+		t.Fatalf("the query of wire-format.json found no payload for %q: %v", ref, rows.Err())
+	}
+	var got []byte
+	testenv.Must(t, rows.Scan(&got), "scan")
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("the query of wire-format.json returned %d bytes, not the payload", len(got))
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/migrate"
@@ -59,7 +61,13 @@ func TestDashboardEscapesAndParkedKeys(t *testing.T) {
 	testenv.Must(t, err, "inspect.New")
 	letters, err := dead.New[pgx.Tx](drv, txbox.Config{})
 	testenv.Must(t, err, "dead.New")
-	h, err := txboxui.New(txboxui.Config{Backlog: txboxui.InspectBacklog(in), Dead: letters})
+	// A claim check source whose error carries markup and control
+	// characters (a database's error may quote any value).
+	failing := txboxui.ClaimCheckRef{Name: "cc-\u202ename<b>", Retention: time.Hour,
+		Stats: func(context.Context) (claimcheck.Stats, error) {
+			return claimcheck.Stats{}, errors.New("\x1b[31m<script>boom</script>\u202e")
+		}}
+	h, err := txboxui.New(txboxui.Config{Backlog: txboxui.InspectBacklog(in), Dead: letters, ClaimChecks: []txboxui.ClaimCheckRef{failing}})
 	testenv.Must(t, err, "txboxui.New")
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -71,10 +79,14 @@ func TestDashboardEscapesAndParkedKeys(t *testing.T) {
 		t.Errorf("the page holds a raw U+202E or ESC:\n%s", page)
 	}
 	for _, want := range []string{`<td>ev.\u202esredro</td>`, `<td>k\u202e1</td>`, `id-\u202eevil`, `\x1b[31mred\u202e`,
-		`id="fig-parked-keys" data-value="1"`, `<tr class="parked-key"><td>k\u202e1</td>`} {
+		`id="fig-parked-keys" data-value="1"`, `<tr class="parked-key"><td>k\u202e1</td>`,
+		`<caption>cc-\u202ename&lt;b&gt;</caption>`, `\x1b[31m&lt;script&gt;boom&lt;/script&gt;\u202e`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}
+	}
+	if strings.Contains(page, "<script>boom") {
+		t.Errorf("the page holds the error's markup raw")
 	}
 	if strings.Contains(page, "No key is parked") {
 		t.Errorf("the page says no key is parked beside a parked-keys count of 1")

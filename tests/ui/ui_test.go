@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
@@ -52,6 +53,10 @@ type fixture struct {
 	letters *dead.Letters
 	ib      *inbox.Inbox[pgx.Tx]
 	poison  int64 // the dead message's seq
+	// cc is a claim check table of three payloads (6000 bytes): one not
+	// released, one released ten days ago (the next sweep's), one an
+	// hour ago.
+	cc *claimcheck.Store
 }
 
 const poisonKey = `acct-<b>7</b>`
@@ -61,7 +66,7 @@ func newFixture(t *testing.T) *fixture {
 	ctx := context.Background()
 	pool, _ := testenv.Postgres(t, 8)
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{"ui_inbox"}})
+	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{"ui_inbox"}, ClaimCheckTables: []string{"ui_claims"}})
 	testenv.Must(t, err, "migrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
@@ -102,6 +107,12 @@ func newFixture(t *testing.T) *fixture {
 		_, err := f.ib.Handle(ctx, r[0], r[1], nil, func(context.Context, pgx.Tx) error { return nil })
 		testenv.Must(t, err, "inbox handle")
 	}
+	f.cc, err = claimcheck.New(drv, claimcheck.Config{Table: "ui_claims"})
+	testenv.Must(t, err, "claimcheck.New")
+	_, err = pool.Exec(ctx, `INSERT INTO ui_claims (ref, payload, created_at, released_at) VALUES
+		('cc-a', $1, now(), NULL), ('cc-b', $2, now() - interval '11 days', now() - interval '10 days'), ('cc-c', $3, now(), now() - interval '1 hour')`,
+		make([]byte, 3000), make([]byte, 2000), make([]byte, 1000))
+	testenv.Must(t, err, "insert claim check payloads")
 	return f
 }
 
@@ -166,6 +177,7 @@ type figures struct {
 	ParkedRows [][]string `json:"parked_rows"`
 	Topics     [][]string
 	InboxRows  [][]string `json:"inbox_rows"`
+	ClaimCheck [][]string `json:"claimcheck_rows"`
 	Relays     [][]string
 	Flash      string
 	Offsite    []string `json:"offsite_requests"`
@@ -203,13 +215,14 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	const token = "t0ken-for-the-test"
 	h, err := txboxui.New(txboxui.Config{
-		Title:    "orders outbox",
-		Backlog:  txboxui.InspectBacklog(f.in),
-		Dead:     f.letters,
-		Inboxes:  []txboxui.InboxRef{{Name: "ui_inbox", Stats: f.ib.Stats}},
-		Relays:   []txboxui.RelayRef{{Name: "relay-1", Current: current.Load}},
-		Token:    token,
-		Interval: 200 * time.Millisecond,
+		Title:       "orders outbox",
+		Backlog:     txboxui.InspectBacklog(f.in),
+		Dead:        f.letters,
+		Inboxes:     []txboxui.InboxRef{{Name: "ui_inbox", Stats: f.ib.Stats}},
+		ClaimChecks: []txboxui.ClaimCheckRef{txboxui.StoreClaimCheck("ui_claims", f.cc, 168*time.Hour)},
+		Relays:      []txboxui.RelayRef{{Name: "relay-1", Current: current.Load}},
+		Token:       token,
+		Interval:    200 * time.Millisecond,
 	})
 	testenv.Must(t, err, "txboxui.New")
 	mux := http.NewServeMux()
@@ -266,6 +279,18 @@ func TestDashboardInBrowser(t *testing.T) {
 				t.Errorf("inbox row %v, Stats %+v", got, s)
 			}
 		}
+	}
+	// The claim check panel: what claimcheck.Store.Stats reads.
+	cst, err := f.cc.Stats(ctx, 168*time.Hour)
+	testenv.Must(t, err, "claim check stats")
+	if cst.Payloads != 3 || cst.Bytes != 6000 || cst.Unreleased != 1 || cst.Due != 1 || cst.DueBytes != 2000 || cst.OldestAge < 11*24*time.Hour {
+		t.Errorf("claimcheck.Store.Stats %+v, want 3 payloads of 6000 bytes, 1 not released, 1 due of 2000 bytes, the oldest 11 days old", cst)
+	}
+	if len(before.ClaimCheck) != 1 {
+		t.Errorf("claim check rows %v, want one (ui_claims)", before.ClaimCheck)
+	} else if got := before.ClaimCheck[0]; len(got) != 7 || got[0] != "3" || got[1] != "6000" || !strings.HasPrefix(got[2], "11d") ||
+		got[3] != "1" || got[4] != "1" || got[5] != "2000" || got[6] != "7d0h" {
+		t.Errorf("claim check row %q, want stored 3, bytes 6000, oldest 11d…, not released 1, next sweep 1 of 2000 bytes, retention 7d", got)
 	}
 	if len(before.Relays) != 1 || before.Relays[0][1] != "not running" {
 		t.Errorf("relays %v, want relay-1 not running", before.Relays)

@@ -34,6 +34,7 @@ async function figures(page) {
       parked_rows: rows("tr.parked-key", cells),
       topics: rows("tr.topic", cells),
       inbox_rows: rows("table.inbox tr.source", cells),
+      claimcheck_rows: rows("table.claimcheck tr.figures", cells),
       relays: rows("tr.relay", cells),
       flash: (document.getElementById("flash") || {}).textContent || "",
     };
