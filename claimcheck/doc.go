@@ -3,7 +3,10 @@
 // payloads too large for the broker. Outbox.Add writes a payload in the
 // caller's transaction, so that it commits with its message or not at all;
 // the consumer reads it by reference before the handler runs; Sweep
-// deletes payloads older than a retention period.
+// deletes the payloads both sides are done with: kept while their message
+// is still to deliver or dead, then for a retention period (the relay's
+// cleanup runs it: relay.Config.ClaimCheckTables). Stats reads the
+// figures the dashboard shows.
 //
 // The table is created by migrations (package migrate, ClaimCheckTables;
 // `txbox migrate up --claim-check-table txbox_claim_check`). See
