@@ -131,6 +131,9 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 		mu.Lock()
 		defer mu.Unlock()
 		s := c.Stats()
+		if s.DeadLettered > 0 {
+			t.Fatalf("a message was dead-lettered before it was applied (its payload swept?): stats %+v", s)
+		}
 		return s.Handled + s.Retried, applied["done"] != nil && lateTries >= 2,
 			fmt.Sprintf("applied %d, late tries %d, stats %+v", len(applied), lateTries, s)
 	})
@@ -153,6 +156,9 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 		mu.Lock()
 		defer mu.Unlock()
 		s := c.Stats()
+		if s.DeadLettered > 0 {
+			t.Fatalf("a message was dead-lettered before it was applied (its payload swept?): stats %+v", s)
+		}
 		return s.Handled + s.Retried, applied["late"] != nil, fmt.Sprintf("stats %+v", s)
 	})
 	mu.Lock()
