@@ -147,6 +147,17 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 	if n := d.count(t, "SELECT count(*) FROM "+claims+" WHERE released_at IS NOT NULL"); n != 2 {
 		t.Fatalf("%d payloads released, want 2 (done, late: delivered)", n)
 	}
+	size := int64(0)
+	for _, id := range ids {
+		size += int64(len(payload(id)))
+	}
+	if st, err := store.Stats(ctx, time.Hour); err != nil || st.Payloads != 4 || st.Bytes != size || st.Unreleased != 2 || st.Due != 0 ||
+		st.DueBytes != 0 || st.OldestAge < 10*24*time.Hour {
+		t.Fatalf("Stats(1h) = %+v, %v; want 4 payloads of %d bytes, 2 not released, none due, the oldest ten days old", st, err, size)
+	}
+	if st, err := store.Stats(ctx, time.Microsecond); err != nil || st.Due != 2 || st.DueBytes != int64(len(payload("done"))+len(payload("late"))) {
+		t.Fatalf("Stats(1µs) = %+v, %v; want done and late due", st, err)
+	}
 
 	// "late" is applied at last, with its payload.
 	mu.Lock()
