@@ -12,9 +12,13 @@ func TestConfigDefaults(t *testing.T) {
 	if _, err := (&Config{BatchSize: -1}).withDefaults(); !errors.Is(err, txbox.ErrInvalidConfig) {
 		t.Errorf("negative batch size accepted: %v", err)
 	}
+	if _, err := (&Config{ClaimCheckRetention: -time.Second}).withDefaults(); !errors.Is(err, txbox.ErrInvalidConfig) {
+		t.Errorf("negative claim check retention accepted: %v", err)
+	}
 	d, err := (&Config{}).withDefaults()
 	must(t, err, "defaults")
-	if d.PollInterval != time.Second || d.BatchSize != 100 || d.Retention != 168*time.Hour || d.CleanupInterval != time.Hour || d.MaxAttempts != 10 {
+	if d.PollInterval != time.Second || d.BatchSize != 100 || d.Retention != 168*time.Hour || d.CleanupInterval != time.Hour || d.MaxAttempts != 10 ||
+		d.ClaimCheckRetention != 168*time.Hour || d.ClaimCheckTables != nil {
 		t.Errorf("defaults = %+v", d)
 	}
 }
