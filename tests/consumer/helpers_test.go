@@ -26,38 +26,10 @@ import (
 	"github.com/txbox/txbox/txboxsql"
 )
 
-// eventually polls cond until it holds, failing t after a generous deadline.
+// eventually waits for cond (testenv.Await with nothing to show).
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	eventuallyWithin(t, 60*time.Second, what, cond)
-}
-
-// eventuallyWithin is eventually with a bound of its own, for tests whose
-// faults slow the flow down by design (a bound on liveness, not a speed
-// assertion).
-func eventuallyWithin(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventuallyWithinState(t, limit, what, func() (bool, string) { return cond(), "" })
-}
-
-// eventuallyWithinState is eventuallyWithin whose cond also says what it
-// saw, for the failure message.
-func eventuallyWithinState(t testing.TB, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			if state != "" {
-				t.Fatalf("timed out waiting for: %s: %s", what, state)
-			}
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Await(t, what, func() (bool, string) { return cond(), "" })
 }
 
 // progressing polls state until it says done, failing t when the progress

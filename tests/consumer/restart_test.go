@@ -204,7 +204,7 @@ func TestGracefulStop(t *testing.T) {
 			// hanging message; when the 40 messages arrive at once, two
 			// workers can take them all in two batches, and only two
 			// handlers ever hang (a CI run waited for four for 60 s).
-			eventuallyWithinState(t, 60*time.Second, "a handler hanging", func() (bool, string) {
+			testenv.Await(t, "a handler hanging", func() (bool, string) {
 				n := runs.Load()
 				return n >= 5, fmt.Sprintf("%d handler run(s), stats %+v", n, c.Stats())
 			})

@@ -80,7 +80,7 @@ func handlerTimeout(t *testing.T, kind, mode string) {
 		_ = c.Stop(ctx)
 	})
 
-	eventuallyWithinState(t, 60*time.Second, "the others applied and the stuck one dead-lettered", func() (bool, string) {
+	testenv.Await(t, "the others applied and the stuck one dead-lettered", func() (bool, string) {
 		st := c.Stats()
 		return st.Handled == 20 && st.DeadLettered == 1, fmt.Sprintf("stats %+v", st)
 	})

@@ -81,16 +81,10 @@ func histogramSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return -1
 }
 
-// eventually polls cond every 20ms until it holds or a generous deadline.
+// eventually waits for cond (testenv.Await with nothing to show).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Await(t, what, func() (bool, string) { return cond(), "" })
 }
 
 // probe serves h and returns a GET of path: the status and body.

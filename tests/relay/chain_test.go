@@ -68,7 +68,7 @@ func stopMidKeyedDrain(t *testing.T, lanes bool) {
 		// A connection whose query the stop cancelled is closed in the
 		// background: wait for that, not for a claim held (which the
 		// locked rows above would have shown).
-		eventuallyState(t, "the relay's connections given back", func() (bool, string) {
+		testenv.Await(t, "the relay's connections given back", func() (bool, string) {
 			n := f.pool.Stat().AcquiredConns()
 			return n == 0, fmt.Sprintf("relay %d stopped, %d connection(s) in use", cycle, n)
 		})

@@ -65,14 +65,14 @@ func TestDatabaseCrashUndoesLazyMarksInOrder(t *testing.T) {
 	defer r.Stop(context.WithoutCancel(ctx))
 
 	const before = nKeys * perKey / 2
-	eventuallyState(t, "half the backlog marked", func() (bool, string) {
+	testenv.Await(t, "half the backlog marked", func() (bool, string) {
 		p := r.Counters().Published
 		return p >= before, fmt.Sprintf("%d of %d marked", p, before)
 	})
 	markedBefore := r.Counters().Published
 	c.Crash()
 	c.Start()
-	eventuallyState(t, "the backlog drained after the crash", func() (bool, string) {
+	testenv.Await(t, "the backlog drained after the crash", func() (bool, string) {
 		var pending int64
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL").Scan(&pending); err != nil {
 			return false, err.Error()

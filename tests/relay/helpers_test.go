@@ -230,38 +230,10 @@ func streamIDs(t *testing.T, s jetstream.Stream, header string) map[string]int {
 	return ids
 }
 
-// stall is how long a wait goes on while nothing it watches changes.
-const stall = 3 * time.Minute
-
-// eventually polls cond every 20ms until it holds, failing after stall
-// with no success (a bare condition shows no progress to wait on).
+// eventually waits for cond (testenv.Await with nothing to show).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	eventuallyState(t, what, func() (bool, string) { return cond(), "" })
-}
-
-// eventuallyState is eventually whose cond also says what it saw: the wait
-// fails only after what it saw stayed the same for stall, so a slow machine
-// that keeps making progress is never failed for being slow.
-func eventuallyState(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	last, since := "", time.Now()
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if state != last {
-			last, since = state, time.Now()
-		}
-		if time.Since(since) > stall {
-			if state != "" {
-				t.Fatalf("no progress for %s waiting for: %s: %s", stall, what, state)
-			}
-			t.Fatalf("no progress for %s waiting for: %s", stall, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Await(t, what, func() (bool, string) { return cond(), "" })
 }
 
 func streamMsgs(t *testing.T, s jetstream.Stream) uint64 {

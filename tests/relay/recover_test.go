@@ -361,7 +361,7 @@ func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	down := time.Now()
 	const beats, rounds = 20, 30
 	failedBeats := func() int { return len(logs.matching(slog.LevelDebug, "txbox relay: lane lease heartbeat")) }
-	eventuallyState(t, "heartbeats and rounds failed", func() (bool, string) {
+	testenv.Await(t, "heartbeats and rounds failed", func() (bool, string) {
 		return failedBeats() >= beats && r.Counters().FailedRounds >= rounds, fmt.Sprintf("%d heartbeat lines, %d failed rounds", failedBeats(), r.Counters().FailedRounds)
 	})
 	proxy.Resume()

@@ -390,7 +390,7 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 			t.Fatal("the poison row is not dead with 3 attempts and the broker's error")
 		}
 		// The counters follow the marks' commit.
-		eventuallyState(t, "the relay counted 3 rejections and 1 dead", func() (bool, string) {
+		testenv.Await(t, "the relay counted 3 rejections and 1 dead", func() (bool, string) {
 			st := r.Counters()
 			return st.Rejected == 3 && st.Dead == 1, fmt.Sprintf("rejected=%d dead=%d", st.Rejected, st.Dead)
 		})

@@ -262,7 +262,7 @@ func TestRelayGoesOnPastTheClaimWindow(t *testing.T) {
 			log := newRunLog(nil)
 			r := f.newRelay(t, log, relay.Config{BatchSize: 10, PollInterval: time.Hour, DisableNotify: true})
 			startRelay(t, r)
-			eventuallyState(t, "the rows beyond the first windows published", func() (bool, string) {
+			testenv.Await(t, "the rows beyond the first windows published", func() (bool, string) {
 				n := r.Counters().Published
 				return n == loose, fmt.Sprintf("%d published", n)
 			})
@@ -275,7 +275,7 @@ func TestRelayGoesOnPastTheClaimWindow(t *testing.T) {
 			}
 			testenv.Must(t, holder.Rollback(ctx), "release a's head")
 			r.Wake()
-			eventuallyState(t, "every message published", func() (bool, string) {
+			testenv.Await(t, "every message published", func() (bool, string) {
 				n := r.Counters().Published
 				return n == perKey+loose, fmt.Sprintf("%d published", n)
 			})
