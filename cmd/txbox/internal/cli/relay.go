@@ -17,6 +17,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -312,6 +313,11 @@ func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relay
 		br.Close()
 		if !errors.Is(err, txbox.ErrPublisherClosed) || ctx.Err() != nil {
 			return err
+		}
+		if errors.Is(err, kafka.ErrFenced) {
+			// Another relay started with the same transactional id; a new
+			// connection with it would fence that one in turn.
+			return fmt.Errorf("another relay took over --kafka-transactional-id %s: %w", cell(f.broker.kafkaTxnID), err)
 		}
 		if time.Since(began) > time.Minute {
 			pause = 0
