@@ -25,8 +25,11 @@ var ErrFenced = errors.New("kafka: fenced: another producer with the same transa
 var errNotCommitted = errors.New("kafka: not committed: another message of its transaction failed, and the transaction was aborted")
 
 // abortTimeout bounds the wait for a transaction's abort: for the records
-// in flight to be answered, then for the broker's answer to EndTxn.
-const abortTimeout = 30 * time.Second
+// in flight to be answered, then for the broker's answer to EndTxn. An
+// abort that did not get through in that time is tried again before the
+// next transaction; the bound keeps a relay's stop (which waits
+// PublishTimeout + 10 s for the round in flight) from outwaiting it.
+const abortTimeout = 10 * time.Second
 
 // publishTxn publishes msgs in one transaction: it begins it, produces
 // every message, waits for the acks, and commits. A message the cluster

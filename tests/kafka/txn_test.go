@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -152,5 +153,42 @@ func TestSubscriberRefusesTransactionalClient(t *testing.T) {
 	c := cluster(t)
 	if _, err := kafka.NewSubscriber(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), kafka.SubscriberConfig{}); !errors.Is(err, txbox.ErrInvalidConfig) {
 		t.Fatalf("transactional client: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// A commit the cluster fails leaves the messages unacknowledged
+// (transient errors), the transaction aborted; published again, a
+// read_committed consumer sees each of them once.
+func TestTransactionalFailedCommitIsAborted(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	prefix := testenv.Name("t") + "."
+	p, err := kafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), kafka.PublisherConfig{Prefix: prefix})
+	testenv.Must(t, err, "publisher")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msgs := []txbox.Message{
+		{ID: "a", Topic: "orders", Key: "k", Payload: []byte("a")},
+		{ID: "b", Topic: "orders", Key: "k2", Payload: []byte("b")},
+	}
+	f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TopLevel: true, Err: kerr.UnknownServerError})
+	errs := p.Publish(ctx, msgs)
+	if len(errs) != 2 || errs[0] == nil || errs[1] == nil || txbox.IsRejected(errs[0]) || errors.Is(errs[0], txbox.ErrPublisherClosed) {
+		t.Fatalf("failed commit: %v, want two transient errors", errs)
+	}
+	if f.Hits() == 0 {
+		t.Fatal("the fault never hit a commit")
+	}
+	if errs := p.Publish(ctx, msgs); errs != nil {
+		t.Fatalf("published again: %v", errs)
+	}
+	ds, err := reader{c: c, prefix: prefix, committed: true}.Read(ctx, "orders", 2)
+	testenv.Must(t, err, "read")
+	seen := map[string]int{}
+	for _, d := range ds {
+		seen[d.ID]++
+	}
+	if len(ds) != 2 || seen["a"] != 1 || seen["b"] != 1 {
+		t.Fatalf("read_committed saw %v, want a and b once each", seen)
 	}
 }
