@@ -655,3 +655,52 @@ func windowViolations(recs []rec, kills, batch int) string {
 	}
 	return ""
 }
+
+// Two relays started with one transactional id: the younger fences the
+// older, which exits with an error naming the id (and is not restarted
+// by itself: connecting again would fence the younger in turn); the
+// younger drains the rest, and a read_committed consumer misses nothing.
+func TestRelayFencedByItsSuccessor(t *testing.T) {
+	t.Parallel()
+	id := testenv.Name("relay")
+	e := newEOS(t, id, 50, 16)
+	e.add(200)
+	e.relay.start(t)
+	e.waitProgress("the first relay's first batches", func() bool { return e.pending() < 200 })
+	older := e.relay
+	younger := &relayProc{argv: older.argv, log: filepath.Join(t.TempDir(), "relay2.log")}
+	t.Cleanup(func() {
+		younger.kill()
+		if t.Failed() {
+			t.Logf("younger relay log:\n%s", younger.tail())
+		}
+	})
+	younger.start(t)
+	e.add(400) // rows for both to claim: the older one's next commit is fenced
+	e.relay = younger
+	e.drain()
+	// The older relay exits by itself once fenced; it may have been idle
+	// since, so rows keep coming until it has tried to publish.
+	e.waitProgress("the older relay's exit", func() bool {
+		older.mu.Lock()
+		defer older.mu.Unlock()
+		if len(older.exited) == 0 {
+			older.mu.Unlock()
+			e.add(10)
+			older.mu.Lock()
+		}
+		return len(older.exited) > 0
+	})
+	if log := older.tail(); !strings.Contains(log, "another relay took over --kafka-transactional-id "+id) {
+		t.Fatalf("the older relay's log does not say it was fenced:\n%s", log)
+	}
+	e.drain()
+	younger.kill()
+	recs := e.read(true, e.added)
+	byPartition(recs)
+	l := e.check(recs)
+	t.Logf("kfake, two relays with one transactional id: %s", l)
+	if l.lost > 0 || len(l.orderErrs) > 0 {
+		t.Fatalf("lost %d, order violations %v", l.lost, l.orderErrs)
+	}
+}
