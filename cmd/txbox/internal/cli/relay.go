@@ -293,7 +293,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 // reconnecting runs run with a broker connection, and again with a new one
 // each time the connection closes for good (txbox.ErrPublisherClosed),
 // after a pause that grows while connections keep closing soon after they
-// were made. It returns run's other errors, and nil once ctx ends.
+// were made. It returns run's other errors, a Kafka publisher's fencing
+// (kafka.ErrFenced: another relay took over the transactional id, which a
+// new connection would take back), and nil once ctx ends.
 func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, run func(br *broker) error) error {
 	var pause time.Duration
 	for {
