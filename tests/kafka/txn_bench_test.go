@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +36,9 @@ import (
 //
 // TXBOX_BENCH_ROWS (default 20000; a tenth of it with 16 keys, which
 // drain slower in both modes) and TXBOX_BENCH_PAIRS (default 3) set the
-// backlog and the pairs per cell. The relay, kfake and the test run
+// backlog and the pairs per cell; TXBOX_BENCH_KEYS (default "0,1000,16")
+// the shapes; TXBOX_BENCH_LINGER a kgo.ProducerLinger for both modes
+// (franz-go's default is 10ms, which each Publish call waits out). The relay, kfake and the test run
 // in one process, on the machine's shared cores: the figures are kfake's,
 // not Kafka's, where a transaction's commit costs network round trips to
 // the coordinator and markers written to replicated partitions.
@@ -50,8 +53,17 @@ func TestDrainTransactionsVsIdempotent(t *testing.T) {
 	if v := os.Getenv("TXBOX_BENCH_PAIRS"); v != "" {
 		pairs, _ = strconv.Atoi(v)
 	}
+	shapes := []int{0, 1000, 16}
+	if v := os.Getenv("TXBOX_BENCH_KEYS"); v != "" {
+		shapes = nil
+		for _, k := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(k)
+			testenv.Must(t, err, "TXBOX_BENCH_KEYS")
+			shapes = append(shapes, n)
+		}
+	}
 	baseRows := rows
-	for _, keys := range []int{0, 1000, 16} {
+	for _, keys := range shapes {
 		rows := baseRows
 		if keys == 16 {
 			rows = max(baseRows/10, 1)
@@ -148,6 +160,11 @@ func drainKafka(t *testing.T, rows, batch, keys int, txn bool) time.Duration {
 	testenv.Must(t, err, "kfake")
 	defer c.Close()
 	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	if v := os.Getenv("TXBOX_BENCH_LINGER"); v != "" {
+		d, err := time.ParseDuration(v)
+		testenv.Must(t, err, "TXBOX_BENCH_LINGER")
+		opts = append(opts, kgo.ProducerLinger(d))
+	}
 	if txn {
 		opts = append(opts, kgo.TransactionalID(testenv.Name("bench")))
 	}
