@@ -42,6 +42,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the txbox binary the tests built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		_ = os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
+
 // txboxBinary builds the txbox binary once per test run, in workspace mode
 // from the repository's root.
 func txboxBinary(t *testing.T) string {
