@@ -20,6 +20,19 @@
 // with the same Txbox-Message-Id header, and the consumer's inbox drops the
 // second.
 //
+// Transactions: a client made with kgo.TransactionalID makes NewPublisher
+// return a transactional Publisher. Each Publish call is one transaction,
+// committed before Publish returns, so the relay marks the rows after the
+// commit and a read_committed consumer never sees the records of a batch a
+// crash cut short (the next producer with the id aborts the open
+// transaction). Choose one id per relay process slot, the same across its
+// restarts: a producer that starts with an id fences the one that had it,
+// whose errors then wrap ErrFenced and txbox.ErrPublisherClosed. A crash
+// after the commit and before the rows are marked still sends the batch
+// again, in a new transaction, and the inbox drops the copies;
+// docs/guide/brokers.md ("Kafka transactions") says exactly what is
+// promised and where the window is.
+//
 // Errors: a record the cluster refuses for itself (too large, an unknown
 // topic once the cluster has said so definitively, an invalid topic name,
 // no authorization for the topic) is txbox.Reject; an unreachable cluster,
@@ -34,5 +47,5 @@
 // The tests run against franz-go's in-process fake cluster
 // (github.com/twmb/franz-go/pkg/kfake), as no Kafka server runs on the
 // development machines; kfake speaks the Kafka protocol, including
-// idempotent produce and consumer groups.
+// idempotent produce, transactions and consumer groups.
 package kafka

@@ -41,6 +41,14 @@ const ContentTypeHeader = "content-type"
 type Publisher struct {
 	cl  *kgo.Client
 	cfg PublisherConfig
+
+	// txnID is the client's transactional id; "" for the idempotent
+	// producer. With one, Publish calls take turns (txnMu): a client has
+	// one transaction open at a time.
+	txnID        string
+	txnMu        sync.Mutex
+	broken       error // under txnMu: the client can never commit again
+	abortPending bool  // under txnMu: the last abort did not get through
 }
 
 var (
@@ -51,6 +59,11 @@ var (
 // NewPublisher returns a Publisher over cl, a client the caller made;
 // whoever created it closes it. cl must keep franz-go's producer defaults acks=all and idempotent
 // writes; a client configured otherwise is an error.
+//
+// A client made with kgo.TransactionalID makes a transactional Publisher:
+// each Publish call is one Kafka transaction, committed before Publish
+// returns (see the package doc, "Transactions"). Such a client must serve
+// this Publisher only: its transactions take in every record it produces.
 func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 	if cl == nil {
 		return nil, fmt.Errorf("%w: kafka: nil client", txbox.ErrInvalidConfig)
@@ -61,8 +74,22 @@ func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 	if a, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); ok && a != kgo.AllISRAcks() {
 		return nil, fmt.Errorf("%w: kafka: the client does not require acks from all in-sync replicas", txbox.ErrInvalidConfig)
 	}
-	return &Publisher{cl: cl, cfg: cfg}, nil
+	p := &Publisher{cl: cl, cfg: cfg}
+	if vs := cl.OptValues(kgo.TransactionalID); len(vs) == 2 {
+		if set, _ := vs[1].(bool); set {
+			p.txnID, _ = vs[0].(string)
+			if p.txnID == "" {
+				return nil, fmt.Errorf("%w: kafka: the client's transactional id is empty", txbox.ErrInvalidConfig)
+			}
+		}
+	}
+	return p, nil
 }
+
+// TransactionalID returns the transactional id of the Publisher's client,
+// or "" when the Publisher uses the idempotent producer without
+// transactions.
+func (p *Publisher) TransactionalID() string { return p.txnID }
 
 // CheckMessage refuses, with txbox.Reject wrapping txbox.ErrReservedHeader,
 // a message with a header whose name begins with "ce_" (any case) while
@@ -119,8 +146,19 @@ func (p *Publisher) Record(m txbox.Message) *kgo.Record {
 }
 
 // Publish produces msgs, all in flight at once, and waits for every ack or
-// for ctx to end; see txbox.Publisher.
+// for ctx to end; see txbox.Publisher. A transactional Publisher produces
+// them in one transaction and commits it before it returns: a nil error
+// for a message means its transaction committed (see publishTxn).
 func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	if p.txnID != "" {
+		return p.publishTxn(ctx, msgs)
+	}
+	return p.produce(ctx, msgs)
+}
+
+// produce produces msgs, all in flight at once, and waits for every ack or
+// for ctx to end.
+func (p *Publisher) produce(ctx context.Context, msgs []txbox.Message) []error {
 	errs := make([]error, len(msgs))
 	var mu sync.Mutex
 	var wg sync.WaitGroup

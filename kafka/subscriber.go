@@ -74,10 +74,15 @@ var _ txbox.Subscriber = (*Subscriber)(nil)
 // callbacks when the client is created, so each Subscribe creates the
 // group member it needs from cl.Opts() (seeds, TLS, SASL, fetch settings
 // …) plus the group's options, and the subscription's Close closes that
-// member. The member also produces the retry and dead-letter copies.
+// member. The member also produces the retry and dead-letter copies, so
+// cl must not be transactional (kgo.TransactionalID). The member reads
+// read_committed: it never hands out a record of an aborted transaction.
 func NewSubscriber(cl *kgo.Client, cfg SubscriberConfig) (*Subscriber, error) {
 	if cl == nil {
 		return nil, fmt.Errorf("%w: kafka: nil client", txbox.ErrInvalidConfig)
+	}
+	if vs := cl.OptValues(kgo.TransactionalID); len(vs) == 2 && vs[1] == true {
+		return nil, fmt.Errorf("%w: kafka: the subscriber's client has a transactional id; give it a client without one", txbox.ErrInvalidConfig)
 	}
 	if cfg.MaxRetryWait < 0 {
 		return nil, fmt.Errorf("%w: kafka: negative MaxRetryWait", txbox.ErrInvalidConfig)
@@ -133,6 +138,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, binding string, prefetch int
 	// The group's options come last: they win over any in cl's.
 	opts := append(append([]kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, s.cl.Opts()...),
 		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.AutoCommitMarks(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // never a record of an aborted transaction
 		kgo.OnPartitionsLost(sub.forget), kgo.OnPartitionsRevoked(sub.revoked))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

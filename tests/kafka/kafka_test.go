@@ -49,13 +49,18 @@ func subClient(t testing.TB, c *kfake.Cluster) *kgo.Client {
 // reader consumes a topic from its start with a direct (group-less)
 // consumer on every Read.
 type reader struct {
-	c      *kfake.Cluster
-	prefix string
+	c         *kfake.Cluster
+	prefix    string
+	committed bool // read_committed: no record of an open or aborted transaction
 }
 
 func (r reader) Read(ctx context.Context, topic string, n int) ([]brokertest.Delivery, error) {
+	iso := kgo.ReadUncommitted()
+	if r.committed {
+		iso = kgo.ReadCommitted()
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.c.ListenAddrs()...), kgo.ConsumeTopics(r.prefix+topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond), kgo.FetchIsolationLevel(iso))
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +101,7 @@ func suite(t *testing.T) (brokertest.NewFunc, brokertest.Features) {
 		prefix := testenv.Name("t") + "."
 		p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{Prefix: prefix})
 		testenv.Must(t, err, "publisher")
-		return p, reader{c, prefix}
+		return p, reader{c: c, prefix: prefix}
 	}, f
 }
 
@@ -261,7 +266,7 @@ func TestSubscriberConformance(t *testing.T) {
 			topic, _, err := kafka.ParseBinding(binding)
 			testenv.Must(t, err, "binding")
 			var ids []string
-			ds, err := reader{c, ""}.Read(context.Background(), topic+".dead", 1)
+			ds, err := reader{c: c}.Read(context.Background(), topic+".dead", 1)
 			testenv.Must(t, err, "read dead")
 			for _, d := range ds {
 				ids = append(ids, d.ID)

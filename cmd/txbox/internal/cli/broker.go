@@ -51,6 +51,7 @@ type brokerFlags struct {
 	subjectPrefix  string
 	amqp           amqpFlags
 	ceSource       string // --cloudevents-source
+	kafkaTxnID     string // --kafka-transactional-id
 
 	fs *pflag.FlagSet // to name a value's flag or variable; nil in tests
 	// events, when set, logs the NATS connection's disconnects, reconnects
@@ -113,7 +114,17 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 		"prefix put before every topic to form the NATS subject, the RabbitMQ routing key, the Redis stream or the Kafka topic (env "+EnvSubjectPrefix+")")
 	f.amqp.register(fs)
 	registerCloudEvents(fs, &f.ceSource)
+	fs.StringVar(&f.kafkaTxnID, "kafka-transactional-id", envOr(EnvKafkaTransactionalID, ""),
+		"Kafka only: publish each batch in one Kafka transaction under this transactional id, committed before the rows are marked; one id per relay process slot, the same across its restarts (a relay started with the id fences the one that had it); empty uses the idempotent producer without transactions (env "+EnvKafkaTransactionalID+")")
 }
+
+// EnvKafkaTransactionalID is the default of --kafka-transactional-id.
+const EnvKafkaTransactionalID = "TXBOX_KAFKA_TRANSACTIONAL_ID"
+
+// maxKafkaTransactionalID bounds --kafka-transactional-id: Kafka stores
+// it as a protocol string (at most 32,767 bytes); a shorter bound keeps
+// it readable in logs and the broker's tools.
+const maxKafkaTransactionalID = 249
 
 // check validates the flags without touching anything.
 func (f *brokerFlags) check() error {
@@ -146,6 +157,19 @@ func (f *brokerFlags) check() error {
 			if v.val != "" {
 				return fmt.Errorf("%s is for NATS JetStream, not %s://", sourceOf(f.fs, v.flag, v.env), scheme)
 			}
+		}
+	}
+	if f.kafkaTxnID != "" {
+		name := sourceOf(f.fs, "kafka-transactional-id", EnvKafkaTransactionalID)
+		switch {
+		case f.url == "":
+			return fmt.Errorf("%s is for Kafka (--broker kafka://…), not the embedded NATS server", name)
+		case scheme != "kafka":
+			return fmt.Errorf("%s is for Kafka (--broker kafka://…), not %s://", name, scheme)
+		case len(f.kafkaTxnID) > maxKafkaTransactionalID:
+			return fmt.Errorf("%s is %d bytes, over the limit of %d bytes", name, len(f.kafkaTxnID), maxKafkaTransactionalID)
+		case !isPrintable(f.kafkaTxnID) || strings.TrimSpace(f.kafkaTxnID) != f.kafkaTxnID:
+			return fmt.Errorf("%s %q: want printable characters, with no space at either end", name, f.kafkaTxnID)
 		}
 	}
 	prefix := sourceOf(f.fs, "subject-prefix", EnvSubjectPrefix)
@@ -481,7 +505,11 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 		if err != nil {
 			return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("txbox"))
+		opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ClientID("txbox")}
+		if f.kafkaTxnID != "" {
+			opts = append(opts, kgo.TransactionalID(f.kafkaTxnID))
+		}
+		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
 		}
@@ -496,7 +524,11 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 			b.Close()
 			return nil, err
 		}
-		fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>\n", b.desc, f.subjectPrefix)
+		if f.kafkaTxnID != "" {
+			fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>; one transaction per batch, transactional id %s\n", b.desc, f.subjectPrefix, cell(f.kafkaTxnID))
+		} else {
+			fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>\n", b.desc, f.subjectPrefix)
+		}
 		return b, nil
 	}
 	asynqTarget := strings.HasPrefix(scheme, "asynq+")

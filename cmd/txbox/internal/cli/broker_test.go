@@ -8,12 +8,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/tests/testenv"
 )
 
@@ -127,6 +130,46 @@ func TestOtherBrokers(t *testing.T) {
 	}
 	if err := (&brokerFlags{url: "mqtt://x"}).check(); err == nil {
 		t.Fatal("mqtt:// accepted")
+	}
+}
+
+// --kafka-transactional-id makes a transactional publisher: each Publish
+// call is one transaction, committed before it returns, which a
+// read_committed consumer sees.
+func TestKafkaTransactionalID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "cli.orders"))
+	testenv.Must(t, err, "kfake")
+	t.Cleanup(kc.Close)
+	id := testenv.Name("relay")
+	f := brokerFlags{url: "kafka://" + strings.Join(kc.ListenAddrs(), ","), subjectPrefix: "cli.", natsListen: DefaultNATSListen, kafkaTxnID: id}
+	testenv.Must(t, f.check(), "check")
+	var out strings.Builder
+	b, err := openBroker(ctx, &f, &out)
+	testenv.Must(t, err, "open")
+	defer b.Close()
+	if want := "transactional id " + id; !strings.Contains(out.String(), want) {
+		t.Fatalf("output lacks %q: %s", want, out.String())
+	}
+	pub, err := b.publisher(f.subjectPrefix)
+	testenv.Must(t, err, "publisher")
+	if kp, ok := pub.(*kafka.Publisher); !ok || kp.TransactionalID() != id {
+		t.Fatalf("publisher %T is not transactional with id %s", pub, id)
+	}
+	if errs := pub.Publish(ctx, []txbox.Message{{ID: "m1", Topic: "orders", Payload: []byte("{}")}}); errs != nil {
+		t.Fatalf("publish: %v", errs)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumeTopics("cli.orders"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	testenv.Must(t, err, "reader")
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	fs := cl.PollFetches(rctx)
+	testenv.Must(t, rctx.Err(), "read_committed poll")
+	if n := fs.NumRecords(); n != 1 {
+		t.Fatalf("read_committed: %d records, want 1", n)
 	}
 }
 

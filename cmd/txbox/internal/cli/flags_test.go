@@ -39,6 +39,11 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"relay", "--db", db, "--subject-prefix", "a b."}, `--subject-prefix "a b."`}, // embedded server
 		{[]string{"relay", "--db", db, "--broker", "kafka://127.0.0.1:1", "--subject-prefix", "a:b"}, `':' is not allowed in a Kafka topic`},
 		{[]string{"relay", "--db", db, "--broker", "asynq+redis://127.0.0.1:1/0", "--subject-prefix", "a."}, "asynq task types are the topics"},
+		{append(relay, "--kafka-transactional-id", "relay-0"), "--kafka-transactional-id is for Kafka (--broker kafka://…), not nats://"},
+		{[]string{"relay", "--db", db, "--kafka-transactional-id", "relay-0"}, "--kafka-transactional-id is for Kafka (--broker kafka://…), not the embedded NATS server"},
+		{[]string{"relay", "--db", db, "--broker", "redis://127.0.0.1:1/0", "--kafka-transactional-id", "relay-0"}, "--kafka-transactional-id is for Kafka (--broker kafka://…), not redis://"},
+		{[]string{"relay", "--db", db, "--broker", "kafka://127.0.0.1:1", "--kafka-transactional-id", " relay-0"}, `--kafka-transactional-id " relay-0": want printable characters`},
+		{[]string{"relay", "--db", db, "--broker", "kafka://127.0.0.1:1", "--kafka-transactional-id", strings.Repeat("r", 250)}, "--kafka-transactional-id is 250 bytes, over the limit of 249 bytes"},
 		{[]string{"relay", "--db", db, "--broker", "redis://127.0.0.1:1/0", "--stream", "S"}, "--stream is for NATS JetStream"},
 		{append(relay, "--nats-dir", "/tmp/x"), "--nats-dir is for the embedded NATS server"},
 		{append(relay, "--stream-subjects", "a b.>"), `--stream-subjects: subject "a b.>"`},

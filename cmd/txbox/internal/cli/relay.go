@@ -18,6 +18,7 @@ import (
 	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -309,7 +310,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 // reconnecting runs run with a broker connection, and again with a new one
 // each time the connection closes for good (txbox.ErrPublisherClosed),
 // after a pause that grows while connections keep closing soon after they
-// were made. It returns run's other errors, and nil once ctx ends.
+// were made. It returns run's other errors, a Kafka publisher's fencing
+// (kafka.ErrFenced: another relay took over the transactional id, which a
+// new connection would take back), and nil once ctx ends.
 func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, run func(br *broker) error) error {
 	var pause time.Duration
 	for {
@@ -329,6 +332,11 @@ func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relay
 		br.Close()
 		if !errors.Is(err, txbox.ErrPublisherClosed) || ctx.Err() != nil {
 			return err
+		}
+		if errors.Is(err, kafka.ErrFenced) {
+			// Another relay started with the same transactional id; a new
+			// connection with it would fence that one in turn.
+			return fmt.Errorf("another relay took over --kafka-transactional-id %s: %w", cell(f.broker.kafkaTxnID), err)
 		}
 		if time.Since(began) > time.Minute {
 			pause = 0
