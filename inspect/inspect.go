@@ -37,8 +37,11 @@ type State string
 
 // The states of an undelivered row, disjoint.
 const (
-	// Pending: never attempted, and not parked.
+	// Pending: never attempted, due, and not parked.
 	Pending State = "pending"
+	// Scheduled: never attempted, and not due before NextAttemptAt, the
+	// time its writer set (txbox.Message.DeliverAt); not parked.
+	Scheduled State = "scheduled"
 	// Retrying: the broker rejected it at least once; it is tried again
 	// from NextAttemptAt.
 	Retrying State = "retrying"
@@ -107,9 +110,9 @@ type Row struct {
 	Key      string
 	State    State
 	Attempts int
-	// NextAttemptAt is when a retrying row is tried again; zero for a row
-	// never attempted and for a dead one (never tried again unless
-	// redriven).
+	// NextAttemptAt is when a retrying row is tried again, or when a
+	// scheduled one is due; zero for a row due since it was written and for
+	// a dead one (never tried again unless redriven).
 	NextAttemptAt time.Time
 	LastError     string // the broker's last rejection
 	CreatedAt     time.Time
@@ -372,6 +375,8 @@ func row(r outboxsql.PendingRow, now time.Time) Row {
 		out.State = Parked
 	case r.Attempts > 0:
 		out.State = Retrying
+	case r.NextAttemptAt.After(now):
+		out.State = Scheduled
 	default:
 		out.State = Pending
 	}

@@ -26,6 +26,8 @@ func why(f inspect.Found) string {
 	switch f.State {
 	case inspect.Pending:
 		return "never tried yet: a running relay publishes it at its next round"
+	case inspect.Scheduled:
+		return fmt.Sprintf("scheduled: due at %s, not published before (txbox pending cancel %s discards it until then)", timeCell(f.NextAttemptAt), cell(f.ID))
 	case inspect.Retrying:
 		return fmt.Sprintf("the broker rejected it %d time(s) (last error below); the relay tries it again from %s", f.Attempts, timeCell(f.NextAttemptAt))
 	case inspect.Parked:
