@@ -239,7 +239,9 @@ func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, e
 // ErrMessageNotFound. Dead rows are left to package dead. Rows that
 // share an id (a reused message id) are all cancelled. Cancel reads the
 // pending rows; when it finds none there it reads the whole table, which
-// has no index on message_id.
+// has no index on message_id. Within a consumer's batch (an AddBuffer in
+// ctx), a message Add buffered is written only at the batch's commit, and
+// Cancel does not see it.
 func (o *Outbox[TTx]) Cancel(ctx context.Context, tx TTx, id string) (int, error) {
 	return o.cancel(ctx, o.drv.UnwrapTx(tx), id)
 }
