@@ -59,6 +59,9 @@ type Backlog struct {
 	// Pending, Retrying and Parked count the undelivered rows that are
 	// not dead, by state; Dead the dead rows.
 	Pending, Retrying, Parked, Dead int64
+	// Scheduled is how many of the Pending rows are scheduled and not yet
+	// due (state Scheduled in Pending's rows).
+	Scheduled int64
 	// ParkedKeys is how many ordering keys dead rows park.
 	ParkedKeys int64
 	// OldestPendingAge is the age (since created_at) of the oldest row
@@ -175,7 +178,7 @@ func (in *Inspector) Backlog(ctx context.Context) (Backlog, error) {
 		return Backlog{}, fmt.Errorf("txbox/inspect: backlog topics: %w", err)
 	}
 	out := Backlog{
-		Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys,
+		Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Scheduled: b.Scheduled,
 		OldestPendingAge: b.OldestPendingAge, OldestClaimableAge: b.OldestClaimableAge,
 		Topics: make([]TopicCount, len(topics)),
 	}

@@ -128,6 +128,9 @@ func TestDeliverAtNotBefore(t *testing.T) {
 		}
 		b, err := f.inspect(t).Backlog(context.Background())
 		testenv.Must(t, err, "backlog")
+		if time.Now().Before(due) && b.Scheduled != 2 {
+			t.Errorf("%s: backlog counts %d scheduled, want 2", f.name, b.Scheduled)
+		}
 		if time.Now().Before(due) && (b.OldestClaimableAge != 0 || b.OldestPendingAge != 0) {
 			t.Errorf("%s: with only scheduled rows not due, oldest claimable age %s and oldest pending age %s, want 0",
 				f.name, b.OldestClaimableAge, b.OldestPendingAge)

@@ -76,7 +76,8 @@ SELECT
 -- dead, in one statement. A row is parked when a dead row shares its key.
 -- The dead rows are read once. A scheduled row (never attempted, its
 -- next_attempt_at ahead of its created_at: Message.DeliverAt) counts in
--- the ages from its due time, and not at all before it.
+-- the ages from its due time, and not at all before it; the last column
+-- counts the pending rows that are scheduled and not yet due.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0) AS SIGNED),
@@ -87,7 +88,8 @@ SELECT
       AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6)) THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END), UTC_TIMESTAMP(6)) / 1000000.0, 0),
   (SELECT COUNT(DISTINCT ordering_key) FROM dead),
   COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN o.next_attempt_at IS NULL OR o.attempts > 0
-      OR o.next_attempt_at <= UTC_TIMESTAMP(6) THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END), UTC_TIMESTAMP(6)) / 1000000.0, 0)
+      OR o.next_attempt_at <= UTC_TIMESTAMP(6) THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END), UTC_TIMESTAMP(6)) / 1000000.0, 0),
+  CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 AND o.next_attempt_at > UTC_TIMESTAMP(6) THEN 1 ELSE 0 END), 0) AS SIGNED)
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key

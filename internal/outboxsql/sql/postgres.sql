@@ -159,7 +159,8 @@ SELECT
 -- dead, in one statement. A row is parked when a dead row shares its key.
 -- The dead rows are read once. A scheduled row (never attempted, its
 -- next_attempt_at ahead of its created_at: Message.DeliverAt) counts in
--- the ages from its due time, and not at all before it.
+-- the ages from its due time, and not at all before it; the last column
+-- counts the pending rows that are scheduled and not yet due.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts = 0),
@@ -170,7 +171,8 @@ SELECT
     WHERE k.ordering_key IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())))::float8, 0),
   (SELECT count(DISTINCT ordering_key) FROM dead),
   coalesce(extract(epoch FROM now() - min(CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END) FILTER (
-    WHERE o.next_attempt_at IS NULL OR o.attempts > 0 OR o.next_attempt_at <= now()))::float8, 0)
+    WHERE o.next_attempt_at IS NULL OR o.attempts > 0 OR o.next_attempt_at <= now()))::float8, 0),
+  count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts = 0 AND o.next_attempt_at > now())
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key

@@ -75,7 +75,8 @@ SELECT
 -- The dead rows are read once. ?1 is now, in unix microseconds. A
 -- scheduled row (never attempted, its next_attempt_at ahead of its
 -- created_at: Message.DeliverAt) counts in the ages from its due time, and
--- not at all before it.
+-- not at all before it. The last column counts the pending rows that are
+-- scheduled and not yet due.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   coalesce(sum(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0),
@@ -86,7 +87,8 @@ SELECT
       AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1) THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END)) / 1e6, 0),
   (SELECT count(DISTINCT ordering_key) FROM dead),
   coalesce((?1 - min(CASE WHEN o.next_attempt_at IS NULL OR o.attempts > 0
-      OR o.next_attempt_at <= ?1 THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END)) / 1e6, 0)
+      OR o.next_attempt_at <= ?1 THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END)) / 1e6, 0),
+  coalesce(sum(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 AND o.next_attempt_at > ?1 THEN 1 ELSE 0 END), 0)
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key

@@ -128,6 +128,7 @@ interval.`,
 // backlogJSON is stats --json.
 type backlogJSON struct {
 	Pending                   int64       `json:"pending"`
+	Scheduled                 int64       `json:"scheduled"`
 	Retrying                  int64       `json:"retrying"`
 	Parked                    int64       `json:"parked"`
 	ParkedKeys                int64       `json:"parked_keys"`
@@ -181,7 +182,7 @@ type throughput struct {
 func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, rate throughput, asJSON bool) error {
 	if asJSON {
 		j := backlogJSON{
-			Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
+			Pending: b.Pending, Scheduled: b.Scheduled, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
 			Undelivered: b.Undelivered(), OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(),
 			OldestClaimableAgeSeconds: b.OldestClaimableAge.Seconds(), Topics: []topicJSON{},
 		}
@@ -211,6 +212,9 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "pending\t%d\n", b.Pending)
+	if b.Scheduled > 0 {
+		fmt.Fprintf(tw, "scheduled\t%d\t(of pending: not due yet)\n", b.Scheduled)
+	}
 	fmt.Fprintf(tw, "retrying\t%d\n", b.Retrying)
 	fmt.Fprintf(tw, "parked\t%d\t(waiting behind a dead message of their key; dead messages park %d key(s))\n", b.Parked, b.ParkedKeys)
 	fmt.Fprintf(tw, "dead\t%d\n", b.Dead)
