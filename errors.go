@@ -31,6 +31,19 @@ var (
 	// for Start), so that whoever runs it builds a new connection or exits
 	// for a supervisor to restart it.
 	ErrPublisherClosed = errors.New("txbox: publisher closed")
+	// ErrMessageNotFound: Outbox.Cancel found no row with the message id
+	// (never written, rolled back, discarded, or delivered and deleted
+	// since: by retention, or at once with relay --retention 0).
+	ErrMessageNotFound = errors.New("txbox: no outbox message with this id")
+	// ErrDelivered: Outbox.Cancel came too late, the message was published.
+	ErrDelivered = errors.New("txbox: message already delivered")
+	// ErrMessageDead: Outbox.Cancel found the message dead (it is not
+	// tried again); discard it with package dead or `txbox dead discard`.
+	ErrMessageDead = errors.New("txbox: message is dead")
+	// ErrInFlight: Outbox.Cancel found the message held by a relay that is
+	// publishing it (SQLite; on PostgreSQL and MySQL a cancel waits for the
+	// relay instead). It is delivered unless the broker rejects it.
+	ErrInFlight = errors.New("txbox: message is being delivered")
 )
 
 // StartupError lists every problem that a relay's or a consumer's Start

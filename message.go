@@ -37,6 +37,34 @@ type Message struct {
 	// consumers read it back where it was carried (zero otherwise). Add
 	// ignores it: the database sets created_at.
 	CreatedAt time.Time
+	// DeliverAt schedules the message: the row commits with the caller's
+	// transaction and the relay publishes it at or after this instant (by
+	// the database's clock; on SQLite, the relay's), never before. Zero, or
+	// an instant not after the time of Add, means at once. The instant is
+	// what counts: its zone and monotonic clock reading are dropped, and
+	// it is rounded up to the microsecond the tables store. A keyed
+	// message holds its key's later messages behind it until it is
+	// delivered (docs/guide/delayed-delivery.md). Outbox.Cancel discards
+	// a message not yet delivered. The relay does not set it on the
+	// messages it reads.
+	DeliverAt time.Time
+}
+
+// MaxDeliverAt is the latest Message.DeliverAt: the end of year 9999, the
+// last instant every table's timestamp column holds (MySQL's DATETIME).
+var MaxDeliverAt = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+
+// deliverAt returns when m is due as the table stores it, rounded up to
+// the microsecond and in UTC, or the zero time when it is due by now.
+func (m *Message) deliverAt(now time.Time) time.Time {
+	if m.DeliverAt.IsZero() || !m.DeliverAt.After(now) {
+		return time.Time{}
+	}
+	t := m.DeliverAt.Round(0).UTC()
+	if r := t.Truncate(time.Microsecond); r.Before(t) {
+		t = r.Add(time.Microsecond)
+	}
+	return t
 }
 
 // Record is a message as stored in the outbox, as the relay reads it.
@@ -109,7 +137,8 @@ func IsReservedHeader(name string) bool {
 //     most one Content-Type in any case;
 //   - header values: at most MaxHeaderValLen bytes of UTF-8, no control
 //     character but tab, no leading or trailing space or tab (NATS trims
-//     them).
+//     them);
+//   - deliver_at: not after MaxDeliverAt.
 func (m *Message) Validate(maxBytes int) error {
 	if m.Topic == "" {
 		return &InvalidMessageError{ID: m.ID, Field: "topic", Reason: "is empty"}
@@ -130,6 +159,9 @@ func (m *Message) Validate(maxBytes int) error {
 		if err := checkText("key", m.Key, MaxKeyLen); err != nil {
 			return m.invalid(err)
 		}
+	}
+	if m.DeliverAt.After(MaxDeliverAt) {
+		return &InvalidMessageError{ID: m.ID, Field: "deliver_at", Reason: fmt.Sprintf("%s is after %s, the latest time the tables hold", m.DeliverAt.UTC().Format(time.RFC3339Nano), MaxDeliverAt.Format(time.RFC3339))}
 	}
 	size := len(m.Payload)
 	ct := ""

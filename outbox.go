@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -228,6 +229,48 @@ func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, e
 	return ids, nil
 }
 
+// Cancel discards, in tx, the message id before it is delivered: every
+// row with that message id that no relay has published, scheduled or not
+// (Message.DeliverAt), and returns how many it deleted. A row a relay is
+// publishing is waited for on PostgreSQL and MySQL (a cancel that comes
+// after the publish finds it delivered); on SQLite Cancel returns
+// ErrInFlight. When it discards nothing, the error says why: ErrDelivered
+// (with the time of the publish), ErrMessageDead, ErrInFlight or
+// ErrMessageNotFound. Dead rows are left to package dead. Rows that
+// share an id (a reused message id) are all cancelled. Cancel reads the
+// pending rows; when it finds none there it reads the whole table, which
+// has no index on message_id. Within a consumer's batch (an AddBuffer in
+// ctx), a message Add buffered is written only at the batch's commit, and
+// Cancel does not see it.
+func (o *Outbox[TTx]) Cancel(ctx context.Context, tx TTx, id string) (int, error) {
+	return o.cancel(ctx, o.drv.UnwrapTx(tx), id)
+}
+
+// CancelNoTx is Cancel outside any transaction.
+func (o *Outbox[TTx]) CancelNoTx(ctx context.Context, id string) (int, error) {
+	return o.cancel(ctx, o.drv.Pool(), id)
+}
+
+func (o *Outbox[TTx]) cancel(ctx context.Context, ex driver.Executor, id string) (int, error) {
+	if id == "" {
+		return 0, fmt.Errorf("%w: cancel: the message id is empty", ErrMessageNotFound)
+	}
+	c, err := o.ins.Cancel(ctx, ex, id)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("txbox: cancel %q: %w", id, err)
+	case c.Discarded > 0:
+		return c.Discarded, nil
+	case c.InFlight > 0:
+		return 0, fmt.Errorf("%w: cancel %q: a relay is publishing it", ErrInFlight, id)
+	case c.Published > 0:
+		return 0, fmt.Errorf("%w: cancel %q: published at %s", ErrDelivered, id, c.PublishedAt.UTC().Format(time.RFC3339Nano))
+	case c.Dead > 0:
+		return 0, fmt.Errorf("%w: cancel %q: it is dead, not delivered (txbox dead discard removes it)", ErrMessageDead, id)
+	}
+	return 0, fmt.Errorf("%w: cancel %q", ErrMessageNotFound, id)
+}
+
 // putClaims stores the claimed payloads through ex.
 func (o *Outbox[TTx]) putClaims(ctx context.Context, ex driver.Executor, claims []claim) error {
 	for _, c := range claims {
@@ -287,6 +330,7 @@ func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row
 			return nil, nil, nil, err
 		}
 	}
+	now := time.Now()
 	var extra []header // the trace context's headers (Config.Propagate)
 	if o.propagate != nil && len(msgs) > 0 {
 		extra = o.traceHeaders(ctx)
@@ -319,7 +363,7 @@ func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row
 		if payload == nil {
 			payload = []byte{}
 		}
-		rows[i] = outboxsql.Row{ID: ids[i], Topic: m.Topic, Key: m.Key, Payload: payload, Headers: headers}
+		rows[i] = outboxsql.Row{ID: ids[i], Topic: m.Topic, Key: m.Key, Payload: payload, Headers: headers, DeliverAt: m.deliverAt(now)}
 	}
 	// On PostgreSQL each keyed row takes its key's lock (see the key_order
 	// migration). Taking them in key order keeps two transactions that add

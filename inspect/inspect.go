@@ -37,8 +37,11 @@ type State string
 
 // The states of an undelivered row, disjoint.
 const (
-	// Pending: never attempted, and not parked.
+	// Pending: never attempted, due, and not parked.
 	Pending State = "pending"
+	// Scheduled: never attempted, and not due before NextAttemptAt, the
+	// time its writer set (txbox.Message.DeliverAt); not parked.
+	Scheduled State = "scheduled"
 	// Retrying: the broker rejected it at least once; it is tried again
 	// from NextAttemptAt.
 	Retrying State = "retrying"
@@ -56,6 +59,9 @@ type Backlog struct {
 	// Pending, Retrying and Parked count the undelivered rows that are
 	// not dead, by state; Dead the dead rows.
 	Pending, Retrying, Parked, Dead int64
+	// Scheduled is how many of the Pending rows are scheduled and not yet
+	// due (state Scheduled in Pending's rows).
+	Scheduled int64
 	// ParkedKeys is how many ordering keys dead rows park.
 	ParkedKeys int64
 	// OldestPendingAge is the age (since created_at) of the oldest row
@@ -107,9 +113,9 @@ type Row struct {
 	Key      string
 	State    State
 	Attempts int
-	// NextAttemptAt is when a retrying row is tried again; zero for a row
-	// never attempted and for a dead one (never tried again unless
-	// redriven).
+	// NextAttemptAt is when a retrying row is tried again, or when a
+	// scheduled one is due; zero for a row due since it was written and for
+	// a dead one (never tried again unless redriven).
 	NextAttemptAt time.Time
 	LastError     string // the broker's last rejection
 	CreatedAt     time.Time
@@ -172,7 +178,7 @@ func (in *Inspector) Backlog(ctx context.Context) (Backlog, error) {
 		return Backlog{}, fmt.Errorf("txbox/inspect: backlog topics: %w", err)
 	}
 	out := Backlog{
-		Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys,
+		Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Scheduled: b.Scheduled,
 		OldestPendingAge: b.OldestPendingAge, OldestClaimableAge: b.OldestClaimableAge,
 		Topics: make([]TopicCount, len(topics)),
 	}
@@ -372,6 +378,8 @@ func row(r outboxsql.PendingRow, now time.Time) Row {
 		out.State = Parked
 	case r.Attempts > 0:
 		out.State = Retrying
+	case r.NextAttemptAt.After(now):
+		out.State = Scheduled
 	default:
 		out.State = Pending
 	}

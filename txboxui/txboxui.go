@@ -41,10 +41,13 @@ const (
 // Backlog is one reading of an outbox table: the undelivered rows by
 // disjoint state, the dead rows and the oldest ages.
 type Backlog struct {
-	Pending  int64 // undelivered, never rejected, not parked
-	Retrying int64 // undelivered, rejected at least once, not dead, not parked
-	Parked   int64 // undelivered, waiting behind a dead row of their key
-	Dead     int64
+	Pending int64 // undelivered, never rejected, not parked
+	// Scheduled is how many of Pending are scheduled and not yet due
+	// (txbox.Message.DeliverAt); -1 when the source does not count them.
+	Scheduled int64
+	Retrying  int64 // undelivered, rejected at least once, not dead, not parked
+	Parked    int64 // undelivered, waiting behind a dead row of their key
+	Dead      int64
 	// ParkedKeys is how many ordering keys dead rows park; -1 when the
 	// source does not count them.
 	ParkedKeys int64
@@ -88,7 +91,7 @@ func InspectBacklog(in *inspect.Inspector) BacklogFunc {
 		if err != nil {
 			return Backlog{}, err
 		}
-		out := Backlog{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys,
+		out := Backlog{Pending: b.Pending, Scheduled: b.Scheduled, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys,
 			OldestClaimableAge: b.OldestClaimableAge, OldestPendingAge: b.OldestPendingAge, Topics: []TopicBacklog{}}
 		for _, t := range b.Topics {
 			out.Topics = append(out.Topics, TopicBacklog{Topic: t.Topic, Undelivered: t.Undelivered, Dead: t.Dead})
@@ -108,7 +111,7 @@ func RelayBacklog(r *relay.Relay) BacklogFunc {
 		if s.Err != nil {
 			return Backlog{}, s.Err
 		}
-		b := Backlog{Pending: s.Pending, Retrying: s.Retrying, Parked: s.Parked, Dead: s.Dead, ParkedKeys: -1, OldestClaimableAge: s.OldestClaimableAge}
+		b := Backlog{Pending: s.Pending, Scheduled: -1, Retrying: s.Retrying, Parked: s.Parked, Dead: s.Dead, ParkedKeys: -1, OldestClaimableAge: s.OldestClaimableAge}
 		if s.Upkeep {
 			b.Upkeep = &Upkeep{OldestTransactionAge: s.OldestTransactionAge, DeadRows: s.DeadRows}
 		}
@@ -380,6 +383,7 @@ type State struct {
 // BacklogJSON is Backlog with ages in seconds.
 type BacklogJSON struct {
 	Pending            int64   `json:"pending"`
+	Scheduled          int64   `json:"scheduled"` // of pending, not due yet; -1: not counted
 	Retrying           int64   `json:"retrying"`
 	Parked             int64   `json:"parked"`
 	Dead               int64   `json:"dead"`
@@ -534,7 +538,7 @@ func (h *Handler) read(ctx context.Context) *State {
 		if err != nil {
 			s.BacklogError = h.failed("read the backlog", err)
 		} else {
-			s.Backlog = BacklogJSON{Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Undelivered: b.Pending + b.Retrying + b.Parked + b.Dead,
+			s.Backlog = BacklogJSON{Pending: b.Pending, Scheduled: b.Scheduled, Retrying: b.Retrying, Parked: b.Parked, Dead: b.Dead, ParkedKeys: b.ParkedKeys, Undelivered: b.Pending + b.Retrying + b.Parked + b.Dead,
 				OldestClaimableSec: b.OldestClaimableAge.Seconds(), OldestPendingSec: b.OldestPendingAge.Seconds()}
 			if u := b.Upkeep; u != nil {
 				s.Backlog.Upkeep = &UpkeepJSON{OldestTransactionSec: u.OldestTransactionAge.Seconds(), DeadRowVersions: u.DeadRows}

@@ -62,6 +62,8 @@ type dialect interface {
 	newNullTime() timeCol
 	// newInt returns a scan destination for an integer column.
 	newInt() intCol
+	// timeArg returns t as a timestamp column's bind value (t is UTC).
+	timeArg(t time.Time) any
 }
 
 // queries are the statements of every dialect, rendered for one table.
@@ -77,8 +79,11 @@ type queries struct {
 	backlog, backlogTopics string
 	// claimRuns is claim with runs of a key (PostgreSQL; Store.ClaimRuns).
 	claimRuns string
-	// insert has a {{list}} of one row's values.
-	insert string
+	// insert has a {{list}} of one row's values; insertAt sets
+	// next_attempt_at too (Row.DeliverAt).
+	insert, insertAt string
+	// cancelFind, cancel and cancelState are Inserter.Cancel's.
+	cancelFind, cancel, cancelState string
 	// release ends a lease (SQLite); lazyCommit runs before the commit
 	// of marks without ordering keys (PostgreSQL); lockKeys takes the
 	// key-order locks of a multi-row insert (MySQL). Empty elsewhere.
@@ -94,7 +99,7 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
 		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead, "list_dead_brief": &q.listDeadBrief,
 		"redrive": &q.redrive, "redrive_all": &q.redriveAll, "discard": &q.discard, "discard_all": &q.discardAll,
-		"dead_ids": &q.deadIDs, "insert": &q.insert, "list_pending": &q.listPending, "backlog": &q.backlog,
+		"dead_ids": &q.deadIDs, "insert": &q.insert, "insert_at": &q.insertAt, "cancel_find": &q.cancelFind, "cancel": &q.cancel, "cancel_state": &q.cancelState, "list_pending": &q.listPending, "backlog": &q.backlog,
 		"backlog_topics": &q.backlogTopics,
 	}
 	schema, name := unqualify(table)

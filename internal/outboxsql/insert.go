@@ -3,7 +3,9 @@ package outboxsql
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/txbox/txbox/driver"
 )
@@ -15,10 +17,13 @@ type Row struct {
 	Key     string // "" is stored as NULL
 	Payload []byte
 	Headers string // JSON object text
+	// DeliverAt, when not zero, is the row's next_attempt_at: the relay
+	// claims it from then on (Message.DeliverAt).
+	DeliverAt time.Time
 }
 
 // maxRowsPerInsert keeps one statement under every dialect's bind-parameter
-// limit (PostgreSQL 65535, SQLite 32766, MySQL 65535) at 5 per row.
+// limit (PostgreSQL 65535, SQLite 32766, MySQL 65535) at 6 per row.
 const maxRowsPerInsert = 1000
 
 // Inserter writes rows into one outbox table with multi-row INSERTs.
@@ -28,7 +33,7 @@ type Inserter struct {
 	err   error // no SQL for the dialect: every Insert fails with it
 
 	mu    sync.Mutex
-	cache map[int]string // row count → statement
+	cache map[int]string // row count → statement; negative: insert_at's
 }
 
 // NewInserter returns an Inserter for the quoted table name. A dialect
@@ -49,20 +54,30 @@ func (in *Inserter) Insert(ctx context.Context, ex driver.Executor, rows []Row) 
 	}
 	for len(rows) > 0 {
 		n := min(len(rows), maxRowsPerInsert)
-		args := make([]any, 0, 5*n)
+		// A statement sets next_attempt_at only when one of its rows is
+		// scheduled: an unscheduled write sends what it always did.
+		at := slices.ContainsFunc(rows[:n], func(r Row) bool { return !r.DeliverAt.IsZero() })
+		args := make([]any, 0, 6*n)
 		for _, r := range rows[:n] {
 			var key any
 			if r.Key != "" {
 				key = r.Key
 			}
 			args = append(args, r.ID, r.Topic, key, r.Payload, r.Headers)
+			if at {
+				var due any
+				if !r.DeliverAt.IsZero() {
+					due = in.d.timeArg(r.DeliverAt)
+				}
+				args = append(args, due)
+			}
 		}
 		if n > 1 {
 			if err := in.lockKeys(ctx, ex, rows[:n]); err != nil {
 				return err
 			}
 		}
-		if _, err := ex.Exec(ctx, in.statement(n), args...); err != nil {
+		if _, err := ex.Exec(ctx, in.statement(n, at), args...); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -70,15 +85,20 @@ func (in *Inserter) Insert(ctx context.Context, ex driver.Executor, rows []Row) 
 	return nil
 }
 
-func (in *Inserter) statement(n int) string {
+// statement is the INSERT of n rows; at: with next_attempt_at.
+func (in *Inserter) statement(n int, at bool) string {
+	q, k := in.d.queries().insert, n
+	if at {
+		q, k = in.d.queries().insertAt, -n
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if s, ok := in.cache[n]; ok {
+	if s, ok := in.cache[k]; ok {
 		return s
 	}
-	s := expandList(in.d, in.d.queries().insert, n)
+	s := expandList(in.d, q, n)
 	if n <= 16 { // keep the cache small: big batches are rare and cheap to build
-		in.cache[n] = s
+		in.cache[k] = s
 	}
 	return s
 }

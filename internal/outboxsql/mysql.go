@@ -122,3 +122,7 @@ func (m *mysql) newNullTime() timeCol { return &anyTime{} }
 func (m *mysql) listPending(f PendingFilter) (string, []any) {
 	return m.q.listPending, []any{f.Seq, f.Seq, f.Topic, f.Topic, f.Key, f.Key, f.MinAttempts, f.Dead, f.limit()}
 }
+
+// timeArg binds t as text: the DATETIME(6) columns hold UTC whatever the
+// connection's loc, which a time.Time argument would be converted to.
+func (m *mysql) timeArg(t time.Time) any { return t.UTC().Format("2006-01-02 15:04:05.000000") }

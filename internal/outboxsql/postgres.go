@@ -113,3 +113,6 @@ func (p *postgres) newNullTime() timeCol { return &nullNativeTime{} }
 func (p *postgres) listPending(f PendingFilter) (string, []any) {
 	return p.q.listPending, []any{f.Seq, f.Topic, f.Key, f.MinAttempts, f.Dead, f.limit()}
 }
+
+// timeArg binds t as a time.Time: timestamptz.
+func (p *postgres) timeArg(t time.Time) any { return t }

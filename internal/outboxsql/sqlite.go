@@ -83,3 +83,6 @@ func (s *sqlite) newNullTime() timeCol { return &nullMicrosTime{} }
 func (s *sqlite) listPending(f PendingFilter) (string, []any) {
 	return s.q.listPending, []any{f.Seq, f.Topic, f.Key, f.MinAttempts, f.Dead, f.limit()}
 }
+
+// timeArg binds t as Unix microseconds.
+func (s *sqlite) timeArg(t time.Time) any { return t.UnixMicro() }

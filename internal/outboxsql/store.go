@@ -556,6 +556,9 @@ type Backlog struct {
 	// of the oldest undelivered row that is not dead (parked ones too).
 	ParkedKeys       int64
 	OldestPendingAge time.Duration
+	// Scheduled is how many of the Pending rows are scheduled and not yet
+	// due (Message.DeliverAt).
+	Scheduled int64
 }
 
 // Backlog runs the backlog query: one statement.
@@ -574,7 +577,7 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 		}
 		return Backlog{}, driver.ErrNoRows
 	}
-	if err := rows.Scan(&b.Pending, &b.Retrying, &b.Parked, &b.Dead, &age, &b.ParkedKeys, &pendingAge); err != nil {
+	if err := rows.Scan(&b.Pending, &b.Retrying, &b.Parked, &b.Dead, &age, &b.ParkedKeys, &pendingAge, &b.Scheduled); err != nil {
 		return Backlog{}, err
 	}
 	b.OldestClaimableAge = time.Duration(max(age, 0) * float64(time.Second))

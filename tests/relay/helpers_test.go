@@ -17,6 +17,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/testenv"
@@ -40,6 +41,11 @@ type fixture struct {
 
 	// dead returns the dead-letter operations on this outbox.
 	dead func(t *testing.T) *dead.Letters
+	// inspect returns an inspector of this outbox.
+	inspect func(t *testing.T) *inspect.Inspector
+	// cancel is Outbox.Cancel in a transaction that commits when commit
+	// is true.
+	cancel func(t *testing.T, commit bool, id string) (int, error)
 
 	pool   *pgxpool.Pool // pgx fixture only
 	outbox *txbox.Outbox[pgx.Tx]
@@ -56,6 +62,12 @@ func letters[TTx any](t *testing.T, drv driver.Driver[TTx]) *dead.Letters {
 	l, err := dead.New(drv, txbox.Config{})
 	testenv.Must(t, err, "dead.New")
 	return l
+}
+
+func inspector[TTx any](t *testing.T, drv driver.Driver[TTx]) *inspect.Inspector {
+	in, err := inspect.New(drv, txbox.Config{})
+	testenv.Must(t, err, "inspect.New")
+	return in
 }
 
 func migrateUp[TTx any](t testing.TB, drv driver.Driver[TTx]) {
@@ -79,6 +91,18 @@ func pgxFixture(t testing.TB, maxConns int) fixture {
 		pool:    pool,
 		outbox:  ob,
 		dead:    func(t *testing.T) *dead.Letters { return letters(t, drv) },
+		inspect: func(t *testing.T) *inspect.Inspector { return inspector(t, ob) },
+		cancel: func(t *testing.T, commit bool, id string) (int, error) {
+			tx, err := pool.Begin(ctx)
+			testenv.Must(t, err, "begin")
+			n, err := ob.Cancel(ctx, tx, id)
+			if commit {
+				testenv.Must(t, tx.Commit(ctx), "commit")
+			} else {
+				testenv.Must(t, tx.Rollback(ctx), "rollback")
+			}
+			return n, err
+		},
 		count: func(t *testing.T, where string) int64 {
 			var n int64
 			testenv.Must(t, pool.QueryRow(ctx, "SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count")
@@ -121,6 +145,18 @@ func sqlFixture(t *testing.T, name string, db *sql.DB, d driver.Dialect) fixture
 		name:    name,
 		dialect: d,
 		dead:    func(t *testing.T) *dead.Letters { return letters(t, drv) },
+		inspect: func(t *testing.T) *inspect.Inspector { return inspector(t, ob) },
+		cancel: func(t *testing.T, commit bool, id string) (int, error) {
+			tx, err := db.BeginTx(ctx, nil)
+			testenv.Must(t, err, "begin")
+			n, err := ob.Cancel(ctx, tx, id)
+			if commit {
+				testenv.Must(t, tx.Commit(), "commit")
+			} else {
+				testenv.Must(t, tx.Rollback(), "rollback")
+			}
+			return n, err
+		},
 		count: func(t *testing.T, where string) int64 {
 			var n int64
 			testenv.Must(t, db.QueryRowContext(ctx, "SELECT count(*) FROM txbox_outbox WHERE "+where).Scan(&n), "count")

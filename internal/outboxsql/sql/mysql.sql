@@ -63,8 +63,10 @@ SELECT
   (SELECT COUNT(*) FROM {{table}} WHERE dead_at IS NOT NULL),
   (SELECT COUNT(*) FROM {{table}} o WHERE o.published_at IS NULL AND o.dead_at IS NULL
      AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
-  COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) / 1000000.0
-            FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
+  COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN attempts = 0 AND next_attempt_at > created_at THEN next_attempt_at ELSE created_at END),
+              UTC_TIMESTAMP(6)) / 1000000.0
+            FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL
+              AND (next_attempt_at IS NULL OR attempts > 0 OR next_attempt_at <= UTC_TIMESTAMP(6))), 0)
 
 -- name: backlog
 -- The relay's periodic sample (Relay.Sample) and inspect.Backlog: the
@@ -72,7 +74,10 @@ SELECT
 -- count, the age of the oldest claimable row (due, not parked), the keys
 -- that dead rows park and the age of the oldest undelivered row that is not
 -- dead, in one statement. A row is parked when a dead row shares its key.
--- The dead rows are read once.
+-- The dead rows are read once. A scheduled row (never attempted, its
+-- next_attempt_at ahead of its created_at: Message.DeliverAt) counts in
+-- the ages from its due time, and not at all before it; the last column
+-- counts the pending rows that are scheduled and not yet due.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0) AS SIGNED),
@@ -80,9 +85,11 @@ SELECT
   CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NOT NULL THEN 1 ELSE 0 END), 0) AS SIGNED),
   (SELECT COUNT(*) FROM dead),
   COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN k.ordering_key IS NULL
-      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6)) THEN o.created_at END), UTC_TIMESTAMP(6)) / 1000000.0, 0),
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6)) THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END), UTC_TIMESTAMP(6)) / 1000000.0, 0),
   (SELECT COUNT(DISTINCT ordering_key) FROM dead),
-  COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(o.created_at), UTC_TIMESTAMP(6)) / 1000000.0, 0)
+  COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN o.next_attempt_at IS NULL OR o.attempts > 0
+      OR o.next_attempt_at <= UTC_TIMESTAMP(6) THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END), UTC_TIMESTAMP(6)) / 1000000.0, 0),
+  CAST(COALESCE(SUM(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 AND o.next_attempt_at > UTC_TIMESTAMP(6) THEN 1 ELSE 0 END), 0) AS SIGNED)
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key
@@ -170,3 +177,29 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 
 -- name: read_committed_start
 START TRANSACTION
+
+-- name: insert_at
+-- insert with next_attempt_at, the time a scheduled row is due
+-- (Message.DeliverAt) in UTC: the statement of a chunk that holds one.
+INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers, next_attempt_at) VALUES {{list "(?,?,?,?,?,?)"}}
+
+-- name: cancel_find
+-- Outbox.Cancel: the rows still to deliver (not dead) with the message id,
+-- read without locks; the delete that follows names them by primary key,
+-- so that it locks those rows only (a DELETE by message id would lock
+-- every pending row it scans, and under REPEATABLE READ the gaps too).
+SELECT id FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL AND message_id = ? ORDER BY id
+
+-- name: cancel
+-- Outbox.Cancel's delete. A row a relay holds is waited for; if the relay
+-- published it meanwhile, the condition no longer holds and it stays.
+DELETE FROM {{table}} WHERE id IN ({{list "?"}}) AND published_at IS NULL AND dead_at IS NULL
+
+-- name: cancel_state
+-- Outbox.Cancel, when nothing was discarded: the rows with the message id
+-- that were published (and the last publish time) or are dead, and those
+-- a relay holds (none here: a claim is a row lock, waited for). It reads
+-- the whole table (message_id has no index).
+SELECT COALESCE(SUM(published_at IS NOT NULL), 0), MAX(published_at),
+       COALESCE(SUM(published_at IS NULL AND dead_at IS NOT NULL), 0), 0
+FROM {{table}} WHERE message_id = ?

@@ -140,12 +140,16 @@ DELETE FROM {{table}}
 WHERE id = ANY(ARRAY(SELECT id FROM {{table}} WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))
 
 -- name: counts
+-- The pending and dead counts, the rows parked, and the age of the oldest
+-- pending row; a scheduled row (see backlog) from its due time.
 SELECT
   (SELECT count(*) FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL),
   (SELECT count(*) FROM {{table}} WHERE dead_at IS NOT NULL),
   (SELECT count(*) FROM {{table}} o WHERE o.published_at IS NULL AND o.dead_at IS NULL
      AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
-  coalesce((SELECT extract(epoch FROM now() - min(created_at))::float8 FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
+  coalesce((SELECT extract(epoch FROM now() - min(CASE WHEN attempts = 0 AND next_attempt_at > created_at THEN next_attempt_at ELSE created_at END))::float8
+            FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL
+              AND (next_attempt_at IS NULL OR attempts > 0 OR next_attempt_at <= now())), 0)
 
 -- name: backlog
 -- The relay's periodic sample (Relay.Sample) and inspect.Backlog: the
@@ -153,17 +157,22 @@ SELECT
 -- count, the age of the oldest claimable row (due, not parked), the keys
 -- that dead rows park and the age of the oldest undelivered row that is not
 -- dead, in one statement. A row is parked when a dead row shares its key.
--- The dead rows are read once.
+-- The dead rows are read once. A scheduled row (never attempted, its
+-- next_attempt_at ahead of its created_at: Message.DeliverAt) counts in
+-- the ages from its due time, and not at all before it; the last column
+-- counts the pending rows that are scheduled and not yet due.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts = 0),
   count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts > 0),
   count(*) FILTER (WHERE k.ordering_key IS NOT NULL),
   (SELECT count(*) FROM dead),
-  coalesce(extract(epoch FROM now() - min(o.created_at) FILTER (
+  coalesce(extract(epoch FROM now() - min(CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END) FILTER (
     WHERE k.ordering_key IS NULL AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())))::float8, 0),
   (SELECT count(DISTINCT ordering_key) FROM dead),
-  coalesce(extract(epoch FROM now() - min(o.created_at))::float8, 0)
+  coalesce(extract(epoch FROM now() - min(CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END) FILTER (
+    WHERE o.next_attempt_at IS NULL OR o.attempts > 0 OR o.next_attempt_at <= now()))::float8, 0),
+  count(*) FILTER (WHERE k.ordering_key IS NULL AND o.attempts = 0 AND o.next_attempt_at > now())
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key
@@ -269,3 +278,29 @@ SELECT pg_total_relation_size(t.oid), pg_indexes_size(t.oid),
        (SELECT max(h.seconds) FROM h),
        top.kind, top.holder, top.state, top.seconds, top.xmin_age
 FROM (SELECT '{{table}}'::regclass::oid AS oid) t LEFT JOIN top ON true
+
+-- name: insert_at
+-- insert with next_attempt_at, the time a scheduled row is due
+-- (Message.DeliverAt): the statement of a chunk that holds one.
+INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers, next_attempt_at) VALUES {{list "(?,?,?,?,?,?)"}}
+
+-- name: cancel_find
+-- Outbox.Cancel: the rows still to deliver (not dead) with the message id
+-- $1, read from the pending index; the delete that follows names them by
+-- primary key, so that it locks those rows only.
+SELECT id FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL AND message_id = $1 ORDER BY id
+
+-- name: cancel
+-- Outbox.Cancel's delete. A row a relay holds is waited for; if the relay
+-- published it meanwhile, the condition no longer holds and it stays.
+DELETE FROM {{table}} WHERE id = ANY($1) AND published_at IS NULL AND dead_at IS NULL
+
+-- name: cancel_state
+-- Outbox.Cancel, when nothing was discarded: the rows with the message id
+-- $1 that were published (and the last publish time) or are dead, and
+-- those a relay holds (none here: a claim is a row lock, waited for). It
+-- reads the whole table (message_id has no index): a cancel that finds
+-- nothing to discard is the rare case.
+SELECT count(*) FILTER (WHERE published_at IS NOT NULL), max(published_at),
+       count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NOT NULL), 0::bigint
+FROM {{table}} WHERE message_id = $1

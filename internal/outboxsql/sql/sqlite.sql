@@ -62,7 +62,9 @@ SELECT
   (SELECT count(*) FROM {{table}} WHERE dead_at IS NOT NULL),
   (SELECT count(*) FROM {{table}} o WHERE o.published_at IS NULL AND o.dead_at IS NULL
      AND o.ordering_key IN (SELECT d.ordering_key FROM {{table}} d WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL)),
-  coalesce((SELECT (?1 - min(created_at)) / 1e6 FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL), 0)
+  coalesce((SELECT (?1 - min(CASE WHEN attempts = 0 AND next_attempt_at > created_at THEN next_attempt_at ELSE created_at END)) / 1e6
+            FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL
+              AND (next_attempt_at IS NULL OR attempts > 0 OR next_attempt_at <= ?1)), 0)
 
 -- name: backlog
 -- The relay's periodic sample (Relay.Sample) and inspect.Backlog: the
@@ -70,7 +72,11 @@ SELECT
 -- count, the age of the oldest claimable row (due, not parked), the keys
 -- that dead rows park and the age of the oldest undelivered row that is not
 -- dead, in one statement. A row is parked when a dead row shares its key.
--- The dead rows are read once. ?1 is now, in unix microseconds.
+-- The dead rows are read once. ?1 is now, in unix microseconds. A
+-- scheduled row (never attempted, its next_attempt_at ahead of its
+-- created_at: Message.DeliverAt) counts in the ages from its due time, and
+-- not at all before it. The last column counts the pending rows that are
+-- scheduled and not yet due.
 WITH dead AS (SELECT ordering_key FROM {{table}} WHERE dead_at IS NOT NULL)
 SELECT
   coalesce(sum(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 THEN 1 ELSE 0 END), 0),
@@ -78,9 +84,11 @@ SELECT
   coalesce(sum(CASE WHEN k.ordering_key IS NOT NULL THEN 1 ELSE 0 END), 0),
   (SELECT count(*) FROM dead),
   coalesce((?1 - min(CASE WHEN k.ordering_key IS NULL
-      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1) THEN o.created_at END)) / 1e6, 0),
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1) THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END)) / 1e6, 0),
   (SELECT count(DISTINCT ordering_key) FROM dead),
-  coalesce((?1 - min(o.created_at)) / 1e6, 0)
+  coalesce((?1 - min(CASE WHEN o.next_attempt_at IS NULL OR o.attempts > 0
+      OR o.next_attempt_at <= ?1 THEN CASE WHEN o.attempts = 0 AND o.next_attempt_at > o.created_at THEN o.next_attempt_at ELSE o.created_at END END)) / 1e6, 0),
+  coalesce(sum(CASE WHEN k.ordering_key IS NULL AND o.attempts = 0 AND o.next_attempt_at > ?1 THEN 1 ELSE 0 END), 0)
 FROM {{table}} o
 LEFT JOIN (SELECT DISTINCT ordering_key FROM dead WHERE ordering_key IS NOT NULL) k
   ON k.ordering_key = o.ordering_key
@@ -147,3 +155,35 @@ SELECT id FROM {{table}} WHERE dead_at IS NOT NULL ORDER BY id
 -- Outbox.Add's multi-row INSERT: {{list}} repeats one row's values, up to
 -- 1000 rows (see Inserter.Insert).
 INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES {{list "(?,?,?,?,?)"}}
+
+-- name: insert_at
+-- insert with next_attempt_at, the time a scheduled row is due
+-- (Message.DeliverAt) in Unix microseconds: the statement of a chunk that
+-- holds one.
+INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers, next_attempt_at) VALUES {{list "(?,?,?,?,?,?)"}}
+
+-- name: cancel_find
+-- Outbox.Cancel: the rows still to deliver (not dead) with the message id
+-- ?1.
+SELECT id FROM {{table}} WHERE published_at IS NULL AND dead_at IS NULL AND message_id = ?1 ORDER BY id
+
+-- name: cancel
+-- Outbox.Cancel's delete, of the rows no relay holds: a row under a live
+-- lease (judged as the claim judges it) is being published, and stays.
+WITH clock(now) AS (SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
+DELETE FROM {{table}}
+WHERE id IN (SELECT value FROM json_each(?1)) AND published_at IS NULL AND dead_at IS NULL
+  AND (claimed_until IS NULL OR claimed_until < (SELECT now FROM clock)
+       OR typeof(claimed_until) <> 'integer' OR claimed_until > (SELECT now FROM clock) + 7200000000)
+
+-- name: cancel_state
+-- Outbox.Cancel, when nothing was discarded: the rows with the message id
+-- ?1 that were published (and the last publish time), are dead, or are
+-- held by a relay's live lease. It reads the whole table (message_id has
+-- no index).
+WITH clock(now) AS (SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
+SELECT coalesce(sum(published_at IS NOT NULL), 0), max(published_at),
+       coalesce(sum(published_at IS NULL AND dead_at IS NOT NULL), 0),
+       coalesce(sum(published_at IS NULL AND dead_at IS NULL AND typeof(claimed_until) = 'integer'
+           AND claimed_until >= (SELECT now FROM clock) AND claimed_until <= (SELECT now FROM clock) + 7200000000), 0)
+FROM {{table}} WHERE message_id = ?1

@@ -43,6 +43,10 @@ type Config struct {
 	// (relay.Config.DeletePublished, txbox relay --retention 0) instead
 	// of marking it.
 	DeletePublished bool
+	// Scheduled is how many rows Scale writes scheduled an hour ahead
+	// (Message.DeliverAt) before each backlog, with lower ids than it, and
+	// leaves pending: a drain steps past them.
+	Scheduled int
 
 	postmaster int // the PostgreSQL server's process id, when readable (see sampleCPU)
 }

@@ -31,6 +31,9 @@ const scaleApp = "txbox-bench-scale"
 // CheckScale checks Scale's --shapes and --relays, so that a command can
 // refuse them before it prints or opens anything.
 func CheckScale(cfg Config) error {
+	if cfg.Scheduled < 0 {
+		return fmt.Errorf("--scheduled %d: want 0 or more rows", cfg.Scheduled)
+	}
 	_, _, err := scaleRuns(cfg)
 	return err
 }
@@ -127,6 +130,9 @@ func Scale(ctx context.Context, cfg Config) error {
 	if cfg.DeletePublished {
 		title += ", delivered rows deleted (--delete-published)"
 	}
+	if cfg.Scheduled > 0 {
+		title += fmt.Sprintf(", %d rows scheduled an hour ahead before them (--scheduled)", cfg.Scheduled)
+	}
 	med, err := interleave(cfg, runs, nil, title)
 	if err != nil {
 		return err
@@ -165,6 +171,16 @@ func fillShape(ctx context.Context, cfg Config, ob *txbox.Outbox[pgx.Tx], key fu
 	}
 	payload := []byte(`{"order_id":123456,"customer":"c-42","total_cents":1999}`)
 	batch := make([]txbox.Message, 0, 1000)
+	due := time.Now().Add(time.Hour)
+	for i := 0; i < cfg.Scheduled; i++ {
+		batch = append(batch, txbox.Message{Topic: "bench.scheduled", Payload: payload, DeliverAt: due})
+		if len(batch) == cap(batch) || i == cfg.Scheduled-1 {
+			if _, err := ob.AddNoTx(ctx, batch...); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
 	for i := 0; i < cfg.Rows; i++ {
 		batch = append(batch, txbox.Message{Topic: "bench.scale", Key: key(i), Payload: payload})
 		if len(batch) == cap(batch) || i == cfg.Rows-1 {

@@ -94,8 +94,8 @@ machine are noisy: read the ratios, and the paired medians.`,
 				if err := bench.CheckScale(cfg); err != nil {
 					return fmt.Errorf("bench scale: %w", err)
 				}
-			} else if fs := cmd.Flags(); fs.Changed("shapes") || fs.Changed("relays") || fs.Changed("delete-published") {
-				return fmt.Errorf("--shapes, --relays and --delete-published apply to bench scale only, not bench %s", which)
+			} else if fs := cmd.Flags(); fs.Changed("shapes") || fs.Changed("relays") || fs.Changed("delete-published") || fs.Changed("scheduled") {
+				return fmt.Errorf("--shapes, --relays, --delete-published and --scheduled apply to bench scale only, not bench %s", which)
 			}
 			for _, err := range []error{
 				benchRowsSetting.resolve(cmd.Flags(), cfg.Rows, &cfg.Rows),
@@ -171,5 +171,6 @@ machine are noisy: read the ratios, and the paired medians.`,
 	fs.StringSliceVar(&cfg.Shapes, "shapes", nil, "bench scale: the backlogs to drain, of unordered, 1000-keys, skewed, 20-keys (default all)")
 	fs.IntSliceVar(&cfg.Relays, "relays", nil, "bench scale: the numbers of relays to run, compared with the first (default 1,2,4)")
 	fs.BoolVar(&cfg.DeletePublished, "delete-published", false, "bench scale: the relays delete each delivered row (as txbox relay --retention 0) instead of marking it")
+	fs.IntVar(&cfg.Scheduled, "scheduled", 0, "bench scale: rows scheduled an hour ahead (Message.DeliverAt), written before each backlog and left pending")
 	return cmd
 }

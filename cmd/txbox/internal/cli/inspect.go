@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inspect"
 )
 
@@ -124,6 +128,7 @@ interval.`,
 // backlogJSON is stats --json.
 type backlogJSON struct {
 	Pending                   int64       `json:"pending"`
+	Scheduled                 int64       `json:"scheduled"`
 	Retrying                  int64       `json:"retrying"`
 	Parked                    int64       `json:"parked"`
 	ParkedKeys                int64       `json:"parked_keys"`
@@ -177,7 +182,7 @@ type throughput struct {
 func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error, rate throughput, asJSON bool) error {
 	if asJSON {
 		j := backlogJSON{
-			Pending: b.Pending, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
+			Pending: b.Pending, Scheduled: b.Scheduled, Retrying: b.Retrying, Parked: b.Parked, ParkedKeys: b.ParkedKeys, Dead: b.Dead,
 			Undelivered: b.Undelivered(), OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(),
 			OldestClaimableAgeSeconds: b.OldestClaimableAge.Seconds(), Topics: []topicJSON{},
 		}
@@ -207,6 +212,9 @@ func printBacklog(out io.Writer, b inspect.Backlog, t inspect.Table, terr error,
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "pending\t%d\n", b.Pending)
+	if b.Scheduled > 0 {
+		fmt.Fprintf(tw, "scheduled\t%d\t(of pending: not due yet)\n", b.Scheduled)
+	}
 	fmt.Fprintf(tw, "retrying\t%d\n", b.Retrying)
 	fmt.Fprintf(tw, "parked\t%d\t(waiting behind a dead message of their key; dead messages park %d key(s))\n", b.Parked, b.ParkedKeys)
 	fmt.Fprintf(tw, "dead\t%d\n", b.Dead)
@@ -272,9 +280,11 @@ func newPendingCmd() *cobra.Command {
 	var f tableFlags
 	cmd := &cobra.Command{
 		Use:   "pending",
-		Short: "List undelivered outbox messages (stuck, retrying, parked)",
-		Long: `  txbox pending list    undelivered messages with their state, attempts,
-                        next attempt, age and last error, oldest first
+		Short: "List undelivered outbox messages (scheduled, retrying, parked), or cancel one",
+		Long: `  txbox pending list         undelivered messages with their state, attempts,
+                             next attempt (a scheduled one: its due time), age
+                             and last error, oldest first
+  txbox pending cancel ID...  discard messages not yet delivered, by message id
 
 A message the broker keeps rejecting shows here with its attempts and last
 error long before it goes dead (or forever, with --max-attempts off).`,
@@ -282,8 +292,61 @@ error long before it goes dead (or forever, with --max-attempts off).`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	f.register(cmd, true)
-	cmd.AddCommand(newPendingListCmd(&f))
+	cmd.AddCommand(newPendingListCmd(&f), newPendingCancelCmd(&f))
 	return cmd
+}
+
+// canceller is a *txbox.Outbox of either driver.
+type canceller interface {
+	CancelNoTx(ctx context.Context, id string) (int, error)
+}
+
+func newPendingCancelCmd(f *tableFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID...",
+		Short: "Discard undelivered messages by message id (a scheduled one before it is due)",
+		Long: `Discard the outbox messages with these message ids before they are delivered:
+every row with the id that no relay has published is deleted. A message a
+relay is publishing at that moment is waited for on PostgreSQL and MySQL
+(and then found delivered); on SQLite it is reported as being delivered.
+
+For each ID one line says what happened: "cancelled", or why not: already
+delivered (with the time), dead (txbox dead discard removes it), being
+delivered, or no such message (never written, or delivered and deleted by
+--retention). The exit status is 1 when any ID was not cancelled.`,
+		Example: `  txbox pending cancel 0192f1c2-7d1e-7c3a-9a55-3f2b1c0d4e5f
+  txbox pending list --key customer-7   # find the id`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			o, closeDB, err := openTool(cmd, f,
+				func(d driver.Driver[pgx.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) },
+				func(d driver.Driver[*sql.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) })
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			out := cmd.OutOrStdout()
+			failed := 0
+			for _, id := range ids {
+				n, err := o.CancelNoTx(cmd.Context(), id)
+				switch {
+				case err == nil:
+					fmt.Fprintf(out, "%s\tcancelled (%d row(s) discarded)\n", cell(id), n)
+					continue
+				case errors.Is(err, txbox.ErrDelivered), errors.Is(err, txbox.ErrMessageDead), errors.Is(err, txbox.ErrInFlight),
+					errors.Is(err, txbox.ErrMessageNotFound):
+					fmt.Fprintf(out, "%s\tnot cancelled: %s\n", cell(id), cell(strings.TrimPrefix(err.Error(), "txbox: ")))
+					failed++
+				default:
+					return fmt.Errorf("cancel %s: %w", cell(id), err)
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d message(s) not cancelled", failed, len(ids))
+			}
+			return nil
+		},
+	}
 }
 
 // rowJSON is one row of pending list --json.
@@ -325,7 +388,10 @@ func newPendingListCmd(f *tableFlags) *cobra.Command {
 		Use:   "list",
 		Short: "List undelivered messages, oldest first",
 		Long: `List undelivered messages, oldest first: SEQ, state, topic, key, attempts,
-next attempt, age, last error. At most --limit are printed; when more match,
+next attempt, age, last error. State is pending (due, never tried), scheduled
+(never tried, due at the time in NEXT ATTEMPT/DUE: Message.DeliverAt, or a
+plain-SQL writer's next_attempt_at), retrying (rejected, tried again from
+NEXT ATTEMPT/DUE), parked or dead. At most --limit are printed; when more match,
 the last line says so and how to page on (--after SEQ; with --json the line
 goes to standard error).`,
 		Example: `  txbox pending list --min-attempts 3
@@ -373,7 +439,7 @@ goes to standard error).`,
 			}
 			defer cut(out)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SEQ\tSTATE\tTOPIC\tKEY\tATTEMPTS\tNEXT ATTEMPT\tAGE\tLAST ERROR")
+			fmt.Fprintln(tw, "SEQ\tSTATE\tTOPIC\tKEY\tATTEMPTS\tNEXT ATTEMPT/DUE\tAGE\tLAST ERROR")
 			for _, r := range rows {
 				next := "-"
 				if !r.NextAttemptAt.IsZero() {

@@ -26,6 +26,8 @@ func why(f inspect.Found) string {
 	switch f.State {
 	case inspect.Pending:
 		return "never tried yet: a running relay publishes it at its next round"
+	case inspect.Scheduled:
+		return fmt.Sprintf("scheduled: due at %s, not published before (txbox pending cancel %s discards it until then)", timeCell(f.NextAttemptAt), cell(f.ID))
 	case inspect.Retrying:
 		return fmt.Sprintf("the broker rejected it %d time(s) (last error below); the relay tries it again from %s", f.Attempts, timeCell(f.NextAttemptAt))
 	case inspect.Parked:
@@ -48,7 +50,7 @@ func newShowCmd() *cobra.Command {
 		Use:   "show ID|SEQ",
 		Short: "Find one outbox message by message id or SEQ, in any state, and say why it is there",
 		Long: `Find the outbox rows whose message id is ID, or whose SEQ (row id) is SEQ, in
-any state: pending, retrying, parked (behind a dead message of its key), dead,
+any state: pending, scheduled, retrying, parked (behind a dead message of its key), dead,
 or delivered (while the relay's --retention keeps delivered rows). For each it
 prints where it stands and why, its attempts, times, last error, headers and
 payload (escaped, cut at 4 KiB).

@@ -1,0 +1,262 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/inspect"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// stampPublisher records each payload it is given with the time it was
+// given it, in order.
+type stampPublisher struct {
+	mu  sync.Mutex
+	got []stamped
+}
+
+type stamped struct {
+	payload string
+	at      time.Time
+}
+
+func (p *stampPublisher) Publish(_ context.Context, msgs []txbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for _, m := range msgs {
+		p.got = append(p.got, stamped{string(m.Payload), now})
+	}
+	return make([]error, len(msgs))
+}
+
+// at returns when payload was first published, or false.
+func (p *stampPublisher) at(payload string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.got {
+		if s.payload == payload {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (p *stampPublisher) order() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, s := range p.got {
+		out = append(out, s.payload)
+	}
+	return strings.Join(out, ",")
+}
+
+// holdUntil checks, until due by this process's clock, that none of
+// payloads is published; the database shares the clock (local services).
+func holdUntil(t *testing.T, p *stampPublisher, due time.Time, payloads ...string) {
+	t.Helper()
+	for time.Now().Before(due) {
+		for _, pl := range payloads {
+			if at, ok := p.at(pl); ok {
+				t.Fatalf("%s published at %s, before its time %s", pl, at.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitPublished waits for payloads to be published, failing when the
+// relay publishes nothing new for the stall (eventuallyState).
+func waitPublished(t *testing.T, p *stampPublisher, payloads ...string) {
+	t.Helper()
+	eventuallyState(t, "published: "+strings.Join(payloads, ","), func() (bool, string) {
+		for _, pl := range payloads {
+			if _, ok := p.at(pl); !ok {
+				return false, p.order()
+			}
+		}
+		return true, ""
+	})
+}
+
+// pendingState returns the inspector's row of payload's message id.
+func pendingRow(t *testing.T, f fixture, id string) inspect.Row {
+	t.Helper()
+	rows, err := f.inspect(t).Pending(context.Background(), inspect.Filter{Limit: 1000})
+	testenv.Must(t, err, "pending")
+	for _, r := range rows {
+		if r.ID == id {
+			return r
+		}
+	}
+	t.Fatalf("%s: no pending row %s", f.name, id)
+	return inspect.Row{}
+}
+
+// A scheduled message (Add in a transaction, AddNoTx) is not published
+// before its DeliverAt, shows as scheduled with its due time, counts in no
+// backlog age before then, and is published after it; a message written
+// with it without a schedule goes at once.
+func TestDeliverAtNotBefore(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, f fixture) {
+		pub := &stampPublisher{}
+		due := time.Now().Add(2 * time.Second)
+		idTx, idNoTx := testenv.Name("later"), testenv.Name("later-notx")
+		f.add(t, true, txbox.Message{Topic: "t", Payload: []byte("now")},
+			txbox.Message{ID: idTx, Topic: "t", Payload: []byte("later"), DeliverAt: due.In(time.FixedZone("X", 5*3600))})
+		f.addNoTx(t, txbox.Message{ID: idNoTx, Topic: "t", Payload: []byte("later-notx"), DeliverAt: due})
+		r := f.newRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+		startRelay(t, r)
+		waitPublished(t, pub, "now")
+
+		for _, id := range []string{idTx, idNoTx} {
+			row := pendingRow(t, f, id)
+			if row.State != inspect.Scheduled || row.NextAttemptAt.Before(due) || row.NextAttemptAt.Sub(due) >= time.Microsecond {
+				t.Errorf("%s: row %s: state %s, due %s; want scheduled, due %s (to the µs, not earlier)", f.name, id, row.State,
+					row.NextAttemptAt.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
+			}
+		}
+		b, err := f.inspect(t).Backlog(context.Background())
+		testenv.Must(t, err, "backlog")
+		if time.Now().Before(due) && b.Scheduled != 2 {
+			t.Errorf("%s: backlog counts %d scheduled, want 2", f.name, b.Scheduled)
+		}
+		if time.Now().Before(due) && (b.OldestClaimableAge != 0 || b.OldestPendingAge != 0) {
+			t.Errorf("%s: with only scheduled rows not due, oldest claimable age %s and oldest pending age %s, want 0",
+				f.name, b.OldestClaimableAge, b.OldestPendingAge)
+		}
+
+		holdUntil(t, pub, due, "later", "later-notx")
+		waitPublished(t, pub, "later", "later-notx")
+		for _, pl := range []string{"later", "later-notx"} {
+			if at, _ := pub.at(pl); at.Before(due) {
+				t.Errorf("%s: %s published at %s, before %s", f.name, pl, at.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano))
+			}
+		}
+	})
+}
+
+// A scheduled keyed message holds its key: the key's later messages wait
+// behind it and go after it, in order; other keys and unkeyed messages go
+// at once.
+func TestDeliverAtHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, f fixture) {
+		pub := &stampPublisher{}
+		due := time.Now().Add(2 * time.Second)
+		f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("k1"), DeliverAt: due})
+		f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("k2")})
+		f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("k3")},
+			txbox.Message{Topic: "t", Key: "other", Payload: []byte("o1")},
+			txbox.Message{Topic: "t", Payload: []byte("free")})
+		r := f.newRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+		startRelay(t, r)
+		waitPublished(t, pub, "o1", "free")
+		holdUntil(t, pub, due, "k1", "k2", "k3")
+		waitPublished(t, pub, "k1", "k2", "k3")
+		var ks []string
+		for _, pl := range strings.Split(pub.order(), ",") {
+			if strings.HasPrefix(pl, "k") {
+				ks = append(ks, pl)
+			}
+		}
+		if got := strings.Join(ks, ","); got != "k1,k2,k3" {
+			t.Fatalf("%s: key k published as %s, want k1,k2,k3 (all: %s)", f.name, got, pub.order())
+		}
+	})
+}
+
+// A plain-SQL writer schedules a row by setting next_attempt_at: it shows
+// as scheduled and is not published before that time.
+func TestPlainSQLScheduledRow(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, f fixture) {
+		pub := &stampPublisher{}
+		due := time.Now().Add(2 * time.Second).Truncate(time.Microsecond)
+		id := testenv.Name("sql")
+		var q string
+		var at any
+		switch f.dialect {
+		case driver.Postgres:
+			q, at = "INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) VALUES ($1, 't', 'sql', $2)", due
+		case driver.MySQL:
+			q, at = "INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) VALUES (?, 't', 'sql', ?)", due.UTC().Format("2006-01-02 15:04:05.000000")
+		case driver.SQLite:
+			q, at = "INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) VALUES (?, 't', CAST('sql' AS BLOB), ?)", due.UnixMicro()
+		}
+		f.exec(t, q, id, at)
+		if row := pendingRow(t, f, id); row.State != inspect.Scheduled || !row.NextAttemptAt.Equal(due) {
+			t.Errorf("%s: state %s, due %s; want scheduled, due %s", f.name, row.State, row.NextAttemptAt, due)
+		}
+		r := f.newRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+		startRelay(t, r)
+		holdUntil(t, pub, due, "sql")
+		waitPublished(t, pub, "sql")
+	})
+}
+
+// Cancel discards a message not yet delivered (in the caller's
+// transaction: a rollback keeps it), and says why when it cannot: the
+// message was delivered, is dead, or does not exist.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, f fixture) {
+		pub := &stampPublisher{}
+		later, soon, gone := testenv.Name("later"), testenv.Name("soon"), testenv.Name("dead")
+		f.add(t, true, txbox.Message{ID: later, Topic: "t", Key: "k", Payload: []byte("later"), DeliverAt: time.Now().Add(time.Hour)},
+			txbox.Message{ID: gone, Topic: "t", Payload: []byte("dead"), DeliverAt: time.Now().Add(time.Hour)})
+		f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("behind")})
+		f.exec(t, fmt.Sprintf("UPDATE txbox_outbox SET dead_at = created_at WHERE message_id = '%s'", gone))
+
+		if n, err := f.cancel(t, false, later); err != nil || n != 1 {
+			t.Fatalf("%s: cancel rolled back: %d, %v; want 1, nil", f.name, n, err)
+		}
+		if n := f.count(t, fmt.Sprintf("message_id = '%s'", later)); n != 1 {
+			t.Fatalf("%s: a rolled-back cancel left %d rows, want 1", f.name, n)
+		}
+		r := f.newRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+		startRelay(t, r)
+		if n, err := f.cancel(t, true, later); err != nil || n != 1 {
+			t.Fatalf("%s: cancel: %d, %v; want 1, nil", f.name, n, err)
+		}
+		if n := f.count(t, fmt.Sprintf("message_id = '%s'", later)); n != 0 {
+			t.Fatalf("%s: cancel left %d rows", f.name, n)
+		}
+		// Its key goes on with the next message.
+		waitPublished(t, pub, "behind")
+		if _, err := f.cancel(t, true, later); !errors.Is(err, txbox.ErrMessageNotFound) {
+			t.Errorf("%s: second cancel: %v, want ErrMessageNotFound", f.name, err)
+		}
+		if _, err := f.cancel(t, true, testenv.Name("never")); !errors.Is(err, txbox.ErrMessageNotFound) {
+			t.Errorf("%s: cancel of an id never written: %v, want ErrMessageNotFound", f.name, err)
+		}
+
+		f.add(t, true, txbox.Message{ID: soon, Topic: "t", Payload: []byte("soon")})
+		waitPublished(t, pub, "soon")
+		eventually(t, "soon marked", func() bool {
+			return f.count(t, fmt.Sprintf("message_id = '%s' AND published_at IS NOT NULL", soon)) == 1
+		})
+		if n, err := f.cancel(t, true, soon); !errors.Is(err, txbox.ErrDelivered) || n != 0 || !strings.Contains(err.Error(), "published at") {
+			t.Errorf("%s: cancel after delivery: %d, %v; want ErrDelivered saying when", f.name, n, err)
+		}
+		if n, err := f.cancel(t, true, gone); !errors.Is(err, txbox.ErrMessageDead) || n != 0 {
+			t.Errorf("%s: cancel of a dead message: %d, %v; want ErrMessageDead", f.name, n, err)
+		}
+		if n := f.count(t, fmt.Sprintf("message_id = '%s'", gone)); n != 1 {
+			t.Errorf("%s: cancel of a dead message left %d rows, want it kept", f.name, n)
+		}
+		if _, ok := pub.at("later"); ok {
+			t.Errorf("%s: the cancelled message was published", f.name)
+		}
+	})
+}
