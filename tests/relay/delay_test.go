@@ -78,7 +78,7 @@ func holdUntil(t *testing.T, p *stampPublisher, due time.Time, payloads ...strin
 // relay publishes nothing new for the stall (eventuallyState).
 func waitPublished(t *testing.T, p *stampPublisher, payloads ...string) {
 	t.Helper()
-	eventuallyState(t, "published: "+strings.Join(payloads, ","), func() (bool, string) {
+	testenv.Await(t, "published: "+strings.Join(payloads, ","), func() (bool, string) {
 		for _, pl := range payloads {
 			if _, ok := p.at(pl); !ok {
 				return false, p.order()
