@@ -43,6 +43,12 @@ type laneKeeper struct {
 	// ownBeat makes the beats of a relay that does not run (claim) take
 	// turns.
 	ownBeat sync.Mutex
+
+	// conflicts is Lanes.Conflicts when the relay last said so in its
+	// log, at warned (held).
+	heldMu    sync.Mutex
+	conflicts int64
+	warned    time.Time
 }
 
 func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
@@ -231,7 +237,29 @@ func (k *laneKeeper) claim(ctx context.Context, limit int) (*outboxsql.Batch, er
 			return nil, fmt.Errorf("lanes: %w", err)
 		}
 	}
-	return k.db.Claim(ctx, limit, k.leases())
+	b, err := k.db.Claim(ctx, limit, k.leases())
+	k.held()
+	return b, err
+}
+
+// heldEvery is how often at most the relay logs that rows of its lanes
+// are held by another transaction.
+const heldEvery = time.Minute
+
+// held logs, at most every heldEvery, that claims met rows of this
+// relay's lanes locked by another transaction (outboxsql.Lanes.Conflicts):
+// their keys wait from that row on, never published out of order; it is a
+// transaction holding outbox rows, or a fencing failure.
+func (k *laneKeeper) held() {
+	n := k.db.Conflicts()
+	k.heldMu.Lock()
+	defer k.heldMu.Unlock()
+	if n == k.conflicts || time.Since(k.warned) < heldEvery {
+		return
+	}
+	k.r.log.Error("txbox relay: rows of lanes this relay owns are locked by another transaction; their keys wait from those rows on (a transaction holds outbox rows, or two relays own a lane: a fencing failure)",
+		"claims", n-k.conflicts)
+	k.conflicts, k.warned = n, time.Now()
 }
 
 // expiring reports whether a relay that does not run beats before it

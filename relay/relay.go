@@ -635,10 +635,11 @@ type Stats struct {
 	// messages count, also when it shares its publisher (a Group). Such
 	// messages are in Published too.
 	Duplicates int64
-	// LaneConflicts counts the claims that found a row of a lane this relay
-	// owns locked by another transaction (outboxsql.ErrLaneConflict): two
-	// relays owned one lane, a fencing failure. Each claim was released,
-	// nothing published; anything but 0 is a bug to report.
+	// LaneConflicts counts the claims that found a keyed row of a lane this
+	// relay owns locked by another transaction: a transaction holding
+	// outbox rows, or two relays owning one lane (a fencing failure, a bug
+	// to report). Each such claim left the row's key out from that row on
+	// (docs/design/relay.md); the relay logs them at most once a minute.
 	LaneConflicts int64
 
 	Pending          int64         // rows still to deliver (table-wide), parked ones included

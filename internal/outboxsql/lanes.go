@@ -93,12 +93,10 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 // Owner is the name under which this relay owns lanes.
 func (l *Lanes) Owner() string { return l.owner }
 
-// ErrLaneConflict is a claim's error when a keyed row it picked was locked
-// by another transaction: two relays own one lane (a fencing failure). The
-// claim is released; nothing is published out of order.
-var ErrLaneConflict = errors.New("txbox: a row of an owned lane is locked elsewhere (two relays own one lane, or a transaction locked the row by hand); batch released")
-
-// Conflicts counts the claims that failed with ErrLaneConflict.
+// Conflicts counts the claims that read a keyed row of an owned lane that
+// another transaction held locked: someone locked an outbox row by hand, or
+// two relays own one lane (a fencing failure). Such a claim leaves that
+// row's key out from that row on (Claim).
 func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 
 // Claim takes up to limit rows: keyed rows only from the lanes of leases
@@ -109,8 +107,12 @@ func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 //
 // On PostgreSQL it is one statement (lane_claim): rows without a key
 // SKIP LOCKED, and the owner's read of its lanes, each from its first
-// undelivered row in id order, locked NOWAIT (a conflict is a fencing
-// failure: ErrLaneConflict). Each lane gives at most limit divided by the
+// undelivered row in id order, then the rows read locked SKIP LOCKED. A
+// row read but held by another transaction stops its key there for this
+// claim (counted in Conflicts): only a lane's owner locks its rows, so that
+// is a transaction holding outbox rows or a fencing failure, and either
+// way the key is not published out of order while the rest of the lane,
+// the other lanes and the rows without a key go on. Each lane gives at most limit divided by the
 // number of lanes that had rows at the last claim (activeLanes), and all
 // lanes limit in all (perLane), the lanes taken round robin from where the
 // last claim stopped (lanesToRead): one claim reads about one batch,
@@ -155,7 +157,7 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	if qb, ok := s.pool.(driver.QueryBeginner); ok {
 		// BEGIN, the lane locks and the claim in one round trip.
 		if b.tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{lock}, claim); err != nil {
-			return nil, l.conflict(fmt.Errorf("claim transaction: %w", err))
+			return nil, fmt.Errorf("claim transaction: %w", err)
 		}
 	} else {
 		if b.tx, err = s.pool.Begin(context.WithoutCancel(ctx)); err != nil {
@@ -188,7 +190,7 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))
-		return nil, l.conflict(err)
+		return nil, err
 	}
 	b.Rows = w.rows
 	b.onEnd = func() { l.unhold(w.lanes) }
@@ -204,16 +206,6 @@ func (l *Lanes) FromStart() bool {
 	return l.my != nil || !l.backlog.Load()
 }
 
-// conflict wraps err in ErrLaneConflict when it is PostgreSQL's 55P03 (a
-// NOWAIT lock held elsewhere), and counts it.
-func (l *Lanes) conflict(err error) error {
-	if !lockNotAvailable(err) {
-		return err
-	}
-	l.conflicts.Add(1)
-	return fmt.Errorf("%w: %w", ErrLaneConflict, err)
-}
-
 // walk is what a claim picked: its rows in id order (a keyed row that
 // follows another of its key in the batch has it as Prev), and every key
 // it read, in flight until the batch ends.
@@ -227,12 +219,12 @@ type walk struct {
 
 // laneRow is a row lane_claim returned: a keyed row of a lane (lane >= 0),
 // or a row without a key (lane -1); later: its retry is not yet due (at
-// due).
+// due); locked: the claim holds its lock (false: another transaction does).
 type laneRow struct {
-	c           Claimed
-	lane        int16
-	dead, later bool
-	due         time.Time
+	c                   Claimed
+	lane                int16
+	dead, later, locked bool
+	due                 time.Time
 }
 
 // walk reads lane_claim's rows and picks, in id order, up to limit rows in
@@ -243,7 +235,7 @@ func (l *Lanes) walk(rows driver.Rows, limit int, order []int16) (walk, error) {
 	// One row's destinations, reused for every row (as scanClaimed).
 	var r laneRow
 	created, attempts := l.s.d.newTime(), l.s.d.newInt()
-	dest := []any{&r.c.Seq, &r.c.ID, &r.c.Topic, &r.c.Key, &r.c.Payload, &r.c.Headers, attempts.dest(), created.dest(), &r.lane, &r.dead, &r.later, &r.due}
+	dest := []any{&r.c.Seq, &r.c.ID, &r.c.Topic, &r.c.Key, &r.c.Payload, &r.c.Headers, attempts.dest(), created.dest(), &r.lane, &r.dead, &r.later, &r.due, &r.locked}
 	for rows.Next() {
 		r = laneRow{}
 		if err := rows.Scan(dest...); err != nil {
@@ -266,7 +258,7 @@ func (l *Lanes) walk(rows driver.Rows, limit int, order []int16) (walk, error) {
 	var w walk
 	last := map[string]int64{} // a key's last picked row; -1: the key stopped
 	lanes := map[int16]struct{}{}
-	keyed := 0
+	keyed, held := 0, false
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range all {
@@ -287,6 +279,10 @@ func (l *Lanes) walk(rows driver.Rows, limit int, order []int16) (walk, error) {
 		}
 		switch {
 		case p < 0:
+			continue
+		case !r.locked: // held elsewhere: the key stops here
+			held = true
+			last[key] = -1
 			continue
 		case r.dead:
 			if !seen { // the key's head: parked until it is redriven or discarded
@@ -310,6 +306,9 @@ func (l *Lanes) walk(rows driver.Rows, limit int, order []int16) (walk, error) {
 	}
 	for i := range w.keys {
 		l.heldIn[w.lanes[i]]++
+	}
+	if held {
+		l.conflicts.Add(1)
 	}
 	var reached int
 	l.active, reached = activeLanes(lanes, keyed >= limit, order)
@@ -464,13 +463,6 @@ func (l *Lanes) unhold(lanes []int16) {
 	for i := range lanes {
 		l.heldIn[lanes[i]]--
 	}
-}
-
-// lockNotAvailable reports whether err is PostgreSQL's 55P03 (a NOWAIT lock
-// held elsewhere).
-func lockNotAvailable(err error) bool {
-	var state interface{ SQLState() string }
-	return err != nil && errors.As(err, &state) && state.SQLState() == "55P03"
 }
 
 // Join records the relay as alive for ttl and returns how many relays are

@@ -27,17 +27,19 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 -- name: lane_claim
 -- The claim, in the claim transaction after lane_lock, in one statement.
 -- Up to $6 rows without a key, oldest first from id $8 on, claimed FOR
--- UPDATE SKIP LOCKED (any relay claims those). And the owner's read of its keyed rows: the
--- lanes of $1 whose epoch is still the one in $2 and whose owner is still
--- $4, in the order given, each read from its first undelivered row (dead
--- ones included) in id order from the lane index, at most $3 rows of each
--- and $7 in all, less the rows of the keys $5 (keys the relay knows are
--- parked or retrying later; it does not read a lane with keys in flight in
--- another batch of its own). The
--- rows read are locked FOR UPDATE NOWAIT: only their lane's owner ever
--- locks them, so a lock held elsewhere means two relays own one lane (or
--- someone else locked an outbox row by hand), and the claim fails rather
--- than publish out of order. The relay picks what to publish in Go
+-- UPDATE SKIP LOCKED (any relay claims those). And the owner's read of its
+-- keyed rows: the lanes of $1 whose epoch is still the one in $2 and whose
+-- owner is still $4, in the order given, each read from its first
+-- undelivered row (dead ones included) in id order from the lane index, at
+-- most $3 rows of each and $7 in all, less the rows of the keys $5 (keys
+-- the relay knows are parked or retrying later; it does not read a lane
+-- with keys in flight in another batch of its own). Then the rows read are
+-- locked FOR UPDATE SKIP LOCKED, by id, still undelivered; locked says
+-- which were. A row read but not locked is held by another transaction
+-- (someone locked an outbox row by hand, or two relays own one lane: a
+-- fencing failure): the relay's pick stops its key there, so the key is
+-- never published out of order, and the rest of the lane and every other
+-- lane flow. The relay picks what to publish in Go
 -- (outboxsql.Lanes.Claim). Empty headers come back NULL: nothing for the
 -- relay to copy or decode; lane is -1 for a row without a key, due the
 -- epoch for a row with no retry set.
@@ -54,7 +56,7 @@ v AS MATERIALIZED (
   FROM unnest($1::smallint[], $2::bigint[]) WITH ORDINALITY w(lane, epoch, ord)
   JOIN {{name "lanes"}} l ON l.lane = w.lane AND l.epoch = w.epoch AND l.owner = $4
   ORDER BY w.ord),
-k AS (
+k AS MATERIALIZED (
   SELECT r.* FROM v CROSS JOIN LATERAL (
     SELECT o.id, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
            o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
@@ -62,14 +64,17 @@ k AS (
     WHERE (hashtext(o.ordering_key) & 63) = v.lane::int AND o.ordering_key IS NOT NULL AND o.published_at IS NULL
       AND o.ordering_key <> ALL($5::text[])
     ORDER BY (hashtext(o.ordering_key) & 63), o.id
-    LIMIT $3
-    FOR UPDATE OF o NOWAIT) r
-  LIMIT $7)
+    LIMIT $3) r
+  LIMIT $7),
+x AS MATERIALIZED (
+  SELECT o.id FROM {{table}} o
+  WHERE o.id = ANY(ARRAY(SELECT k.id FROM k)) AND o.published_at IS NULL
+  FOR UPDATE OF o SKIP LOCKED)
 SELECT k.id, k.message_id, k.topic, k.ordering_key, k.payload, k.headers, k.attempts, k.created_at,
-       k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch')
-FROM k
+       k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), x.id IS NOT NULL
+FROM k LEFT JOIN x ON x.id = k.id
 UNION ALL
-SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch'
+SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch', true
 FROM u
 
 -- name: claim_unkeyed
@@ -77,7 +82,7 @@ FROM u
 -- backlog of rows without a key), after lane_lock of no lane: lane_claim's
 -- rows without a key, in its columns.
 SELECT o.id, o.message_id, o.topic, '', o.payload, nullif(o.headers, '{}')::text, o.attempts, o.created_at,
-       -1::smallint, false, false, 'epoch'::timestamptz
+       -1::smallint, false, false, 'epoch'::timestamptz, true
 FROM {{table}} o
 WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()) AND o.id >= $2
