@@ -141,13 +141,26 @@ func TestRelayHandLockedRow(t *testing.T) {
 			if n := f.count(t, "published_at IS NULL"); n != waiting {
 				t.Fatalf("%d rows pending while %s is held, want %d", n, held, waiting)
 			}
+			// Rows committed while the row is held (the relay owns every
+			// lane by now) flow too.
+			for n := perKey + 1; n <= 2*perKey; n++ {
+				loosePayloads = append(loosePayloads, fmt.Sprintf("v%d", n))
+				f.add(t, true, txbox.Message{Topic: "hand", Key: b, Payload: []byte(fmt.Sprintf("%s:%d", b, n))},
+					txbox.Message{Topic: "hand", Payload: []byte(fmt.Sprintf("v%d:1", n))})
+			}
+			total += 2 * perKey
+			eventuallyState(t, "the rows committed later published", func() (bool, string) {
+				n := r.Counters().Published
+				return n == total-waiting, fmt.Sprintf("%d published", n)
+			})
 			ctx := context.Background()
 			testenv.Must(t, holder.Rollback(ctx), "release %s", held)
 			eventuallyState(t, "every message published", func() (bool, string) {
 				n := r.Counters().Published
 				return n == total, fmt.Sprintf("%d published", n)
 			})
-			log.check(t, []string{"a", b}, perKey)
+			log.check(t, []string{"a"}, perKey)
+			log.check(t, []string{b}, 2*perKey)
 			log.check(t, loosePayloads, 1)
 		})
 	}
