@@ -112,8 +112,9 @@ func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 // claim (counted in Conflicts): only a lane's owner locks its rows, so that
 // is a transaction holding outbox rows or a fencing failure, and either
 // way the key is not published out of order while the rest of the lane,
-// the other lanes and the rows without a key go on. Each lane gives at most limit divided by the
-// number of lanes that had rows at the last claim (activeLanes), and all
+// the other lanes and the rows without a key go on. Each lane gives at
+// most limit divided by the number of lanes that had rows at the last
+// claim (activeLanes), and all
 // lanes limit in all (perLane), the lanes taken round robin from where the
 // last claim stopped (lanesToRead): one claim reads about one batch,
 // whatever the lanes. A key's first row the owner meets is its head: only
