@@ -87,14 +87,11 @@ type Config struct {
 	// PublishTimeout bounds the wait for the broker's acks of one batch.
 	// Default: 10s. Env OUTBOX_PUBLISH_TIMEOUT.
 	PublishTimeout time.Duration
-	// Concurrency is how many claim-publish-mark loops the relay runs side
-	// by side, so that database work overlaps the wait for broker acks.
-	// More loops help an unordered backlog drain; with ordering keys every
-	// loop's claim scans past the others' in-flight heads, so more loops
-	// (here or in other relays) cost more than they give. Default: 1, and
-	// then, while batches come full and without ordering keys, the relay
-	// claims the next batch while it waits for the acks of the last. A
-	// relay's claims take turns (each starts where the last ended), while
+	// Concurrency is how many claim-publish-mark rounds the relay runs
+	// side by side, so that database work overlaps the wait for broker
+	// acks. Default: 1, and then, while batches come full, the relay claims
+	// the next batch while it waits for the acks of the last. A relay's
+	// claims take turns (each leaves out the keys the others hold), while
 	// its publishes and marks overlap.
 	Concurrency int
 	// BackoffMax caps the doubling wait between full rounds after failed
@@ -118,16 +115,16 @@ type Config struct {
 	// as expired). Env OUTBOX_CLAIM_LEASE.
 	ClaimLease time.Duration
 
-	// Lanes makes the relay claim only rows of the lanes it holds a lease
-	// on: several relays then split the table's 16 lanes (a hash of the
-	// ordering key) and do not scan past each other's rows. PostgreSQL,
-	// MySQL and MariaDB (New fails on SQLite). Every relay of a table should use the
-	// same setting: a relay without lanes claims from every lane. See
-	// docs/guide/scaling.md. Default: false.
+	// Lanes is ignored: every relay on PostgreSQL, MySQL and MariaDB
+	// claims keyed rows only from the lanes it holds a lease on, and a
+	// lone relay holds them all (docs/design/relay.md). New still refuses
+	// it on SQLite, which has no lanes.
+	//
+	// Deprecated: lanes are always on.
 	Lanes bool
 	// LaneLease is how long a lane lease lasts unless renewed (every
-	// LaneLease/20): a relay that died loses its lanes to the others
-	// after it. Default: 10s.
+	// LaneLease/20): a relay that died loses its lanes, and with them the
+	// delivery of their keyed rows, to the others after it. Default: 10s.
 	LaneLease time.Duration
 
 	// DisableNotify turns off the LISTEN/NOTIFY wake-up on PostgreSQL

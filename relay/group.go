@@ -120,7 +120,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 func (r *Relay) ownGroup(ctx context.Context) *Group {
 	g := &Group{cfg: GroupConfig{DatabaseBudget: r.cfg.Concurrency + 2, Logger: r.log}, log: r.log, prefix: "txbox relay",
 		stores: map[string]*member{}, dbs: map[any]*database{}}
-	m := &member{r: r, round: r.Round, own: true, db: &database{budget: g.cfg.DatabaseBudget}, log: r.log, bell: doorbell{l: r.listen}}
+	m := &member{r: r, round: r.Round, fromStart: r.claimsFromStart, own: true, db: &database{budget: g.cfg.DatabaseBudget}, log: r.log, bell: doorbell{l: r.listen}}
 	g.dbs[""] = m.db
 	m.channel = g.channelOf(ctx, r, "")
 	g.stores[""] = m
@@ -158,7 +158,7 @@ func (g *Group) Add(ctx context.Context, s Store) error {
 		s.Relay.life.release()
 		return fmt.Errorf("%w: %q", ErrDuplicateStore, s.Name)
 	}
-	m := &member{name: s.Name, r: s.Relay, round: s.Relay.Round, db: g.database(s), log: s.Relay.log, channel: channel, bell: doorbell{l: s.Relay.listen}}
+	m := &member{name: s.Name, r: s.Relay, round: s.Relay.Round, fromStart: s.Relay.claimsFromStart, db: g.database(s), log: s.Relay.log, channel: channel, bell: doorbell{l: s.Relay.listen}}
 	s.Relay.log = s.Relay.log.With("store", s.Name)
 	g.stores[s.Name] = m
 	if g.running {

@@ -15,17 +15,18 @@ import (
 	"github.com/txbox/txbox/internal/outboxsql"
 )
 
-// DefaultLaneLease is the lane lease of a relay with Lanes.
+// DefaultLaneLease is the lane lease of a relay.
 const DefaultLaneLease = 10 * time.Second
 
 // errLeaseStale is a round's error when its claim is too old to publish:
 // the lane lease or the claim transaction may have ended meanwhile.
 var errLeaseStale = errors.New("txbox/relay: the claim outlived its lease; released unpublished")
 
-// laneKeeper holds the lane leases of one relay with Config.Lanes: it joins
-// the relays sharing the table, renews its leases, takes or gives lanes up
-// until it holds its share (16 / live relays, rounded up), and fences the
-// lanes it takes (see docs/guide/scaling.md).
+// laneKeeper holds the lane leases of one relay on PostgreSQL, MySQL or
+// MariaDB: it joins the relays sharing the table, renews its leases, takes
+// or gives lanes up until it holds its share (outboxsql.NumLanes / live
+// relays, rounded up), and fences the lanes it takes (see
+// docs/design/relay.md).
 type laneKeeper struct {
 	r     *Relay
 	db    *outboxsql.Lanes
@@ -39,6 +40,15 @@ type laneKeeper struct {
 	short      bool              // the last beat found fewer lanes than the share
 
 	outage outage // runs of failed heartbeats (beatTexts)
+	// ownBeat makes the beats of a relay that does not run (claim) take
+	// turns.
+	ownBeat sync.Mutex
+
+	// conflicts is Lanes.Conflicts when the relay last said so in its
+	// log, at warned (held).
+	heldMu    sync.Mutex
+	conflicts int64
+	warned    time.Time
 }
 
 func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
@@ -46,6 +56,7 @@ func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
 	if err != nil {
 		return nil, err
 	}
+	db.Rescan = r.cfg.PollInterval
 	return &laneKeeper{r: r, db: db, lease: r.cfg.LaneLease, outage: outage{texts: &beatTexts}}, nil
 }
 
@@ -210,19 +221,53 @@ func (k *laneKeeper) leave(ctx context.Context) {
 }
 
 // claim claims keyed rows from the active lanes while their lease holds,
-// and rows without a key from anywhere.
-func (k *laneKeeper) claim(ctx context.Context, limit int, from, reach int64, runs bool) (*outboxsql.Batch, error) {
-	leases := k.leases()
-	if runs {
-		return k.db.ClaimRuns(ctx, limit, from, reach, leases, k.r.claimFloors())
+// and rows without a key from anywhere (outboxsql.Lanes.Claim). A relay
+// that does not run (Round called on its own) has no heartbeat: its claim
+// beats first while it holds less than its share, has lanes to fence, or
+// has less than half its lease left.
+func (k *laneKeeper) claim(ctx context.Context, limit int) (*outboxsql.Batch, error) {
+	if !k.r.running.Load() && k.expiring() {
+		k.ownBeat.Lock()
+		var err error
+		if k.expiring() {
+			err = k.beat(ctx)
+		}
+		k.ownBeat.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("lanes: %w", err)
+		}
 	}
-	return k.db.ClaimReaching(ctx, limit, from, reach, leases)
+	b, err := k.db.Claim(ctx, limit, k.leases())
+	k.held()
+	return b, err
 }
 
-// finishClaim marks batch's published rows and claims the next batch as
-// claim would, in one round trip (see Relay.finishChained).
-func (k *laneKeeper) finishClaim(ctx context.Context, batch *outboxsql.Batch, published []int64, a outboxsql.ClaimArgs) (*outboxsql.Batch, error, error) {
-	return k.db.FinishClaim(ctx, batch, published, a.Limit, a.From, a.Reach, k.leases(), a.Floors)
+// heldEvery is how often at most the relay logs that rows of its lanes
+// are held by another transaction.
+const heldEvery = time.Minute
+
+// held logs, at most every heldEvery, that claims met rows of this
+// relay's lanes locked by another transaction (outboxsql.Lanes.Conflicts):
+// their keys wait from that row on, never published out of order; it is a
+// transaction holding outbox rows, or a fencing failure.
+func (k *laneKeeper) held() {
+	n := k.db.Conflicts()
+	k.heldMu.Lock()
+	defer k.heldMu.Unlock()
+	if n == k.conflicts || time.Since(k.warned) < heldEvery {
+		return
+	}
+	k.r.log.Error("txbox relay: rows of lanes this relay owns are locked by another transaction; their keys wait from those rows on (a transaction holds outbox rows, or two relays own a lane: a fencing failure)",
+		"claims", n-k.conflicts)
+	k.conflicts, k.warned = n, time.Now()
+}
+
+// expiring reports whether a relay that does not run beats before it
+// claims (see claim).
+func (k *laneKeeper) expiring() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.pending) > 0 || k.short || time.Until(k.validUntil) < k.lease/2
 }
 
 // leases returns the lanes a claim may take keyed rows from: the active
@@ -248,8 +293,8 @@ func (k *laneKeeper) mayPublish(batch *outboxsql.Batch) bool {
 	return time.Now().Before(k.validUntil)
 }
 
-// Lanes returns the lanes this relay claims from now (Config.Lanes), in
-// order; nil without lanes.
+// Lanes returns the lanes this relay claims keyed rows from now, in
+// order; nil on SQLite.
 func (r *Relay) Lanes() []int {
 	if r.lanes == nil {
 		return nil

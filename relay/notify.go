@@ -129,7 +129,7 @@ func probeNotify(ctx context.Context, pool driver.Pool, channel, payload string,
 const maxChannel = 63
 
 // notifyChannel is the channel the notify trigger of schema.table sends on
-// (migrate/sql/postgres/outbox/005_notify_channel.sql):
+// (migrate/sql/postgres/outbox/001_create_outbox.sql):
 // "txbox_<schema>.<table>", or, when that is over 63 bytes, "txbox_" and
 // the MD5 of that name in hex.
 func notifyChannel(schema, table string) string {

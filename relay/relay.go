@@ -38,9 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,38 +69,13 @@ type Relay struct {
 	dups  atomic.Int64
 	trace *txbox.PublishTrace
 
-	// backlog is true while the last round's batch was full and held no
-	// ordering key: an unordered backlog, where a second claim in flight
-	// overlaps the wait for the broker's acks (see overlapLoop).
+	// backlog is true while the last round's batch was full: the
+	// scheduler runs a second round, whose claim overlaps the wait for the
+	// broker's acks (member.width; the keys in flight are left out of it).
 	backlog   atomic.Bool
 	onBacklog chan struct{}
 
-	// runs makes the next claim take runs of a key (see claim); floors
-	// are, per key, the last row this relay delivered (see claimFloors).
-	runs     atomic.Bool
-	floorsMu sync.Mutex
-	floors   map[string]int64
-
-	// from is where the next claim's scan starts (see claimFrom); fullScan
-	// is when a claim last scanned from the table's start, in Unix ns.
-	from, fullScan atomic.Int64
-	// claimTurn makes the relay's own claims (its overlapping and
-	// Concurrency loops) take turns (see takeTurn).
-	claimTurn chan struct{}
-	// reach is the last row of the last batch when it was full and keyed
-	// (the next claim's window reaches past it), else 0.
-	reach atomic.Int64
-	// more: the last claim stopped at the end of its window with pending
-	// rows beyond it (outboxsql.Batch.Next), short of a batch.
-	more atomic.Bool
-	// onChain, set while the relay runs with Concurrency 1, says whether
-	// its next turn comes at once: a full keyed batch is then marked and
-	// followed by the next claim in one round trip (see settle); chained
-	// is that claim, for the next round.
-	onChain atomic.Pointer[chainHook]
-	chained atomic.Pointer[chainedClaim]
-
-	lanes        *laneKeeper // nil without Config.Lanes
+	lanes        *laneKeeper // nil on SQLite
 	listen       *listener   // nil when the relay only polls
 	notifyActive atomic.Bool
 	listenFails  atomic.Int64 // times the listener failed or its check did
@@ -152,9 +124,8 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if c.DeletePublished {
 		store.DeletePublished()
 	}
-	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onBacklog: make(chan struct{}, 1), claimTurn: make(chan struct{}, 1),
+	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onBacklog: make(chan struct{}, 1),
 		obs: c.Observer, tracer: c.Tracer}
-	r.runs.Store(true) // see claim
 	if _, ok := pub.(txbox.DuplicateCounter); ok {
 		r.trace = &txbox.PublishTrace{Duplicate: func(int) { r.dups.Add(1) }}
 	}
@@ -186,7 +157,10 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
 		capable = ob.Driver() // an Outbox: its driver's capabilities
 	}
-	if c.Lanes {
+	if c.Lanes && !LanesSupported(drv.Dialect()) {
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, outboxsql.ErrLanesUnsupported)
+	}
+	if LanesSupported(drv.Dialect()) {
 		if r.lanes, err = newLaneKeeper(r, table); err != nil {
 			return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 		}
@@ -312,7 +286,10 @@ func nextBackoff(prev, max time.Duration) time.Duration {
 
 // Round claims one batch, publishes it and marks it, and returns how many
 // rows it claimed. An error means the round failed as a whole or in part
-// (transiently); acknowledged messages are marked even then.
+// (transiently); acknowledged messages are marked even then. A relay that
+// does not run (Run, Start, a Group) takes its lanes in its Round, with a
+// heartbeat while its lease runs short; they pass to other relays
+// LaneLease after its last Round.
 func (r *Relay) Round(ctx context.Context) (int, error) { return r.round(ctx, false) }
 
 // round is Round, or with probe a round of at most one row that counts in
@@ -325,7 +302,6 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	claimedAt := time.Now()
 	defer func() {
 		if err != nil {
-			r.from.Store(0) // rows may have been given back below the scan's start
 			if !probe {
 				r.failedRounds.Add(1)
 				if r.obs != nil {
@@ -342,15 +318,8 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 		if r.obs != nil && err == nil {
 			r.obs.Claimed(batchLen(batch), time.Since(claimedAt))
 		}
-	} else if c := r.chained.Swap(nil); c != nil {
-		batch, err, claimedAt = c.batch, c.err, c.at
-		if r.obs != nil {
-			r.obs.Claimed(batchLen(batch), c.took)
-		}
 	} else {
-		release := r.takeTurn(ctx)
 		batch, err = r.claim(ctx)
-		release()
 		if r.obs != nil {
 			r.obs.Claimed(batchLen(batch), time.Since(claimedAt))
 		}
@@ -417,118 +386,38 @@ func (r *Relay) mayPublish(batch *outboxsql.Batch, claimedAt time.Time) bool {
 	return r.lanes == nil || r.lanes.mayPublish(batch)
 }
 
-// claimTurnWait bounds how long a claim waits for the relay's claim in
-// turn (see takeTurn).
-const claimTurnWait = 100 * time.Millisecond
-
-// takeTurn waits for the relay's claim in progress, if any, and returns
-// what ends this one's turn. Claims of one relay that ran at once started
-// from the same place, and the later one stepped over the rows the earlier
-// one was locking: taking turns, each starts where the last one ended
-// (claim), which costs PostgreSQL less per row and raised 4 relays from
-// 0.89–0.92× to 0.99–1.01× of one relay's rate (docs/guide/scaling.md). A claim
-// in turn that takes longer than claimTurnWait (a connection gone silent)
-// holds no one back: the others go on beside it, as before.
-func (r *Relay) takeTurn(ctx context.Context) (release func()) {
-	done := func() { <-r.claimTurn }
-	select {
-	case r.claimTurn <- struct{}{}:
-		return done
-	default:
-	}
-	t := time.NewTimer(claimTurnWait)
-	defer t.Stop()
-	select {
-	case r.claimTurn <- struct{}{}:
-		return done
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return func() {}
-}
-
-// claim takes the next batch and notes where the next claim's scan starts,
-// whether an overlapping claim would pay (see overlapLoop), and whether the
-// next claim takes runs of a key.
-//
-// The plain claim takes a key's head only, and walks the backlog in id
-// order until it has a batch: when the backlog holds fewer keys than a
-// batch (one hot key, a few tenants, keys parked or in flight at other
-// relays), it comes back short. On PostgreSQL it walks one window of the
-// backlog (outboxsql.Batch.Next), elsewhere all of it. A claim with runs
-// (outboxsql.Store.ClaimRuns) takes the rows behind each head too and stops
-// at a full batch, at a higher cost per row, within the same window. A relay starts with runs,
-// goes over to the plain claim once a batch comes back full without any
-// run (heads are plenty: an unordered backlog, many keys), and back to runs
-// after a plain batch that came back short with keys in it.
+// claim takes the next batch: from the lanes this relay owns and, rows
+// without a key, from anywhere (outboxsql.Lanes.Claim); on SQLite, with a
+// lease (outboxsql.Store.Claim). After a full batch a second claim
+// overlaps its publish (member.width).
 func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	var batch *outboxsql.Batch
 	var err error
-	runs := r.runs.Load() && r.store.Runs()
-	switch {
-	case r.lanes != nil:
-		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize, r.claimFrom(), r.reach.Load(), runs)
-	case runs:
-		batch, err = r.store.ClaimRuns(ctx, r.cfg.BatchSize, r.claimFrom(), r.reach.Load(), r.claimFloors())
-	default:
-		batch, err = r.store.ClaimReaching(ctx, r.cfg.BatchSize, r.claimFrom(), r.reach.Load())
+	if r.lanes != nil {
+		batch, err = r.lanes.claim(ctx, r.cfg.BatchSize)
+	} else {
+		batch, err = r.store.Claim(ctx, r.cfg.BatchSize, 0)
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.claimed(batch, runs)
-	return batch, nil
-}
-
-// claimOne claims at most one row, the oldest claimable one, with the
-// plain claim from the table's start, for a probe; it notes nothing for the
-// next claim.
-func (r *Relay) claimOne(ctx context.Context) (*outboxsql.Batch, error) {
-	if r.lanes != nil {
-		return r.lanes.claim(ctx, 1, 0, 0, false)
-	}
-	return r.store.ClaimReaching(ctx, 1, 0, 0)
-}
-
-// claimed notes, after a claim (with runs or not), where the next one
-// starts and what it takes.
-func (r *Relay) claimed(batch *outboxsql.Batch, runs bool) {
 	full := len(batch.Rows) >= r.cfg.BatchSize
-	var reach int64
-	if runs {
-		r.runs.Store(!full || batch.Runs())
-	} else {
-		r.runs.Store(!full && batch.Keyed())
-	}
-	switch {
-	case full && !batch.Keyed():
-		// Every row of its span that was claimable is in the batch: the
-		// next claim, which may overlap this batch's publish, need not
-		// step over its locked rows.
-		r.from.Store(batch.Rows[len(batch.Rows)-1].Seq + 1)
-	case full:
-		// Rows behind a head of the batch wait inside its span.
-		r.from.Store(batch.Rows[0].Seq)
-		reach = batch.Rows[len(batch.Rows)-1].Seq
-	case batch.Next != 0 && !batch.Keyed():
-		// The claim read its whole window and pending rows lie beyond it:
-		// the next claim goes on from there, at once (see loop). After a
-		// short keyed batch the next claim takes runs, at once, from the
-		// start, where the oldest heads are.
-		r.from.Store(batch.Next)
-	default:
-		r.from.Store(0) // the backlog is drained: look at everything again
-	}
-	r.reach.Store(reach)
-	r.more.Store(!full && batch.Next != 0)
-	backlog := full && !batch.Keyed()
-	r.backlog.Store(backlog)
-	if backlog {
+	r.backlog.Store(full)
+	if full {
 		select {
 		case r.onBacklog <- struct{}{}:
 		default:
 		}
 	}
+	return batch, nil
+}
+
+// claimOne claims at most one row, the oldest claimable one, for a probe.
+func (r *Relay) claimOne(ctx context.Context) (*outboxsql.Batch, error) {
+	if r.lanes != nil {
+		return r.lanes.claim(ctx, 1)
+	}
+	return r.store.Claim(ctx, 1, 0)
 }
 
 // prepared is a claimed batch turned into messages: msgs[i] is the message
@@ -622,14 +511,9 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 			}
 		}
 	}
-	if r.mayChain(ctx, batch, published) {
-		if err := r.finishChained(ctx, batch, published); err != nil {
-			return fmt.Errorf("%w: %w", errFinish, err)
-		}
-	} else if err := batch.Finish(ctx, published, rejected, r.cfg.MaxAttempts); err != nil {
+	if err := batch.Finish(ctx, published, rejected, r.cfg.MaxAttempts); err != nil {
 		return fmt.Errorf("%w: %w", errFinish, err)
 	}
-	r.noteDelivered(batch, published)
 	if r.obs != nil {
 		r.observeSettled(batch, out, errs, rejected)
 	}
@@ -649,9 +533,6 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 			r.log.Warn("txbox relay: broker rejected message", "seq", rj.Seq, "topic", topic, "message_id", id, "err", rj.Err, "retry_in", rj.RetryAfter)
 		}
 	}
-	if len(rejected) > len(out.invalid) {
-		r.from.Store(0) // their retries come due below the scan's start
-	}
 	if transient != nil {
 		return fmt.Errorf("%w: %d of %d messages not acknowledged: %w", errPublish, nTransient, len(out.msgs), transient)
 	}
@@ -667,123 +548,6 @@ func rowNames(batch *outboxsql.Batch, seq int64) (topic, id string) {
 		}
 	}
 	return "", ""
-}
-
-// chainedClaim is a claim sent with the marks of the batch before it
-// (finishChained): the next round's batch, or the claim's error.
-type chainedClaim struct {
-	batch *outboxsql.Batch
-	err   error
-	at    time.Time
-	took  time.Duration
-}
-
-// mayChain reports whether settle marks batch and claims the next one in
-// one round trip: a full keyed batch (one relay drains a keyed backlog one
-// batch at a time, its next claim waiting for these marks), every row
-// acknowledged, no chained claim waiting already, and the relay's next
-// turn coming at once (onChain: Concurrency 1, no other store of its
-// Group waiting for its database's budget).
-func (r *Relay) mayChain(ctx context.Context, batch *outboxsql.Batch, published []int64) bool {
-	h := r.onChain.Load()
-	return h != nil && ctx.Err() == nil && len(published) == len(batch.Rows) &&
-		len(batch.Rows) >= r.cfg.BatchSize && batch.Keyed() && batch.CanChain() &&
-		r.chained.Load() == nil && h.fn()
-}
-
-// finishChained marks batch's rows and claims the next batch in one round
-// trip (outboxsql.Batch.FinishClaim), with the arguments the next round's
-// claim would have (claim), the floors counting the rows just marked: the
-// claim runs after their COMMIT. The next round takes the claimed batch.
-func (r *Relay) finishChained(ctx context.Context, batch *outboxsql.Batch, published []int64) error {
-	runs := r.runs.Load() && r.store.Runs()
-	args := outboxsql.ClaimArgs{Limit: r.cfg.BatchSize, From: r.claimFrom(), Reach: r.reach.Load()}
-	if runs {
-		f := r.floorsWith(batch, published)
-		args.Floors = &f
-	}
-	start := time.Now()
-	var next *outboxsql.Batch
-	var claimErr, err error
-	if r.lanes != nil {
-		next, claimErr, err = r.lanes.finishClaim(ctx, batch, published, args)
-	} else {
-		next, claimErr, err = batch.FinishClaim(ctx, published, args)
-	}
-	if err != nil {
-		return err
-	}
-	if next == nil && claimErr == nil {
-		return nil // nothing chained: the next round claims
-	}
-	c := &chainedClaim{batch: next, err: claimErr, at: start, took: time.Since(start)}
-	if next != nil {
-		r.claimed(next, runs)
-	}
-	if !r.chained.CompareAndSwap(nil, c) && next != nil {
-		// Another round of the relay chained first: this claim is given
-		// back, its rows claimed again by a round to come.
-		return next.Release(ctx)
-	}
-	return nil
-}
-
-// floorsWith is claimFloors with, for each key of batch, its last row in
-// published.
-func (r *Relay) floorsWith(batch *outboxsql.Batch, published []int64) outboxsql.Floors {
-	r.floorsMu.Lock()
-	floors := maps.Clone(r.floors)
-	r.floorsMu.Unlock()
-	if floors == nil {
-		floors = map[string]int64{}
-	}
-	raiseFloors(floors, batch, published)
-	return floorsOf(floors)
-}
-
-// maxFloors bounds the keys a relay remembers a delivered row of, in
-// multiples of BatchSize.
-const maxFloors = 4
-
-// noteDelivered records, for the keyed rows of batch whose marks just
-// committed, the last one of each key: the floors of the next claims with
-// runs (outboxsql.Floors). published is in the batch's order.
-func (r *Relay) noteDelivered(batch *outboxsql.Batch, published []int64) {
-	if !batch.Keyed() || len(published) == 0 || !r.store.Runs() {
-		return
-	}
-	r.floorsMu.Lock()
-	defer r.floorsMu.Unlock()
-	if r.floors == nil || len(r.floors) > maxFloors*r.cfg.BatchSize {
-		r.floors = make(map[string]int64)
-	}
-	raiseFloors(r.floors, batch, published)
-}
-
-// raiseFloors raises floors, per key, to the last row of batch in
-// published (which is in the batch's order).
-func raiseFloors(floors map[string]int64, batch *outboxsql.Batch, published []int64) {
-	for _, row := range batch.Rows {
-		if _, ok := slices.BinarySearch(published, row.Seq); ok && row.Key != "" && row.Seq > floors[row.Key] {
-			floors[row.Key] = row.Seq
-		}
-	}
-}
-
-// claimFloors returns the floors for a claim with runs.
-func (r *Relay) claimFloors() outboxsql.Floors {
-	r.floorsMu.Lock()
-	defer r.floorsMu.Unlock()
-	return floorsOf(r.floors)
-}
-
-// floorsOf turns floors into a claim's Floors.
-func floorsOf(floors map[string]int64) outboxsql.Floors {
-	f := outboxsql.Floors{Keys: make([]string, 0, len(floors)), Seqs: make([]int64, 0, len(floors))}
-	for k, seq := range floors {
-		f.Keys, f.Seqs = append(f.Keys, k), append(f.Seqs, seq)
-	}
-	return f
 }
 
 // blameMessages turns, in the answers of one Publish call, a failure
@@ -804,49 +568,12 @@ func blameMessages(errs []error) {
 	}
 }
 
-// minFullScan is the shortest time between two claims from the table's
-// start during a drain (see claimFrom).
-const minFullScan = 250 * time.Millisecond
-
-// claimFrom returns where the next claim's scan starts. While the relay
-// drains a backlog in full batches, a claim starts past the last batch
-// (after its last id when it held no ordering key, at its first id when it
-// did) instead of at the table's start: the entries of rows delivered
-// since the last VACUUM lie below it, and a scan from the start would
-// step over all of them, every round. Rows below that start (a transaction
-// that committed out of id order, a retry come due, a batch given back)
-// are found by a claim from the start, which runs as soon as a batch comes
-// back less than full, after any failure, and at least every
-// min(PollInterval, 1s) during a drain, but not more often than minFullScan:
-// the entries of delivered rows that a scan from the start steps over are
-// most of the scan while a large backlog drains (each is a heap fetch until
-// VACUUM removes it), and a relay polling every few milliseconds would
-// read them all on nearly every claim.
-//
-// A claim cut short by its window (outboxsql.Batch.Next) is followed by the
-// next window whatever the time: the relay sweeps the backlog to its end
-// before it starts again from the start. Were the sweep restarted every
-// minFullScan, rows lying past what a sweep reaches in that time (behind a
-// parked key's long backlog, say) would never be claimed.
-func (r *Relay) claimFrom() int64 {
-	from := r.from.Load()
-	if from != 0 && r.more.Load() {
-		return from
-	}
-	now := time.Now().UnixNano()
-	every := max(min(r.cfg.PollInterval, time.Second), minFullScan)
-	if from == 0 || now-r.fullScan.Load() >= int64(every) {
-		r.fullScan.Store(now)
-		return 0
-	}
-	return from
-}
-
-// claimsFromStart reports whether the relay's next round, with none in
-// flight, claims from the table's start (claimFrom): no chained claim
-// waits for it and no sweep of the backlog goes on.
+// claimsFromStart reports whether the relay's next claim, with none in
+// flight, reads from the table's start: every lane it holds, each from its
+// first undelivered row, and rows without a key from the first
+// (outboxsql.Lanes.FromStart); on SQLite every claim does.
 func (r *Relay) claimsFromStart() bool {
-	return r.chained.Load() == nil && r.from.Load() == 0
+	return r.lanes == nil || r.lanes.db.FromStart()
 }
 
 func retryDelay(base time.Duration, attempts int) time.Duration {
@@ -919,6 +646,12 @@ type Stats struct {
 	// ClaimCheckSweeps counts the sweeps of Config.ClaimCheckTables that
 	// went through, ClaimCheckSwept the payloads they deleted.
 	ClaimCheckSweeps, ClaimCheckSwept int64
+	// LaneConflicts counts the claims that found a keyed row of a lane this
+	// relay owns locked by another transaction: a transaction holding
+	// outbox rows, or two relays owning one lane (a fencing failure, a bug
+	// to report). Each such claim left the row's key out from that row on
+	// (docs/design/relay.md); the relay logs them at most once a minute.
+	LaneConflicts int64
 
 	Pending          int64         // rows still to deliver (table-wide), parked ones included
 	DeadRows         int64         // dead rows (table-wide)
@@ -932,8 +665,15 @@ func (r *Relay) Counters() Stats {
 	return Stats{
 		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(), Invalid: r.invalid.Load(),
 		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), Probes: r.probes.Load(), ListenFailures: r.listenFails.Load(),
-		Duplicates: r.duplicates(), ClaimCheckSweeps: r.ccSweeps.Load(), ClaimCheckSwept: r.ccSwept.Load(),
+		Duplicates: r.duplicates(), LaneConflicts: r.laneConflicts(), ClaimCheckSweeps: r.ccSweeps.Load(), ClaimCheckSwept: r.ccSwept.Load(),
 	}
+}
+
+func (r *Relay) laneConflicts() int64 {
+	if r.lanes == nil {
+		return 0
+	}
+	return r.lanes.db.Conflicts()
 }
 
 func (r *Relay) duplicates() int64 { return r.dups.Load() }

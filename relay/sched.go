@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,9 +19,12 @@ type member struct {
 	// round runs one round of the store: r.Round (a test's stand-in in
 	// the scheduler's own tests).
 	round func(context.Context) (int, error)
-	db    *database
-	log   *slog.Logger // the relay's own logger, given back when it leaves
-	own   bool         // the group is the relay's own (Relay.Run, Relay.Start)
+	// fromStart reports whether its next claim reads from the table's
+	// start: r.claimsFromStart (a test's stand-in in the same tests).
+	fromStart func() bool
+	db        *database
+	log       *slog.Logger // the relay's own logger, given back when it leaves
+	own       bool         // the group is the relay's own (Relay.Run, Relay.Start)
 
 	queued bool
 	rounds int  // rounds in flight
@@ -31,8 +33,9 @@ type member struct {
 	// a round that starts after it, with no other round in flight, and
 	// claims from the table's start (Relay.claimsFromStart); the rounds in
 	// flight or queued meanwhile may not (their claims began before it, or
-	// go on with a sweep of the backlog window by window), so the store
-	// does not go idle while it is owed one.
+	// go on with a backlog: rows without a key from past the last batch,
+	// a few lanes at a time), so the store does not go idle while it is
+	// owed one.
 	woken bool
 	// started counts m's rounds; a turn knows its own (turnOf).
 	started uint64
@@ -74,7 +77,7 @@ type member struct {
 }
 
 // width is how many rounds of m may run at once: the relay's Concurrency,
-// and with Concurrency 1 a second round while the backlog is unordered
+// and with Concurrency 1 a second round while batches come full
 // (its claim overlaps the first round's wait for the broker's acks).
 func (m *member) width() int {
 	w := m.r.cfg.Concurrency
@@ -96,13 +99,6 @@ func (g *Group) start(m *member) {
 			g.wake(m)
 		}
 	}})
-	if m.r.cfg.Concurrency == 1 {
-		m.r.onChain.Store(&chainHook{fn: func() bool {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			return g.running && !m.removed && !g.waiting(m.db, m)
-		}})
-	}
 	m.services = m.r.startServices(g.runCtx)
 	m.ready = m.services.ready
 	g.bg.Go(func() { g.watchBacklog(m) })
@@ -112,15 +108,10 @@ func (g *Group) start(m *member) {
 	g.subscribe(m)
 }
 
-// finish ends m's run once its last round is over: the chained claim is
-// given back, its services stop (its lanes are given up), its doorbell is
-// disarmed. Called without g.mu.
+// finish ends m's run once its last round is over: its services stop
+// (its lanes are given up), its doorbell is disarmed. Called without g.mu.
 func (m *member) finish(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
-	m.r.onChain.Store(nil)
-	if c := m.r.chained.Swap(nil); c != nil && c.batch != nil {
-		_ = c.batch.Release(ctx)
-	}
 	if m.services != nil {
 		m.services.stop(ctx)
 		m.services = nil
@@ -173,31 +164,6 @@ func (g *Group) enqueue(m *member) {
 	g.emit(EventQueued, m, 0, nil)
 }
 
-// resume queues m at the head of the queue: its next round's batch is
-// claimed already (a chained claim), and holds its rows until that round
-// publishes them. A store chains only while no other store of its
-// database waits (waiting), so one queued meanwhile waits one more round
-// of it at most. Called with g.mu held.
-func (g *Group) resume(m *member) {
-	if m.queued {
-		g.queue = slices.DeleteFunc(g.queue, func(q *member) bool { return q == m })
-	}
-	m.queued = true
-	g.queue = slices.Insert(g.queue, 0, m)
-	g.emit(EventQueued, m, 0, nil)
-}
-
-// waiting reports whether a store of db other than m waits in the queue.
-// Called with g.mu held.
-func (g *Group) waiting(db *database, m *member) bool {
-	for _, q := range g.queue {
-		if q != m && q.db == db {
-			return true
-		}
-	}
-	return false
-}
-
 // dispatch starts the turns of the queued stores whose database has budget
 // left, in queue order, and queues another round of those whose backlog
 // lets rounds run side by side (see more): such a round starts only while
@@ -222,7 +188,7 @@ func (g *Group) dispatch() {
 			}
 			m.queued = false
 			m.started++
-			t := turnOf{id: m.started, alone: m.rounds == 0 && m.r.claimsFromStart()}
+			t := turnOf{id: m.started, alone: m.rounds == 0 && m.fromStart()}
 			if t.alone {
 				m.woken = false
 			}
@@ -407,13 +373,10 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
 		m.failed, m.retryAt = err, now.Add(m.backoff)
 		m.r.outage.failed(m.r.log, err, m.backoff, conn != nil && !conn.Connected(), now)
-	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || m.r.more.Load() || !t.alone || t.id != m.started:
+	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || !t.alone || t.id != m.started:
 		g.recovered(m)
 		m.full = n >= m.r.cfg.BatchSize
-		switch {
-		case m.r.chained.Load() != nil:
-			g.resume(m)
-		case !m.queued:
+		if !m.queued {
 			g.enqueue(m)
 		}
 		return

@@ -24,10 +24,6 @@ type services struct {
 // loop: it queues the relay's turn in its Group.
 type wakeHook struct{ fn func() }
 
-// chainHook is what Relay.mayChain asks: whether the relay's next turn
-// in its Group comes at once.
-type chainHook struct{ fn func() bool }
-
 // startServices starts r's services until ctx ends or stop. A relay with
 // lanes beats its heartbeat in the background: its first lanes come with
 // its first beat, which its first round waits for (ready), and a fenced

@@ -2,14 +2,17 @@ package relay
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// scripted stands in for a store's rounds: each round says where its claim
-// starts (Relay.claimFrom) on started, then ends as the test says.
+// scripted stands in for a store's rounds and its claim's starting point:
+// each round says where its claim reads rows without a key from (0: the
+// table's start, and every lane) on started, then ends as the test says.
 type scripted struct {
 	r       *Relay
+	from    atomic.Int64
 	started chan int64
 	end     chan func() int
 }
@@ -26,7 +29,7 @@ func newScripted(t *testing.T) *scripted {
 
 func (s *scripted) round(ctx context.Context) (int, error) {
 	select {
-	case s.started <- s.r.claimFrom():
+	case s.started <- s.from.Load():
 	case <-ctx.Done():
 		return 0, nil
 	}
@@ -38,18 +41,19 @@ func (s *scripted) round(ctx context.Context) (int, error) {
 	}
 }
 
-// sweepOn ends a round as a claim that read its window and found nothing
-// claimable, with pending rows beyond it: the next claim goes on from
-// there. sweepEnd ends one as the window at the backlog's end.
-func (s *scripted) sweepOn() int {
-	s.r.from.Store(500)
-	s.r.more.Store(true)
-	return 0
+// fromStart is the store's Relay.claimsFromStart.
+func (s *scripted) fromStart() bool { return s.from.Load() == 0 }
+
+// full ends a round as a claim that came full, in a backlog: the next
+// claim reads rows without a key from past it (outboxsql.Lanes). empty
+// ends one as a claim that found nothing: the next reads from the start.
+func (s *scripted) full() int {
+	s.from.Store(500)
+	return s.r.cfg.BatchSize
 }
 
-func (s *scripted) sweepEnd() int {
-	s.r.from.Store(0)
-	s.r.more.Store(false)
+func (s *scripted) empty() int {
+	s.from.Store(0)
 	return 0
 }
 
@@ -82,7 +86,7 @@ func ownScripted(t *testing.T) (*scripted, *Group, *member) {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := s.r.ownGroup(ctx)
 	m := g.stores[""]
-	m.round = s.round
+	m.round, m.fromStart = s.round, s.fromStart
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -91,10 +95,10 @@ func ownScripted(t *testing.T) (*scripted, *Group, *member) {
 
 // A Wake that comes while a round of the store runs, or while its turn is
 // queued, is followed by a round from the table's start that begins after
-// it, even when the rounds in flight and queued go on with a sweep of the
-// backlog window by window (which starts past rows the wake may be for);
-// and a store waits for its poll interval only after such a round claimed
-// nothing.
+// it, even when the rounds in flight and queued go on with a backlog
+// (whose claims read rows without a key from past the last batch, past
+// rows the wake may be for); and a store waits for its poll interval only
+// after such a round claimed nothing.
 func TestWakeIsFollowedByAFullRound(t *testing.T) {
 	t.Run("during a round from the start", func(t *testing.T) {
 		s, g, m := ownScripted(t)
@@ -102,24 +106,24 @@ func TestWakeIsFollowedByAFullRound(t *testing.T) {
 			t.Fatalf("first round claims from %d", from)
 		}
 		s.r.Wake() // its claim came before
-		s.end <- s.sweepEnd
+		s.end <- s.empty
 		wantFullRound(t, g, m, s)
-		s.end <- s.sweepEnd
+		s.end <- s.empty
 	})
 
-	t.Run("during a round that goes on with a sweep", func(t *testing.T) {
+	t.Run("during a round that comes full", func(t *testing.T) {
 		s, g, m := ownScripted(t)
 		if from := <-s.started; from != 0 {
 			t.Fatalf("first round claims from %d", from)
 		}
 		s.r.Wake() // while the round runs
-		s.end <- s.sweepOn
+		s.end <- s.full
 		if from := <-s.started; from != 500 {
-			t.Fatalf("second round claims from %d, want 500 (the sweep goes on)", from)
+			t.Fatalf("second round claims from %d, want 500 (the backlog goes on)", from)
 		}
-		s.end <- s.sweepEnd
+		s.end <- s.empty
 		wantFullRound(t, g, m, s)
-		s.end <- s.sweepEnd
+		s.end <- s.empty
 	})
 
 	t.Run("while queued", func(t *testing.T) {
@@ -133,36 +137,35 @@ func TestWakeIsFollowedByAFullRound(t *testing.T) {
 			if err := g.Add(ctx, Store{Name: name, Database: "one", Relay: s.r}); err != nil {
 				t.Fatal(err)
 			}
-			g.stores[name].round = s.round
+			g.stores[name].round, g.stores[name].fromStart = s.round, s.fromStart
 		}
 		done := make(chan error, 1)
 		go func() { done <- g.Run(ctx) }()
 		defer func() { cancel(); <-done }()
 
 		<-a.started // a's turn first; b waits for the budget
-		a.end <- a.sweepOn
-		<-b.started // a is queued behind b, its next round going on with the sweep
+		a.end <- a.full
+		<-b.started // a is queued behind b, its next round going on with the backlog
 		g.Wake("a")
-		b.end <- b.sweepEnd
+		b.end <- b.empty
 		if from := <-a.started; from != 500 {
-			t.Fatalf("a's queued round claims from %d, want 500 (the sweep goes on)", from)
+			t.Fatalf("a's queued round claims from %d, want 500 (the backlog goes on)", from)
 		}
-		a.end <- a.sweepEnd
+		a.end <- a.empty
 		wantFullRound(t, g, g.stores["a"], a)
-		a.end <- a.sweepEnd
+		a.end <- a.empty
 	})
 
-	t.Run("a sweep's end", func(t *testing.T) {
-		// No wake: a sweep from the table's start ends past rows that
-		// became claimable meanwhile (a key's next row, once its head was
-		// marked): the store looks from the start once more before it
-		// waits.
+	t.Run("a backlog's end", func(t *testing.T) {
+		// No wake: a claim in a backlog that finds nothing read only
+		// past the last batch and a few lanes: the store looks from the
+		// start once more before it waits.
 		s, g, m := ownScripted(t)
 		<-s.started
-		s.end <- s.sweepOn
+		s.end <- s.full
 		<-s.started
-		s.end <- s.sweepEnd
+		s.end <- s.empty
 		wantFullRound(t, g, m, s)
-		s.end <- s.sweepEnd
+		s.end <- s.empty
 	})
 }

@@ -208,12 +208,14 @@ proctype keeper(byte r) {
 
 proctype worker(byte r) {
 	do
-	/* One round trip (pgx: BEGIN, lane_lock, claim_lanes): leases() (the
+	/* One round trip (pgx: BEGIN, lane_lock, lane_claim): leases() (the
 	 * active lanes while validUntil holds), Started, the shared advisory
-	 * locks of those lanes, then claim_lanes with a snapshot taken after
-	 * them: rows of the lanes still owned at the epochs known, heads of
-	 * their keys or behind a head in this batch (runs), SKIP LOCKED; the
-	 * window and the limit may end the batch anywhere. */
+	 * locks of those lanes, then lane_claim with a snapshot taken after
+	 * them: rows of the lanes still owned at the epochs known, each lane
+	 * read in id order, the rows read locked SKIP LOCKED, and the pick: a
+	 * row only behind every earlier pending row of its key in this batch
+	 * (a key stops at its first row locked elsewhere); the limits (a
+	 * lane's share, the batch) may end the batch anywhere. */
 	:: atomic { alive[r] && wph[r] == 0 ->
 		lanes = 0;
 		if
@@ -241,7 +243,7 @@ proctype worker(byte r) {
 #endif
 			if
 			:: ok -> batch[r] = batch[r] | bit(j); lockedBy[j] = r + 1; n++; j++
-			:: ok && !calm && n > 0 -> break /* the end of the claim's window */
+			:: ok && !calm && n > 0 -> break /* the end of the claim's read (a limit) */
 			:: !ok -> j++
 			fi
 		:: else -> break

@@ -35,10 +35,8 @@ type dialect interface {
 	// (PostgreSQL), so that a relay whose connection vanished does not
 	// hold the rows' locks until TCP notices.
 	beginClaim(ctx context.Context, pool driver.Pool, lease time.Duration) (driver.Tx, error)
-	// claim returns the claim query; reach is the last row of the
-	// previous batch, which the scan's window of ids reaches past where
-	// the dialect has one (PostgreSQL, see ClaimReaching).
-	claim(limit int, from, reach int64, token string, until, now time.Time) (string, []any)
+	// claim returns Store.Claim's query.
+	claim(limit int, from int64, token string, until, now time.Time) (string, []any)
 	// markPublished and deletePublished return Finish's mark of the
 	// published rows seqs, as an update or a delete.
 	markPublished(seqs []int64, token string, now time.Time) (string, []any)
@@ -77,8 +75,6 @@ type queries struct {
 	listPending string
 	// backlog is the relay's sample; backlogTopics inspect's topics.
 	backlog, backlogTopics string
-	// claimRuns is claim with runs of a key (PostgreSQL; Store.ClaimRuns).
-	claimRuns string
 	// insert has a {{list}} of one row's values; insertAt sets
 	// next_attempt_at too (Row.DeliverAt).
 	insert, insertAt string

@@ -111,7 +111,7 @@ func (in *Inserter) statement(n int, at bool) string {
 // would come after its id. Locking every bucket first, in bucket order
 // (which also keeps concurrent writers free of deadlocks), restores "id
 // order = commit order" per key. See
-// migrate/sql/mysql/outbox/002_key_order.sql.
+// migrate/sql/mysql/outbox/001_create_outbox.sql.
 func (in *Inserter) lockKeys(ctx context.Context, ex driver.Executor, rows []Row) error {
 	q := in.d.queries().lockKeys
 	if q == "" {

@@ -1,11 +1,14 @@
 package outboxsql
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txbox/txbox/driver"
@@ -15,9 +18,10 @@ import (
 //go:embed sql/postgres_lanes.sql
 var postgresLanesSQL string
 
-// NumLanes is how many lanes the outbox table's lane column has (see
-// migration 006_lanes and docs/guide/scaling.md).
-const NumLanes = 16
+// NumLanes is how many lanes the outbox table has: a keyed row's lane is a
+// hash of its key modulo NumLanes (the lane index and the lanes table of
+// the baseline migration; docs/design/relay.md).
+const NumLanes = 64
 
 // ErrLanesUnsupported is returned by NewLanes on a dialect without lanes.
 var ErrLanesUnsupported = errors.New("txbox: lanes are only supported on PostgreSQL, MySQL and MariaDB")
@@ -34,14 +38,37 @@ type Lanes struct {
 	owner string
 	my    *mysqlLanes // MySQL, MariaDB; nil on PostgreSQL
 	q     struct {
-		lock, claim, claimRuns, join, renew, acquire, fence, release, leave string
+		lock, claim, unkeyed, join, renew, acquire, fence, release, leave string
 	}
+	// Rescan is how long a key found parked is left out of the lane reads
+	// (Claim). Default: a second.
+	Rescan time.Duration
+
+	conflicts atomic.Int64
+	inFlight  atomic.Int64 // MySQL: rows in this relay's batches in flight
+	// claimMu is held by a claim up to its pick, and guards turn,
+	// claims, active, many, idle and full.
+	claimMu sync.Mutex
+	turn    int            // the first lease of the next claim
+	claims  int            // claims so far
+	active  int            // lanes estimated to have rows (activeLanes)
+	many    bool           // the last read met many keys per lane (perLane)
+	idle    [NumLanes]bool // the lane gave no row at its last read, holds no key in flight
+	full    int            // the limit of the last claim if it came full, else 0
+	backlog atomic.Bool    // full != 0 (FromStart)
+	from    int64          // where the next claim's read of rows without a key starts (unkeyedFrom)
+	scanned time.Time      // when a claim last read rows without a key from the start
+	mu      sync.Mutex
+	heldIn  [NumLanes]int        // keys in this relay's batches in flight, per lane (mu)
+	parked  map[string]struct{}  // keys whose first row is dead
+	since   time.Time            // when parked was last emptied
+	later   map[string]time.Time // keys whose first row retries later, until when
 }
 
 // NewLanes returns the lanes of s's table, owned as owner (unique per
 // relay run).
 func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
-	l := &Lanes{s: s, owner: owner}
+	l := &Lanes{s: s, owner: owner, Rescan: time.Second}
 	switch s.d.(type) {
 	case *postgres:
 	case *mysql:
@@ -54,7 +81,7 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(driver.Postgres, schema, name)
 	err := sqltext.Load("outbox/postgres_lanes", postgresLanesSQL, funcs, map[string]*string{
-		"lane_lock": &l.q.lock, "claim_lanes": &l.q.claim, "claim_lanes_runs": &l.q.claimRuns, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
+		"lane_lock": &l.q.lock, "lane_claim": &l.q.claim, "claim_unkeyed": &l.q.unkeyed, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
 		"lane_acquire": &l.q.acquire, "lane_fence": &l.q.fence, "lane_release": &l.q.release, "lane_leave": &l.q.leave,
 	})
 	if err != nil {
@@ -66,39 +93,71 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 // Owner is the name under which this relay owns lanes.
 func (l *Lanes) Owner() string { return l.owner }
 
-// Claim is Store.Claim with its keyed rows restricted to the leases: it
-// reads keyed rows only of their lanes, and only of those whose owner and
-// epoch in the lanes table are still these (a lease taken over yields
-// nothing); rows without a key come from any lane. The transaction holds a shared lock
-// on each lane until Finish or Release, which a takeover waits for (Fence).
-func (l *Lanes) Claim(ctx context.Context, limit int, from int64, leases []Lease) (*Batch, error) {
-	return l.ClaimReaching(ctx, limit, from, from, leases)
-}
+// Conflicts counts the claims that read a keyed row of an owned lane that
+// another transaction held locked: someone locked an outbox row by hand, or
+// two relays own one lane (a fencing failure). Such a claim leaves that
+// row's key out from that row on (Claim).
+func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 
-// ClaimReaching is Claim whose window reaches past reach, as
-// Store.ClaimReaching.
-func (l *Lanes) ClaimReaching(ctx context.Context, limit int, from, reach int64, leases []Lease) (*Batch, error) {
-	return l.claim(ctx, limit, from, reach, leases, nil)
-}
-
-// ClaimRuns is Claim taking runs of a key, as Store.ClaimRuns.
-func (l *Lanes) ClaimRuns(ctx context.Context, limit int, from, reach int64, leases []Lease, floors Floors) (*Batch, error) {
-	return l.claim(ctx, limit, from, reach, leases, &floors)
-}
-
-func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases []Lease, floors *Floors) (*Batch, error) {
+// Claim takes up to limit rows: keyed rows only from the lanes of leases
+// whose owner and epoch in the lanes table are still these (a lease taken
+// over yields nothing), rows without a key from anywhere. The transaction
+// holds a shared lock on each lane until Finish or Release, which a
+// takeover waits for (Fence).
+//
+// On PostgreSQL it is one statement (lane_claim): rows without a key
+// SKIP LOCKED, and the owner's read of its lanes, each from its first
+// undelivered row in id order, then the rows read locked SKIP LOCKED. A
+// row read but held by another transaction stops its key there for this
+// claim (counted in Conflicts): only a lane's owner locks its rows, so that
+// is a transaction holding outbox rows or a fencing failure, and either
+// way the key is not published out of order while the rest of the lane,
+// the other lanes and the rows without a key go on. Each lane gives at
+// most limit divided by the number of lanes that had rows at the last
+// claim (activeLanes), and all
+// lanes limit in all (perLane), the lanes taken round robin from where the
+// last claim stopped (lanesToRead): one claim reads about one batch,
+// whatever the lanes. A key's first row the owner meets is its head: only
+// the lane's owner publishes the lane's rows, and the insert-time key lock
+// makes a key's id order its commit order, so a key's rows that are not
+// yet visible all come after the visible ones. The pick, in Go, takes each
+// key's rows up to its first dead row (the key is parked: left out of the
+// reads for Rescan) or its first row not yet due (left out until due).
+// Every lane it read rows of is left out of this relay's other claims
+// until this batch ends: those rows are locked here, and a read that left
+// out only their keys would step over every row of those keys.
+func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, error) {
 	if l.my != nil {
-		return l.my.claim(ctx, l, limit, from, leases) // no runs on MySQL
+		return l.my.claim(ctx, l, limit, 0, leases)
 	}
+	// A relay's claims take turns up to their pick: the next one leaves
+	// out every key this one locked.
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
 	s := l.s
 	b := &Batch{s: s, Started: time.Now()}
-	lock, claim := l.statements(limit, from, reach, leases, floors)
-	q, args := claim.SQL, claim.Args
+	perLane := l.perLane(limit)
+	read, at := l.lanesToRead(leases, l.full >= limit, 2*((limit+perLane-1)/perLane))
+	lanes32 := make([]int32, len(read))
+	lanes := make([]int16, len(read))
+	epochs := make([]int64, len(read))
+	skip := l.skipped(b.Started)
+	for i, ls := range read {
+		lanes32[i], lanes[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
+	}
+	lock := driver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes32}}
+	from := l.unkeyedFrom(b.Started, l.full >= limit)
+	claim := driver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, limit, from}}
+	if len(read) == 0 {
+		// No lane to read (a backlog without keys): the plain SKIP LOCKED
+		// claim (lanes32 is empty: no lane lock).
+		claim = driver.Statement{SQL: l.q.unkeyed, Args: []any{limit, from}}
+	}
 	var rows driver.Rows
 	var err error
 	if qb, ok := s.pool.(driver.QueryBeginner); ok {
 		// BEGIN, the lane locks and the claim in one round trip.
-		if b.tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{lock}, driver.Statement{SQL: q, Args: args}); err != nil {
+		if b.tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{lock}, claim); err != nil {
 			return nil, fmt.Errorf("claim transaction: %w", err)
 		}
 	} else {
@@ -109,38 +168,302 @@ func (l *Lanes) claim(ctx context.Context, limit int, from, reach int64, leases 
 			_ = b.tx.Rollback(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
 		}
-		rows, err = b.tx.Query(ctx, q, args...)
+		rows, err = b.tx.Query(ctx, claim.SQL, claim.Args...)
+	}
+	var w walk
+	if err == nil {
+		w, err = l.walk(rows, limit, lanes)
 	}
 	if err == nil {
-		b.Rows, b.Next, err = s.scanClaimed(rows, limit, true)
+		// The next claim starts at the last lane this one read rows of
+		// when the limit cut its read short, else at the next lane.
+		if w.reached < len(read) {
+			l.turn = at[max(w.reached-1, 0)]
+		} else if len(leases) > 0 {
+			l.turn = (l.turn + 1) % len(leases)
+		}
+		// In a backlog, the next claim reads rows without a key from
+		// past the last one this one took.
+		l.from = 0
+		if len(w.rows) >= limit && w.unkeyed > 0 {
+			l.from = w.unkeyed + 1
+		}
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	b.Rows = w.rows
+	b.onEnd = func() { l.unhold(w.lanes) }
 	return b, nil
 }
 
-// statements returns a PostgreSQL lanes claim's statements: the lane
-// locks (with the claim transaction's settings) and the claim, with runs
-// when floors is not nil.
-func (l *Lanes) statements(limit int, from, reach int64, leases []Lease, floors *Floors) (lock, claim driver.Statement) {
-	lanes := make([]int32, len(leases))
-	smalls := make([]int16, len(leases))
-	epochs := make([]int64, len(leases))
-	for i, ls := range leases {
-		lanes[i], smalls[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
+// FromStart reports whether the next claim, unless another begins first,
+// reads from the table's start: every lane of its leases, each from its
+// first undelivered row, and rows without a key from the first. Only a
+// claim that follows a full one on PostgreSQL does not (a backlog: see
+// lanesToRead and unkeyedFrom).
+func (l *Lanes) FromStart() bool {
+	return l.my != nil || !l.backlog.Load()
+}
+
+// walk is what a claim picked: its rows in id order (a keyed row that
+// follows another of its key in the batch has it as Prev), and every key
+// it read, in flight until the batch ends.
+type walk struct {
+	rows    []Claimed
+	keys    []string
+	lanes   []int16 // the lane of each of keys
+	reached int     // how many lanes of the read's order it reached
+	unkeyed int64   // the last row without a key it took, or 0
+}
+
+// laneRow is a row lane_claim returned: a keyed row of a lane (lane >= 0),
+// or a row without a key (lane -1); later: its retry is not yet due (at
+// due); locked: the claim holds its lock (false: another transaction does).
+type laneRow struct {
+	c                   Claimed
+	lane                int16
+	dead, later, locked bool
+	due                 time.Time
+}
+
+// walk reads lane_claim's rows and picks, in id order, up to limit rows in
+// all (see Claim). Rows it does not pick stay locked, unpublished, until
+// the batch ends.
+func (l *Lanes) walk(rows driver.Rows, limit int, order []int16) (walk, error) {
+	all := make([]laneRow, 0, 2*limit)
+	// One row's destinations, reused for every row (as scanClaimed).
+	var r laneRow
+	created, attempts := l.s.d.newTime(), l.s.d.newInt()
+	dest := []any{&r.c.Seq, &r.c.ID, &r.c.Topic, &r.c.Key, &r.c.Payload, &r.c.Headers, attempts.dest(), created.dest(), &r.lane, &r.dead, &r.later, &r.due, &r.locked}
+	for rows.Next() {
+		r = laneRow{}
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return walk{}, err
+		}
+		r.c.Attempts, r.c.CreatedAt = attempts.int(), created.time()
+		if err := attempts.err(); err != nil {
+			r.c.Invalid = fmt.Errorf("attempts %w", err)
+		} else if err := created.err(); err != nil {
+			r.c.Invalid = fmt.Errorf("created_at %w", err)
+		}
+		all = append(all, r)
 	}
-	lock = driver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(l.s.lease), lanes}}
-	// The window holds about as many rows of these lanes as a claim's
-	// without lanes holds in all: a relay that owns a quarter of the lanes
-	// reads four times the ids.
-	window := claimWindow(limit) * int64(NumLanes) / int64(max(len(leases), 1))
-	claim = driver.Statement{SQL: l.q.claim, Args: []any{limit, from, smalls, epochs, l.owner, window, reach}}
-	if floors != nil {
-		claim = driver.Statement{SQL: l.q.claimRuns, Args: []any{limit, from, smalls, epochs, l.owner, floors.Keys, floors.Seqs, reach, window}}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return walk{}, err
 	}
-	return lock, claim
+	slices.SortFunc(all, func(a, b laneRow) int { return cmp.Compare(a.c.Seq, b.c.Seq) })
+	var w walk
+	last := map[string]int64{} // a key's last picked row; -1: the key stopped
+	lanes := map[int16]struct{}{}
+	keyed, held := 0, false
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range all {
+		full := len(w.rows) >= limit
+		if r.lane < 0 {
+			if !full {
+				w.rows = append(w.rows, r.c)
+				w.unkeyed = r.c.Seq
+			}
+			continue
+		}
+		lanes[r.lane] = struct{}{}
+		keyed++
+		key := r.c.Key
+		p, seen := last[key]
+		if !seen {
+			w.keys, w.lanes = append(w.keys, key), append(w.lanes, r.lane)
+		}
+		switch {
+		case p < 0:
+			continue
+		case !r.locked: // held elsewhere: the key stops here
+			held = true
+			last[key] = -1
+			continue
+		case r.dead:
+			if !seen { // the key's head: parked until it is redriven or discarded
+				l.parked[key] = struct{}{}
+			}
+			last[key] = -1
+			continue
+		case r.later:
+			if !seen { // the key's head retries later
+				l.later[key] = r.due
+			}
+			last[key] = -1
+			continue
+		case full:
+			last[key] = -1
+			continue
+		}
+		r.c.Prev = max(p, 0)
+		last[key] = r.c.Seq
+		w.rows = append(w.rows, r.c)
+	}
+	for i := range w.keys {
+		l.heldIn[w.lanes[i]]++
+	}
+	if held {
+		l.conflicts.Add(1)
+	}
+	var reached int
+	l.active, reached = activeLanes(lanes, keyed >= limit, order)
+	l.many = 2*len(w.keys) >= keyed
+	w.reached = reached
+	for _, ln := range order[:reached] {
+		_, had := lanes[ln]
+		l.idle[ln] = !had && l.heldIn[ln] == 0
+	}
+	l.full = 0
+	if len(w.rows) >= limit {
+		l.full = limit
+	}
+	l.backlog.Store(l.full != 0)
+	return w, nil
+}
+
+// fullScan is the longest time between two claims that read rows without
+// a key from the table's start.
+const fullScan = 250 * time.Millisecond
+
+// unkeyedFrom returns the id from which a claim at now reads rows without
+// a key: in a backlog (the last claim, as large, came full) past the last
+// one the last claim took, so that each claim does not step again over the index entries
+// of the rows just delivered; from the start after a claim that was not
+// full, and at least every fullScan, so that a row without a key that
+// committed late below that point, or was given back, waits at most that.
+// Rows without a key have no order to keep.
+func (l *Lanes) unkeyedFrom(now time.Time, backlog bool) int64 {
+	if l.from == 0 || !backlog || now.Sub(l.scanned) >= fullScan {
+		l.scanned = now
+		return 0
+	}
+	return l.from
+}
+
+// idleEvery is how often, in claims, a claim that follows a full one reads
+// a lane that gave no row at its last read.
+const idleEvery = 8
+
+// lanesToRead returns the leases a claim reads, in the order it reads
+// them, and the index in leases of each: every one, from the lease where
+// the last claim stopped (Claim), round robin. But in a backlog (the last
+// claim, as large, came full), at most most lanes, the next ones round
+// robin, and the lanes that gave no row at their last read and have no key
+// in flight only every idleEvery claims: a backlog costs the lane locks
+// and reads of about a batch, not one per lane, and a backlog without keys
+// mostly none (a keyed row in an idle lane waits a few claims). After a
+// claim that was not full, every lane is read.
+func (l *Lanes) lanesToRead(leases []Lease, backlog bool, most int) ([]Lease, []int) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	l.claims++
+	l.turn %= len(leases)
+	l.mu.Lock()
+	inFlight := l.heldIn
+	l.mu.Unlock()
+	out, at := make([]Lease, 0, len(leases)), make([]int, 0, len(leases))
+	for i := range leases {
+		j := (l.turn + i) % len(leases)
+		ls := leases[j]
+		if inFlight[ls.Lane] > 0 {
+			continue // its rows are locked by another batch of this relay
+		}
+		if backlog && l.idle[ls.Lane] {
+			if l.claims%idleEvery == 0 {
+				out, at = append(out, ls), append(at, j)
+			}
+			continue
+		}
+		if backlog && most == 0 {
+			continue
+		}
+		most--
+		out, at = append(out, ls), append(at, j)
+	}
+	return out, at
+}
+
+// minRun is how many rows a claim reads of a lane at least while its lanes
+// hold many keys each: reading fewer rows of more lanes costs an index
+// probe and a lock step per lane for few rows. With few keys per lane the
+// rows of a lane are runs of one key, published in waves, and reading
+// fewer rows of more lanes sends more keys side by side.
+const minRun = 16
+
+// perLane is how many rows a claim of limit rows reads of each lane at
+// most: limit over the lanes that have rows (activeLanes), at least minRun
+// while the last read met many keys per lane (at least every other row a
+// key's first), and at most limit.
+func (l *Lanes) perLane(limit int) int {
+	if l.active == 0 {
+		return limit
+	}
+	n := (limit + l.active - 1) / l.active
+	if l.many {
+		n = max(n, minRun)
+	}
+	return min(n, limit)
+}
+
+// activeLanes estimates how many of the lanes of order have rows, from
+// the lanes a claim read rows of, and says how many lanes of order the
+// claim read: when its read stopped at its limit, the lanes after the last
+// one it read rows from were not read, and are assumed alike. active is 0
+// when no lane had rows: the next claim reads each lane up to its limit.
+func activeLanes(read map[int16]struct{}, cut bool, order []int16) (active, reached int) {
+	if !cut || len(read) == 0 {
+		return len(read), len(order)
+	}
+	for i, ln := range order {
+		if _, ok := read[ln]; ok {
+			reached = i + 1
+		}
+	}
+	return (len(read)*len(order) + reached - 1) / reached, reached
+}
+
+// skipped returns the keys lane_claim leaves out: parked (forgotten every
+// Rescan, so that a redriven or discarded dead row frees its key) and
+// retrying later (until due). Keys in flight are left out with their lanes
+// (lanesToRead).
+func (l *Lanes) skipped(now time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.parked == nil || now.Sub(l.since) >= l.Rescan {
+		l.parked, l.since = map[string]struct{}{}, now
+	}
+	if l.later == nil {
+		l.later = map[string]time.Time{}
+	}
+	out := make([]string, 0, len(l.parked)+len(l.later))
+	for k := range l.parked {
+		out = append(out, k)
+	}
+	for k, due := range l.later {
+		if !now.Before(due) {
+			delete(l.later, k)
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// unhold forgets the keys in flight of a batch that ended, in lanes (see
+// walk).
+func (l *Lanes) unhold(lanes []int16) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range lanes {
+		l.heldIn[lanes[i]]--
+	}
 }
 
 // Join records the relay as alive for ttl and returns how many relays are

@@ -71,7 +71,7 @@ func (m *mysql) beginClaim(ctx context.Context, pool driver.Pool, _ time.Duratio
 	return tx, nil
 }
 
-func (m *mysql) claim(limit int, from, _ int64, _ string, _, _ time.Time) (string, []any) {
+func (m *mysql) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {
 	return m.q.claim, []any{from, limit}
 }
 

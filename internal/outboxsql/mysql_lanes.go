@@ -69,19 +69,29 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 	if len(valid) == 0 {
 		valid = []any{-1} // no lane: rows without a key only
 	}
-	args := append(append([]any{from}, valid...), limit)
+	// The candidates read no locks: past this relay's rows in flight
+	// (locked by its other batches), or a claim beside a batch would find
+	// only that batch's rows.
+	inFlight := int(l.inFlight.Load())
+	args := append(append([]any{from}, valid...), limit+inFlight)
 	ids, err := column[int64](ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
 	if err == nil && len(ids) > 0 {
 		var rows driver.Rows
 		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), ids...)
 		if err == nil {
-			b.Rows, _, err = s.scanClaimed(rows, limit, false)
+			b.Rows, err = s.scanClaimed(rows, limit)
 		}
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	if len(b.Rows) > limit {
+		b.Rows = b.Rows[:limit] // the rest go back when the batch ends
+	}
+	n := int64(len(b.Rows))
+	l.inFlight.Add(n)
+	b.onEnd = func() { l.inFlight.Add(-n) }
 	return b, nil
 }
 

@@ -29,7 +29,7 @@ var _ dialect = (*postgres)(nil)
 func newPostgres(table string) (*postgres, error) {
 	p := &postgres{}
 	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{
-		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout, "claim_runs": &p.q.claimRuns,
+		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout,
 		"mark_published_lazy": &p.markLazy, "delete_published_lazy": &p.deleteLazy,
 		"table_health": &p.tableHealth,
 	})
@@ -79,8 +79,8 @@ func leaseMillis(lease time.Duration) string {
 	return strconv.FormatInt(max(lease.Milliseconds(), 1), 10)
 }
 
-func (p *postgres) claim(limit int, from, reach int64, _ string, _, _ time.Time) (string, []any) {
-	return p.q.claim, []any{limit, from, claimWindow(limit), reach}
+func (p *postgres) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {
+	return p.q.claim, []any{limit, from}
 }
 
 func (p *postgres) markPublished(seqs []int64, _ string, _ time.Time) (string, []any) {

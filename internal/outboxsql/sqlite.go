@@ -39,7 +39,7 @@ func (s *sqlite) beginClaim(context.Context, driver.Pool, time.Duration) (driver
 
 // claim stamps the lease from SQLite's clock when the statement runs (see
 // the query), so it takes the lease's length, until - now.
-func (s *sqlite) claim(limit int, from, _ int64, token string, until, now time.Time) (string, []any) {
+func (s *sqlite) claim(limit int, from int64, token string, until, now time.Time) (string, []any) {
 	return s.q.claim, []any{token, until.Sub(now).Microseconds(), limit, from}
 }
 

@@ -26,10 +26,9 @@ type Claimed struct {
 	// Invalid says why the row cannot be read as a message (a column of
 	// the wrong type, written by plain SQL on SQLite), or is nil.
 	Invalid error
-	// Prev is, in a claim with runs (ClaimRuns), the Seq of the row of the
-	// same key that this one follows in the claim (always in the batch): it
-	// may be published only once Prev was acknowledged. 0 for a key's head
-	// and rows without a key.
+	// Prev is the Seq of the row of the same key that this one follows in
+	// the batch (Lanes.Claim): it may be published only once Prev was
+	// acknowledged. 0 for a key's head and rows without a key.
 	Prev int64
 }
 
@@ -92,11 +91,9 @@ type Batch struct {
 	token string    // SQLite: the lease token
 	// Started is when Lanes.Claim began the claim (zero otherwise).
 	Started time.Time
-	// Next, when not zero, is where the next claim's scan should start:
-	// this claim came back short at the end of its window of ids
-	// (ClaimReaching, ClaimRuns), and pending rows lie beyond it, the first
-	// at Next.
-	Next int64
+	// onEnd, when not nil, runs once the batch's transaction or lease has
+	// ended (Finish, Release).
+	onEnd func()
 }
 
 // Tx is the transaction holding the batch's row locks (PostgreSQL, MySQL),
@@ -104,71 +101,12 @@ type Batch struct {
 func (b *Batch) Tx() driver.Tx { return b.tx }
 
 // Claim takes up to limit deliverable rows with ids from from on, oldest
-// first. An empty batch still needs Release. from 0 looks at every row; a
-// higher from spares the scan the entries of rows delivered since the
-// table was last vacuumed, but misses rows below it (a transaction that
-// commits out of id order, a retry that came due), so callers must scan
-// from 0 regularly. On PostgreSQL a claim reads a window of ids only
-// (ClaimReaching), and a short batch says in Next where the next one goes
-// on.
+// first, a keyed row only at the head of its key. An empty batch still
+// needs Release. from 0 looks at every row; a higher from misses rows
+// below it (a transaction that commits out of id order, a retry that came
+// due). The relay claims this way on SQLite; on PostgreSQL, MySQL and
+// MariaDB it claims with Lanes.Claim.
 func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error) {
-	return s.claim(ctx, limit, from, from, nil)
-}
-
-// ClaimReaching is Claim whose scan, on PostgreSQL, reads a window of ids:
-// claimWindow(limit) ids past the first pending row from from on, or past
-// reach (the last row of the previous batch) if higher, and at most ten
-// windows past that first row. A keyed drain starts its scans at a batch's
-// first row, since the rows behind its heads wait inside its span: a key
-// that lags (a hot key) would otherwise hold the window back behind the
-// other keys' heads.
-func (s *Store) ClaimReaching(ctx context.Context, limit int, from, reach int64) (*Batch, error) {
-	return s.claim(ctx, limit, from, reach, nil)
-}
-
-// Runs reports whether ClaimRuns takes runs of a key (PostgreSQL); elsewhere
-// it is Claim.
-func (s *Store) Runs() bool {
-	_, ok := s.d.(*postgres)
-	return ok
-}
-
-// ClaimRuns is ClaimReaching that also takes the rows that follow a claimed
-// head of its key, one after the other (Claimed.Prev), and stops walking
-// its window as soon as it has limit rows (migrations 007_claim_runs and
-// 009_claim_runs_window). It costs the database more per row than Claim,
-// and saves it from walking the window past a batch when it holds fewer
-// keys than a batch. Where Runs is false it is Claim.
-func (s *Store) ClaimRuns(ctx context.Context, limit int, from, reach int64, floors Floors) (*Batch, error) {
-	if !s.Runs() {
-		return s.claim(ctx, limit, from, from, nil)
-	}
-	return s.claim(ctx, limit, from, reach, &floors)
-}
-
-// Floors names, for some keys, a row of the key known delivered (its mark
-// committed): the head probe of ClaimRuns looks only from it on. A key's
-// rows are delivered in order, so every earlier row of the key is
-// delivered too. The probe starts at the floor row itself, not above it: a
-// mark committed lazily (lazy_commit in sql/postgres.sql) is undone by a
-// database crash in the next few hundred milliseconds, and the row is then
-// the key's head again (migration 008). Optional; a floor that is too low
-// only costs the probe time.
-type Floors struct {
-	Keys []string
-	Seqs []int64
-}
-
-// claimWindow is the length of a PostgreSQL claim's window of ids (see
-// ClaimReaching): ten batches, at least 1,000 ids, so that a full batch is
-// found while no more than nine in ten of the rows the scan meets are in
-// flight at other relays or queued behind a head, and one statement never
-// reads a large backlog whole.
-func claimWindow(limit int) int64 { return int64(max(10*limit, 1000)) }
-
-// claim claims with runs when floors is not nil.
-func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors *Floors) (*Batch, error) {
-	runs := floors != nil
 	// The transaction must outlive ctx: database/sql rolls a transaction
 	// back when its context ends, and a relay that is stopping still
 	// marks what the broker acknowledged.
@@ -176,12 +114,8 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 	var q string
 	var args []any
 	query := func() {
-		if runs {
-			q, args = s.claimStatement(ClaimArgs{Limit: limit, From: from, Reach: reach, Floors: floors})
-			return
-		}
 		now := time.Now()
-		q, args = s.d.claim(limit, from, reach, b.token, now.Add(s.lease), now)
+		q, args = s.d.claim(limit, from, b.token, now.Add(s.lease), now)
 	}
 	var rows driver.Rows
 	var err error
@@ -214,21 +148,10 @@ func (s *Store) claim(ctx context.Context, limit int, from, reach int64, floors 
 	return s.scanBatch(ctx, b, rows, limit)
 }
 
-// claimStatement is the claim with a transaction's row locks (not a
-// lease's token): PostgreSQL's and MySQL's; with runs when a.Floors is not
-// nil.
-func (s *Store) claimStatement(a ClaimArgs) (string, []any) {
-	if a.Floors != nil {
-		return s.d.queries().claimRuns, []any{a.Limit, a.From, a.Floors.Keys, a.Floors.Seqs, a.Reach, claimWindow(a.Limit)}
-	}
-	now := time.Now()
-	return s.d.claim(a.Limit, a.From, a.Reach, "", now.Add(s.lease), now)
-}
-
 // scanBatch reads the claim's rows into b; on an error it releases b.
 func (s *Store) scanBatch(ctx context.Context, b *Batch, rows driver.Rows, limit int) (*Batch, error) {
 	var err error
-	b.Rows, b.Next, err = s.scanClaimed(rows, limit, s.Runs()) // PostgreSQL's claims have a ninth column
+	b.Rows, err = s.scanClaimed(rows, limit)
 	if err != nil {
 		// A lease's UPDATE may have committed: release what it took.
 		_ = b.Release(context.WithoutCancel(ctx))
@@ -243,11 +166,8 @@ func (s *Store) scanBatch(ctx context.Context, b *Batch, rows driver.Rows, limit
 
 func bySeq(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) }
 
-// scanClaimed reads the claimed rows. PostgreSQL's claims (ninth) have a
-// ninth column: the row of the key a row of a run follows (Claimed.Prev),
-// NULL otherwise; and on a row of its own with id 0, where pending rows go
-// on past the claim's window (Batch.Next).
-func (s *Store) scanClaimed(rows driver.Rows, limit int, ninth bool) ([]Claimed, int64, error) {
+// scanClaimed reads the claimed rows.
+func (s *Store) scanClaimed(rows driver.Rows, limit int) ([]Claimed, error) {
 	defer rows.Close()
 	out := make([]Claimed, 0, min(limit, 4096))
 	// One row's destinations, reused for every row: the claim is the
@@ -255,22 +175,10 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int, ninth bool) ([]Claimed,
 	var c Claimed
 	created, attempts := s.d.newTime(), s.d.newInt()
 	dest := []any{&c.Seq, &c.ID, &c.Topic, &c.Key, &c.Payload, &c.Headers, attempts.dest(), created.dest()}
-	var prev *int64
-	if ninth {
-		dest = append(dest, &prev)
-	}
-	var next int64
 	for rows.Next() {
-		c, prev = Claimed{}, nil
+		c = Claimed{}
 		if err := rows.Scan(dest...); err != nil {
-			return nil, 0, err
-		}
-		if prev != nil && c.Seq == 0 {
-			next = *prev
-			continue
-		}
-		if prev != nil {
-			c.Prev = *prev
+			return nil, err
 		}
 		c.Attempts, c.CreatedAt = attempts.int(), created.time()
 		if err := attempts.err(); err != nil {
@@ -280,7 +188,7 @@ func (s *Store) scanClaimed(rows driver.Rows, limit int, ninth bool) ([]Claimed,
 		}
 		out = append(out, c)
 	}
-	return out, next, rows.Err()
+	return out, rows.Err()
 }
 
 // Runs reports whether any claimed row follows another of its key
@@ -309,6 +217,7 @@ func (b *Batch) Keyed() bool {
 // PostgreSQL the marks commit without waiting for the disk (see
 // lazy_commit in sql/postgres.sql).
 func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Rejection, maxAttempts int) error {
+	defer b.end()
 	s, tx := b.s, b.tx
 	if tx == nil {
 		// A lease: the marks commit together in a short transaction of
@@ -397,11 +306,20 @@ func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rej
 
 // Release gives every claimed row back without marking any.
 func (b *Batch) Release(ctx context.Context) error {
+	defer b.end()
 	if b.tx != nil {
 		return b.tx.Rollback(ctx)
 	}
 	_, err := b.s.pool.Exec(ctx, b.s.d.queries().release, b.token)
 	return err
+}
+
+// end runs onEnd, once.
+func (b *Batch) end() {
+	if f := b.onEnd; f != nil {
+		b.onEnd = nil
+		f()
+	}
 }
 
 // Cleanup deletes up to limit rows published before cutoff and returns how

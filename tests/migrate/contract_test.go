@@ -11,14 +11,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/drivertest"
 	"github.com/txbox/txbox/migrate"
-	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -63,19 +59,6 @@ func up(t *testing.T, x dialectDB) *migrate.Migrator {
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "up")
 	return m
-}
-
-// version is the version of the dialect's outbox migration named name.
-func version(t *testing.T, d driver.Dialect, name string) int {
-	ms, err := migrate.Plan(d, migrate.Config{})
-	testenv.Must(t, err, "plan")
-	for _, m := range ms {
-		if m.Name == name {
-			return m.Version
-		}
-	}
-	t.Fatalf("no %s migration for %s", name, d)
-	return 0
 }
 
 // insert adds a row to the outbox table with plain SQL: cols, and a value
@@ -179,124 +162,6 @@ func TestContractRefusesBadInserts(t *testing.T) {
 			testenv.Must(t, x.db.QueryRowContext(ctx, "SELECT count(*) FROM txbox_outbox").Scan(&n), "count")
 			if n != 4 {
 				t.Fatalf("%d rows, want 4", n)
-			}
-		})
-	}
-}
-
-// dropContract undoes the contract migration, as if the table were
-// migrated by an older txbox.
-func dropContract(t *testing.T, x dialectDB) {
-	var stmts []string
-	switch x.d {
-	case driver.SQLite:
-		stmts = []string{`DROP TRIGGER "txbox_outbox_contract_insert"`, `DROP TRIGGER "txbox_outbox_contract_update"`}
-	default:
-		for _, r := range []string{"message_id_length", "message_id_control", "topic_length", "topic_chars", "ordering_key_length", "ordering_key_control", "headers_object"} {
-			stmts = append(stmts, "ALTER TABLE txbox_outbox DROP CONSTRAINT txbox_outbox_"+r)
-		}
-	}
-	undoMigration(t, x, "contract", stmts...)
-}
-
-// undoMigration runs stmts, which undo the outbox migration name by hand,
-// and forgets that it was applied.
-func undoMigration(t *testing.T, x dialectDB, name string, stmts ...string) {
-	stmts = append(stmts, fmt.Sprintf("DELETE FROM txbox_migrations WHERE target = 'outbox:txbox_outbox' AND version = %d", version(t, x.d, name)))
-	for _, s := range stmts {
-		testenv.Must(t, exec(context.Background(), x.db, x.d, s), "%s", s)
-	}
-}
-
-// A table migrated before the contract may hold rows that break it. The
-// migration succeeds anyway; the pending ones become dead with "invalid
-// row: …" (by the migration, or on SQLite by the relay), the valid rows
-// are delivered, and rows already published or dead are left as they are.
-func TestContractMigratesTableWithBadRows(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	for _, x := range databases(t) {
-		t.Run(string(x.d), func(t *testing.T) {
-			m := up(t, x)
-			dropContract(t, x)
-			insert(t, x, "message_id, topic, payload", "", "t", []byte("empty id"))
-			insert(t, x, "message_id, topic, payload", "a\tb", "t", []byte("tab id"))
-			insert(t, x, "topic, ordering_key, payload", "t", "k\n", []byte("newline key"))
-			insert(t, x, "topic, payload", "a b", []byte("space topic"))
-			insert(t, x, "topic, payload, headers", "t", []byte("array headers"), "[1]")
-			insert(t, x, "topic, payload", "t", []byte("good"))
-			if x.d == driver.SQLite {
-				insert(t, x, "topic, payload, attempts", "t", []byte("text attempts"), "abc")
-				insert(t, x, "topic, payload, created_at", "t", []byte("text created_at"), "abc")
-				insert(t, x, "topic, payload, next_attempt_at", "t", []byte("text next_attempt_at"), "abc")
-			}
-			// History: published and dead rows that break the contract.
-			now := any(time.Now().UTC())
-			if x.d == driver.SQLite {
-				now = time.Now().UnixMicro()
-			}
-			insert(t, x, "message_id, topic, payload, published_at", "a\tb", "t", []byte("published"), now)
-			insert(t, x, "message_id, topic, payload, dead_at", "a\tb", "t", []byte("dead"), now)
-			bad := 5
-			if x.d == driver.SQLite {
-				bad += 3
-			}
-
-			applied, err := m.Up(ctx)
-			testenv.Must(t, err, "up on a table with bad rows")
-			if len(applied) != 1 || applied[0].Name != "contract" {
-				t.Fatalf("Up applied %+v, want the contract migration", applied)
-			}
-			// PostgreSQL and MySQL park the pending bad rows in the migration
-			// (a CHECK binds their later UPDATEs); SQLite's triggers leave
-			// them to the relay but for the one it could never claim.
-			parked := bad
-			if x.d == driver.SQLite {
-				parked = 1
-			}
-			var n int
-			testenv.Must(t, x.db.QueryRowContext(ctx, "SELECT count(*) FROM txbox_outbox WHERE dead_at IS NOT NULL AND last_error LIKE 'invalid row: %'").Scan(&n), "count")
-			if n != parked {
-				t.Errorf("the migration parked %d rows, want %d", n, parked)
-			}
-			if x.d == driver.Postgres {
-				for _, r := range []string{"message_id_length", "message_id_control", "topic_length", "topic_chars", "ordering_key_length", "ordering_key_control", "headers_object"} {
-					testenv.Must(t, exec(ctx, x.db, x.d, "ALTER TABLE txbox_outbox VALIDATE CONSTRAINT txbox_outbox_"+r), "validate %s", r)
-				}
-			}
-
-			drv := txboxsql.New(x.db, x.d)
-			pub := &drivertest.Recorder{}
-			r, err := relay.New(drv, pub, relay.Config{PollInterval: 10 * time.Millisecond, DisableNotify: true})
-			testenv.Must(t, err, "relay")
-			testenv.Must(t, r.Start(ctx), "start")
-			l, err := dead.New(drv, txbox.Config{})
-			testenv.Must(t, err, "dead")
-			deadline := time.Now().Add(20 * time.Second)
-			var letters []dead.Message
-			for {
-				letters, err = l.List(ctx, 100)
-				testenv.Must(t, err, "dead list")
-				if (len(pub.Published()) >= 1 && len(letters) >= bad+1) || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			testenv.Must(t, r.Stop(ctx), "stop")
-			if got := pub.Published(); len(got) != 1 || string(got[0].Payload) != "good" {
-				t.Fatalf("published %d messages, want only the good one: %+v", len(got), got)
-			}
-			if len(letters) != bad+1 {
-				t.Fatalf("%d dead rows, want %d: %+v", len(letters), bad+1, letters)
-			}
-			invalid := 0
-			for _, d := range letters {
-				if strings.HasPrefix(d.LastError, "invalid row: ") {
-					invalid++
-				}
-			}
-			if invalid != bad {
-				t.Errorf("%d dead rows say \"invalid row: …\", want %d: %+v", invalid, bad, letters)
 			}
 		})
 	}

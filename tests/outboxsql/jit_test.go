@@ -26,9 +26,7 @@ func TestClaimsRunWithoutJIT(t *testing.T) {
 	testenv.Must(t, err, "lanes")
 	claims := map[string]func() (*outboxsql.Batch, error){
 		"claim":       func() (*outboxsql.Batch, error) { return store.Claim(ctx, 10, 0) },
-		"claim runs":  func() (*outboxsql.Batch, error) { return store.ClaimRuns(ctx, 10, 0, 0, outboxsql.Floors{}) },
-		"lanes claim": func() (*outboxsql.Batch, error) { return lanes.Claim(ctx, 10, 0, nil) },
-		"lanes runs":  func() (*outboxsql.Batch, error) { return lanes.ClaimRuns(ctx, 10, 0, 0, nil, outboxsql.Floors{}) },
+		"lanes claim": func() (*outboxsql.Batch, error) { return lanes.Claim(ctx, 10, nil) },
 	}
 	for name, claim := range claims {
 		b, err := claim()

@@ -238,11 +238,7 @@ func TestPostgresClaimAndMarkAreOneRoundTripEach(t *testing.T) {
 			claim func() (*outboxsql.Batch, error)
 		}{
 			{"claim", func() (*outboxsql.Batch, error) { return store.Claim(ctx, 2, 0) }},
-			{"claim runs", func() (*outboxsql.Batch, error) { return store.ClaimRuns(ctx, 2, 0, 0, outboxsql.Floors{}) }},
-			{"lanes claim", func() (*outboxsql.Batch, error) { return lanes.Claim(ctx, 2, 0, nil) }},
-			{"lanes runs", func() (*outboxsql.Batch, error) {
-				return lanes.ClaimRuns(ctx, 2, 0, 0, nil, outboxsql.Floors{})
-			}},
+			{"lanes claim", func() (*outboxsql.Batch, error) { return lanes.Claim(ctx, 2, nil) }},
 		}
 		for _, c := range claims {
 			for round := range 2 { // the first prepares the statements

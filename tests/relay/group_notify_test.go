@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -118,6 +119,23 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	// waiting for its hourly poll; the heard store is idle with its
 	// doorbell armed, so that the commit below rings it.
 	eventually(t, "the control store's first round claimed nothing", func() bool { return storeIdle(ev, deaf.name) })
+	// Its lane heartbeat wakes it once it holds its lanes; after that, one
+	// more round (woken here) and nothing wakes it but its hourly poll.
+	eventually(t, "the control store holds its lanes", func() bool { return len(rd.Lanes()) == outboxsql.NumLanes })
+	finished := func() int {
+		n := 0
+		for _, e := range ev.snapshot() {
+			if e.Store == deaf.name && e.Kind == relay.EventFinished {
+				n++
+			}
+		}
+		return n
+	}
+	before := finished()
+	rd.Wake()
+	eventually(t, "the control store's round after its lanes claimed nothing", func() bool {
+		return finished() > before && storeIdle(ev, deaf.name)
+	})
 	waitIdleArmed(t, pool, ev, heard)
 	if rd.Listening() {
 		t.Fatal("a store of a group with DisableNotify says it listens")

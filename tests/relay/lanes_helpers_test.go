@@ -232,7 +232,7 @@ func pgLanes(t *testing.T, f fixture) laneEnv {
 			return scanPairs(t, rows)
 		},
 		expire: "UPDATE txbox_outbox_lanes SET expires_at = now() - interval '1 second'",
-		laneOf: "SELECT message_id, coalesce((hashtext(ordering_key) & 15)::smallint, -1)::text FROM txbox_outbox",
+		laneOf: "SELECT message_id, coalesce((hashtext(ordering_key) & 63)::smallint, -1)::text FROM txbox_outbox",
 		owners: "SELECT lane::text, coalesce(owner, '') FROM txbox_outbox_lanes",
 	}
 }
@@ -492,7 +492,7 @@ func laneOwners(t *testing.T, e laneEnv) map[int16]string {
 }
 
 // disjointCover reports whether the relays' lanes are disjoint and cover
-// all 16, each relay holding at most max.
+// all 64, each relay holding at most max.
 func disjointCover(max int, rs ...*relay.Relay) bool {
 	seen := map[int]bool{}
 	for _, r := range rs {
@@ -507,5 +507,5 @@ func disjointCover(max int, rs ...*relay.Relay) bool {
 			seen[l] = true
 		}
 	}
-	return len(seen) == 16
+	return len(seen) == 64
 }

@@ -36,7 +36,7 @@ func TestLanesMySQLDrainFigures(t *testing.T) {
 					rs = append(rs, r)
 				}
 				if lanes {
-					eventually(t, "the relays share the lanes", func() bool { return disjointCover((16+n-1)/n, rs...) })
+					eventually(t, "the relays share the lanes", func() bool { return disjointCover((64+n-1)/n, rs...) })
 				}
 				// Every row in one transaction: the drain starts at its commit.
 				msgs := make([]txbox.Message, rows)

@@ -43,7 +43,7 @@ func stopRelay(t *testing.T, r *relay.Relay) {
 	testenv.Must(t, r.Stop(ctx), "stop")
 }
 
-// Relays joining, leaving and dying share the 16 lanes: each takes its
+// Relays joining, leaving and dying share the 64 lanes: each takes its
 // share, disjoint from the others'; a relay that stops hands its lanes
 // over at once, one whose connections are cut loses them when its lease
 // ends. Per-key order holds and nothing is lost meanwhile.
@@ -66,18 +66,18 @@ func testLanesJoinLeaveDie(t *testing.T, e laneEnv) {
 	wait := produce(t, adder, 30, stop)
 
 	startRelay(t, a)
-	eventually(t, "a holds all 16 lanes", func() bool { return disjointCover(16, a) })
+	eventually(t, "a holds all 64 lanes", func() bool { return disjointCover(64, a) })
 	startRelay(t, b)
-	eventually(t, "a and b hold 8 lanes each", func() bool { return disjointCover(8, a, b) })
+	eventually(t, "a and b hold 32 lanes each", func() bool { return disjointCover(32, a, b) })
 	startRelay(t, c)
-	eventually(t, "a, b and c hold at most 6 lanes each", func() bool { return disjointCover(6, a, b, c) })
+	eventually(t, "a, b and c hold at most 22 lanes each", func() bool { return disjointCover(22, a, b, c) })
 	sentC := log.sentBy("c")
 	eventually(t, "c sends", func() bool { return log.sentBy("c") > sentC })
 
 	stopRelay(t, b) // leaves: hands its lanes over
-	eventually(t, "a and c hold 8 lanes each", func() bool { return disjointCover(8, a, c) })
+	eventually(t, "a and c hold 32 lanes each", func() bool { return disjointCover(32, a, c) })
 	proxy.Cut() // c dies: its connections close, its leases run out
-	eventually(t, "a holds all 16 lanes", func() bool { return disjointCover(16, a) })
+	eventually(t, "a holds all 64 lanes", func() bool { return disjointCover(64, a) })
 	close(stop)
 	wait()
 	eventually(t, "all delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
@@ -126,7 +126,7 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 	a := e.laneRelay(t, nil, aPub, cfg)
 	startRelay(t, a)
 	<-inFlight
-	if len(a.Lanes()) != 16 {
+	if len(a.Lanes()) != 64 {
 		t.Fatalf("a holds %d lanes", len(a.Lanes()))
 	}
 	// a's leases end in the table (as if it had stalled past them); b
@@ -134,14 +134,14 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 	f.exec(t, e.expire)
 	b := e.laneRelay(t, nil, &logPublisher{name: "b", log: log}, cfg)
 	startRelay(t, b)
-	eventually(t, "b owns 8 lanes in the table", func() bool {
+	eventually(t, "b owns 32 lanes in the table", func() bool {
 		n := 0
 		for _, o := range laneOwners(t, e) {
 			if o != "" && o != aOwner(t, e, a) {
 				n++
 			}
 		}
-		return n == 8
+		return n == 32
 	})
 	// b fences every 50ms while it waits: give it many tries.
 	time.Sleep(500 * time.Millisecond)
@@ -151,11 +151,11 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 	if n := log.sentBy("b"); n != 0 {
 		t.Fatalf("b sent %d messages while a's batch is in flight", n)
 	}
-	if len(a.Lanes()) != 16 {
-		t.Fatalf("a should still believe it holds 16 lanes, holds %d", len(a.Lanes()))
+	if len(a.Lanes()) != 64 {
+		t.Fatalf("a should still believe it holds 64 lanes, holds %d", len(a.Lanes()))
 	}
 	close(gate)
-	eventually(t, "b claims from its 8 lanes", func() bool { return len(b.Lanes()) == 8 })
+	eventually(t, "b claims from its 32 lanes", func() bool { return len(b.Lanes()) == 32 })
 	eventually(t, "all delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
 	if log.sentBy("b") == 0 {
 		t.Fatal("b sent nothing")
@@ -212,7 +212,7 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 	aPub := &stallingPublisher{logPublisher: &logPublisher{name: "a", log: log}}
 	aPub.stall = func() {
 		fr.freeze()
-		eventually(t, "b takes every lane over", func() bool { return len(b.Lanes()) == 16 })
+		eventually(t, "b takes every lane over", func() bool { return len(b.Lanes()) == 64 })
 		sentB := log.sentBy("b")
 		eventually(t, "b sends on", func() bool { return log.sentBy("b") > sentB+50 })
 		fr.thaw()
@@ -224,7 +224,7 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 	wait := produce(t, adder, 30, stop)
 	startRelay(t, a)
 	startRelay(t, b)
-	eventually(t, "a and b hold 8 lanes each", func() bool { return disjointCover(8, a, b) })
+	eventually(t, "a and b hold 32 lanes each", func() bool { return disjointCover(32, a, b) })
 	sentA := log.sentBy("a")
 	eventually(t, "a sends", func() bool { return log.sentBy("a") > sentA })
 
@@ -235,12 +235,12 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 			eventually(t, "a stalled and woke", func() bool { return !aPub.armed.Load() })
 		} else {
 			fr.freeze()
-			eventually(t, "b takes every lane over", func() bool { return len(b.Lanes()) == 16 })
+			eventually(t, "b takes every lane over", func() bool { return len(b.Lanes()) == 64 })
 			sentB := log.sentBy("b")
 			eventually(t, "b sends on", func() bool { return log.sentBy("b") > sentB+50 })
 			fr.thaw()
 		}
-		eventually(t, "a and b share the lanes again", func() bool { return disjointCover(8, a, b) })
+		eventually(t, "a and b share the lanes again", func() bool { return disjointCover(32, a, b) })
 		eventually(t, "a sends again", func() bool { return log.sentBy("a") > sentA })
 	}
 	close(stop)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/tests/testenv"
 )
 
 // runLog is a publisher that records, in the order they happen, every
@@ -225,62 +224,5 @@ func TestRunsInvalidRowParksOnlyItsKey(t *testing.T) {
 		if strings.HasPrefix(e.payload, "a:") && e.payload != "a:1" {
 			t.Fatalf("%s was sent; a:2 is invalid and a:3 waits behind it", e.payload)
 		}
-	}
-}
-
-// A claim reads at most a window of ids (1,000 for a batch of 10) and the
-// relay goes on past it at once, without waiting for its poll: here the
-// first windows hold only key a's rows, queued behind a head that is held
-// by another transaction or dead (the key parked), and the rows without a
-// key lie beyond them. The relay polls once an hour and has no
-// notifications, so it publishes them only by going on from window to
-// window. Once the held head is free, a drains in order.
-func TestRelayGoesOnPastTheClaimWindow(t *testing.T) {
-	t.Parallel()
-	for _, head := range []string{"held", "parked"} {
-		t.Run(head, func(t *testing.T) {
-			t.Parallel()
-			const perKey, loose = 1500, 20
-			f := pgxFixture(t, 8)
-			addKeyed(t, f, "window", []string{"a"}, perKey)
-			var keys []string
-			for i := 1; i <= loose; i++ {
-				keys = append(keys, fmt.Sprintf("u%d", i))
-				f.add(t, true, txbox.Message{Topic: "window", Payload: []byte(fmt.Sprintf("u%d:1", i))})
-			}
-			ctx := context.Background()
-			holder, err := f.pool.Begin(ctx)
-			testenv.Must(t, err, "begin")
-			defer holder.Rollback(ctx)
-			if head == "held" {
-				_, err = holder.Exec(ctx, "SELECT 1 FROM txbox_outbox WHERE id = (SELECT min(id) FROM txbox_outbox) FOR UPDATE")
-				testenv.Must(t, err, "hold a's head")
-			} else {
-				f.exec(t, "UPDATE txbox_outbox SET dead_at = now(), last_error = 'test' WHERE id = (SELECT min(id) FROM txbox_outbox)")
-			}
-
-			log := newRunLog(nil)
-			r := f.newRelay(t, log, relay.Config{BatchSize: 10, PollInterval: time.Hour, DisableNotify: true})
-			startRelay(t, r)
-			testenv.Await(t, "the rows beyond the first windows published", func() (bool, string) {
-				n := r.Counters().Published
-				return n == loose, fmt.Sprintf("%d published", n)
-			})
-			log.check(t, keys, 1)
-			if head == "parked" {
-				if n := f.count(t, "published_at IS NULL AND ordering_key = 'a'"); n != perKey {
-					t.Fatalf("%d of key a's rows pending behind its dead head, want %d", n, perKey)
-				}
-				return
-			}
-			testenv.Must(t, holder.Rollback(ctx), "release a's head")
-			r.Wake()
-			testenv.Await(t, "every message published", func() (bool, string) {
-				n := r.Counters().Published
-				return n == perKey+loose, fmt.Sprintf("%d published", n)
-			})
-			log.check(t, keys, 1)
-			log.check(t, []string{"a"}, perKey)
-		})
 	}
 }

@@ -1,5 +1,5 @@
--- Lanes on MySQL 8 / MariaDB 10.6 or later (docs/scaling.md, migration
--- 004_lanes). {{table}} is the outbox table, {{name "lanes"}} its lane
+-- Lanes on MySQL 8 / MariaDB 10.6 or later (docs/design/lanes.md, the
+-- baseline migration 001_create_outbox). {{table}} is the outbox table, {{name "lanes"}} its lane
 -- leases, {{name "fences"}} one lock row per lane and {{name "relays"}} the
 -- relays that share the lanes. Durations are in microseconds, times UTC.
 --

@@ -7,41 +7,16 @@
 -- that same transaction.
 
 -- name: claim
--- A keyed row is claimable only at the head of its key: no earlier row of
--- the key is undelivered (dead ones included, so a dead row parks its key,
--- and locked ones included, so one message per key is in flight). The
--- head is read as the first entry of the key's index (ORDER BY … LIMIT 1):
--- written as NOT EXISTS (an earlier undelivered row), the probe was
--- planned as a scan of the table (or its primary key) that stops at the
--- first match, which, once a key's earlier rows are delivered, reads back
--- to the table's start on every probe (5.8 s for one claim of 20 keys
--- after 25,000 delivered rows, against 0.2 s). $2 is the
--- scan's start (see Store.Claim); the key check looks below it too. Empty
--- headers come back NULL: nothing for the relay to copy or decode.
---
--- The scan reads a window of ids only: $3 ids past the first pending row
--- from $2 on, or past $4 (the last row of the relay's previous batch, when
--- it was full and keyed: a hot key's head holds the scan's start far
--- behind the other keys' heads), and never more than ten windows past that
--- first row. Without it, a claim that found fewer heads than a batch (keys
--- in flight at other relays, a key's rows queued behind its head) read the
--- whole backlog in one statement, seconds on a large one, and its snapshot
--- held back the horizon meanwhile: no delivered row's index entry could be
--- marked dead, so every other claim's probes fetched them all and took
--- longer in turn (4 relays, 1,000 keys, 200,000 rows: claims of 2-3 s that
--- read 100,000 rows and claimed none). When the claim comes back short
--- and pending rows lie past its window, a last row of its own carries the
--- first of them in a ninth column (Batch.Next); claimed rows have NULL
--- there.
-WITH e AS (
-  -- The window's end.
-  SELECT least(greatest(f.id, $4) + $3, f.id + 10 * $3) AS id FROM (
-    SELECT coalesce(min(w.id), $2) AS id FROM {{table}} w
-    WHERE w.published_at IS NULL AND w.dead_at IS NULL AND w.id >= $2) f),
-c AS (
+-- Store.Claim: up to $1 rows from id $2 on, oldest first. A keyed row is
+-- claimable only at the head of its key: no earlier row of the key is
+-- undelivered (dead ones included, so a dead row parks its key, and locked
+-- ones included, so one message per key is in flight). The head is read as
+-- the first entry of the key's index. The relay claims with lane_claim
+-- (postgres_lanes.sql) instead; this is the claim of one caller
+-- that owns no lanes. Empty headers come back NULL.
 SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, nullif(o.headers, '{}')::text, o.attempts, o.created_at
 FROM {{table}} o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2 AND o.id < (SELECT e.id FROM e)
+WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2
   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
   AND (o.ordering_key IS NULL OR o.id <= (
         SELECT p.id FROM {{table}} p
@@ -49,23 +24,7 @@ WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2 AND o.id < (SE
         ORDER BY p.ordering_key, p.id LIMIT 1))
 ORDER BY o.id
 LIMIT $1
-FOR UPDATE OF o SKIP LOCKED)
-SELECT c.*, NULL::bigint FROM c
-UNION ALL
-SELECT 0, '', '', '', ''::bytea, NULL, 0, now(), n.id
-FROM (SELECT x.id FROM {{table}} x
-      WHERE x.published_at IS NULL AND x.dead_at IS NULL AND x.id >= (SELECT e.id FROM e)
-      ORDER BY x.id LIMIT 1) n
-WHERE (SELECT count(*) FROM c) < $1
-
--- name: claim_runs
--- claim, taking also the rows that follow a claimed head of its key, one
--- after the other; the walk stops at $1 rows (migrations 007_claim_runs,
--- 009_claim_runs_window). $3 and $4: keys and a delivered row of each
--- (Floors); $5 and $6: the reach and length of the window, as $4 and $3 of
--- claim. A short claim's last row, with id 0, says in its ninth column
--- where pending rows go on past the window.
-SELECT * FROM {{name "claim_runs"}}($1, $2, NULL, NULL, NULL, $3, $4, $5, $6)
+FOR UPDATE OF o SKIP LOCKED
 
 -- name: claim_timeout
 -- Run first in each claim transaction, with the claim lease in ms: the
@@ -104,8 +63,7 @@ DELETE FROM {{table}} WHERE id = ANY($1)
 -- duplicate, never a loss. What a crash undoes is always every commit after
 -- some point of the WAL, so a key's undone marks are its last ones: the key
 -- is published again from its first undone row, in order, as after a relay
--- that died before its marks (docs/guarantees.md). The claim with runs
--- re-checks its floors for that reason (Floors in store.go).
+-- that died before its marks (docs/reference/guarantees.md).
 SET LOCAL synchronous_commit TO OFF
 
 -- name: mark_published_lazy
@@ -249,7 +207,7 @@ INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES
 -- prepared transaction, each replication slot with an xmin. VACUUM keeps
 -- every row version deleted or updated after the oldest of them, so that
 -- while a transaction stays open every delivered row's index entry stays
--- too and the relay's claims step over them all (docs/operability.md).
+-- too and the relay's claims step over them all (docs/guide/operations.md).
 -- From h: the seconds since the oldest transaction began (slots have
 -- none: NULL, which max passes over; NULL with no transaction), and the
 -- holder furthest back (NULLs when none). The statistics are read with the

@@ -1,11 +1,12 @@
--- Lanes on PostgreSQL (docs/scaling.md). {{table}} is the outbox table,
+-- Lanes on PostgreSQL (docs/design/relay.md). {{table}} is the outbox table,
 -- {{name "lanes"}} its lane leases and {{name "relays"}} the relays that
 -- share them. Durations are in milliseconds.
 --
 -- A claim transaction first takes a shared transaction-scoped advisory
--- lock (class: the table's OID) on each lane it will read (lane_lock), then claims with the lanes'
--- owner and epoch checked against the table in a later statement, so with
--- a snapshot taken after the locks (claim). A relay that takes a lane over
+-- lock (class: the table's OID) on each lane it will read (lane_lock), then
+-- reads the lanes with their owner and epoch checked against the table in a
+-- later statement, so with a snapshot taken after the locks (lane_claim).
+-- A relay that takes a lane over
 -- raises its epoch, then may claim from it only once an exclusive lock on
 -- it can be had (fence): every claim transaction of the lane's previous
 -- owner has then ended (committed its marks, rolled back, or been ended by
@@ -14,57 +15,80 @@
 -- name: lane_lock
 -- The claim transaction's first statement: its idle timeout and plan
 -- settings ($1, as claim_timeout in postgres.sql) and the shared locks of
--- the lanes $2. The
--- lock class is the outbox table's OID: unique in the database (advisory
--- locks are per database), whatever the schema.
+-- the lanes $2. The lock class is the outbox table's OID: unique in the
+-- database (advisory locks are per database), whatever the schema. Sorts
+-- are off so that the generic plan reads a lane from the lane index, in
+-- order, whatever the statistics said when it was made (the key index and
+-- a sort of all the keyed rows would do as well on an empty table).
 SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('enable_indexonlyscan', 'off', true), set_config('jit', 'off', true),
+       set_config('enable_indexonlyscan', 'off', true), set_config('jit', 'off', true), set_config('enable_sort', 'off', true),
        (SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared('{{table}}'::regclass::oid::int, l) FROM unnest($2::int[]) l) x)
 
--- name: claim_lanes
--- claim of postgres.sql, its keyed rows restricted to the lanes $3 whose
--- epochs are still $4 and whose owner is still $5. A key's rows share a
--- lane, so the head-of-key check is unchanged. Rows without a key are
--- claimed by any relay, as without lanes: they need no order, and reading
--- only owned lanes' rows would make each claim step over every other
--- relay's (the pending index is ordered by id, not by lane; see
--- docs/scaling.md). The scan reads a window of ids, as claim's does: $6
--- ids past the first pending row from $2 on, or past $7, at most ten
--- windows past that row; a short claim's last row of its own says where
--- pending rows go on past the window. Without it, a claim that found fewer
--- heads than a batch (a few keys, each with a long backlog behind its
--- head) read the whole backlog: 1.4 s per claim on 25,000 rows of 20 keys.
-WITH e AS (
-  SELECT least(greatest(f.id, $7) + $6, f.id + 10 * $6) AS id FROM (
-    SELECT coalesce(min(w.id), $2) AS id FROM {{table}} w
-    WHERE w.published_at IS NULL AND w.dead_at IS NULL AND w.id >= $2) f),
-c AS (
-SELECT o.id, o.message_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.headers::text, o.attempts, o.created_at
+-- name: lane_claim
+-- The claim, in the claim transaction after lane_lock, in one statement.
+-- Up to $6 rows without a key, oldest first from id $8 on, claimed FOR
+-- UPDATE SKIP LOCKED (any relay claims those). And the owner's read of its
+-- keyed rows: the lanes of $1 whose epoch is still the one in $2 and whose
+-- owner is still $4, in the order given, each read from its first
+-- undelivered row (dead ones included) in id order from the lane index, at
+-- most $3 rows of each and $7 in all, less the rows of the keys $5 (keys
+-- the relay knows are parked or retrying later; it does not read a lane
+-- with keys in flight in another batch of its own). Then the rows read are
+-- locked FOR UPDATE SKIP LOCKED, by id, still undelivered; locked says
+-- which were. A row read but not locked is held by another transaction
+-- (someone locked an outbox row by hand, or two relays own one lane: a
+-- fencing failure): the relay's pick stops its key there, so the key is
+-- never published out of order, and the rest of the lane and every other
+-- lane flow. The relay picks what to publish in Go
+-- (outboxsql.Lanes.Claim). Empty headers come back NULL: nothing for the
+-- relay to copy or decode; lane is -1 for a row without a key, due the
+-- epoch for a row with no retry set.
+WITH u AS (
+  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+  FROM {{table}} o
+  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL
+    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()) AND o.id >= $8
+  ORDER BY o.id
+  LIMIT $6
+  FOR UPDATE OF o SKIP LOCKED),
+v AS MATERIALIZED (
+  SELECT w.lane, w.ord
+  FROM unnest($1::smallint[], $2::bigint[]) WITH ORDINALITY w(lane, epoch, ord)
+  JOIN {{name "lanes"}} l ON l.lane = w.lane AND l.epoch = w.epoch AND l.owner = $4
+  ORDER BY w.ord),
+k AS MATERIALIZED (
+  SELECT r.* FROM v CROSS JOIN LATERAL (
+    SELECT o.id, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
+           o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+    FROM {{table}} o
+    WHERE (hashtext(o.ordering_key) & 63) = v.lane::int AND o.ordering_key IS NOT NULL AND o.published_at IS NULL
+      AND o.ordering_key <> ALL($5::text[])
+    ORDER BY (hashtext(o.ordering_key) & 63), o.id
+    LIMIT $3) r
+  LIMIT $7),
+x AS MATERIALIZED (
+  SELECT o.id FROM {{table}} o
+  WHERE o.id = ANY(ARRAY(SELECT k.id FROM k)) AND o.published_at IS NULL
+  FOR UPDATE OF o SKIP LOCKED)
+SELECT k.id, k.message_id, k.topic, k.ordering_key, k.payload, k.headers, k.attempts, k.created_at,
+       k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), x.id IS NOT NULL
+FROM k LEFT JOIN x ON x.id = k.id
+UNION ALL
+SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch', true
+FROM u
+
+-- name: claim_unkeyed
+-- The claim of a relay that reads no lane this time (lanesToRead: a
+-- backlog of rows without a key), after lane_lock of no lane: lane_claim's
+-- rows without a key, in its columns.
+SELECT o.id, o.message_id, o.topic, '', o.payload, nullif(o.headers, '{}')::text, o.attempts, o.created_at,
+       -1::smallint, false, false, 'epoch'::timestamptz, true
 FROM {{table}} o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= $2 AND o.id < (SELECT e.id FROM e)
-  AND (o.ordering_key IS NULL OR (hashtext(o.ordering_key) & 15)::smallint = ANY(ARRAY(
-        SELECT l.lane FROM {{name "lanes"}} l
-        JOIN unnest($3::smallint[], $4::bigint[]) w(lane, epoch) ON w.lane = l.lane AND w.epoch = l.epoch
-        WHERE l.owner = $5)))
-  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-  AND (o.ordering_key IS NULL OR o.id <= (
-        SELECT p.id FROM {{table}} p
-        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL
-        ORDER BY p.ordering_key, p.id LIMIT 1))
+WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL
+  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()) AND o.id >= $2
 ORDER BY o.id
 LIMIT $1
-FOR UPDATE OF o SKIP LOCKED)
-SELECT c.*, NULL::bigint FROM c
-UNION ALL
-SELECT 0, '', '', '', ''::bytea, NULL, 0, now(), n.id
-FROM (SELECT x.id FROM {{table}} x
-      WHERE x.published_at IS NULL AND x.dead_at IS NULL AND x.id >= (SELECT e.id FROM e)
-      ORDER BY x.id LIMIT 1) n
-WHERE (SELECT count(*) FROM c) < $1
-
--- name: claim_lanes_runs
--- claim_runs of postgres.sql with the lanes of claim_lanes.
-SELECT * FROM {{name "claim_runs"}}($1, $2, $3, $4, $5, $6, $7, $8, $9)
+FOR UPDATE OF o SKIP LOCKED
 
 -- name: lane_join
 -- A relay's heartbeat: it is alive for $2 more, and says how many relays

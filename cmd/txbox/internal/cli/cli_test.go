@@ -176,7 +176,7 @@ func TestMigrateLockTimeout(t *testing.T) {
 			t.Fatalf("migrate up %v: err = %v, want %q", c.args, err, c.want)
 		}
 	}
-	mustRun(t, "migrate", "up", "--db", db, "--schema", schema, "--to", "1")
+	mustRun(t, "migrate", "up", "--db", db, "--schema", schema)
 	holder, err := admin.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -189,17 +189,17 @@ func TestMigrateLockTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut testenv.Buffer
-	code := cli.Main(ctx, []string{"migrate", "up", "--db", db, "--schema", schema, "--lock-timeout", "100ms", "--lock-retries", "1"}, &out, &errOut)
+	code := cli.Main(ctx, []string{"migrate", "down", "--to", "0", "--force", "--db", db, "--schema", schema, "--lock-timeout", "100ms", "--lock-retries", "1"}, &out, &errOut)
 	printed := errOut.String()
 	if code != 1 || !strings.Contains(printed, "waited 100ms for a lock on outbox table") || !strings.Contains(printed, "2 time(s)") ||
 		!strings.Contains(printed, `("report \"job\"")`) {
-		t.Fatalf("migrate up beside a holder (exit %d) printed:\n%s", code, printed)
+		t.Fatalf("migrate down beside a holder (exit %d) printed:\n%s", code, printed)
 	}
 	if !strings.Contains(printed, "level=WARN") || strings.Count(printed, "level=WARN") != 1 {
 		t.Errorf("want one warning, at the first of the two tries:\n%s", printed)
 	}
-	if st := mustRun(t, "migrate", "status", "--db", db, "--schema", schema); !regexp.MustCompile(`002\s+key_order\s+pending`).MatchString(st) {
-		t.Fatalf("a migration went in beside the holder:\n%s", st)
+	if st := mustRun(t, "migrate", "status", "--db", db, "--schema", schema); strings.Contains(st, "pending") {
+		t.Fatalf("a migration was reverted beside the holder:\n%s", st)
 	}
 }
 
@@ -567,12 +567,6 @@ func TestMigrateDown(t *testing.T) {
 		t.Fatalf("a refused down reverted something:\n%s", statusAll)
 	}
 
-	if out := mustRun(t, "migrate", "down", "--db", db, "--to", "1"); out != "reverted outbox:txbox_outbox 004 contract_key_space\nreverted outbox:txbox_outbox 003 lease\nreverted outbox:txbox_outbox 002 contract\n" {
-		t.Fatalf("migrate down --to 1: %q", out)
-	}
-	if out := mustRun(t, "migrate", "status", "--db", db); !regexp.MustCompile(`002\s+contract\s+pending`).MatchString(out) {
-		t.Fatalf("status after down --to 1:\n%s", out)
-	}
 	if out := mustRun(t, "migrate", "down", "--db", db, "--to", "1"); !strings.Contains(out, "nothing applied above version 1") {
 		t.Fatalf("second migrate down --to 1: %q", out)
 	}
@@ -593,19 +587,16 @@ func TestMigrateDown(t *testing.T) {
 	if _, _, err := run(context.Background(), "migrate", "up", "--db", db, "--to", "0"); err == nil || !strings.Contains(err.Error(), "want 1 or more") {
 		t.Fatalf("migrate up --to 0: %v", err)
 	}
-	if out := mustRun(t, "migrate", "up", "--db", db); out != "applied outbox:txbox_outbox 002 contract\napplied outbox:txbox_outbox 003 lease\napplied outbox:txbox_outbox 004 contract_key_space\n" {
-		t.Fatalf("migrate up after down: %q", out)
-	}
 
 	// A migration a newer release applied: listed, and not gone below.
-	if _, err := conn.Exec(`INSERT INTO txbox_migrations VALUES ('outbox:txbox_outbox', 5, 'fut' || char(27) || 'ure', '2030-01-02T03:04:05Z')`); err != nil {
+	if _, err := conn.Exec(`INSERT INTO txbox_migrations VALUES ('outbox:txbox_outbox', 2, 'fut' || char(27) || 'ure', '2030-01-02T03:04:05Z')`); err != nil {
 		t.Fatal(err)
 	}
 	out = mustRun(t, "migrate", "status", "--db", db)
-	if !regexp.MustCompile(`(?m)^outbox:txbox_outbox\s+005\s+fut\\x1bure\s+2030-01-02T03:04:05Z \(by a newer txbox release\)$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^outbox:txbox_outbox\s+002\s+fut\\x1bure\s+2030-01-02T03:04:05Z \(by a newer txbox release\)$`).MatchString(out) {
 		t.Fatalf("status with a newer release's migration:\n%s", out)
 	}
-	if out := mustRun(t, "migrate", "status", "--db", db, "--json"); !strings.Contains(out, `"version": 5,`) || !strings.Contains(out, `"newer": true`) {
+	if out := mustRun(t, "migrate", "status", "--db", db, "--json"); !strings.Contains(out, `"version": 2,`) || !strings.Contains(out, `"newer": true`) {
 		t.Fatalf("status --json with a newer release's migration:\n%s", out)
 	}
 	if _, _, err := run(context.Background(), "migrate", "down", "--db", db, "--to", "1"); err == nil || !strings.Contains(err.Error(), "applied by a newer txbox release") {
@@ -618,14 +609,13 @@ func TestMigrateDown(t *testing.T) {
 // goose file.
 func TestMigrateSQLDown(t *testing.T) {
 	t.Parallel()
-	out := mustRun(t, "migrate", "sql", "--dialect", "postgres", "--down", "--to", "7", "--schema", "shop")
-	i9, i8 := strings.Index(out, "revert outbox:txbox_outbox version 9"), strings.Index(out, "revert outbox:txbox_outbox version 8")
-	if i9 < 0 || i8 < i9 || strings.Contains(out, "version 7 ") || !strings.Contains(out, `DROP FUNCTION IF EXISTS "shop"."txbox_outbox_claim_runs"`) {
-		t.Fatalf("migrate sql --down --to 7:\n%s", out)
+	out := mustRun(t, "migrate", "sql", "--dialect", "postgres", "--down", "--to", "0", "--schema", "shop")
+	if !strings.Contains(out, "revert outbox:txbox_outbox version 1") || !strings.Contains(out, `DROP TABLE IF EXISTS "shop"."txbox_outbox"`) {
+		t.Fatalf("migrate sql --down --to 0:\n%s", out)
 	}
-	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--to", "2", "--schema", "shop")
-	if !strings.Contains(out, `CREATE SCHEMA IF NOT EXISTS "shop";`) || !strings.Contains(out, "version 2 (key_order)") || strings.Contains(out, "version 3 ") {
-		t.Fatalf("migrate sql --to 2:\n%s", out)
+	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--to", "1", "--schema", "shop")
+	if !strings.Contains(out, `CREATE SCHEMA IF NOT EXISTS "shop";`) || !strings.Contains(out, "version 1 (create_outbox)") || strings.Contains(out, "version 2 ") {
+		t.Fatalf("migrate sql --to 1:\n%s", out)
 	}
 	out = mustRun(t, "migrate", "sql", "--dialect", "sqlite", "--goose")
 	up, down, ok := strings.Cut(out, "-- +goose Down\n")
@@ -633,9 +623,9 @@ func TestMigrateSQLDown(t *testing.T) {
 		strings.Count(out, "-- +goose StatementBegin") != strings.Count(out, "-- +goose StatementEnd") {
 		t.Fatalf("migrate sql --goose:\n%s", out)
 	}
-	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--goose", "--from", "8")
-	if !strings.Contains(out, "version 9 (claim_runs_window)") || strings.Contains(out, "version 8 ") || !strings.Contains(out, "VALUES ('outbox:txbox_outbox', 9, ") {
-		t.Fatalf("migrate sql --goose --from 8:\n%s", out)
+	out = mustRun(t, "migrate", "sql", "--dialect", "postgres", "--goose", "--from", "1")
+	if strings.Contains(out, "version 1 ") || strings.Contains(out, `CREATE TABLE "txbox_outbox"`) {
+		t.Fatalf("migrate sql --goose --from 1 printed a migration at or below 1:\n%s", out)
 	}
 	if _, _, err := run(context.Background(), "migrate", "sql", "--dialect", "sqlite", "--from", "1", "--down"); err == nil || !strings.Contains(err.Error(), "--from 1") {
 		t.Fatalf("--from --down: err = %v", err)

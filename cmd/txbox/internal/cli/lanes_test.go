@@ -63,14 +63,14 @@ func TestRelayLanesFlags(t *testing.T) {
 			return owners, lanes
 		}
 		deadline := time.Now().Add(time.Minute)
-		for o, l := owned(); o != 1 || l != 16; o, l = owned() {
+		for o, l := owned(); o != 1 || l != 64; o, l = owned() {
 			select {
 			case err := <-done:
 				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
 			case <-time.After(20 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the relay holds %d lanes (%d owners), want all 16 alone\n%s", l, o, errOut.String())
+				t.Fatalf("the relay holds %d lanes (%d owners), want all 64 alone\n%s", l, o, errOut.String())
 			}
 		}
 		cancel()

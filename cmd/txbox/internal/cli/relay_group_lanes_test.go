@@ -14,7 +14,7 @@ import (
 
 // `txbox relay --lanes --db A --db B` (two MySQL databases, a group of two
 // stores with lanes) delivers every keyed row of both, and each store holds
-// all 16 of its table's lanes.
+// all 64 of its table's lanes.
 func TestRelayGroupWithLanesDeliversKeyedRows(t *testing.T) {
 	t.Parallel()
 	testenv.NATS(t)
@@ -81,8 +81,8 @@ func TestRelayGroupWithLanesDeliversKeyedRows(t *testing.T) {
 	for i, db := range dbs {
 		var owners, lanes int
 		testenv.Must(t, db.QueryRow("SELECT count(DISTINCT owner), count(owner) FROM txbox_outbox_lanes WHERE expires_at > UTC_TIMESTAMP(6)").Scan(&owners, &lanes), "lanes")
-		if owners != 1 || lanes != 16 {
-			t.Errorf("store %d: %d lanes held by %d owners, want all 16 by one", i, lanes, owners)
+		if owners != 1 || lanes != 64 {
+			t.Errorf("store %d: %d lanes held by %d owners, want all 64 by one", i, lanes, owners)
 		}
 	}
 	cancel()

@@ -1,5 +1,5 @@
 -- An inbox table on MySQL 8 / MariaDB: one row per (source, message id) a
--- consumer has received. See docs/inbox.md. Times are UTC. The primary key
+-- consumer has received. See docs/guide/inbox.md. Times are UTC. The primary key
 -- is what makes handling exactly-once: a second copy of a message conflicts
 -- with the first one's row. source and message_id are VARBINARY: compared
 -- byte for byte, never case-folded or padded (a _ci or PAD SPACE collation

@@ -1,5 +1,5 @@
 -- An inbox table: one row per (source, message id) a consumer has received.
--- See docs/inbox.md. The primary key is what makes handling exactly-once:
+-- See docs/guide/inbox.md. The primary key is what makes handling exactly-once:
 -- a second copy of a message conflicts with the first one's row.
 CREATE TABLE {{table}} (
     source       text        NOT NULL CHECK (source <> ''),

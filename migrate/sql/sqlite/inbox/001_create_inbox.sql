@@ -1,5 +1,5 @@
 -- An inbox table: one row per (source, message id) a consumer has received.
--- See docs/inbox.md. Times are unix microseconds. The primary key is what
+-- See docs/guide/inbox.md. Times are unix microseconds. The primary key is what
 -- makes handling exactly-once: a second copy of a message conflicts with the
 -- first one's row.
 CREATE TABLE {{table}} (

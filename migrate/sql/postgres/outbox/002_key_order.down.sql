@@ -1,2 +1,0 @@
-DROP TRIGGER IF EXISTS {{ident "key_order"}} ON {{table}};
-DROP FUNCTION IF EXISTS {{name "key_order"}}();

@@ -1,2 +1,0 @@
-DROP TABLE IF EXISTS {{name "relays"}};
-DROP TABLE IF EXISTS {{name "lanes"}};
