@@ -1,0 +1,270 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
+)
+
+// The configurations of TestQuietStoreBesideBacklog.
+var besideModes = []string{"dedicated", "dedicated+backlog", "group50+backlog"}
+
+// besideBacklog is the backlog of TestQuietStoreBesideBacklog's backlog store.
+const besideBacklog = 100_000
+
+// quietAcks records, for the quiet store, each published message's
+// commit-to-ack latency and when it was recorded.
+type quietAcks struct {
+	txbox.BaseRelayObserver
+	mu  sync.Mutex
+	lat []time.Duration
+	at  []time.Time
+}
+
+func (q *quietAcks) Settled(_ string, o txbox.Outcome, sinceCreated time.Duration) {
+	if o != txbox.OutcomePublished {
+		return
+	}
+	q.mu.Lock()
+	q.lat = append(q.lat, sinceCreated)
+	q.at = append(q.at, time.Now())
+	q.mu.Unlock()
+}
+
+// backlogDone notes when the backlog store's last row was acknowledged.
+type backlogDone struct {
+	txbox.BaseRelayObserver
+	n    atomic.Int64
+	done atomic.Pointer[time.Time]
+}
+
+func (b *backlogDone) Settled(_ string, o txbox.Outcome, _ time.Duration) {
+	if o == txbox.OutcomePublished && b.n.Add(1) == besideBacklog {
+		now := time.Now()
+		b.done.Store(&now)
+	}
+}
+
+// besideResult is one run of TestQuietStoreBesideBacklog.
+type besideResult struct {
+	lat         []time.Duration // the quiet messages acknowledged while the backlog lasted
+	waits, runs []time.Duration // group: the quiet store's queued→started and started→finished
+	drain       time.Duration   // the backlog's drain time, 0 without one
+}
+
+// TestQuietStoreBesideBacklog measures the commit-to-ack latency of a
+// quiet store that receives a steady trickle (one message per transaction,
+// every 5 ms, woken by LISTEN/NOTIFY as writers in other processes are),
+// side by side in interleaved runs:
+//
+//   - dedicated: one Relay on the quiet store, nothing else running;
+//   - dedicated+backlog: the same, and beside it a second Relay (a process
+//     of its own would do the same) draining a backlog of 100,000 rows in
+//     another schema of the database: the same load on the machine, no
+//     shared scheduler;
+//   - group50+backlog: a Group of 50 stores (50 schemas of one database):
+//     the quiet store, the backlog store, and 48 idle stores.
+//
+// Only the quiet messages acknowledged while the backlog lasts count in
+// the +backlog modes. For the group it also reports how long the quiet
+// store's rounds waited for a turn (queued to started) and ran. A
+// measurement, not a test: it runs only with TXBOX_BENCH set.
+//
+//	cd tests && TXBOX_BENCH=beside CI=true go test -count=1 -run TestQuietStoreBesideBacklog -v ./relay/
+func TestQuietStoreBesideBacklog(t *testing.T) {
+	if os.Getenv("TXBOX_BENCH") == "" {
+		t.Skip("a measurement: set TXBOX_BENCH=beside to run it")
+	}
+	reps := 4
+	if s := os.Getenv("TXBOX_BENCH_REPS"); s != "" {
+		fmt.Sscan(s, &reps)
+	}
+	all := map[string]*besideResult{}
+	for _, m := range besideModes {
+		all[m] = &besideResult{}
+	}
+	for rep := range reps {
+		for _, mode := range besideModes {
+			r := besideRun(t, mode)
+			q := quantiles(r.lat)
+			t.Logf("rep %d %-18s quiet msgs %4d  p50 %7.2f ms  p99 %7.2f ms  backlog drain %s", rep+1, mode, len(r.lat), q[0], q[1], r.drain.Round(time.Millisecond))
+			a := all[mode]
+			a.lat = append(a.lat, r.lat...)
+			a.waits = append(a.waits, r.waits...)
+			a.runs = append(a.runs, r.runs...)
+			a.drain += r.drain
+		}
+	}
+	t.Logf("all %d reps pooled:", reps)
+	for _, mode := range besideModes {
+		a := all[mode]
+		q := quantiles(a.lat)
+		t.Logf("  %-18s quiet msgs %5d  p50 %7.2f ms  p90 %7.2f ms  p99 %7.2f ms  mean backlog drain %s", mode, len(a.lat), q[0], q[2], q[1], (a.drain / time.Duration(reps)).Round(time.Millisecond))
+		if len(a.waits) > 0 {
+			w, d := quantiles(a.waits), quantiles(a.runs)
+			t.Logf("  %-18s quiet store rounds %d: wait for a turn p50 %.2f ms p99 %.2f ms; round p50 %.2f ms p99 %.2f ms", "", len(a.waits), w[0], w[1], d[0], d[1])
+		}
+	}
+}
+
+// quantiles returns p50, p99 and p90 of d in milliseconds.
+func quantiles(d []time.Duration) [3]float64 {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	if len(d) == 0 {
+		return [3]float64{}
+	}
+	q := func(f float64) float64 {
+		return float64(d[min(len(d)-1, int(f*float64(len(d))))].Microseconds()) / 1000
+	}
+	return [3]float64{q(0.5), q(0.99), q(0.9)}
+}
+
+// besideRun runs one configuration of TestQuietStoreBesideBacklog.
+func besideRun(t *testing.T, mode string) besideResult {
+	pool, _ := testenv.Postgres(t, 12)
+	nc := testenv.NATS(t)
+	prefix := testenv.Subject()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
+	name := testenv.Name("TXBOX")
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ">"}, Storage: jetstream.MemoryStorage})
+	testenv.Must(t, err, "create stream")
+	defer func() { _ = js.DeleteStream(context.Background(), name) }()
+	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{})
+	testenv.Must(t, err, "publisher")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	n := map[string]int{"dedicated": 1, "dedicated+backlog": 2, "group50+backlog": 50}[mode]
+	tn := pgTenants(t, pool, prefix, n)
+	quiet, back := tn[0], tn[n-1]
+	acks, bl := &quietAcks{}, &backlogDone{}
+	if n > 1 {
+		back.exec(t, "INSERT INTO %s (topic, payload) SELECT '"+prefix+"backlog', convert_to('row ' || i, 'UTF8') FROM generate_series(1, "+fmt.Sprint(besideBacklog)+") i")
+		back.exec(t, "ANALYZE %s")
+	}
+	var (
+		evMu    sync.Mutex
+		queued  time.Time
+		started time.Time
+		res     besideResult
+	)
+	var relays []*relay.Relay
+	var runs []func(context.Context) error
+	switch mode {
+	case "dedicated", "dedicated+backlog":
+		for i, x := range tn {
+			cfg := relay.Config{Observer: acks}
+			if i > 0 {
+				cfg.Observer = bl
+			}
+			r := x.newRelay(t, pub, cfg)
+			relays = append(relays, r)
+			runs = append(runs, r.Run)
+		}
+	default:
+		g, err := relay.NewGroup(relay.GroupConfig{OnEvent: func(e relay.GroupEvent) {
+			if e.Store != quiet.name {
+				return
+			}
+			evMu.Lock()
+			defer evMu.Unlock()
+			now := time.Now()
+			switch e.Kind {
+			case relay.EventQueued:
+				if queued.IsZero() {
+					queued = now
+				}
+			case relay.EventStarted:
+				if !queued.IsZero() {
+					res.waits = append(res.waits, now.Sub(queued))
+				}
+				started, queued = now, time.Time{}
+			case relay.EventFinished:
+				res.runs = append(res.runs, now.Sub(started))
+			}
+		}})
+		testenv.Must(t, err, "NewGroup")
+		for i, x := range tn {
+			var cfg relay.Config
+			switch i {
+			case 0:
+				cfg.Observer = acks
+			case n - 1:
+				cfg.Observer = bl
+			}
+			r := x.newRelay(t, pub, cfg)
+			relays = append(relays, r)
+			testenv.Must(t, g.Add(ctx, relay.Store{Name: x.name, Relay: r}), "add")
+		}
+		runs = append(runs, g.Run)
+	}
+	// Start everything but the backlog's drain waits for the listeners:
+	// the backlog rows are there before the relays start, as a store that
+	// fell behind.
+	done := make(chan error, len(runs))
+	start := time.Now()
+	for _, run := range runs {
+		go func() { done <- run(ctx) }()
+	}
+	for until := time.Now().Add(time.Minute); !listening(relays); {
+		if time.Now().After(until) {
+			t.Fatalf("%s: not listening", mode)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The trickle: until the backlog is drained, or for 3 s without one.
+	sent := 0
+	for end := time.Now().Add(3 * time.Second); ; sent++ {
+		if n > 1 && bl.done.Load() != nil || n == 1 && time.Now().After(end) {
+			break
+		}
+		quiet.add(t, 1)
+		time.Sleep(5 * time.Millisecond)
+	}
+	for until := time.Now().Add(time.Minute); ; {
+		acks.mu.Lock()
+		got := len(acks.lat)
+		acks.mu.Unlock()
+		if got >= sent {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatalf("%s: %d of %d quiet messages acknowledged", mode, got, sent)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	for range runs {
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+	}
+	acks.mu.Lock()
+	defer acks.mu.Unlock()
+	if n == 1 {
+		res.lat = acks.lat
+		return res
+	}
+	end := *bl.done.Load()
+	res.drain = end.Sub(start)
+	for i, at := range acks.at {
+		if at.Before(end) {
+			res.lat = append(res.lat, acks.lat[i])
+		}
+	}
+	return res
+}
