@@ -89,8 +89,9 @@ type besideResult struct {
 // TXBOX_BENCH_MODES may name other modes, to find where the time goes:
 // "group<n>" is a Group of n stores, "+backlog" gives the last a backlog
 // (the quiet store's alone: a backlog Relay beside), "/budget<k>" sets the
-// Group's DatabaseBudget; "group2+backlog", "group50",
-// "group50+backlog/budget4" are examples.
+// Group's DatabaseBudget, "/idlepoll<duration>" the PollInterval of the
+// stores but the quiet one; "group2+backlog", "group50",
+// "group50+backlog/budget4", "group50/idlepoll1m" are examples.
 //
 // Only the quiet messages acknowledged while the backlog lasts count in
 // the +backlog modes. For the group it also reports how long the quiet
@@ -205,7 +206,8 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 	// A mode is "dedicated" or "group<stores>", then "+backlog" when one
 	// store (the last) has a backlog, then "/budget<n>" for a Group's
 	// DatabaseBudget other than the default.
-	spec, budget, _ := strings.Cut(mode, "/budget")
+	spec, idlePoll, _ := strings.Cut(mode, "/idlepoll")
+	spec, budget, _ := strings.Cut(spec, "/budget")
 	spec, backlog := strings.CutSuffix(spec, "+backlog")
 	n, grouped := 1, strings.HasPrefix(spec, "group")
 	if grouped {
@@ -218,6 +220,12 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 	if budget != "" {
 		_, err := fmt.Sscan(budget, &gcfg.DatabaseBudget)
 		testenv.Must(t, err, "mode %s", mode)
+	}
+	var idleCfg relay.Config
+	if idlePoll != "" {
+		d, err := time.ParseDuration(idlePoll)
+		testenv.Must(t, err, "mode %s", mode)
+		idleCfg.PollInterval = d
 	}
 	tn := pgTenants(t, pool, prefix, n)
 	quiet, back := tn[0], tn[n-1]
@@ -318,10 +326,10 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 		g, err := relay.NewGroup(gcfg)
 		testenv.Must(t, err, "NewGroup")
 		for i, x := range tn {
-			var cfg relay.Config
+			cfg := idleCfg
 			switch {
 			case i == 0:
-				cfg.Observer = acks
+				cfg = relay.Config{Observer: acks}
 			case i == n-1 && backlog:
 				cfg.Observer = bl
 			}
