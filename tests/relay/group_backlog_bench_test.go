@@ -91,7 +91,10 @@ type besideResult struct {
 // (the quiet store's alone: a backlog Relay beside), "/budget<k>" sets the
 // Group's DatabaseBudget, "/idlepoll<duration>" the PollInterval of the
 // stores but the quiet one; "group2+backlog", "group50",
-// "group50+backlog/budget4", "group50/idlepoll1m" are examples.
+// "group50+backlog/budget4", "group50/idlepoll1m" are examples; a final
+// "/stagger" adds the idle stores to the running group one every 20 ms
+// instead of all before it starts, so that their looks do not come
+// together.
 //
 // Only the quiet messages acknowledged while the backlog lasts count in
 // the +backlog modes. For the group it also reports how long the quiet
@@ -206,7 +209,8 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 	// A mode is "dedicated" or "group<stores>", then "+backlog" when one
 	// store (the last) has a backlog, then "/budget<n>" for a Group's
 	// DatabaseBudget other than the default.
-	spec, idlePoll, _ := strings.Cut(mode, "/idlepoll")
+	spec, stagger := strings.CutSuffix(mode, "/stagger")
+	spec, idlePoll, _ := strings.Cut(spec, "/idlepoll")
 	spec, budget, _ := strings.Cut(spec, "/budget")
 	spec, backlog := strings.CutSuffix(spec, "+backlog")
 	n, grouped := 1, strings.HasPrefix(spec, "group")
@@ -258,6 +262,8 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 	}
 	var relays []*relay.Relay
 	var runs []func(context.Context) error
+	var addLater []relay.Store // /stagger: the idle stores, added to the running group
+	addStaggered := func() {}
 	if !grouped {
 		for i, x := range tn {
 			cfg := relay.Config{Observer: acks}
@@ -335,9 +341,19 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 			}
 			r := x.newRelay(t, pub, cfg)
 			relays = append(relays, r)
+			if stagger && i > 0 && !(i == n-1 && backlog) {
+				addLater = append(addLater, relay.Store{Name: x.name, Relay: r})
+				continue
+			}
 			testenv.Must(t, g.Add(ctx, relay.Store{Name: x.name, Relay: r}), "add")
 		}
 		runs = append(runs, g.Run)
+		addStaggered = func() {
+			for _, st := range addLater {
+				testenv.Must(t, g.Add(ctx, st), "add")
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 	}
 	// Start everything but the backlog's drain waits for the listeners:
 	// the backlog rows are there before the relays start, as a store that
@@ -347,6 +363,7 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 	for _, run := range runs {
 		go func() { done <- run(ctx) }()
 	}
+	addStaggered()
 	for until := time.Now().Add(time.Minute); !listening(relays); {
 		if time.Now().After(until) {
 			t.Fatalf("%s: not listening", mode)
