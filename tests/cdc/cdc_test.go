@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
@@ -70,14 +69,7 @@ func TestCommitOrderPerKey(t *testing.T) {
 		t.Fatalf("%d duplicates without any fault", dups)
 	}
 	// Every row was delivered: the slot confirms up to the last commit.
-	var walNow string
-	testenv.Must(t, pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walNow), "wal lsn")
-	now, _ := pglogrepl.ParseLSN(walNow)
-	eventually(t, "the slot confirmed past the last commit", func() (bool, string) {
-		st := slot(t, pool, cfg)
-		c, _ := pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
-		return c >= now, fmt.Sprintf("confirmed %s, last commit before %s", st.ConfirmedFlushLSN, walNow)
-	})
+	confirmedPast(t, pool, cfg, "the last commit")
 	// Delivered rows are not updated: the confirmed LSN is the mark.
 	var marked int
 	testenv.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM txbox_outbox WHERE published_at IS NOT NULL`).Scan(&marked), "marked")
@@ -141,14 +133,7 @@ func TestIdleStreamDoesNotPinWAL(t *testing.T) {
 	delivered(t, l, pool)
 	_, err = pool.Exec(ctx, `CREATE TABLE other (x int); INSERT INTO other SELECT generate_series(1, 10000)`)
 	testenv.Must(t, err, "other table")
-	var walNow string
-	testenv.Must(t, pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walNow), "wal lsn")
-	now, _ := pglogrepl.ParseLSN(walNow)
-	eventually(t, "the slot confirmed past the other table's writes", func() (bool, string) {
-		st := slot(t, pool, cfg)
-		c, _ := pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
-		return c >= now, fmt.Sprintf("confirmed %s, WAL at %s", st.ConfirmedFlushLSN, walNow)
-	})
+	confirmedPast(t, pool, cfg, "the other table's writes")
 }
 
 // The server crashes (pg_ctl stop -m immediate) while writers commit and

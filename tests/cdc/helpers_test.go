@@ -233,3 +233,17 @@ func slot(t *testing.T, pool *pgxpool.Pool, cfg cdc.Config) *cdc.SlotStatus {
 	testenv.Must(t, err, "slot status")
 	return st
 }
+
+// confirmedPast waits until the slot's confirmed LSN reaches the server's
+// WAL position of now.
+func confirmedPast(t *testing.T, pool *pgxpool.Pool, cfg cdc.Config, what string) {
+	t.Helper()
+	var now string
+	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&now), "wal lsn")
+	eventually(t, "the slot confirmed past "+what, func() (bool, string) {
+		st := slot(t, pool, cfg)
+		var past bool
+		testenv.Must(t, pool.QueryRow(context.Background(), `SELECT $1::pg_lsn >= $2::pg_lsn`, st.ConfirmedFlushLSN, now).Scan(&past), "compare")
+		return past, fmt.Sprintf("confirmed %s, WAL was at %s", st.ConfirmedFlushLSN, now)
+	})
+}
