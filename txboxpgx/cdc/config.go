@@ -148,3 +148,10 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	return out, nil
 }
+
+// SlotNames returns the slot and publication names of c, defaults
+// applied, or why they are not valid.
+func (c Config) SlotNames() (slot, publication string, err error) {
+	n, err := c.names()
+	return n.slot, n.publication, err
+}

@@ -41,6 +41,10 @@ type relayFlags struct {
 	noNotify      bool
 	statsInterval time.Duration
 
+	// --cdc (relay_cdc.go)
+	cdc  bool
+	slot slotFlags
+
 	// several stores (relay_group.go)
 	storesFile string
 	dbBudget   int
@@ -111,6 +115,8 @@ or changed join or leave without a restart.`,
 	fs.DurationVar(&f.claimLease, "claim-lease", relay.DefaultClaimLease, "how long a claim holds its rows once its relay is gone (killed, or its connection vanished; SQLite and PostgreSQL), 1s to 2h and more than --publish-timeout; unset, it is --publish-timeout + 5s (env "+EnvClaimLease+")")
 	fs.BoolVar(&f.lanes, "lanes", false, "PostgreSQL, MySQL, MariaDB: share the table with other relays by lanes (a hash of the ordering key), each relay claiming only the lanes it leases; give every relay of the table the same setting (env "+EnvLanes+"; docs/guide/scaling.md)")
 	fs.DurationVar(&f.laneLease, "lane-lease", relay.DefaultLaneLease, "with --lanes: how long a relay's lane lease lasts unless renewed; a relay that died loses its lanes to the others after it; 1s to 10m (env "+EnvLaneLease+")")
+	fs.BoolVar(&f.cdc, "cdc", false, "PostgreSQL: read the outbox table's inserts from the write-ahead log through a logical replication slot (txbox slot create) instead of claiming rows; one relay reads, others wait as standbys (docs/guide/cdc.md)")
+	f.slot.register(fs)
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
@@ -218,6 +224,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	cfg.Logger = log
+	if f.cdc {
+		return runCDC(cmd, f, log, cfg)
+	}
 	if len(f.tables.moreDBs) > 0 || f.storesFile != "" {
 		return runRelayGroup(cmd, f, log, cfg)
 	}
