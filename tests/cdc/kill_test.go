@@ -24,17 +24,40 @@ import (
 	"github.com/txbox/txbox/txboxpgx/cdc"
 )
 
-// buildTxbox compiles the txbox binary into a temporary directory.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// TestMain removes the binary buildTxbox built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// buildTxbox compiles the txbox binary once for the package's tests.
 func buildTxbox(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "github.com/txbox/txbox/cmd/txbox")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "txbox")
+	built.once.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		built.dir, built.err = os.MkdirTemp("", "txbox-cdc-bin-")
+		if built.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", built.dir+string(filepath.Separator), "github.com/txbox/txbox/cmd/txbox")
+		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		built.bin = filepath.Join(built.dir, "txbox")
+	})
+	testenv.Must(t, built.err, "build txbox")
+	return built.bin
 }
 
 // syncBuffer is a log the relay process writes while the test reads it.

@@ -234,3 +234,21 @@ func checkSlot(st *SlotStatus) error {
 
 // quote quotes a validated identifier.
 func quote(name string) string { return `"` + name + `"` }
+
+// Check returns what would stop a relay of cfg at its start: wal_level
+// not logical, a missing slot or publication, a slot of another plugin, a
+// lost or invalidated slot; nil when none.
+func Check(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
+	n, err := cfg.names()
+	if err != nil {
+		return err
+	}
+	if err := checkWALLevel(ctx, pool); err != nil {
+		return err
+	}
+	st, err := status(ctx, pool, n)
+	if err != nil {
+		return err
+	}
+	return checkSlot(st)
+}

@@ -70,6 +70,10 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 			return fmt.Errorf("migrate up on %s: %w", db.target, err)
 		}
 	}
+	// A missing or lost slot exits at once, before the broker is waited for.
+	if err := cdc.Check(ctx, db.pool, ccfg); err != nil {
+		return err
+	}
 	return reconnecting(ctx, log, out, f, func(br *broker) error {
 		return cdcWith(ctx, log, out, f, db, br, ccfg)
 	})
