@@ -26,7 +26,7 @@ import (
 
 // logicalCluster starts a private cluster that can decode its WAL, with
 // the outbox table migrated, and returns it and a pool on it.
-func logicalCluster(t *testing.T, settings ...string) (*testenv.Cluster, *pgxpool.Pool) {
+func logicalCluster(t testing.TB, settings ...string) (*testenv.Cluster, *pgxpool.Pool) {
 	t.Helper()
 	c := testenv.PrivatePostgres(t, append([]string{"wal_level=logical", "max_replication_slots=8", "max_wal_senders=8"}, settings...)...)
 	ctx := context.Background()

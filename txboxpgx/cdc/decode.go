@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -30,6 +28,7 @@ type relation struct {
 	ours                                                   bool
 	name                                                   string
 	id, messageID, topic, key, payload, headers, createdAt int
+	oids                                                   []uint32 // each column's type
 }
 
 var typeMap = pgtype.NewMap()
@@ -38,6 +37,7 @@ func (r *Relay) relation(m *pglogrepl.RelationMessage) *relation {
 	rel := &relation{name: m.Namespace + "." + m.RelationName, id: -1, messageID: -1, topic: -1, key: -1, payload: -1, headers: -1, createdAt: -1}
 	rel.ours = m.RelationName == r.n.bareTable && (r.n.schema == "" || m.Namespace == r.n.schema)
 	for i, c := range m.Columns {
+		rel.oids = append(rel.oids, c.DataType)
 		switch c.Name {
 		case "id":
 			rel.id = i
@@ -58,49 +58,55 @@ func (r *Relay) relation(m *pglogrepl.RelationMessage) *relation {
 	return rel
 }
 
-// decode reads an inserted tuple (text format) into a row: the columns
-// the polling relay reads, with the same meaning.
+// scan decodes column i of t into dst; false when the column is missing
+// or NULL.
+func (rel *relation) scan(t *pglogrepl.TupleData, i int, dst any) (bool, error) {
+	if t == nil || i < 0 || i >= len(t.Columns) || i >= len(rel.oids) {
+		return false, nil
+	}
+	c := t.Columns[i]
+	var format int16
+	switch c.DataType {
+	case pglogrepl.TupleDataTypeText:
+		format = pgtype.TextFormatCode
+	case pglogrepl.TupleDataTypeBinary:
+		format = pgtype.BinaryFormatCode
+	default: // NULL; an unchanged TOAST value is never sent for an insert
+		return false, nil
+	}
+	return true, typeMap.Scan(rel.oids[i], format, c.Data, dst)
+}
+
+// decode reads an inserted tuple (text or binary format) into a row: the
+// columns the polling relay reads, with the same meaning.
 func (rel *relation) decode(t *pglogrepl.TupleData) (row, error) {
 	var rw row
-	col := func(i int) (*pglogrepl.TupleDataColumn, bool) {
-		if t == nil || i < 0 || i >= len(t.Columns) {
-			return nil, false
-		}
-		c := t.Columns[i]
-		return c, c.DataType == pglogrepl.TupleDataTypeText
-	}
-	text := func(i int) string {
-		if c, ok := col(i); ok {
-			return string(c.Data)
-		}
-		return ""
-	}
-	c, ok := col(rel.id)
-	if !ok {
-		return rw, fmt.Errorf("%w: %s: an inserted row has no id column", errBadRow, rel.name)
-	}
-	id, err := strconv.ParseInt(string(c.Data), 10, 64)
-	if err != nil {
-		return rw, fmt.Errorf("%w: %s: id %q: %v", errBadRow, rel.name, c.Data, err)
+	var id int64
+	ok, err := rel.scan(t, rel.id, &id)
+	if !ok || err != nil {
+		return rw, fmt.Errorf("%w: %s: an inserted row has no readable id: %v", errBadRow, rel.name, err)
 	}
 	rw.id = id
-	rw.msg.ID, rw.msg.Topic, rw.msg.Key = text(rel.messageID), text(rel.topic), text(rel.key)
-	if c, ok := col(rel.payload); ok {
-		var b []byte
-		if err := typeMap.Scan(pgtype.ByteaOID, pgtype.TextFormatCode, c.Data, &b); err != nil {
-			rw.invalid = fmt.Errorf("payload: %w", err)
-		}
-		rw.msg.Payload = b
-	}
-	if c, ok := col(rel.createdAt); ok {
-		var at time.Time
-		if err := typeMap.Scan(pgtype.TimestamptzOID, pgtype.TextFormatCode, c.Data, &at); err == nil {
-			rw.msg.CreatedAt = at
+	invalid := func(field string, err error) {
+		if err != nil && rw.invalid == nil {
+			rw.invalid = &txbox.InvalidMessageError{ID: rw.msg.ID, Field: field, Reason: "cannot be read: " + err.Error()}
 		}
 	}
-	if c, ok := col(rel.headers); ok && len(c.Data) > 0 {
+	_, err = rel.scan(t, rel.messageID, &rw.msg.ID)
+	invalid("id", err)
+	_, err = rel.scan(t, rel.topic, &rw.msg.Topic)
+	invalid("topic", err)
+	_, err = rel.scan(t, rel.key, &rw.msg.Key)
+	invalid("key", err)
+	_, err = rel.scan(t, rel.payload, &rw.msg.Payload)
+	invalid("payload", err)
+	_, _ = rel.scan(t, rel.createdAt, &rw.msg.CreatedAt)
+	var hj []byte
+	if ok, err := rel.scan(t, rel.headers, &hj); err != nil {
+		invalid("headers", err)
+	} else if ok && len(hj) > 0 {
 		var h map[string]string
-		if err := json.Unmarshal(c.Data, &h); err != nil {
+		if err := json.Unmarshal(hj, &h); err != nil {
 			rw.invalid = &txbox.InvalidMessageError{ID: rw.msg.ID, Field: "headers", Reason: "is not a JSON object of strings: " + err.Error()}
 		} else if len(h) > 0 {
 			rw.msg.Headers = h

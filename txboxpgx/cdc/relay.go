@@ -191,6 +191,10 @@ func (r *Relay) session(ctx context.Context) error {
 	if err := checkSlot(st); err != nil {
 		return err
 	}
+	var version int
+	if err := l.conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return fmt.Errorf("server version: %w", err)
+	}
 	start, err := pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
 	if err != nil {
 		return fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", r.n.slot, st.ConfirmedFlushLSN, err)
@@ -209,8 +213,12 @@ func (r *Relay) session(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 	// Start from the slot's confirmed LSN (0/0 means that to the server).
-	err = pglogrepl.StartReplication(ctx, conn, r.n.slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + quote(r.n.publication) + "'"}})
+	// From PostgreSQL 14 on, columns come in binary: no hex for payloads.
+	args := []string{"proto_version '1'", "publication_names '" + quote(r.n.publication) + "'"}
+	if version >= 140000 {
+		args = append(args, "binary 'true'")
+	}
+	err = pglogrepl.StartReplication(ctx, conn, r.n.slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		return fmt.Errorf("start replication from slot %s: %w", r.n.slot, err)
 	}
