@@ -227,6 +227,9 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	if f.cdc {
 		return runCDC(cmd, f, log, cfg)
 	}
+	if fs := cmd.Flags(); fs.Changed("slot") || fs.Changed("publication") {
+		log.Warn("--slot and --publication have no effect without --cdc")
+	}
 	if len(f.tables.moreDBs) > 0 || f.storesFile != "" {
 		return runRelayGroup(cmd, f, log, cfg)
 	}
