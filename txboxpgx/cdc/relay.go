@@ -204,7 +204,7 @@ func (r *Relay) session(ctx context.Context) error {
 		rc.RuntimeParams = map[string]string{}
 	}
 	rc.RuntimeParams["replication"] = "database"
-	// The formats decodeRow reads.
+	// The text formats decode reads (before PostgreSQL 14).
 	rc.RuntimeParams["DateStyle"] = "ISO, MDY"
 	rc.RuntimeParams["bytea_output"] = "hex"
 	conn, err := pgconn.ConnectConfig(ctx, rc)
@@ -238,7 +238,11 @@ func (r *Relay) session(ctx context.Context) error {
 		cancel(err)
 		pubDone <- err
 	}()
+	var helpers sync.WaitGroup
+	defer helpers.Wait() // before the lease's connection closes
+	helpers.Add(2)
 	go func() { // heartbeat of the lease
+		defer helpers.Done()
 		t := time.NewTicker(r.cfg.LeaseTimeout / 3)
 		defer t.Stop()
 		for {
@@ -253,7 +257,10 @@ func (r *Relay) session(ctx context.Context) error {
 			}
 		}
 	}()
-	go r.cleanupLoop(sctx)
+	go func() {
+		defer helpers.Done()
+		r.cleanupLoop(sctx)
+	}()
 
 	recvErr := r.receive(sctx, conn, pipe, &acked, start)
 	cancel(recvErr)
