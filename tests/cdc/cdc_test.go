@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -233,5 +234,89 @@ func TestRefusesLostSlot(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not say %q: %v", want, err)
 		}
+	}
+}
+
+// Publishes that fail part-way (a transient error or a rejection on a
+// message's first try, one message in five) are published again from the
+// first failed message on: every key's messages still reach the broker in
+// commit order, none lost.
+func TestPartialFailuresKeepOrder(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{BatchSize: 16}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	tried := map[string]int{}
+	var mu sync.Mutex
+	l.setFail(func(m txbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tried[m.ID]++
+		if tried[m.ID] == 1 && len(tried)%5 == 0 {
+			if len(tried)%10 == 0 {
+				return txbox.Reject(errors.New("refused once"))
+			}
+			return errors.New("timeout")
+		}
+		return nil
+	})
+	start(t, newRelay(t, pool, l, cfg))
+	writers(t, pool, 4, 30, keysOf(6))
+	delivered(t, l, pool)
+	verdict(t, l.snapshot(), committed(t, pool))
+}
+
+// A message the broker always rejects is recorded dead after MaxAttempts
+// (dead_at, last_error, attempts on its row), and everything else is
+// delivered, each key in order.
+func TestRejectedToDead(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{MaxAttempts: 3}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	l.setFail(func(m txbox.Message) error {
+		if string(m.Payload) == "k01:3" {
+			return txbox.Reject(errors.New("poison"))
+		}
+		return nil
+	})
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	writers(t, pool, 2, 20, keysOf(3))
+	var attempts int
+	var lastErr string
+	eventually(t, "the poison message recorded dead", func() (bool, string) {
+		err := pool.QueryRow(ctx, `SELECT attempts, last_error FROM txbox_outbox WHERE payload = 'k01:3' AND dead_at IS NOT NULL`).Scan(&attempts, &lastErr)
+		return err == nil, fmt.Sprint(err)
+	})
+	if attempts != 3 || !strings.Contains(lastErr, "poison") {
+		t.Fatalf("dead row: attempts %d, last_error %q", attempts, lastErr)
+	}
+	want := committed(t, pool)
+	total := -1 // the dead one
+	for _, n := range want {
+		total += n
+	}
+	eventually(t, "the others delivered", func() (bool, string) {
+		n := len(l.snapshot())
+		return n >= total, fmt.Sprintf("%d of %d", n, total)
+	})
+	seen := map[string]int{}
+	for _, m := range l.snapshot() {
+		k, ns, _ := strings.Cut(string(m.Payload), ":")
+		n, _ := strconv.Atoi(ns)
+		if n <= seen[k] {
+			t.Fatalf("order or duplicate: %s after %s:%d", m.Payload, k, seen[k])
+		}
+		seen[k] = n
+	}
+	if st := r.Stats(); st.Dead != 1 {
+		t.Fatalf("stats: %+v", st)
 	}
 }

@@ -19,21 +19,29 @@ type entry struct {
 	row      *row // nil: the marker of a transaction without outbox rows
 	end      pglogrepl.LSN
 	attempts int
+	acked    bool // the broker acknowledged it
+	dead     bool // recorded dead in the table
 }
+
+func (e *entry) settled() bool { return e.row == nil || e.acked || e.dead }
 
 // publishLoop publishes the transactions of pipe in commit order, in
 // batches of at most BatchSize messages, one batch at a time, and stores
 // in acked the end LSN of the last transaction whose rows are all settled
-// (acknowledged by the broker, or recorded dead): the contiguous watermark
-// the receiver confirms.
+// (acknowledged by the broker, or recorded dead) together with every one
+// before it: the contiguous watermark the receiver confirms.
 //
-// A batch settles from its start up to its first failed message; that one
-// and all after it are published again (those the broker did acknowledge
-// go out twice, and the broker drops them by id where it dedupes), so that
-// a key's messages reach the broker in commit order. A rejection counts an
-// attempt and waits RetryDelay, doubling; after MaxAttempts the row is
-// recorded dead in the table and passed over. An outage or timeout counts
-// nothing and waits a doubling backoff up to BackoffMax.
+// A batch goes out in waves, as the polling relay's runs do: a wave holds
+// every unkeyed message and, of each key, its first message not yet
+// acknowledged; the next wave holds the next message of each key whose
+// message the broker acknowledged in the wave before. A key whose message
+// failed sends nothing more until that message is acknowledged, so no
+// message reaches the broker before an earlier one of its key. What the
+// broker acknowledged is not sent again, unless the relay stops before the
+// watermark passes it. A rejection counts an attempt and waits
+// RetryDelay, doubling; after MaxAttempts the row is recorded dead in the
+// table and passed over. An outage or timeout counts nothing and waits a
+// doubling backoff up to BackoffMax.
 func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.Uint64) error {
 	var queue []entry
 	take := func(t txn) {
@@ -69,70 +77,94 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 				break more
 			}
 		}
-		n := min(len(queue), r.cfg.BatchSize)
-		batch := queue[:n]
+		batch := queue[:min(len(queue), r.cfg.BatchSize)]
 		// Rows that break the contract, or that the broker could never
 		// take, are dead at once: they cost no broker call.
-		var msgs []txbox.Message
-		var at []int // batch index of msgs[i]
 		for i := range batch {
-			rw := batch[i].row
-			if rw == nil {
+			e := &batch[i]
+			if e.settled() {
 				continue
 			}
-			if rw.invalid == nil && checker != nil {
-				rw.invalid = checker.CheckMessage(rw.msg)
+			if e.row.invalid == nil && checker != nil {
+				e.row.invalid = checker.CheckMessage(e.row.msg)
 			}
-			if rw.invalid != nil {
-				continue
+			if e.row.invalid != nil {
+				if err := r.recordDead(ctx, e.row, e.row.invalid, e.attempts, txbox.OutcomeInvalid); err != nil {
+					return nil // ctx ended
+				}
+				e.dead = true
 			}
-			msgs = append(msgs, rw.msg)
-			at = append(at, i)
 		}
-		settled := n // entries of batch settled from its start
+		// Waves.
 		var failed error
-		if len(msgs) > 0 {
+		failedAt := -1
+		held := map[string]bool{} // keys with a failed message in this batch
+		for {
+			var msgs []txbox.Message
+			var at []int
+			inWave := map[string]bool{}
+			for i := range batch {
+				e := &batch[i]
+				if e.settled() {
+					continue
+				}
+				if k := e.row.msg.Key; k != "" {
+					if held[k] || inWave[k] {
+						inWave[k] = true
+						continue
+					}
+					inWave[k] = true
+				}
+				msgs = append(msgs, e.row.msg)
+				at = append(at, i)
+			}
+			if len(msgs) == 0 {
+				break
+			}
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 			began := time.Now()
 			errs := r.pub.Publish(pctx, msgs)
 			cancel()
 			nfailed := 0
-			first := -1
-			for j, err := range errs {
-				if err != nil {
-					nfailed++
-					if first < 0 {
-						first = j
+			for j, i := range at {
+				e := &batch[i]
+				var err error
+				if errs != nil {
+					err = errs[j]
+				}
+				if err == nil {
+					e.acked = true
+					continue
+				}
+				nfailed++
+				if k := e.row.msg.Key; k != "" {
+					held[k] = true
+				}
+				if failedAt < 0 || i < failedAt {
+					failedAt, failed = i, err
+				}
+				if errors.Is(err, txbox.ErrRejected) {
+					e.attempts++
+					if e.attempts >= r.cfg.MaxAttempts {
+						if err := r.recordDead(ctx, e.row, err, e.attempts, txbox.OutcomeDead); err != nil {
+							return nil // ctx ended
+						}
+						e.dead = true
+					} else if o := r.cfg.Observer; o != nil {
+						o.Settled(e.row.msg.Topic, txbox.OutcomeRejected, time.Since(e.row.msg.CreatedAt))
 					}
 				}
 			}
 			if o := r.cfg.Observer; o != nil {
 				o.Published(len(msgs), nfailed, time.Since(began))
 			}
-			if first >= 0 {
-				settled, failed = at[first], errs[first]
+			if nfailed == len(msgs) {
+				break // nothing went through: no wave behind it either
 			}
 		}
-		// Record the dead rows among the settled ones, in order.
-		for i := 0; i < settled; i++ {
-			if rw := batch[i].row; rw != nil && rw.invalid != nil {
-				if err := r.recordDead(ctx, rw, rw.invalid, batch[i].attempts, txbox.OutcomeInvalid); err != nil {
-					settled = i
-					failed = err
-					break
-				}
-			}
-		}
-		if failed != nil && settled < n && errors.Is(failed, txbox.ErrRejected) && batch[settled].row != nil && batch[settled].row.invalid == nil {
-			e := &batch[settled]
-			e.attempts++
-			if e.attempts >= r.cfg.MaxAttempts {
-				if err := r.recordDead(ctx, e.row, failed, e.attempts, txbox.OutcomeDead); err == nil {
-					r.settle(batch[:settled+1], acked)
-					queue = queue[settled+1:]
-					continue
-				}
-			}
+		settled := 0
+		for settled < len(batch) && batch[settled].settled() {
+			settled++
 		}
 		r.settle(batch[:settled], acked)
 		queue = queue[settled:]
@@ -143,17 +175,18 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 		if errors.Is(failed, txbox.ErrPublisherClosed) {
 			return failed
 		}
+		if batch[failedAt].dead {
+			continue // its last rejection: the others go on at once
+		}
 		var pause time.Duration
 		if errors.Is(failed, txbox.ErrRejected) {
-			pause = min(r.cfg.RetryDelay<<min(queue[0].attempts-1, 20), r.cfg.BackoffMax)
-			if o := r.cfg.Observer; o != nil && queue[0].row != nil {
-				o.Settled(queue[0].row.msg.Topic, txbox.OutcomeRejected, time.Since(queue[0].row.msg.CreatedAt))
-			}
-			r.log.Warn("broker rejected a message; retrying it and the ones after it", "id", queue[0].row.msg.ID, "attempt", queue[0].attempts, "in", pause, "err", failed)
+			e := batch[failedAt]
+			pause = min(r.cfg.RetryDelay<<min(max(e.attempts-1, 0), 20), r.cfg.BackoffMax)
+			r.log.Warn("broker rejected a message; retrying it, its key's later messages wait", "id", e.row.msg.ID, "attempt", e.attempts, "in", pause, "err", failed)
 		} else {
 			wait = backoff.Next(wait, 100*time.Millisecond, r.cfg.BackoffMax)
 			pause = wait
-			r.log.Warn("publish failed; retrying from the first unacknowledged message", "in", pause, "err", failed)
+			r.log.Warn("publish failed; retrying the unacknowledged messages", "in", pause, "err", failed)
 		}
 		select {
 		case <-ctx.Done():
@@ -168,7 +201,7 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 func (r *Relay) settle(done []entry, acked *atomic.Uint64) {
 	o := r.cfg.Observer
 	for _, e := range done {
-		if e.row != nil && e.row.invalid == nil {
+		if e.row != nil && e.acked {
 			r.published.Add(1)
 			if e.row.id > r.maxAckedID.Load() {
 				r.maxAckedID.Store(e.row.id)
@@ -193,7 +226,6 @@ func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts i
 			rw.id, cause.Error(), attempts)
 		if err == nil {
 			r.dead.Add(1)
-			rw.invalid = cause // settled as not published
 			if o := r.cfg.Observer; o != nil {
 				o.Settled(rw.msg.Topic, outcome, time.Since(rw.msg.CreatedAt))
 			}
