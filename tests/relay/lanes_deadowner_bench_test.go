@@ -17,16 +17,16 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// stampPublisher records when it acknowledged each key; once dead it
+// killablePublisher records when it acknowledged each key; once dead it
 // acknowledges nothing more (a killed process sends nothing).
-type stampPublisher struct {
+type killablePublisher struct {
 	dead atomic.Bool
 	mu   sync.Mutex
 	keys []string // in acknowledgement order
 	at   []time.Time
 }
 
-func (p *stampPublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
+func (p *killablePublisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 	if p.dead.Load() {
 		<-ctx.Done()
 		errs := make([]error, len(msgs))
@@ -46,7 +46,7 @@ func (p *stampPublisher) Publish(ctx context.Context, msgs []txbox.Message) []er
 }
 
 // firstAfter returns, by key, the first acknowledgement after t.
-func (p *stampPublisher) firstAfter(t time.Time) map[string]time.Time {
+func (p *killablePublisher) firstAfter(t time.Time) map[string]time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := map[string]time.Time{}
@@ -59,7 +59,7 @@ func (p *stampPublisher) firstAfter(t time.Time) map[string]time.Time {
 }
 
 // lastKey returns the key p acknowledged last.
-func (p *stampPublisher) lastKey() string {
+func (p *killablePublisher) lastKey() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.keys) == 0 {
@@ -136,7 +136,7 @@ func TestDeadOwnerStallsItsLanes(t *testing.T) {
 	var all, firsts, lasts []time.Duration
 	for kill := range kills {
 		proxy := testenv.NewProxy(t, e.target)
-		pa, pb := &stampPublisher{}, &stampPublisher{}
+		pa, pb := &killablePublisher{}, &killablePublisher{}
 		a, closeA := e.relay(t, proxy, pa, cfg)
 		b, closeB := e.relay(t, nil, pb, cfg)
 		startRelay(t, a)

@@ -116,7 +116,7 @@ settings also come from the TXBOX_* environment variables. See docs/reference/cl
 		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
 	})
 	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newShowCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newClaimCheckCmd(), newUICmd(),
-		newDemoCmd(), newBenchCmd(), newHealthCmd(), newVersionCmd())
+		newDemoCmd(), newBenchCmd(), newHealthCmd(), newSlotCmd(), newVersionCmd())
 	nameEnv(root)
 	return root
 }

@@ -45,6 +45,10 @@ type relayFlags struct {
 	noNotify      bool
 	statsInterval time.Duration
 
+	// --cdc (relay_cdc.go)
+	cdc  bool
+	slot slotFlags
+
 	// several stores (relay_group.go)
 	storesFile string
 	dbBudget   int
@@ -118,6 +122,8 @@ or changed join or leave without a restart.`,
 	fs.DurationVar(&f.laneLease, "lane-lease", relay.DefaultLaneLease, "how long a relay's lane lease lasts unless renewed; a relay that died loses its lanes to the others after it; 1s to 10m (env "+EnvLaneLease+")")
 	fs.StringSliceVar(&f.claimTables, "claim-check-table", nil, "claim check tables (in --schema) whose payloads cleanup deletes, every --cleanup-interval, once both sides are done with them (repeat or comma-separate; docs/guide/claim-check.md)")
 	fs.DurationVar(&f.claimRetention, "claim-check-retention", claimcheck.DefaultRetention, "with --claim-check-table: how long a payload is kept once its message was delivered, at least 1s")
+	fs.BoolVar(&f.cdc, "cdc", false, "PostgreSQL: read the outbox table's inserts from the write-ahead log through a logical replication slot (txbox slot create) instead of claiming rows; one relay reads, others wait as standbys (docs/guide/cdc.md)")
+	f.slot.register(fs)
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
@@ -237,6 +243,12 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	cfg.Logger = log
+	if f.cdc {
+		return runCDC(cmd, f, log, cfg)
+	}
+	if fs := cmd.Flags(); fs.Changed("slot") || fs.Changed("publication") {
+		log.Warn("--slot and --publication have no effect without --cdc")
+	}
 	if len(f.tables.moreDBs) > 0 || f.storesFile != "" {
 		return runRelayGroup(cmd, f, log, cfg)
 	}

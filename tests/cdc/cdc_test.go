@@ -1,0 +1,322 @@
+package cdc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxpgx/cdc"
+)
+
+// writers runs n goroutines that each commit txs transactions of one to
+// three random keys, and waits for them.
+func writers(t *testing.T, pool *pgxpool.Pool, n, txs int, keys []string) {
+	t.Helper()
+	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{})
+	testenv.Must(t, err, "txbox.New")
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(w), 7))
+			for range txs {
+				var ks []string
+				for range 1 + rnd.IntN(3) {
+					ks = append(ks, keys[rnd.IntN(len(keys))])
+				}
+				if err := writeTx(context.Background(), pool, ob, ks...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// Eight writers commit concurrently (ids interleave out of commit order);
+// the relay publishes every message once, each key in commit order, and
+// confirms the slot up to the last commit.
+func TestCommitOrderPerKey(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{BatchSize: 7}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	writers(t, pool, 8, 40, keysOf(10))
+	delivered(t, l, pool)
+	if dups := verdict(t, l.snapshot(), committed(t, pool)); dups != 0 {
+		t.Fatalf("%d duplicates without any fault", dups)
+	}
+	// Every row was delivered: the slot confirms up to the last commit.
+	confirmedPast(t, pool, cfg, "the last commit")
+	// Delivered rows are not updated: the confirmed LSN is the mark.
+	var marked int
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM txbox_outbox WHERE published_at IS NOT NULL`).Scan(&marked), "marked")
+	if marked != 0 {
+		t.Fatalf("%d rows updated as published", marked)
+	}
+}
+
+// While the broker is away nothing is confirmed past the first
+// unacknowledged commit, whatever keepalives come: a relay that then stops
+// leaves every message to the next one, which delivers them all, in order.
+func TestOutageHoldsTheSlot(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	down := &ledger{}
+	tries := make(chan struct{}, 1)
+	down.setFail(func(txbox.Message) error {
+		select {
+		case tries <- struct{}{}:
+		default:
+		}
+		return errors.New("broker unreachable")
+	})
+	a := newRelay(t, pool, down, cfg)
+	start(t, a)
+	writers(t, pool, 2, 10, keysOf(3))
+	// WAL the relay may confirm on its own (it touches no outbox row),
+	// and many status intervals (50ms) with the server's keepalives.
+	_, err = pool.Exec(ctx, `CREATE TABLE other (x int); INSERT INTO other SELECT generate_series(1, 1000)`)
+	testenv.Must(t, err, "other table")
+	<-tries
+	time.Sleep(time.Second)
+	testenv.Must(t, a.Stop(ctx), "stop")
+	if n := len(down.snapshot()); n != 0 {
+		t.Fatalf("%d acknowledged by a broker that was down", n)
+	}
+	up := &ledger{}
+	b := newRelay(t, pool, up, cfg)
+	start(t, b)
+	delivered(t, up, pool)
+	verdict(t, up.snapshot(), committed(t, pool))
+}
+
+// Idle, or with only other tables' commits, the relay confirms the
+// server's WAL position from its keepalives: the slot does not hold WAL.
+func TestIdleStreamDoesNotPinWAL(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	writers(t, pool, 1, 5, keysOf(2))
+	delivered(t, l, pool)
+	_, err = pool.Exec(ctx, `CREATE TABLE other (x int); INSERT INTO other SELECT generate_series(1, 10000)`)
+	testenv.Must(t, err, "other table")
+	confirmedPast(t, pool, cfg, "the other table's writes")
+}
+
+// The server crashes (pg_ctl stop -m immediate) while writers commit and
+// the relay streams; it comes back with crash recovery. The relay
+// reconnects and delivers every committed message, each key in order;
+// duplicates are allowed (the confirmed LSN is saved at checkpoints).
+func TestServerCrash(t *testing.T) {
+	t.Parallel()
+	c, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{BatchSize: 20}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	keys := keysOf(8)
+	writers(t, pool, 4, 30, keys)
+	eventually(t, "some messages acknowledged", func() (bool, string) {
+		n := len(l.snapshot())
+		return n > 0, fmt.Sprint(n)
+	})
+	c.Crash()
+	c.Start()
+	writers(t, pool, 4, 30, keys)
+	delivered(t, l, pool)
+	dups := verdict(t, l.snapshot(), committed(t, pool))
+	t.Logf("%d acknowledged, %d duplicates", len(l.snapshot()), dups)
+	if st := r.Stats(); !st.Reading {
+		t.Fatalf("the relay does not read after the restart: %+v", st)
+	}
+}
+
+// Two relays on one slot: one reads, the other waits; when the reader
+// stops, the standby takes over from the confirmed LSN and nothing is
+// lost.
+func TestLeaseTakeover(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{LeaseTimeout: 3 * time.Second}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	a := newRelay(t, pool, l, cfg)
+	start(t, a)
+	eventually(t, "relay a reads", func() (bool, string) { return a.Stats().Reading, "" })
+	b := newRelay(t, pool, l, cfg)
+	start(t, b)
+	keys := keysOf(4)
+	writers(t, pool, 2, 20, keys)
+	delivered(t, l, pool)
+	if b.Stats().Reading || b.Stats().Published != 0 {
+		t.Fatalf("the standby reads while the reader holds the lease: %+v", b.Stats())
+	}
+	testenv.Must(t, a.Stop(ctx), "stop a")
+	eventually(t, "relay b takes over", func() (bool, string) { return b.Stats().Reading, "" })
+	writers(t, pool, 2, 20, keys)
+	delivered(t, l, pool)
+	verdict(t, l.snapshot(), committed(t, pool))
+	if b.Stats().Published == 0 {
+		t.Fatal("the standby published nothing after the takeover")
+	}
+}
+
+// A slot whose WAL the server removed (max_slot_wal_keep_size) is refused
+// with an error that says what was lost and what to do; so is a missing
+// slot.
+func TestRefusesLostSlot(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t, "max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB")
+	ctx := context.Background()
+	cfg := cdc.Config{}
+	err := newRelay(t, pool, &ledger{}, cfg).Run(ctx)
+	if !errors.Is(err, cdc.ErrSlotMissing) || !strings.Contains(err.Error(), "txbox slot create") {
+		t.Fatalf("missing slot: got %v", err)
+	}
+	_, err = cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	_, err = pool.Exec(ctx, `CREATE TABLE filler (x text)`)
+	testenv.Must(t, err, "filler")
+	eventually(t, "the slot lost", func() (bool, string) {
+		_, err := pool.Exec(ctx, `INSERT INTO filler SELECT repeat('x', 1000) FROM generate_series(1, 2000)`)
+		testenv.Must(t, err, "fill")
+		_, err = pool.Exec(ctx, `SELECT pg_switch_wal()`)
+		testenv.Must(t, err, "switch wal")
+		_, err = pool.Exec(ctx, `CHECKPOINT`)
+		testenv.Must(t, err, "checkpoint")
+		st := slot(t, pool, cfg)
+		return st.Lost() != "", fmt.Sprintf("wal_status %s, safe_wal_size %d", st.WALStatus, st.SafeWALSize)
+	})
+	err = newRelay(t, pool, &ledger{}, cfg).Run(ctx)
+	if !errors.Is(err, cdc.ErrSlotLost) {
+		t.Fatalf("lost slot: got %v", err)
+	}
+	for _, want := range []string{"lost", "confirmed LSN", "txbox slot drop", "max_slot_wal_keep_size"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+}
+
+// Publishes that fail part-way (a transient error or a rejection on a
+// message's first try, one message in five) are published again from the
+// first failed message on: every key's messages still reach the broker in
+// commit order, none lost.
+func TestPartialFailuresKeepOrder(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{BatchSize: 16}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	tried := map[string]int{}
+	var mu sync.Mutex
+	l.setFail(func(m txbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tried[m.ID]++
+		if tried[m.ID] == 1 && len(tried)%5 == 0 {
+			if len(tried)%10 == 0 {
+				return txbox.Reject(errors.New("refused once"))
+			}
+			return errors.New("timeout")
+		}
+		return nil
+	})
+	start(t, newRelay(t, pool, l, cfg))
+	writers(t, pool, 4, 30, keysOf(6))
+	delivered(t, l, pool)
+	verdict(t, l.snapshot(), committed(t, pool))
+}
+
+// A message the broker always rejects is recorded dead after MaxAttempts
+// (dead_at, last_error, attempts on its row), and everything else is
+// delivered, each key in order.
+func TestRejectedToDead(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{MaxAttempts: 3}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	l.setFail(func(m txbox.Message) error {
+		if string(m.Payload) == "k01:3" {
+			return txbox.Reject(errors.New("poison"))
+		}
+		return nil
+	})
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	writers(t, pool, 2, 20, keysOf(3))
+	var attempts int
+	var lastErr string
+	eventually(t, "the poison message recorded dead", func() (bool, string) {
+		err := pool.QueryRow(ctx, `SELECT attempts, last_error FROM txbox_outbox WHERE payload = 'k01:3' AND dead_at IS NOT NULL`).Scan(&attempts, &lastErr)
+		return err == nil, fmt.Sprint(err)
+	})
+	if attempts != 3 || !strings.Contains(lastErr, "poison") {
+		t.Fatalf("dead row: attempts %d, last_error %q", attempts, lastErr)
+	}
+	want := committed(t, pool)
+	total := -1 // the dead one
+	for _, n := range want {
+		total += n
+	}
+	eventually(t, "the others delivered", func() (bool, string) {
+		n := len(l.snapshot())
+		return n >= total, fmt.Sprintf("%d of %d", n, total)
+	})
+	seen := map[string]int{}
+	for _, m := range l.snapshot() {
+		k, ns, _ := strings.Cut(string(m.Payload), ":")
+		n, _ := strconv.Atoi(ns)
+		if n <= seen[k] {
+			t.Fatalf("order or duplicate: %s after %s:%d", m.Payload, k, seen[k])
+		}
+		seen[k] = n
+	}
+	if st := r.Stats(); st.Dead != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+}

@@ -1,0 +1,448 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
+)
+
+// Relay streams the inserts of one outbox table from its replication slot
+// and publishes them. It is safe to run several on one slot: one reads,
+// the others wait on its lease.
+type Relay struct {
+	pool *pgxpool.Pool
+	pub  txbox.Publisher
+	cfg  Config
+	n    names
+	log  *slog.Logger
+
+	published  atomic.Int64
+	dead       atomic.Int64
+	confirmed  atomic.Uint64 // the last LSN the relay confirmed to the server
+	maxAckedID atomic.Int64  // the highest row id the broker acknowledged
+	reading    atomic.Bool
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// New returns a relay over pool (which the caller owns and closes) that
+// publishes with pub. It checks cfg; it opens nothing.
+func New(pool *pgxpool.Pool, pub txbox.Publisher, cfg Config) (*Relay, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n, err := c.names()
+	if err != nil {
+		return nil, err
+	}
+	if pool == nil || pub == nil {
+		return nil, fmt.Errorf("%w: cdc.New needs a pool and a publisher", txbox.ErrInvalidConfig)
+	}
+	return &Relay{pool: pool, pub: pub, cfg: c, n: n, log: c.Logger.With("slot", n.slot)}, nil
+}
+
+// Config returns the relay's config, defaults applied.
+func (r *Relay) Config() Config { return r.cfg }
+
+// Slot returns the name of the relay's replication slot.
+func (r *Relay) Slot() string { return r.n.slot }
+
+// Stats are a relay's counters since it was made.
+type Stats struct {
+	Published int64 // messages the broker acknowledged (a redelivery counts again)
+	Dead      int64 // messages recorded as dead in the table
+	// ConfirmedLSN is the last LSN the relay confirmed to the server.
+	ConfirmedLSN string
+	// Reading: the relay holds the lease and streams now.
+	Reading bool
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() Stats {
+	return Stats{Published: r.published.Load(), Dead: r.dead.Load(),
+		ConfirmedLSN: pglogrepl.LSN(r.confirmed.Load()).String(), Reading: r.reading.Load()}
+}
+
+// Start runs Run in a goroutine; Stop ends it.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return errors.New("txbox cdc: relay already started")
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func() {
+		err := r.Run(ctx)
+		r.mu.Lock()
+		r.err = err
+		r.mu.Unlock()
+		close(r.done)
+	}()
+	return nil
+}
+
+// Stop asks a started relay to stop (it finishes the batch in flight and
+// confirms it) and waits until it has, or ctx ends.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stopped is closed when a started relay has stopped.
+func (r *Relay) Stopped() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done
+}
+
+// Err is why a started relay stopped by itself, or nil.
+func (r *Relay) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Run waits for the slot's lease, streams and publishes until ctx ends
+// (then it returns nil) or until something no retry cures: a missing,
+// lost or invalidated slot, wal_level not logical, a publisher closed for
+// good. Lost connections (the server restarting, a network cut) are
+// retried with a doubling wait up to BackoffMax.
+func (r *Relay) Run(ctx context.Context) error {
+	var wait time.Duration
+	for {
+		began := time.Now()
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if fatal(err) {
+			r.log.Error("cdc relay stops", "err", err)
+			return err
+		}
+		if time.Since(began) > time.Minute {
+			wait = 0
+		}
+		wait = backoff.Next(wait, 100*time.Millisecond, r.cfg.BackoffMax)
+		r.log.Warn("cdc session ended; starting again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func fatal(err error) bool {
+	return errors.Is(err, ErrSlotLost) || errors.Is(err, ErrSlotMissing) || errors.Is(err, ErrNotLogical) ||
+		errors.Is(err, txbox.ErrPublisherClosed) || errors.Is(err, txbox.ErrInvalidConfig) || errors.Is(err, errBadRow)
+}
+
+// txn is one committed transaction's outbox rows, with the LSN to confirm
+// once they are all settled.
+type txn struct {
+	rows []row
+	end  pglogrepl.LSN
+}
+
+// session holds the lease for one replication connection.
+func (r *Relay) session(ctx context.Context) error {
+	l, err := acquireLease(ctx, r.pool, r.n.slot, r.cfg.LeaseTimeout, func() {
+		r.log.Info("another relay reads the slot; waiting for its lease to lapse")
+	})
+	if err != nil {
+		return err
+	}
+	defer l.release()
+	if err := checkWALLevel(ctx, l.conn); err != nil {
+		return err
+	}
+	st, err := status(ctx, l.conn, r.n)
+	if err != nil {
+		return err
+	}
+	if err := checkSlot(st); err != nil {
+		return err
+	}
+	var version int
+	if err := l.conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return fmt.Errorf("server version: %w", err)
+	}
+	start, err := pglogrepl.ParseLSN(st.ConfirmedFlushLSN)
+	if err != nil {
+		return fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", r.n.slot, st.ConfirmedFlushLSN, err)
+	}
+	rc := r.pool.Config().ConnConfig.Config.Copy()
+	if rc.RuntimeParams == nil {
+		rc.RuntimeParams = map[string]string{}
+	}
+	rc.RuntimeParams["replication"] = "database"
+	// The text formats decode reads (before PostgreSQL 14).
+	rc.RuntimeParams["DateStyle"] = "ISO, MDY"
+	rc.RuntimeParams["bytea_output"] = "hex"
+	conn, err := pgconn.ConnectConfig(ctx, rc)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", err)
+	}
+	defer conn.Close(context.Background())
+	// Start from the slot's confirmed LSN (0/0 means that to the server).
+	// From PostgreSQL 14 on, columns come in binary: no hex for payloads.
+	args := []string{"proto_version '1'", "publication_names '" + quote(r.n.publication) + "'"}
+	if version >= 140000 {
+		args = append(args, "binary 'true'")
+	}
+	err = pglogrepl.StartReplication(ctx, conn, r.n.slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args})
+	if err != nil {
+		return fmt.Errorf("start replication from slot %s: %w", r.n.slot, err)
+	}
+	r.confirmed.Store(uint64(start))
+	r.reading.Store(true)
+	defer r.reading.Store(false)
+	r.log.Info("cdc relay reads the slot", "from", start.String(), "publication", r.n.publication)
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var acked atomic.Uint64
+	acked.Store(uint64(start))
+	pipe := make(chan txn, 4*r.cfg.BatchSize)
+	pubDone := make(chan error, 1)
+	go func() {
+		err := r.publishLoop(sctx, pipe, &acked)
+		cancel(err)
+		pubDone <- err
+	}()
+	var helpers sync.WaitGroup
+	defer helpers.Wait() // before the lease's connection closes
+	helpers.Add(2)
+	go func() { // heartbeat of the lease
+		defer helpers.Done()
+		t := time.NewTicker(r.cfg.LeaseTimeout / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if err := l.heartbeat(sctx); err != nil && sctx.Err() == nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	go func() {
+		defer helpers.Done()
+		r.cleanupLoop(sctx)
+	}()
+
+	recvErr := r.receive(sctx, conn, pipe, &acked, start)
+	cancel(recvErr)
+	pubErr := <-pubDone
+	// Confirm what the last batch settled before closing.
+	if a := pglogrepl.LSN(acked.Load()); a > pglogrepl.LSN(r.confirmed.Load()) && !conn.IsClosed() {
+		if err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: a}); err == nil {
+			r.confirmed.Store(uint64(a))
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if pubErr != nil && !errors.Is(pubErr, context.Canceled) {
+		return pubErr
+	}
+	if c := context.Cause(sctx); c != nil && !errors.Is(c, context.Canceled) {
+		return c
+	}
+	return recvErr
+}
+
+// receive reads the stream: it assembles each committed transaction's
+// outbox rows, hands them to the publisher in commit order, and tells the
+// server every StatusInterval (and when asked) the LSN it confirms: the
+// publisher's watermark, or, when every transaction received is settled
+// and none is open, the server's WAL end from its last keepalive, so that
+// an idle stream does not hold WAL back.
+func (r *Relay) receive(ctx context.Context, conn *pgconn.PgConn, pipe chan<- txn, acked *atomic.Uint64, start pglogrepl.LSN) error {
+	rels := map[uint32]*relation{}
+	var cur *txn
+	pushed := start // end LSN of the last transaction handed over
+	var idleEnd pglogrepl.LSN
+	next := time.Now().Add(r.cfg.StatusInterval)
+	send := func() error {
+		lsn := pglogrepl.LSN(acked.Load())
+		if cur == nil && lsn >= pushed && idleEnd > lsn {
+			lsn = idleEnd
+		}
+		if last := pglogrepl.LSN(r.confirmed.Load()); lsn < last {
+			lsn = last
+		}
+		next = time.Now().Add(r.cfg.StatusInterval)
+		if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: lsn}); err != nil {
+			return fmt.Errorf("standby status update: %w", err)
+		}
+		r.confirmed.Store(uint64(lsn))
+		return nil
+	}
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !time.Now().Before(next) {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		rctx, rcancel := context.WithDeadline(ctx, next)
+		raw, err := conn.ReceiveMessage(rctx)
+		rcancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("replication stream: %w", err)
+		}
+		var data []byte
+		switch m := raw.(type) {
+		case *pgproto3.CopyData:
+			data = m.Data
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		default:
+			continue
+		}
+		if len(data) == 0 {
+			continue
+		}
+		switch data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+			if err != nil {
+				return err
+			}
+			if cur == nil {
+				idleEnd = k.ServerWALEnd
+			}
+			if k.ReplyRequested {
+				next = time.Now()
+			}
+		case pglogrepl.XLogDataByteID:
+			x, err := pglogrepl.ParseXLogData(data[1:])
+			if err != nil {
+				return err
+			}
+			msg, err := pglogrepl.Parse(x.WALData)
+			if err != nil {
+				return fmt.Errorf("decode pgoutput: %w", err)
+			}
+			switch m := msg.(type) {
+			case *pglogrepl.RelationMessage:
+				rels[m.RelationID] = r.relation(m)
+			case *pglogrepl.BeginMessage:
+				cur = &txn{}
+			case *pglogrepl.InsertMessage:
+				rel := rels[m.RelationID]
+				if cur == nil || rel == nil || !rel.ours {
+					continue
+				}
+				rw, err := rel.decode(m.Tuple)
+				if err != nil {
+					return err
+				}
+				cur.rows = append(cur.rows, rw)
+			case *pglogrepl.CommitMessage:
+				if cur == nil {
+					continue
+				}
+				cur.end = m.TransactionEndLSN
+				t := *cur
+				cur = nil
+				for handed := false; !handed; {
+					wait := time.Until(next)
+					select {
+					case pipe <- t:
+						handed = true
+						pushed = t.end
+					case <-ctx.Done():
+						return nil
+					case <-time.After(wait):
+						if err := send(); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// cleanupLoop deletes, every CleanupInterval, rows older than Retention
+// whose id is at most the highest one the broker acknowledged, in batches.
+// A row deleted before its transaction was relayed (an older, concurrent
+// transaction) is still relayed: the relay reads the log, not the table.
+func (r *Relay) cleanupLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("cdc cleanup", "err", err)
+		}
+	}
+}
+
+// Cleanup deletes delivered rows older than Retention, in batches of
+// 1000: rows, not dead, whose id is at most the highest id the broker
+// acknowledged to this relay. It returns how many it deleted.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	upto := r.maxAckedID.Load()
+	if upto == 0 {
+		return 0, nil
+	}
+	var total int64
+	for {
+		tag, err := r.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE id IN (SELECT id FROM %[1]s
+		    WHERE id <= $1 AND dead_at IS NULL AND created_at < now() - $2::interval ORDER BY id LIMIT %d)`, r.n.table, DefaultCleanupBatch),
+			upto, fmt.Sprintf("%d microseconds", r.cfg.Retention.Microseconds()))
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < DefaultCleanupBatch {
+			return total, nil
+		}
+	}
+}
