@@ -1,5 +1,6 @@
 // Command txbox runs txbox's migrations, its relay daemon and its demo.
-// Every command lives in internal/cli; see docs/reference/cli.md.
+// Every command lives in internal/cli (the demo in internal/demo, which
+// cmd/txbox/demo also runs alone); see docs/reference/cli.md.
 package main
 
 import (

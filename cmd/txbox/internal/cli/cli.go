@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/txbox/txbox/cmd/txbox/internal/demo"
 )
 
 // Environment variables read by the CLI, besides the relay's ones (env.go).
@@ -116,7 +118,7 @@ settings also come from the TXBOX_* environment variables. See docs/reference/cl
 		return fmt.Errorf("%w (see %q)", err, c.CommandPath()+" --help")
 	})
 	root.AddCommand(newMigrateCmd(), newRelayCmd(), newDeadCmd(), newDLQCmd(), newShowCmd(), newStatsCmd(tty), newPendingCmd(), newInboxCmd(), newClaimCheckCmd(), newUICmd(),
-		newDemoCmd(), newBenchCmd(), newHealthCmd(), newSlotCmd(), newVersionCmd())
+		demo.Command(), newBenchCmd(), newHealthCmd(), newSlotCmd(), newVersionCmd())
 	nameEnv(root)
 	return root
 }

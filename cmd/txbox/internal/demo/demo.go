@@ -1,4 +1,7 @@
-package cli
+// Package demo is txbox's demo: a small shop on an SQLite file and an
+// embedded NATS server, with no setup (see Command). The txbox program runs
+// it as "txbox demo"; cmd/txbox/demo runs it alone.
+package demo
 
 import (
 	"context"
@@ -13,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	_ "modernc.org/sqlite" // the demo's database engine
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
@@ -38,7 +42,40 @@ var (
 	demoProgressSetting  = setting[time.Duration]{flag: "progress", min: 10 * time.Millisecond}
 )
 
-func newDemoCmd() *cobra.Command {
+// setting is the bounds of one of the demo's flags, checked as txbox's
+// other commands check theirs.
+type setting[T int | time.Duration] struct {
+	flag     string
+	min, max T    // max 0: no upper bound
+	zero     bool // 0 is allowed besides [min, max]
+}
+
+func (s setting[T]) validate(v T) error {
+	_, isInt := any(v).(int)
+	var err error
+	switch {
+	case v == 0 && s.zero:
+	case v < 0 && s.zero:
+		err = fmt.Errorf("must be positive, or 0")
+	case v <= 0 && isInt:
+		err = fmt.Errorf("must be a positive integer")
+	case v <= 0:
+		err = fmt.Errorf("must be positive")
+	case v < s.min:
+		err = fmt.Errorf("must be at least %v", s.min)
+	case s.max != 0 && v > s.max:
+		err = fmt.Errorf("must be at most %v", s.max)
+	}
+	if err != nil {
+		return fmt.Errorf("--%s %v: %w", s.flag, v, err)
+	}
+	return nil
+}
+
+// Command is txbox's demo command: "txbox demo", and the whole of the
+// lean demo program (cmd/txbox/demo), which compiles only what the demo
+// runs (SQLite and NATS) and none of the CLI's other databases and brokers.
+func Command() *cobra.Command {
 	var f demoFlags
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -90,7 +127,7 @@ type orderPlaced struct {
 	AmountCents int64  `json:"amount_cents"`
 }
 
-// runDemo runs the demo's phases in order; see newDemoCmd for what it shows.
+// runDemo runs the demo's phases in order; see Command for what it shows.
 func runDemo(ctx context.Context, out, errOut io.Writer, f demoFlags) (err error) {
 	if err := f.validate(); err != nil {
 		return err
