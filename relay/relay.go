@@ -45,6 +45,7 @@ import (
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/roundtimes"
 	"github.com/txbox/txbox/migrate"
 )
 
@@ -84,7 +85,12 @@ type Relay struct {
 	obs      txbox.RelayObserver // nil: no observer calls (see observe.go)
 	tracer   txbox.RelayTracer   // nil: no tracer calls
 	inFlight inFlight            // claim times of the batches held, with obs
-	lastGood atomic.Int64        // when a round last succeeded, Unix ns
+	// rec, when the tracer is one, gets the times of each round
+	// (txbox bench latency's breakdown); inRounds counts the rounds in
+	// flight for it.
+	rec      roundtimes.Recorder
+	inRounds atomic.Int32
+	lastGood atomic.Int64 // when a round last succeeded, Unix ns
 	// upkeepWarned: the sample said once that it cannot read the
 	// table's upkeep (sampleUpkeep).
 	upkeepWarned atomic.Bool
@@ -128,6 +134,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if r.tracer == nil {
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
 	}
+	r.rec, _ = r.tracer.(roundtimes.Recorder)
 	r.check = func(ctx context.Context, retry bool) ([]string, error) {
 		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table, Logger: r.log})
 		if err != nil {
@@ -292,6 +299,11 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	}
 	stage := "claim"
 	claimedAt := time.Now()
+	var times *roundtimes.Round
+	if r.rec != nil && !probe {
+		times = &roundtimes.Round{Start: claimedAt, Beside: int(r.inRounds.Add(1)) - 1}
+		defer r.inRounds.Add(-1)
+	}
 	defer func() {
 		if err != nil {
 			if !probe {
@@ -319,6 +331,13 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
+	if times != nil && len(batch.Rows) > 0 {
+		times.Claimed = time.Now()
+		defer func() {
+			times.Finished = time.Now()
+			r.rec.RelayRound(*times)
+		}()
+	}
 	// Marks and releases must happen even when ctx was cancelled mid-round.
 	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -345,7 +364,17 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 		if r.tracer != nil {
 			pubCtx, end = r.tracer.StartPublish(pubCtx, out.msgs)
 		}
+		if times != nil {
+			times.Publish = time.Now()
+			times.IDs = make([]string, len(out.msgs))
+			for i, m := range out.msgs {
+				times.IDs[i] = m.ID
+			}
+		}
 		errs = r.publish(pubCtx, batch, out)
+		if times != nil {
+			times.Acked = time.Now()
+		}
 		cancelPub()
 		if end != nil {
 			end(errs)

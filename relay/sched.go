@@ -146,6 +146,9 @@ func (g *Group) park(m *member) {
 // the wait: the round it gets is a full one, not a probe. Called with g.mu
 // held.
 func (g *Group) wake(m *member) {
+	if m.r.rec != nil {
+		m.r.rec.RelayWake(time.Now(), m.queued || m.rounds > 0)
+	}
 	m.woken = true
 	if m.failed != nil {
 		m.wakeBy = resumedByWake
