@@ -69,11 +69,13 @@ type Relay struct {
 	dups  atomic.Int64
 	trace *txbox.PublishTrace
 
-	// backlog is true while the last round's batch was full: the
-	// scheduler runs a second round, whose claim overlaps the wait for the
-	// broker's acks (member.width; the keys in flight are left out of it).
-	backlog   atomic.Bool
-	onBacklog chan struct{}
+	// backlog is true while the last claim came full, busy while it
+	// claimed rows: the scheduler then runs a second round, whose claim
+	// overlaps the first round's publish and marks (member.width; the
+	// lanes in flight are left out of it). onClaim is signalled by a
+	// claim that claimed rows, for the second round to start at once.
+	backlog, busy atomic.Bool
+	onClaim       chan struct{}
 
 	lanes        *laneKeeper // nil on SQLite
 	listen       *listener   // nil when the relay only polls
@@ -126,7 +128,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if c.DeletePublished {
 		store.DeletePublished()
 	}
-	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onBacklog: make(chan struct{}, 1),
+	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onClaim: make(chan struct{}, 1),
 		obs: c.Observer, tracer: c.Tracer}
 	if _, ok := pub.(txbox.DuplicateCounter); ok {
 		r.trace = &txbox.PublishTrace{Duplicate: func(int) { r.dups.Add(1) }}
@@ -409,8 +411,8 @@ func (r *Relay) mayPublish(batch *outboxsql.Batch, claimedAt time.Time) bool {
 
 // claim takes the next batch: from the lanes this relay owns and, rows
 // without a key, from anywhere (outboxsql.Lanes.Claim); on SQLite, with a
-// lease (outboxsql.Store.Claim). After a full batch a second claim
-// overlaps its publish (member.width).
+// lease (outboxsql.Store.Claim). After a claim that claimed rows, the
+// next claim overlaps the batch's publish and marks (member.width).
 func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	var batch *outboxsql.Batch
 	var err error
@@ -422,15 +424,23 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	full := len(batch.Rows) >= r.cfg.BatchSize
-	r.backlog.Store(full)
-	if full {
+	r.claimed(len(batch.Rows))
+	return batch, nil
+}
+
+// claimed notes that a claim took n rows: whether batches come full
+// (backlog) and whether claims find rows (busy), which let the scheduler
+// run rounds side by side (member.width); and, when it took rows, tells
+// the scheduler (onClaim) so that the next round starts at once.
+func (r *Relay) claimed(n int) {
+	r.backlog.Store(n >= r.cfg.BatchSize)
+	r.busy.Store(n > 0)
+	if n > 0 {
 		select {
-		case r.onBacklog <- struct{}{}:
+		case r.onClaim <- struct{}{}:
 		default:
 		}
 	}
-	return batch, nil
 }
 
 // claimOne claims at most one row, the oldest claimable one, for a probe.
