@@ -316,8 +316,8 @@ func (g *Group) turn(m *member, t turnOf) {
 }
 
 // beside reports whether another round of m is in flight: a round that
-// found nothing beside it leaves the doorbell alone and m's next turn to
-// it (settle).
+// found nothing beside it leaves the doorbell alone, and m's next turn to
+// that round or to a look again (settle, lookAgain).
 func (g *Group) beside(m *member) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
