@@ -42,11 +42,9 @@ var (
 // Concurrency rounds at once while its batches come full, and with
 // Concurrency 1 three while its batches come full (one claims while one
 // publishes and one is marked) and two while its claims find rows (the
-// second's claim overlaps the first round's publish and marks; one that
-// finds nothing looks again after 2 ms, doubling up to PollInterval, while
-// the first is in flight), each such round only while it leaves one unit
-// of the database's budget to the others; a Relay on its own has the
-// budget for them.
+// second's claim overlaps the first round's publish and marks), each such
+// round only while it leaves one unit of the database's budget to the
+// others; a Relay on its own has the budget for them.
 //
 // The group opens one LISTEN connection per PostgreSQL database (through
 // a driver that is a driver.ChannelListener, such as txboxpgx), which

@@ -44,11 +44,6 @@ type member struct {
 	// done is made by Remove while rounds run, closed once the last ends.
 	done  chan struct{}
 	timer *time.Timer // the poll, backoff or probe wait, while idle
-	// look is the wait of a store whose round found nothing beside a
-	// round in flight, before it looks again (lookAgain); lookWait its
-	// length, doubling while such looks find nothing.
-	look     *time.Timer
-	lookWait time.Duration
 	// While it backs off after a failed round (failed is that round's
 	// error), its turns are probes (Relay.probe) until retryAt, when a full
 	// round is due, or until a wake or the broker's reconnect (wakeBy).
@@ -138,10 +133,6 @@ func (g *Group) park(m *member) {
 	if m.timer != nil {
 		m.timer.Stop()
 		m.timer = nil
-	}
-	if m.look != nil {
-		m.look.Stop()
-		m.look = nil
 	}
 	if m.stopWatch != nil {
 		m.stopWatch()
@@ -316,8 +307,8 @@ func (g *Group) turn(m *member, t turnOf) {
 }
 
 // beside reports whether another round of m is in flight: a round that
-// found nothing beside it leaves the doorbell alone, and m's next turn to
-// that round or to a look again (settle, lookAgain).
+// found nothing beside it leaves the doorbell alone and m's next turn to
+// it (settle).
 func (g *Group) beside(m *member) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -402,11 +393,10 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		return
 	case probed:
 	case err == nil && n == 0 && m.rounds > 0:
-		// It found nothing beside a round still in flight: that round
-		// decides what follows it (it queues m again, as it began before
-		// this one ended); meanwhile m looks again after a short wait.
+		// It found nothing beside a round still in flight, which claimed
+		// after or before it: that round decides (it queues m again, as it
+		// began before this one ended).
 		g.recovered(m)
-		g.lookAgain(m)
 		return
 	case err != nil:
 		now := time.Now()
@@ -416,13 +406,6 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || !t.alone || t.id != m.started:
 		g.recovered(m)
 		m.full = n >= m.r.cfg.BatchSize
-		if n > 0 {
-			m.lookWait = 0
-			if m.look != nil {
-				m.look.Stop()
-				m.look = nil
-			}
-		}
 		if !m.queued {
 			g.enqueue(m)
 		}
@@ -457,33 +440,6 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 	if m.failed != nil && conn != nil && !conn.Connected() {
 		g.watchReconnect(m, conn)
 	}
-}
-
-// lookAgain queues a round of m beside the rounds in flight after a wait
-// that doubles from minRecheck up to the poll interval while such rounds
-// find nothing (until a round claims rows): a row committed while a
-// round publishes or is marked for long, which no claim of m would see
-// before that round ends, waits about that long instead. Called with g.mu
-// held.
-func (g *Group) lookAgain(m *member) {
-	if m.look != nil || m.queued {
-		return
-	}
-	m.lookWait = min(max(minRecheck, 2*m.lookWait), m.r.cfg.PollInterval)
-	var look *time.Timer
-	look = time.AfterFunc(m.lookWait, func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if m.look != look {
-			return // stopped
-		}
-		m.look = nil
-		if g.running && !m.removed && !m.queued && m.rounds > 0 && m.failed == nil {
-			g.enqueue(m)
-			g.dispatch()
-		}
-	})
-	m.look = look
 }
 
 // recovered ends m's backoff after a round that succeeded.
