@@ -89,10 +89,12 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Concurrency is how many claim-publish-mark rounds the relay runs
 	// side by side, so that database work overlaps the wait for broker
-	// acks. Default: 1, and then, while batches come full, the relay claims
-	// the next batch while it waits for the acks of the last. A relay's
-	// claims take turns (each leaves out the keys the others hold), while
-	// its publishes and marks overlap.
+	// acks. Default: 1, and then, while its claims find rows, the relay
+	// claims the next batch while the last one is published and marked,
+	// and while batches come full, it runs three rounds at once (one
+	// claims while one publishes and one is marked). A relay's claims take
+	// turns (each leaves out the lanes the others hold), while its
+	// publishes and marks overlap.
 	Concurrency int
 	// BackoffMax caps the doubling wait between full rounds after failed
 	// rounds; meanwhile the relay probes every 500 ms with a round of at

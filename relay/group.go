@@ -36,16 +36,15 @@ var (
 // looks once more. So a
 // store with a large backlog delays another store's rows by at most one
 // round of its own: the other store, once queued, is ahead of the
-// backlog's next round. A store with Concurrency 1 whose full keyed batch
-// was marked together with its next claim (one round trip) goes to the
-// head of the queue instead; it does so only while no other store of its
-// database waits. A turn starts only while the store's database has
+// backlog's next round. A turn starts only while the store's database has
 // budget left (GroupConfig.DatabaseBudget), and a database without budget
 // does not hold up the stores of others. A store runs up to its relay's
 // Concurrency rounds at once while its batches come full, and with
-// Concurrency 1 a second round while its backlog is unordered (its claim
-// overlaps the first round's wait for the broker's acks), each such round
-// only while it leaves one unit of the database's budget to the others.
+// Concurrency 1 three while its batches come full (one claims while one
+// publishes and one is marked) and two while its claims find rows (the
+// second's claim overlaps the first round's publish and marks), each such
+// round only while it leaves one unit of the database's budget to the
+// others; a Relay on its own has the budget for them.
 //
 // The group opens one LISTEN connection per PostgreSQL database (through
 // a driver that is a driver.ChannelListener, such as txboxpgx), which
@@ -118,7 +117,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 // ownGroup returns the Group of one store that runs r on its own: its
 // budget lets every round of r run (see dispatch), and its logs are r's.
 func (r *Relay) ownGroup(ctx context.Context) *Group {
-	g := &Group{cfg: GroupConfig{DatabaseBudget: r.cfg.Concurrency + 2, Logger: r.log}, log: r.log, prefix: "txbox relay",
+	g := &Group{cfg: GroupConfig{DatabaseBudget: max(r.cfg.Concurrency, pipeline) + 1, Logger: r.log}, log: r.log, prefix: "txbox relay",
 		stores: map[string]*member{}, dbs: map[any]*database{}}
 	m := &member{r: r, round: r.Round, fromStart: r.claimsFromStart, own: true, db: &database{budget: g.cfg.DatabaseBudget}, log: r.log, bell: doorbell{l: r.listen}}
 	g.dbs[""] = m.db

@@ -46,6 +46,7 @@ import (
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/roundtimes"
 	"github.com/txbox/txbox/migrate"
 )
 
@@ -69,11 +70,13 @@ type Relay struct {
 	dups  atomic.Int64
 	trace *txbox.PublishTrace
 
-	// backlog is true while the last round's batch was full: the
-	// scheduler runs a second round, whose claim overlaps the wait for the
-	// broker's acks (member.width; the keys in flight are left out of it).
-	backlog   atomic.Bool
-	onBacklog chan struct{}
+	// backlog is true while the last claim came full, busy while it
+	// claimed rows: the scheduler then runs a second round, whose claim
+	// overlaps the first round's publish and marks (member.width; the
+	// lanes in flight are left out of it). onClaim is signalled by a
+	// claim that claimed rows, for the second round to start at once.
+	backlog, busy atomic.Bool
+	onClaim       chan struct{}
 
 	lanes        *laneKeeper // nil on SQLite
 	listen       *listener   // nil when the relay only polls
@@ -85,7 +88,12 @@ type Relay struct {
 	obs      txbox.RelayObserver // nil: no observer calls (see observe.go)
 	tracer   txbox.RelayTracer   // nil: no tracer calls
 	inFlight inFlight            // claim times of the batches held, with obs
-	lastGood atomic.Int64        // when a round last succeeded, Unix ns
+	// rec, when the tracer is one, gets the times of each round
+	// (txbox bench latency's breakdown); inRounds counts the rounds in
+	// flight for it.
+	rec      roundtimes.Recorder
+	inRounds atomic.Int32
+	lastGood atomic.Int64 // when a round last succeeded, Unix ns
 	// upkeepWarned: the sample said once that it cannot read the
 	// table's upkeep (sampleUpkeep).
 	upkeepWarned atomic.Bool
@@ -124,7 +132,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if c.DeletePublished {
 		store.DeletePublished()
 	}
-	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onBacklog: make(chan struct{}, 1),
+	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onClaim: make(chan struct{}, 1),
 		obs: c.Observer, tracer: c.Tracer}
 	if _, ok := pub.(txbox.DuplicateCounter); ok {
 		r.trace = &txbox.PublishTrace{Duplicate: func(int) { r.dups.Add(1) }}
@@ -132,6 +140,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if r.tracer == nil {
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
 	}
+	r.rec, _ = r.tracer.(roundtimes.Recorder)
 	r.check = func(ctx context.Context, retry bool) ([]string, error) {
 		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table, Logger: r.log})
 		if err != nil {
@@ -300,6 +309,11 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	}
 	stage := "claim"
 	claimedAt := time.Now()
+	var times *roundtimes.Round
+	if r.rec != nil && !probe {
+		times = &roundtimes.Round{Start: claimedAt, Beside: int(r.inRounds.Add(1)) - 1}
+		defer r.inRounds.Add(-1)
+	}
 	defer func() {
 		if err != nil {
 			if !probe {
@@ -327,6 +341,13 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
+	if times != nil && len(batch.Rows) > 0 {
+		times.Claimed = time.Now()
+		defer func() {
+			times.Finished = time.Now()
+			r.rec.RelayRound(*times)
+		}()
+	}
 	// Marks and releases must happen even when ctx was cancelled mid-round.
 	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -353,7 +374,17 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 		if r.tracer != nil {
 			pubCtx, end = r.tracer.StartPublish(pubCtx, out.msgs)
 		}
+		if times != nil {
+			times.Publish = time.Now()
+			times.IDs = make([]string, len(out.msgs))
+			for i, m := range out.msgs {
+				times.IDs[i] = m.ID
+			}
+		}
 		errs = r.publish(pubCtx, batch, out)
+		if times != nil {
+			times.Acked = time.Now()
+		}
 		cancelPub()
 		if end != nil {
 			end(errs)
@@ -388,8 +419,8 @@ func (r *Relay) mayPublish(batch *outboxsql.Batch, claimedAt time.Time) bool {
 
 // claim takes the next batch: from the lanes this relay owns and, rows
 // without a key, from anywhere (outboxsql.Lanes.Claim); on SQLite, with a
-// lease (outboxsql.Store.Claim). After a full batch a second claim
-// overlaps its publish (member.width).
+// lease (outboxsql.Store.Claim). After a claim that claimed rows, the
+// next claim overlaps the batch's publish and marks (member.width).
 func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	var batch *outboxsql.Batch
 	var err error
@@ -401,15 +432,23 @@ func (r *Relay) claim(ctx context.Context) (*outboxsql.Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	full := len(batch.Rows) >= r.cfg.BatchSize
-	r.backlog.Store(full)
-	if full {
+	r.claimed(len(batch.Rows))
+	return batch, nil
+}
+
+// claimed notes that a claim took n rows: whether batches come full
+// (backlog) and whether claims find rows (busy), which let the scheduler
+// run rounds side by side (member.width); and, when it took rows, tells
+// the scheduler (onClaim) so that the next round starts at once.
+func (r *Relay) claimed(n int) {
+	r.backlog.Store(n >= r.cfg.BatchSize)
+	r.busy.Store(n > 0)
+	if n > 0 {
 		select {
-		case r.onBacklog <- struct{}{}:
+		case r.onClaim <- struct{}{}:
 		default:
 		}
 	}
-	return batch, nil
 }
 
 // claimOne claims at most one row, the oldest claimable one, for a probe.

@@ -76,13 +76,22 @@ type member struct {
 	ready    <-chan struct{}
 }
 
+// pipeline is how many rounds of a relay run at once while its batches
+// come full, at least: one claims while one publishes and one is marked.
+const pipeline = 3
+
 // width is how many rounds of m may run at once: the relay's Concurrency,
-// and with Concurrency 1 a second round while batches come full
-// (its claim overlaps the first round's wait for the broker's acks).
+// at least pipeline while its batches come full, and at least two while
+// its claims find rows (the second's claim overlaps the first round's
+// publish and marks: a row committed while a round publishes is claimed
+// then, not after the round's marks).
 func (m *member) width() int {
 	w := m.r.cfg.Concurrency
-	if w == 1 && m.r.backlog.Load() {
-		w = 2
+	switch {
+	case m.r.backlog.Load():
+		w = max(w, pipeline)
+	case m.r.busy.Load():
+		w = max(w, 2)
 	}
 	return w
 }
@@ -101,7 +110,7 @@ func (g *Group) start(m *member) {
 	}})
 	m.services = m.r.startServices(g.runCtx)
 	m.ready = m.services.ready
-	g.bg.Go(func() { g.watchBacklog(m) })
+	g.bg.Go(func() { g.watchClaims(m) })
 	now := time.Now()
 	m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
 	g.enqueue(m)
@@ -146,6 +155,9 @@ func (g *Group) park(m *member) {
 // the wait: the round it gets is a full one, not a probe. Called with g.mu
 // held.
 func (g *Group) wake(m *member) {
+	if m.r.rec != nil {
+		m.r.rec.RelayWake(time.Now(), m.queued || m.rounds > 0)
+	}
 	m.woken = true
 	if m.failed != nil {
 		m.wakeBy = resumedByWake
@@ -210,25 +222,25 @@ func (g *Group) dispatch() {
 	}
 }
 
-// more queues another round of m beside those in flight when its backlog
+// more queues another round of m beside those in flight when its work
 // lets one run (width): its last round came full, or its last claim found
-// an unordered backlog. Called with g.mu held.
+// rows. Called with g.mu held.
 func (g *Group) more(m *member) {
 	if g.running && !m.queued && !m.removed && m.failed == nil && m.rounds > 0 && m.db.busy+1 < m.db.budget &&
-		m.rounds < m.width() && (m.full || m.r.backlog.Load()) {
+		m.rounds < m.width() && (m.full || m.r.busy.Load()) {
 		g.enqueue(m)
 	}
 }
 
-// watchBacklog queues a second round of m as soon as a claim finds an
-// unordered backlog (Relay.claimed), so that its claim overlaps the
-// running round's wait for the broker's acks.
-func (g *Group) watchBacklog(m *member) {
+// watchClaims queues a second round of m as soon as a claim finds rows
+// (Relay.claim), so that its claim overlaps the running round's publish
+// and marks.
+func (g *Group) watchClaims(m *member) {
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
-		case <-m.r.onBacklog:
+		case <-m.r.onClaim:
 		}
 		g.mu.Lock()
 		g.more(m)
@@ -287,8 +299,20 @@ func (g *Group) turn(m *member, t turnOf) {
 		g.mu.Unlock()
 	}
 	n, err := m.round(ctx)
-	next := g.ring(ctx, m, n, err)
+	var next time.Duration
+	if n > 0 || err != nil || !g.beside(m) {
+		next = g.ring(ctx, m, n, err)
+	}
 	g.settle(ctx, m, t, n, err, next, false)
+}
+
+// beside reports whether another round of m is in flight: a round that
+// found nothing beside it leaves the doorbell alone and m's next turn to
+// it (settle).
+func (g *Group) beside(m *member) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return m.rounds > 1
 }
 
 // stopGrace is how long a turn's round goes on once its store stops.
@@ -368,6 +392,12 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		g.stop()
 		return
 	case probed:
+	case err == nil && n == 0 && m.rounds > 0:
+		// It found nothing beside a round still in flight, which claimed
+		// after or before it: that round decides (it queues m again, as it
+		// began before this one ended).
+		g.recovered(m)
+		return
 	case err != nil:
 		now := time.Now()
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)

@@ -2,6 +2,8 @@ package relay_test
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +21,9 @@ func TestStalledRelayWithoutLanesSendsNothingStale(t *testing.T) {
 	t.Parallel()
 	f := pgxFixture(t, 8)
 	log := &sendLog{}
-	// One batch holds every row: a runs one round, not a second beside it.
+	// One batch holds every row. a's rounds beside the stalled one (a relay
+	// whose claim found rows claims again while that batch is out) stall
+	// with it (stallingAll).
 	cfg := relay.Config{PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second, BatchSize: 500, PollInterval: 5 * time.Millisecond}
 	const n = 300
 	msgs := make([]txbox.Message, n)
@@ -27,7 +31,7 @@ func TestStalledRelayWithoutLanesSendsNothingStale(t *testing.T) {
 		msgs[i] = txbox.Message{Topic: "lanes.t", Payload: []byte("u:" + strconv.Itoa(i+1))}
 	}
 	f.add(t, true, msgs...)
-	aPub := &stallingPublisher{logPublisher: &logPublisher{name: "a", log: log}}
+	aPub := &stallingAll{logPublisher: &logPublisher{name: "a", log: log}}
 	var b *relay.Relay
 	aPub.stall = func() {
 		// a holds its first batch, claimed and not yet sent: b takes
@@ -56,4 +60,24 @@ func TestStalledRelayWithoutLanesSendsNothingStale(t *testing.T) {
 	if n := log.sentBy("a"); n != 0 {
 		t.Fatalf("the stalled relay sent %d messages, want none", n)
 	}
+}
+
+// stallingAll stalls the first message it checks, as stallingPublisher
+// does, and every other until that stall is over: every round of the
+// relay in flight meanwhile stalls with the first.
+type stallingAll struct {
+	*logPublisher
+	armed atomic.Bool
+	once  sync.Once
+	stall func()
+}
+
+func (p *stallingAll) CheckMessage(txbox.Message) error {
+	if p.armed.Load() {
+		p.once.Do(func() {
+			p.stall()
+			p.armed.Store(false)
+		})
+	}
+	return nil
 }

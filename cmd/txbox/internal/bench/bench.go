@@ -259,8 +259,15 @@ func Drain(ctx context.Context, cfg Config) error {
 				fn:    func() (float64, error) { return rawClaimMark(ctx, cfg.Pool, batch, workers, cfg.Rows, false) },
 				setup: queued, n: cfg.Rows,
 			}, run{
-				name:  fmt.Sprintf("txbox relay → JetStream, batch %d, %d relays", batch, workers),
-				fn:    func() (float64, error) { return relayDrain(ctx, drv, cfg.NATS, batch, workers, cfg.Rows) },
+				name: fmt.Sprintf("txbox relay → JetStream, batch %d, %d relays", batch, workers),
+				fn: func() (float64, error) {
+					rec := newRounds()
+					rate, err := relayDrain(ctx, drv, cfg.NATS, batch, workers, cfg.Rows, rec)
+					if err == nil && workers == 1 {
+						rec.stages(cfg.Out) // printed above its rep's line
+					}
+					return rate, err
+				},
 				setup: queued, n: cfg.Rows,
 			})
 		}
@@ -405,12 +412,18 @@ func rawClaimMark(ctx context.Context, pool *pgxpool.Pool, batch, workers, n int
 	return float64(done.Load()) / time.Since(start).Seconds(), nil
 }
 
-func relayDrain(ctx context.Context, drv *txboxpgx.Driver, nc *nats.Conn, batch, relays, n int) (float64, error) {
+// relayDrain drains n rows with relays relays into JetStream; rec, if not
+// nil, records their rounds.
+func relayDrain(ctx context.Context, drv *txboxpgx.Driver, nc *nats.Conn, batch, relays, n int, rec *rounds) (float64, error) {
 	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{})
 	if err != nil {
 		return 0, err
 	}
-	return drainInto(ctx, drv, pub, relay.Config{BatchSize: batch}, relays, n)
+	rc := relay.Config{BatchSize: batch}
+	if rec != nil {
+		rc.Tracer = rec
+	}
+	return drainInto(ctx, drv, pub, rc, relays, n)
 }
 
 // migrated applies the migrations to pool's default outbox table and

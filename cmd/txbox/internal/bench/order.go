@@ -80,7 +80,7 @@ func Ordered(ctx context.Context, cfg Config) error {
 			if err := fillKeys(s.keys); err != nil {
 				return err
 			}
-			rate, err := relayDrain(ctx, drv, cfg.NATS, 100, s.relays, cfg.Rows)
+			rate, err := relayDrain(ctx, drv, cfg.NATS, 100, s.relays, cfg.Rows, nil)
 			if err != nil {
 				return err
 			}
@@ -115,7 +115,8 @@ func Latency(ctx context.Context, cfg Config) error {
 	defer func() { _, _ = cfg.Pool.Exec(context.WithoutCancel(ctx), "DROP TABLE bench_orders") }()
 	for _, rate := range []int{200, 1000, 3000} {
 		for _, notify := range []bool{true, false} {
-			p50, p99, got, err := latencyRun(ctx, cfg, drv, ob, subject, rate, notify)
+			rec := newRounds()
+			p50, p99, got, err := latencyRun(ctx, cfg, drv, ob, subject, rate, notify, rec)
 			if err != nil {
 				return err
 			}
@@ -125,6 +126,9 @@ func Latency(ctx context.Context, cfg Config) error {
 			}
 			fmt.Fprintf(cfg.Out, "  offered %4d/s, %-18s achieved %5.0f/s, commit→broker p50 %7.1f ms, p99 %7.1f ms\n",
 				rate, mode, got, p50, p99)
+			if notify {
+				rec.breakdown(cfg.Out)
+			}
 		}
 	}
 
@@ -173,7 +177,9 @@ func Latency(ctx context.Context, cfg Config) error {
 	return resetTable(ctx, cfg.Pool)
 }
 
-func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox.Outbox[pgx.Tx], subject string, rate int, notify bool) (p50, p99, achieved float64, err error) {
+// latencyRun measures one offered rate; rec gets the relay's rounds and
+// each message's commit and arrival (breakdown).
+func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox.Outbox[pgx.Tx], subject string, rate int, notify bool, rec *rounds) (p50, p99, achieved float64, err error) {
 	if err := resetTable(ctx, cfg.Pool); err != nil {
 		return 0, 0, 0, err
 	}
@@ -184,6 +190,7 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 	sub, err := cfg.NATS.Subscribe(subject, func(m *nats.Msg) {
 		now := time.Now()
 		id := m.Header.Get(jetstream.MsgIDHeader)
+		rec.arrived(id, now)
 		mu.Lock()
 		defer mu.Unlock()
 		if t, ok := committed[id]; ok {
@@ -201,7 +208,7 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	r, err := relay.New(drv, pub, relay.Config{DisableNotify: !notify})
+	r, err := relay.New(drv, pub, relay.Config{DisableNotify: !notify, Tracer: rec})
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -254,6 +261,7 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 					return
 				}
 				now := time.Now()
+				rec.committed(id, now)
 				mu.Lock()
 				if _, ok := arrived[id]; ok {
 					lat = append(lat, 0) // delivered within the commit call's return

@@ -1,0 +1,29 @@
+// Package roundtimes carries the times of a relay's rounds and wake-ups to
+// a recorder, for `txbox bench latency`, which breaks the commit-to-broker
+// latency down by stage (docs/benchmarks/2026-12-07-relay-latency.md). A
+// relay records only when its Tracer (relay.Config.Tracer, or its
+// Observer as a tracer) is also a Recorder; no other relay makes a call.
+package roundtimes
+
+import "time"
+
+// Round is one round of a relay that claimed rows.
+type Round struct {
+	Start    time.Time // the round began: its claim was sent
+	Claimed  time.Time // the claim returned
+	Publish  time.Time // the messages were handed to the publisher
+	Acked    time.Time // the publisher returned: the broker answered
+	Finished time.Time // the marks committed (or the batch was released)
+	IDs      []string  // the message ids handed to the publisher
+	Beside   int       // the relay's other rounds in flight when it began
+}
+
+// Recorder receives the times. Calls may be concurrent; each must be quick.
+type Recorder interface {
+	// RelayRound: a round that claimed rows ended.
+	RelayRound(Round)
+	// RelayWake: a notification or a Wake came at at; busy says that a
+	// round of the relay was in flight or queued, which the wake-up then
+	// merged into.
+	RelayWake(at time.Time, busy bool)
+}
