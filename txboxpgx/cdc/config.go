@@ -26,6 +26,7 @@ const (
 	DefaultCleanupInterval = time.Hour
 	DefaultCleanupBatch    = 1000
 	DefaultRedriveInterval = 5 * time.Second
+	DefaultSampleInterval  = 10 * time.Second
 )
 
 // Config configures a Relay and names its slot and publication. Zero
@@ -81,6 +82,11 @@ type Config struct {
 	// (Relay.Redriven). Default: 5s.
 	RedriveInterval time.Duration
 
+	// SampleInterval is how often the reading relay reads its slot's lag
+	// and WAL figures for an Observer that is also a txbox.SlotObserver
+	// (txboxprom's is). Default: 10s.
+	SampleInterval time.Duration
+
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Observer receives the relay's publishes and settled messages
@@ -130,7 +136,7 @@ func (c *Config) names() (names, error) {
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.BatchSize < 0 || out.MaxPending < 0 || out.PublishTimeout < 0 || out.MaxAttempts < 0 || out.RetryDelay < 0 || out.BackoffMax < 0 ||
-		out.StatusInterval < 0 || out.LeaseTimeout < 0 || out.Retention < 0 || out.CleanupInterval < 0 || out.RedriveInterval < 0 {
+		out.StatusInterval < 0 || out.LeaseTimeout < 0 || out.Retention < 0 || out.CleanupInterval < 0 || out.RedriveInterval < 0 || out.SampleInterval < 0 {
 		return out, fmt.Errorf("%w: cdc config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -146,6 +152,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.Retention, DefaultRetention)
 	def(&out.CleanupInterval, DefaultCleanupInterval)
 	def(&out.RedriveInterval, DefaultRedriveInterval)
+	def(&out.SampleInterval, DefaultSampleInterval)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}

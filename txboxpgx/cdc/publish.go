@@ -74,6 +74,11 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 			r.settle(queue[:head], acked)
 			queue = queue[head:]
 		}
+		var oldest int64
+		if len(queue) > 0 && queue[0].row != nil {
+			oldest = queue[0].row.msg.CreatedAt.UnixNano()
+		}
+		r.oldestHeld.Store(oldest)
 		// Take what the receiver has, up to MaxPending.
 	more:
 		for pending < r.cfg.MaxPending {
@@ -346,4 +351,42 @@ func (r *Relay) Redriven(ctx context.Context) (int, error) {
 		}
 	}
 	return published, nil
+}
+
+// sampleLoop hands the observer, when it is a txbox.SlotObserver, a
+// reading of the slot every SampleInterval.
+func (r *Relay) sampleLoop(ctx context.Context) {
+	so, ok := r.cfg.Observer.(txbox.SlotObserver)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(r.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		so.SlotSampled(r.Sample(ctx))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sample reads the slot's lag and WAL figures (one query) and the age of
+// the oldest event the relay holds unsettled.
+func (r *Relay) Sample(ctx context.Context) txbox.SlotSample {
+	s := txbox.SlotSample{At: time.Now(), Slot: r.n.slot}
+	st, err := status(ctx, r.pool, r.n)
+	if err == nil && !st.Exists {
+		err = fmt.Errorf("%w: %s", ErrSlotMissing, r.n.slot)
+	}
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	s.LagBytes, s.WALStatus, s.SafeWALSize = st.LagBytes, st.WALStatus, st.SafeWALSize
+	if o := r.oldestHeld.Load(); o != 0 {
+		s.LagSeconds = max(s.At.Sub(time.Unix(0, o)).Seconds(), 0)
+	}
+	return s
 }

@@ -32,6 +32,7 @@ type Relay struct {
 	dead       atomic.Int64
 	confirmed  atomic.Uint64 // the last LSN the relay confirmed to the server
 	maxAckedID atomic.Int64  // the highest row id the broker acknowledged
+	oldestHeld atomic.Int64  // created_at (Unix ns) of the oldest row held unsettled, 0: none
 	reading    atomic.Bool
 
 	mu     sync.Mutex
@@ -240,7 +241,7 @@ func (r *Relay) session(ctx context.Context) error {
 	}()
 	var helpers sync.WaitGroup
 	defer helpers.Wait() // before the lease's connection closes
-	helpers.Add(3)
+	helpers.Add(4)
 	go func() { // heartbeat of the lease
 		defer helpers.Done()
 		t := time.NewTicker(r.cfg.LeaseTimeout / 3)
@@ -264,6 +265,10 @@ func (r *Relay) session(ctx context.Context) error {
 	go func() {
 		defer helpers.Done()
 		r.redriveLoop(sctx)
+	}()
+	go func() {
+		defer helpers.Done()
+		r.sampleLoop(sctx)
 	}()
 
 	recvErr := r.receive(sctx, conn, pipe, &acked, start)
