@@ -212,3 +212,37 @@ type ConsumerTracer interface {
 	// success.
 	StartProcess(ctx context.Context, handler string, msg Received) (_ context.Context, end func(result HandleResult, err error))
 }
+
+// SlotObserver is implemented by a RelayObserver that also takes the
+// log-based relay's periodic reading of its replication slot
+// (txboxpgx/cdc, Config.SampleInterval); the relay checks for it with a
+// type assertion. Same rules as RelayObserver: quick, non-blocking.
+type SlotObserver interface {
+	SlotSampled(s SlotSample)
+}
+
+// SlotSample is one reading of a log-based relay's replication slot.
+type SlotSample struct {
+	// At is when the sample was taken.
+	At time.Time
+	// Err is why the slot could not be read (the figures below are then
+	// zero), or nil.
+	Err error
+	// Slot is the slot's name.
+	Slot string
+	// LagBytes is how far the slot's confirmed LSN is behind the server's
+	// current WAL position: the WAL the slot holds that the relay has not
+	// confirmed.
+	LagBytes int64
+	// LagSeconds is how long the oldest event the relay holds unsettled
+	// has been waiting since its commit (its created_at); zero when it
+	// holds none. Events the relay has not read yet show in LagBytes.
+	LagSeconds float64
+	// WALStatus is the slot's wal_status: reserved, extended, unreserved
+	// or lost.
+	WALStatus string
+	// SafeWALSize is how many bytes of WAL may still be written before the
+	// slot is in danger of losing WAL (max_slot_wal_keep_size), or -1 when
+	// unbounded.
+	SafeWALSize int64
+}

@@ -61,6 +61,23 @@ func (o relayObserver) RoundFailed(stage string) {
 	o.m.roundsFailed.WithLabelValues(stage).Inc()
 }
 
+// SlotSampled sets the slot gauges of the log-based relay
+// (txbox.SlotObserver).
+func (o relayObserver) SlotSampled(s txbox.SlotSample) {
+	m := o.m
+	if s.Err != nil {
+		m.slotSampleErrors.Inc()
+		return
+	}
+	m.slotLagBytes.Set(float64(s.LagBytes))
+	m.slotLagSeconds.Set(s.LagSeconds)
+	m.slotSafeWAL.Set(float64(s.SafeWALSize))
+	for _, st := range []string{"reserved", "extended", "unreserved", "lost"} {
+		m.slotWALStatus.WithLabelValues(st).Set(b2f(s.WALStatus == st))
+	}
+	m.slotted.on.Store(true)
+}
+
 func (o relayObserver) Sampled(s txbox.RelaySample) {
 	m := o.m
 	if s.Err != nil {

@@ -96,6 +96,12 @@ type Metrics struct {
 	// them.
 	sampled, upkept          gated
 	oldestSnapshot, deadRows prometheus.Gauge
+	// slotted are the log-based relay's slot gauges (SlotSample), once a
+	// slot sample had them.
+	slotted                                   gated
+	slotLagBytes, slotLagSeconds, slotSafeWAL prometheus.Gauge
+	slotWALStatus                             *prometheus.GaugeVec
+	slotSampleErrors                          prometheus.Counter
 }
 
 // New returns the metrics, unregistered.
@@ -157,6 +163,16 @@ func New(cfg Config) *Metrics {
 	m.deadRows = gauge("txbox_relay_table_dead_rows", "PostgreSQL: the outbox table's row versions to vacuum (dead tuples, PostgreSQL's estimate; not dead messages).")
 	m.upkept.cs = slices.Clone(m.collectors[upkeepFrom:])
 	m.collectors = slices.Clip(m.collectors[:upkeepFrom])
+	slotFrom := len(m.collectors)
+	m.slotLagBytes = gauge("txbox_relay_slot_lag_bytes", "Log-based relay: WAL bytes between the server's current position and the slot's confirmed LSN (pg_current_wal_lsn() - confirmed_flush_lsn).")
+	m.slotLagSeconds = gauge("txbox_relay_slot_lag_seconds", "Log-based relay: how long the oldest event the relay holds unsettled has waited since its commit; 0 when none.")
+	m.slotSafeWAL = gauge("txbox_relay_slot_safe_wal_size_bytes", "Log-based relay: WAL bytes that may still be written before the slot risks losing WAL (safe_wal_size); -1 when unbounded.")
+	m.slotWALStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "txbox_relay_slot_wal_status",
+		Help: "Log-based relay: 1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others.", ConstLabels: cl}, []string{"status"})
+	m.slotted.cs = append(slices.Clone(m.collectors[slotFrom:]), m.slotWALStatus)
+	m.collectors = slices.Clip(m.collectors[:slotFrom])
+	m.slotSampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_relay_slot_sample_errors_total", Help: "Log-based relay: slot samples that could not read the slot.", ConstLabels: cl})
+	m.collectors = append(m.collectors, m.slotSampleErrors)
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_relay_sample_errors_total", Help: "Backlog samples that could not read the table.", ConstLabels: cl})
 	m.collectors = append(m.collectors, m.sampleErrors)
 	m.duplicatesDesc = prometheus.NewDesc("txbox_relay_broker_duplicates_total",
@@ -188,6 +204,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 	m.sampled.describe(ch)
 	m.upkept.describe(ch)
+	m.slotted.describe(ch)
 	ch <- m.duplicatesDesc
 }
 
@@ -198,6 +215,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.sampled.collect(ch)
 	m.upkept.collect(ch)
+	m.slotted.collect(ch)
 	ch <- prometheus.MustNewConstMetric(m.duplicatesDesc, prometheus.CounterValue, float64(m.duplicates.Load()))
 }
 

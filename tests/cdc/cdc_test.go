@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxpgx/cdc"
@@ -317,6 +318,131 @@ func TestRejectedToDead(t *testing.T) {
 		seen[k] = n
 	}
 	if st := r.Stats(); st.Dead != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// A key whose message the broker keeps rejecting is parked: its later
+// messages wait, every other key's messages are delivered meanwhile (past
+// many batches). Once the broker takes the message, the parked key goes
+// on in order and the slot is confirmed past it.
+func TestRejectedKeyParksAlone(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{BatchSize: 5, MaxAttempts: 1 << 20}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	l.setFail(func(m txbox.Message) error {
+		if string(m.Payload) == "k01:2" {
+			return txbox.Reject(errors.New("poison for now"))
+		}
+		return nil
+	})
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	writers(t, pool, 2, 30, keysOf(4))
+	want := committed(t, pool)
+	others := 0
+	for k, n := range want {
+		if k != "k01" {
+			others += n
+		}
+	}
+	eventually(t, "the other keys delivered past the parked one", func() (bool, string) {
+		n := 0
+		for _, m := range l.snapshot() {
+			if !strings.HasPrefix(string(m.Payload), "k01:") {
+				n++
+			}
+		}
+		return n >= others, fmt.Sprintf("%d of %d", n, others)
+	})
+	for _, m := range l.snapshot() {
+		if k, ns, _ := strings.Cut(string(m.Payload), ":"); k == "k01" && ns != "1" {
+			t.Fatalf("%s delivered while k01:2 is parked", m.Payload)
+		}
+	}
+	l.setFail(nil)
+	delivered(t, l, pool)
+	verdict(t, l.snapshot(), want)
+	if st := r.Stats(); st.Dead != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+	confirmedPast(t, pool, cfg, "the parked key's release")
+}
+
+// A dead row that `txbox dead redrive` makes pending again (an UPDATE,
+// which the insert-only stream does not carry) is published by the
+// reading relay's redrive poll, once, and marked published_at. Its key's
+// later messages went on when it died, so it reaches the broker after
+// them: per-key order does not hold across a redrive.
+func TestRedriveRepublishes(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{MaxAttempts: 2, RedriveInterval: 50 * time.Millisecond}
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	poison := func(m txbox.Message) error {
+		if string(m.Payload) == "k01:2" {
+			return txbox.Reject(errors.New("poison"))
+		}
+		return nil
+	}
+	l.setFail(poison)
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	writers(t, pool, 2, 20, keysOf(3))
+	letters, err := dead.New(txboxpgx.New(pool), txbox.Config{})
+	testenv.Must(t, err, "dead.New")
+	var deadList []dead.Message
+	eventually(t, "the poison message in the dead list", func() (bool, string) {
+		deadList, err = letters.List(ctx, 10)
+		testenv.Must(t, err, "dead list")
+		return len(deadList) == 1, fmt.Sprint(len(deadList))
+	})
+	want := committed(t, pool)
+	total := -1
+	for _, n := range want {
+		total += n
+	}
+	eventually(t, "the others delivered", func() (bool, string) {
+		n := len(l.snapshot())
+		return n >= total, fmt.Sprintf("%d of %d", n, total)
+	})
+	// Redriven while the broker still rejects it: dead again, one more
+	// attempt on the count.
+	n, err := letters.Redrive(ctx)
+	testenv.Must(t, err, "redrive")
+	if n != 1 {
+		t.Fatalf("redrove %d", n)
+	}
+	eventually(t, "the redriven poison dead again", func() (bool, string) {
+		var attempts int
+		err := pool.QueryRow(ctx, `SELECT attempts FROM txbox_outbox WHERE payload = 'k01:2' AND dead_at IS NOT NULL`).Scan(&attempts)
+		return err == nil && attempts == 1, fmt.Sprint(attempts, err)
+	})
+	l.setFail(nil)
+	_, err = letters.Redrive(ctx)
+	testenv.Must(t, err, "redrive")
+	delivered(t, l, pool)
+	acked := l.snapshot()
+	if last := acked[len(acked)-1]; string(last.Payload) != "k01:2" {
+		t.Fatalf("the last acknowledged is %s, not the redriven k01:2", last.Payload)
+	}
+	var published bool
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT published_at IS NOT NULL FROM txbox_outbox WHERE payload = 'k01:2'`).Scan(&published), "published_at")
+	if !published {
+		t.Fatal("the redriven row has no published_at")
+	}
+	time.Sleep(200 * time.Millisecond) // several redrive polls: none publishes it again
+	if got := len(l.snapshot()); got != len(acked) {
+		t.Fatalf("%d acknowledged after the redrive settled, %d before", got, len(acked))
+	}
+	if st := r.Stats(); st.Dead != 2 {
 		t.Fatalf("stats: %+v", st)
 	}
 }

@@ -15,6 +15,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultBatchSize       = 500
+	DefaultMaxPending      = 100000
 	DefaultPublishTimeout  = 10 * time.Second
 	DefaultMaxAttempts     = 10
 	DefaultRetryDelay      = time.Second
@@ -24,6 +25,8 @@ const (
 	DefaultRetention       = 168 * time.Hour
 	DefaultCleanupInterval = time.Hour
 	DefaultCleanupBatch    = 1000
+	DefaultRedriveInterval = 5 * time.Second
+	DefaultSampleInterval  = 10 * time.Second
 )
 
 // Config configures a Relay and names its slot and publication. Zero
@@ -42,6 +45,11 @@ type Config struct {
 
 	// BatchSize is the most messages one Publish call carries. Default: 500.
 	BatchSize int
+	// MaxPending is the most rows the relay holds unsettled in memory
+	// while a parked key waits for its retry (the watermark cannot pass
+	// it); at that bound it stops reading the stream, and every key waits,
+	// until the oldest rows settle. Default: 100000.
+	MaxPending int
 	// PublishTimeout bounds the wait for the broker's acks of one batch.
 	// Default: 10s.
 	PublishTimeout time.Duration
@@ -69,6 +77,15 @@ type Config struct {
 	Retention time.Duration
 	// CleanupInterval is how often cleanup runs. Default: 1h.
 	CleanupInterval time.Duration
+	// RedriveInterval is how often the reading relay looks for dead rows
+	// that `txbox dead redrive` made pending again, and publishes them
+	// (Relay.Redriven). Default: 5s.
+	RedriveInterval time.Duration
+
+	// SampleInterval is how often the reading relay reads its slot's lag
+	// and WAL figures for an Observer that is also a txbox.SlotObserver
+	// (txboxprom's is). Default: 10s.
+	SampleInterval time.Duration
 
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -118,8 +135,8 @@ func (c *Config) names() (names, error) {
 
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
-	if out.BatchSize < 0 || out.PublishTimeout < 0 || out.MaxAttempts < 0 || out.RetryDelay < 0 || out.BackoffMax < 0 ||
-		out.StatusInterval < 0 || out.LeaseTimeout < 0 || out.Retention < 0 || out.CleanupInterval < 0 {
+	if out.BatchSize < 0 || out.MaxPending < 0 || out.PublishTimeout < 0 || out.MaxAttempts < 0 || out.RetryDelay < 0 || out.BackoffMax < 0 ||
+		out.StatusInterval < 0 || out.LeaseTimeout < 0 || out.Retention < 0 || out.CleanupInterval < 0 || out.RedriveInterval < 0 || out.SampleInterval < 0 {
 		return out, fmt.Errorf("%w: cdc config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -134,8 +151,16 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.LeaseTimeout, DefaultLeaseTimeout)
 	def(&out.Retention, DefaultRetention)
 	def(&out.CleanupInterval, DefaultCleanupInterval)
+	def(&out.RedriveInterval, DefaultRedriveInterval)
+	def(&out.SampleInterval, DefaultSampleInterval)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
+	}
+	if out.MaxPending == 0 {
+		out.MaxPending = DefaultMaxPending
+	}
+	if out.MaxPending < out.BatchSize {
+		out.MaxPending = out.BatchSize
 	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -19,31 +20,33 @@ type entry struct {
 	row      *row // nil: the marker of a transaction without outbox rows
 	end      pglogrepl.LSN
 	attempts int
-	acked    bool // the broker acknowledged it
-	dead     bool // recorded dead in the table
+	retryAt  time.Time // after a rejection: its key is parked until then
+	acked    bool      // the broker acknowledged it
+	dead     bool      // recorded dead in the table
 }
 
 func (e *entry) settled() bool { return e.row == nil || e.acked || e.dead }
 
-// publishLoop publishes the transactions of pipe in commit order, in
-// batches of at most BatchSize messages, one batch at a time, and stores
-// in acked the end LSN of the last transaction whose rows are all settled
-// (acknowledged by the broker, or recorded dead) together with every one
-// before it: the contiguous watermark the receiver confirms.
+// publishLoop publishes the transactions of pipe, each key in commit
+// order, and stores in acked the end LSN of the last transaction whose
+// rows are all settled (acknowledged by the broker, or recorded dead)
+// together with every one before it: the contiguous watermark the
+// receiver confirms.
 //
-// A batch goes out in waves, as the polling relay's runs do: a wave holds
-// every unkeyed message and, of each key, its first message not yet
-// acknowledged; the next wave holds the next message of each key whose
-// message the broker acknowledged in the wave before. A key whose message
-// failed sends nothing more until that message is acknowledged, so no
-// message reaches the broker before an earlier one of its key. What the
-// broker acknowledged is not sent again, unless the relay stops before the
-// watermark passes it. A rejection counts an attempt and waits
-// RetryDelay, doubling; after MaxAttempts the row is recorded dead in the
-// table and passed over. An outage or timeout counts nothing and waits a
-// doubling backoff up to BackoffMax.
+// It holds up to MaxPending unsettled rows and sends them in waves of at
+// most BatchSize messages: a wave holds every unkeyed message and, of
+// each key, its first message not yet settled, unless that message waits
+// for its retry; so no message reaches the broker before an earlier one
+// of its key. A rejection counts an attempt and parks the message's key
+// for RetryDelay, doubling per attempt up to BackoffMax; the other keys
+// flow meanwhile, and after MaxAttempts the row is recorded dead in the
+// table and its key goes on. An outage or timeout counts nothing: every
+// key waits a doubling backoff up to BackoffMax. The watermark stays at a
+// parked row until it settles; when MaxPending rows are held, the relay
+// stops reading the stream until the oldest settle.
 func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.Uint64) error {
 	var queue []entry
+	pending := 0 // rows in queue not yet settled
 	take := func(t txn) {
 		if len(t.rows) == 0 {
 			queue = append(queue, entry{end: t.end})
@@ -55,21 +58,30 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 				e.end = t.end
 			}
 			queue = append(queue, e)
+			pending++
 		}
 	}
 	checker, _ := r.pub.(txbox.MessageChecker)
 	var wait time.Duration // backoff after outages
+	var outageUntil time.Time
 	for {
-		if len(queue) == 0 {
-			select {
-			case t := <-pipe:
-				take(t)
-			case <-ctx.Done():
-				return nil
-			}
+		// Settled rows at the head move the watermark.
+		head := 0
+		for head < len(queue) && queue[head].settled() {
+			head++
 		}
+		if head > 0 {
+			r.settle(queue[:head], acked)
+			queue = queue[head:]
+		}
+		var oldest int64
+		if len(queue) > 0 && queue[0].row != nil {
+			oldest = queue[0].row.msg.CreatedAt.UnixNano()
+		}
+		r.oldestHeld.Store(oldest)
+		// Take what the receiver has, up to MaxPending.
 	more:
-		for len(queue) < r.cfg.BatchSize {
+		for pending < r.cfg.MaxPending {
 			select {
 			case t := <-pipe:
 				take(t)
@@ -77,138 +89,143 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 				break more
 			}
 		}
-		batch := queue[:min(len(queue), r.cfg.BatchSize)]
-		// Rows that break the contract, or that the broker could never
-		// take, are dead at once: they cost no broker call.
-		for i := range batch {
-			e := &batch[i]
-			if e.settled() {
-				continue
-			}
-			if e.row.invalid == nil && checker != nil {
-				e.row.invalid = checker.CheckMessage(e.row.msg)
-			}
-			if e.row.invalid != nil {
-				if err := r.recordDead(ctx, e.row, e.row.invalid, e.attempts, txbox.OutcomeInvalid); err != nil {
-					return nil // ctx ended
+		now := time.Now()
+		var msgs []txbox.Message
+		var at []int
+		var nextRetry time.Time
+		if now.After(outageUntil) {
+			seen := map[string]bool{}
+			for i := range queue {
+				if len(msgs) >= r.cfg.BatchSize {
+					break
 				}
-				e.dead = true
-			}
-		}
-		// Waves.
-		var failed error
-		failedAt := -1
-		held := map[string]bool{} // keys with a failed message in this batch
-		for {
-			var msgs []txbox.Message
-			var at []int
-			inWave := map[string]bool{}
-			for i := range batch {
-				e := &batch[i]
+				e := &queue[i]
 				if e.settled() {
 					continue
 				}
+				if e.row.invalid == nil && checker != nil {
+					e.row.invalid = checker.CheckMessage(e.row.msg)
+				}
+				if e.row.invalid != nil {
+					// It breaks the contract, or the broker could never
+					// take it: dead at once, no broker call.
+					if err := r.recordDead(ctx, e.row, e.row.invalid, e.attempts, txbox.OutcomeInvalid); err != nil {
+						return nil // ctx ended
+					}
+					e.dead = true
+					pending--
+					continue
+				}
 				if k := e.row.msg.Key; k != "" {
-					if held[k] || inWave[k] {
-						inWave[k] = true
+					if seen[k] {
 						continue
 					}
-					inWave[k] = true
+					seen[k] = true
+				}
+				if e.retryAt.After(now) {
+					if nextRetry.IsZero() || e.retryAt.Before(nextRetry) {
+						nextRetry = e.retryAt
+					}
+					continue
 				}
 				msgs = append(msgs, e.row.msg)
 				at = append(at, i)
 			}
-			if len(msgs) == 0 {
-				break
+		} else {
+			nextRetry = outageUntil
+		}
+		if len(msgs) == 0 {
+			// Nothing to send: wait for rows, a retry, or the end.
+			var in <-chan txn
+			if pending < r.cfg.MaxPending {
+				in = pipe
 			}
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
-			began := time.Now()
-			errs := r.pub.Publish(pctx, msgs)
-			cancel()
-			nfailed := 0
-			for j, i := range at {
-				e := &batch[i]
-				var err error
-				if errs != nil {
-					err = errs[j]
-				}
-				if err == nil {
-					e.acked = true
-					continue
-				}
-				nfailed++
-				if k := e.row.msg.Key; k != "" {
-					held[k] = true
-				}
-				if failedAt < 0 || i < failedAt {
-					failedAt, failed = i, err
-				}
-				if errors.Is(err, txbox.ErrRejected) {
-					e.attempts++
-					if e.attempts >= r.cfg.MaxAttempts {
-						if err := r.recordDead(ctx, e.row, err, e.attempts, txbox.OutcomeDead); err != nil {
-							return nil // ctx ended
-						}
-						e.dead = true
-					} else if o := r.cfg.Observer; o != nil {
-						o.Settled(e.row.msg.Topic, txbox.OutcomeRejected, time.Since(e.row.msg.CreatedAt))
-					}
-				}
+			var timer *time.Timer
+			var fire <-chan time.Time
+			if !nextRetry.IsZero() {
+				timer = time.NewTimer(time.Until(nextRetry))
+				fire = timer.C
 			}
+			select {
+			case t := <-in:
+				take(t)
+			case <-fire:
+			case <-ctx.Done():
+				return nil
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+			continue
+		}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+		began := time.Now()
+		errs := r.pub.Publish(pctx, msgs)
+		cancel()
+		nfailed := 0
+		var outage error
+		for j, i := range at {
+			e := &queue[i]
+			var err error
+			if errs != nil {
+				err = errs[j]
+			}
+			if err == nil {
+				e.acked = true
+				pending--
+				r.published.Add(1)
+				if o := r.cfg.Observer; o != nil {
+					o.Settled(e.row.msg.Topic, txbox.OutcomePublished, time.Since(e.row.msg.CreatedAt))
+				}
+				continue
+			}
+			nfailed++
+			if errors.Is(err, txbox.ErrPublisherClosed) {
+				return err
+			}
+			if !errors.Is(err, txbox.ErrRejected) {
+				if outage == nil {
+					outage = err
+				}
+				continue
+			}
+			e.attempts++
+			if e.attempts >= r.cfg.MaxAttempts {
+				if err := r.recordDead(ctx, e.row, err, e.attempts, txbox.OutcomeDead); err != nil {
+					return nil // ctx ended
+				}
+				e.dead = true
+				pending--
+				continue
+			}
+			pause := min(r.cfg.RetryDelay<<min(e.attempts-1, 20), r.cfg.BackoffMax)
+			e.retryAt = time.Now().Add(pause)
 			if o := r.cfg.Observer; o != nil {
-				o.Published(len(msgs), nfailed, time.Since(began))
+				o.Settled(e.row.msg.Topic, txbox.OutcomeRejected, time.Since(e.row.msg.CreatedAt))
 			}
-			if nfailed == len(msgs) {
-				break // nothing went through: no wave behind it either
-			}
+			r.log.Warn("broker rejected a message; its key is parked until its retry, the other keys go on",
+				"id", e.row.msg.ID, "key", e.row.msg.Key, "attempt", e.attempts, "in", pause, "err", err)
 		}
-		settled := 0
-		for settled < len(batch) && batch[settled].settled() {
-			settled++
+		if o := r.cfg.Observer; o != nil {
+			o.Published(len(msgs), nfailed, time.Since(began))
 		}
-		r.settle(batch[:settled], acked)
-		queue = queue[settled:]
-		if failed == nil {
+		if outage == nil {
 			wait = 0
 			continue
 		}
-		if errors.Is(failed, txbox.ErrPublisherClosed) {
-			return failed
-		}
-		if batch[failedAt].dead {
-			continue // its last rejection: the others go on at once
-		}
-		var pause time.Duration
-		if errors.Is(failed, txbox.ErrRejected) {
-			e := batch[failedAt]
-			pause = min(r.cfg.RetryDelay<<min(max(e.attempts-1, 0), 20), r.cfg.BackoffMax)
-			r.log.Warn("broker rejected a message; retrying it, its key's later messages wait", "id", e.row.msg.ID, "attempt", e.attempts, "in", pause, "err", failed)
-		} else {
-			wait = backoff.Next(wait, 100*time.Millisecond, r.cfg.BackoffMax)
-			pause = wait
-			r.log.Warn("publish failed; retrying the unacknowledged messages", "in", pause, "err", failed)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(pause):
-		}
+		wait = backoff.Next(wait, 100*time.Millisecond, r.cfg.BackoffMax)
+		outageUntil = time.Now().Add(wait)
+		r.log.Warn("publish failed; retrying the unacknowledged messages", "in", wait, "err", outage)
 	}
 }
 
-// settle counts the settled entries and moves the watermark to the end of
-// the last transaction among them.
+// settle moves the watermark to the end of the last transaction among
+// done, settled rows at the head of the queue, and the highest id that
+// cleanup may delete to the highest acknowledged among them.
 func (r *Relay) settle(done []entry, acked *atomic.Uint64) {
-	o := r.cfg.Observer
 	for _, e := range done {
-		if e.row != nil && e.acked {
-			r.published.Add(1)
-			if e.row.id > r.maxAckedID.Load() {
-				r.maxAckedID.Store(e.row.id)
-			}
-			if o != nil {
-				o.Settled(e.row.msg.Topic, txbox.OutcomePublished, time.Since(e.row.msg.CreatedAt))
-			}
+		if e.row != nil && e.acked && e.row.id > r.maxAckedID.Load() {
+			r.maxAckedID.Store(e.row.id)
 		}
 		if e.end > pglogrepl.LSN(acked.Load()) {
 			acked.Store(uint64(e.end))
@@ -243,4 +260,133 @@ func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts i
 		case <-time.After(wait):
 		}
 	}
+}
+
+// redriveLoop publishes, every RedriveInterval, the rows `txbox dead
+// redrive` made pending again (see Redriven).
+func (r *Relay) redriveLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.RedriveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := r.Redriven(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("cdc redrive", "err", err)
+		}
+	}
+}
+
+// Redriven publishes the rows that were recorded dead and then redriven
+// (`txbox dead redrive` clears dead_at and keeps last_error; an UPDATE
+// is not in the insert-only stream): rows with last_error, no dead_at and
+// no published_at, in id order, each key's rows one after another, the
+// first of a key that fails holding the rest of its key. A row the broker
+// acknowledges gets published_at; a rejected one is recorded dead again
+// (its attempt count goes on); an outage leaves the rest for the next
+// call. It returns how many it published.
+func (r *Relay) Redriven(ctx context.Context) (int, error) {
+	rows, err := r.pool.Query(ctx, fmt.Sprintf(`SELECT id, message_id, topic, coalesce(ordering_key, ''), payload,
+	    coalesce(headers::text, ''), created_at, attempts FROM %s
+	    WHERE last_error IS NOT NULL AND dead_at IS NULL AND published_at IS NULL ORDER BY id LIMIT %d`, r.n.table, r.cfg.BatchSize))
+	if err != nil {
+		return 0, err
+	}
+	type redriven struct {
+		row
+		attempts int
+	}
+	var all []redriven
+	for rows.Next() {
+		var rw redriven
+		var hj string
+		if err := rows.Scan(&rw.id, &rw.msg.ID, &rw.msg.Topic, &rw.msg.Key, &rw.msg.Payload, &hj, &rw.msg.CreatedAt, &rw.attempts); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if hj != "" {
+			if err := json.Unmarshal([]byte(hj), &rw.msg.Headers); err != nil {
+				rw.invalid = &txbox.InvalidMessageError{ID: rw.msg.ID, Field: "headers", Reason: "is not a JSON object of strings: " + err.Error()}
+			}
+		}
+		all = append(all, rw)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	published := 0
+	held := map[string]bool{}
+	for _, rw := range all {
+		if rw.msg.Key != "" && held[rw.msg.Key] {
+			continue
+		}
+		err := rw.invalid
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+			if errs := r.pub.Publish(pctx, []txbox.Message{rw.msg}); errs != nil {
+				err = errs[0]
+			}
+			cancel()
+		}
+		switch {
+		case err == nil:
+			if _, err := r.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET published_at = now() WHERE id = $1`, r.n.table), rw.id); err != nil {
+				return published, err
+			}
+			published++
+			r.published.Add(1)
+			if o := r.cfg.Observer; o != nil {
+				o.Settled(rw.msg.Topic, txbox.OutcomePublished, time.Since(rw.msg.CreatedAt))
+			}
+		case errors.Is(err, txbox.ErrRejected) || rw.invalid != nil:
+			held[rw.msg.Key] = rw.msg.Key != ""
+			if err := r.recordDead(ctx, &rw.row, err, rw.attempts+1, txbox.OutcomeDead); err != nil {
+				return published, err
+			}
+		default:
+			return published, err // an outage: the next call goes on
+		}
+	}
+	return published, nil
+}
+
+// sampleLoop hands the observer, when it is a txbox.SlotObserver, a
+// reading of the slot every SampleInterval.
+func (r *Relay) sampleLoop(ctx context.Context) {
+	so, ok := r.cfg.Observer.(txbox.SlotObserver)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(r.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		so.SlotSampled(r.Sample(ctx))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sample reads the slot's lag and WAL figures (one query) and the age of
+// the oldest event the relay holds unsettled.
+func (r *Relay) Sample(ctx context.Context) txbox.SlotSample {
+	s := txbox.SlotSample{At: time.Now(), Slot: r.n.slot}
+	st, err := status(ctx, r.pool, r.n)
+	if err == nil && !st.Exists {
+		err = fmt.Errorf("%w: %s", ErrSlotMissing, r.n.slot)
+	}
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	s.LagBytes, s.WALStatus, s.SafeWALSize = st.LagBytes, st.WALStatus, st.SafeWALSize
+	if o := r.oldestHeld.Load(); o != 0 {
+		s.LagSeconds = max(s.At.Sub(time.Unix(0, o)).Seconds(), 0)
+	}
+	return s
 }

@@ -32,6 +32,7 @@ type Relay struct {
 	dead       atomic.Int64
 	confirmed  atomic.Uint64 // the last LSN the relay confirmed to the server
 	maxAckedID atomic.Int64  // the highest row id the broker acknowledged
+	oldestHeld atomic.Int64  // created_at (Unix ns) of the oldest row held unsettled, 0: none
 	reading    atomic.Bool
 
 	mu     sync.Mutex
@@ -240,7 +241,7 @@ func (r *Relay) session(ctx context.Context) error {
 	}()
 	var helpers sync.WaitGroup
 	defer helpers.Wait() // before the lease's connection closes
-	helpers.Add(2)
+	helpers.Add(4)
 	go func() { // heartbeat of the lease
 		defer helpers.Done()
 		t := time.NewTicker(r.cfg.LeaseTimeout / 3)
@@ -260,6 +261,14 @@ func (r *Relay) session(ctx context.Context) error {
 	go func() {
 		defer helpers.Done()
 		r.cleanupLoop(sctx)
+	}()
+	go func() {
+		defer helpers.Done()
+		r.redriveLoop(sctx)
+	}()
+	go func() {
+		defer helpers.Done()
+		r.sampleLoop(sctx)
 	}()
 
 	recvErr := r.receive(sctx, conn, pipe, &acked, start)
@@ -425,7 +434,7 @@ func (r *Relay) cleanupLoop(ctx context.Context) {
 }
 
 // Cleanup deletes delivered rows older than Retention, in batches of
-// 1000: rows, not dead, whose id is at most the highest id the broker
+// 1000: rows, not dead nor redriven and waiting (Redriven), whose id is at most the highest id the broker
 // acknowledged to this relay. It returns how many it deleted.
 func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	upto := r.maxAckedID.Load()
@@ -435,7 +444,7 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		tag, err := r.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE id IN (SELECT id FROM %[1]s
-		    WHERE id <= $1 AND dead_at IS NULL AND created_at < now() - $2::interval ORDER BY id LIMIT %d)`, r.n.table, DefaultCleanupBatch),
+		    WHERE id <= $1 AND dead_at IS NULL AND (last_error IS NULL OR published_at IS NOT NULL) AND created_at < now() - $2::interval ORDER BY id LIMIT %d)`, r.n.table, DefaultCleanupBatch),
 			upto, fmt.Sprintf("%d microseconds", r.cfg.Retention.Microseconds()))
 		if err != nil {
 			return total, err

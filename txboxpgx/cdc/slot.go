@@ -55,6 +55,11 @@ type SlotStatus struct {
 	// LagBytes is how far the confirmed LSN is behind the server's
 	// current WAL position.
 	LagBytes int64
+	// FlushLagSeconds is the server's flush_lag of the reader
+	// (pg_stat_replication): the time between the server writing recent
+	// WAL and the reader confirming it; -1 when no reader streams or the
+	// server has no recent measurement (an idle, caught-up stream).
+	FlushLagSeconds float64
 	// PublicationExists: the publication exists and publishes the table.
 	PublicationExists bool
 }
@@ -141,6 +146,17 @@ func status(ctx context.Context, q querier, n names) (*SlotStatus, error) {
 	}
 	if lag != nil {
 		st.LagBytes = *lag
+	}
+	st.FlushLagSeconds = -1
+	if st.ActivePID != 0 {
+		var secs *float64
+		err := q.QueryRow(ctx, `SELECT extract(epoch FROM flush_lag)::float8 FROM pg_stat_replication WHERE pid = $1`, st.ActivePID).Scan(&secs)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read pg_stat_replication of slot %s: %w", n.slot, err)
+		}
+		if secs != nil {
+			st.FlushLagSeconds = *secs
+		}
 	}
 	return st, nil
 }

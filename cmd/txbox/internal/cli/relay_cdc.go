@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx/cdc"
 )
@@ -24,8 +26,8 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 	switch {
 	case len(f.tables.moreDBs) > 0 || f.storesFile != "":
 		return fmt.Errorf("%w: --cdc relays one database: one --db, no --stores", txbox.ErrInvalidConfig)
-	case f.http != "" || f.ui:
-		return fmt.Errorf("%w: --cdc does not serve --http or --ui (see docs/guide/cdc.md, What it does not do)", txbox.ErrInvalidConfig)
+	case f.ui:
+		return fmt.Errorf("%w: --cdc does not serve --ui (see docs/guide/cdc.md, What it does not do)", txbox.ErrInvalidConfig)
 	case cfg.Lanes:
 		return fmt.Errorf("%w: --cdc and --lanes: one relay reads a slot, in commit order; lanes are the polling relay's", txbox.ErrInvalidConfig)
 	case cfg.DeletePublished:
@@ -49,6 +51,13 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 	if _, _, err := ccfg.SlotNames(); err != nil {
 		return err
 	}
+	if f.served, err = serveRelayHTTP(ctx, log, f.http, f.httpPublic, false, nil, f.allowed); err != nil {
+		return err
+	}
+	defer f.served.close()
+	var current atomic.Pointer[cdc.Relay]
+	f.served.cdcProbes(current.Load)
+	ccfg.Observer = f.served.observer()
 	if err := f.broker.check(); err != nil {
 		return err
 	}
@@ -75,13 +84,13 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 		return err
 	}
 	return reconnecting(ctx, log, out, f, func(br *broker) error {
-		return cdcWith(ctx, log, out, f, db, br, ccfg)
+		return cdcWith(ctx, log, out, f, db, br, ccfg, &current)
 	})
 }
 
 // cdcWith runs a log-based relay with br until ctx ends (nil) or the relay
 // stops by itself (its error).
-func cdcWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, db *database, br *broker, ccfg cdc.Config) error {
+func cdcWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, db *database, br *broker, ccfg cdc.Config, current *atomic.Pointer[cdc.Relay]) error {
 	pub, err := br.publisher(f.broker.subjectPrefix)
 	if err != nil {
 		return err
@@ -94,6 +103,8 @@ func cdcWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
+	current.Store(r)
+	defer current.CompareAndSwap(r, nil)
 	log.Info("cdc relay started", "db", db.target.String(), "broker", br.desc, "slot", r.Slot(), "table", ccfg.Table,
 		"batch_size", ccfg.BatchSize, "max_attempts", ccfg.MaxAttempts, "publish_timeout", ccfg.PublishTimeout, "retention", ccfg.Retention)
 	var tick <-chan time.Time
@@ -149,4 +160,22 @@ func cdcStatsLine(slot string, st cdc.Stats, delta int64) string {
 		reading = "waiting (standby, or reconnecting)"
 	}
 	return fmt.Sprintf("relay --cdc: published %d (+%d), went dead %d; slot %s confirmed %s, %s", st.Published, delta, st.Dead, slot, st.ConfirmedLSN, reading)
+}
+
+// cdcProbes serves /readyz for the log-based relay current returns: ready
+// while one runs (reading the slot, or a standby waiting for its lease).
+func (h *relayHTTP) cdcProbes(current func() *cdc.Relay) {
+	if h == nil {
+		return
+	}
+	probes := health.Handler(h.metricsHandler, func(ctx context.Context) health.Result {
+		r := current()
+		if r == nil {
+			return health.Result{Name: "relay", Error: "no relay is running"}
+		}
+		st := r.Stats()
+		return health.Result{Name: "relay", Ready: true, Detail: map[string]any{
+			"reading": st.Reading, "confirmed_lsn": st.ConfirmedLSN, "published": st.Published, "dead": st.Dead}}
+	})
+	h.probes.Store(&probes)
 }

@@ -154,7 +154,12 @@ func printSlot(cmd *cobra.Command, st *cdc.SlotStatus) {
 	fmt.Fprintf(tw, "active\t%s\n", active)
 	fmt.Fprintf(tw, "confirmed_flush_lsn\t%s\n", st.ConfirmedFlushLSN)
 	fmt.Fprintf(tw, "restart_lsn\t%s\n", st.RestartLSN)
-	fmt.Fprintf(tw, "lag\t%s\n", humanize.IBytes(uint64(max(st.LagBytes, 0))))
+	fmt.Fprintf(tw, "lag\t%s (%d bytes)\n", humanize.IBytes(uint64(max(st.LagBytes, 0))), st.LagBytes)
+	flushLag := "unknown (no reader, or caught up and idle)"
+	if st.FlushLagSeconds >= 0 {
+		flushLag = fmt.Sprintf("%.3fs", st.FlushLagSeconds)
+	}
+	fmt.Fprintf(tw, "flush_lag\t%s\n", flushLag)
 	fmt.Fprintf(tw, "wal_status\t%s\n", st.WALStatus)
 	safe := "unbounded (max_slot_wal_keep_size = -1)"
 	if st.SafeWALSize >= 0 {
