@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -46,6 +47,7 @@ type Publisher struct {
 	// producer. With one, Publish calls take turns (txnMu): a client has
 	// one transaction open at a time.
 	txnID        string
+	buffers      bool // the client lingers or flushes manually: produce flushes
 	txnMu        sync.Mutex
 	broken       error // under txnMu: the client can never commit again
 	abortPending bool  // under txnMu: the last abort did not get through
@@ -59,6 +61,13 @@ var (
 // NewPublisher returns a Publisher over cl, a client the caller made;
 // whoever created it closes it. cl must keep franz-go's producer defaults acks=all and idempotent
 // writes; a client configured otherwise is an error.
+//
+// Each Publish call waits for its records' acks, so it does not wait out
+// the client's kgo.ProducerLinger (franz-go's default is 10ms): while a
+// call waits, it flushes the client (kgo.Client.Flush), which stops the
+// linger of every record the client buffers meanwhile, including records
+// produced on cl by others. A client with kgo.ManualFlushing works the
+// same way. The client's other settings are left as they are.
 //
 // A client made with kgo.TransactionalID makes a transactional Publisher:
 // each Publish call is one Kafka transaction, committed before Publish
@@ -75,6 +84,9 @@ func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("%w: kafka: the client does not require acks from all in-sync replicas", txbox.ErrInvalidConfig)
 	}
 	p := &Publisher{cl: cl, cfg: cfg}
+	linger, _ := cl.OptValue(kgo.ProducerLinger).(time.Duration)
+	manual, _ := cl.OptValue(kgo.ManualFlushing).(bool)
+	p.buffers = linger > 0 || manual
 	if vs := cl.OptValues(kgo.TransactionalID); len(vs) == 2 {
 		if set, _ := vs[1].(bool); set {
 			p.txnID, _ = vs[0].(string)
@@ -157,7 +169,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 }
 
 // produce produces msgs, all in flight at once, and waits for every ack or
-// for ctx to end.
+// for ctx to end. A client that buffers records (a ProducerLinger, or
+// ManualFlushing) is flushed while the call waits: the caller waits for
+// the acks, so a linger would only delay them.
 func (p *Publisher) produce(ctx context.Context, msgs []txbox.Message) []error {
 	errs := make([]error, len(msgs))
 	var mu sync.Mutex
@@ -172,6 +186,13 @@ func (p *Publisher) produce(ctx context.Context, msgs []txbox.Message) []error {
 			}
 			wg.Done()
 		})
+	}
+	if p.buffers {
+		// Flush until this call's records are answered, not until the
+		// client's buffer is empty: other calls may keep producing.
+		fctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() { _ = p.cl.Flush(fctx) }()
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -346,5 +347,32 @@ func TestSubscriberCommitsContiguously(t *testing.T) {
 	defer func() { _ = s3.Close(ctx) }()
 	if d := next(s3); d.Message().ID != "d" {
 		t.Fatalf("after settling a, b, c, got %s, want d", d.Message().ID)
+	}
+}
+
+// Publish does not wait out the client's linger: it flushes the client
+// while it waits for its acks. A client that flushes only by hand
+// (kgo.ManualFlushing, the linger without end) still has each call's
+// records sent and acknowledged, with transactions and without. (A
+// Publisher that does not flush waits forever: the test then fails by go
+// test's -timeout.)
+func TestPublishFlushes(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	for name, opts := range map[string][]kgo.Opt{
+		"idempotent":    {kgo.ManualFlushing()},
+		"transactional": {kgo.ManualFlushing(), kgo.TransactionalID(t.Name())},
+	} {
+		p, err := kafka.NewPublisher(newClient(t, c, opts...), kafka.PublisherConfig{Prefix: t.Name() + "."})
+		testenv.Must(t, err, "%s: publisher", name)
+		for round := range 3 {
+			msgs := []txbox.Message{
+				{ID: strconv.Itoa(round) + "a", Topic: "flush", Key: "k1", Payload: []byte("a")},
+				{ID: strconv.Itoa(round) + "b", Topic: "flush", Payload: []byte("b")},
+			}
+			if errs := p.Publish(context.Background(), msgs); errs != nil {
+				t.Fatalf("%s, round %d: %v", name, round, errs)
+			}
+		}
 	}
 }

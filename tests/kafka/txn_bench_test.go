@@ -38,7 +38,7 @@ import (
 // drain slower in both modes) and TXBOX_BENCH_PAIRS (default 3) set the
 // backlog and the pairs per cell; TXBOX_BENCH_KEYS (default "0,1000,16")
 // the shapes; TXBOX_BENCH_LINGER a kgo.ProducerLinger for both modes
-// (franz-go's default is 10ms, which each Publish call waits out). The relay, kfake and the test run
+// (franz-go's default is 10ms; Publish flushes, so it does not wait it out). The relay, kfake and the test run
 // in one process, on the machine's shared cores: the figures are kfake's,
 // not Kafka's, where a transaction's commit costs network round trips to
 // the coordinator and markers written to replicated partitions.
