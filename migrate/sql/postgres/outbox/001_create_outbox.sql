@@ -61,7 +61,7 @@ CREATE INDEX {{index "key"}} ON {{table}} (ordering_key, id)
 -- only, however many are scheduled (Message.DeliverAt) or waiting for a
 -- retry: the rows due at once (next_attempt_at NULL) by id, and the rows
 -- with a time by that time. Each such row is in one of the two. A claim
--- merges the first ones of each (lane_claim in
+-- reads the first ones of each (lane_claim in
 -- internal/outboxsql/sql/postgres_lanes.sql); now() cannot be in a
 -- predicate, so no one index by id can leave out the rows not yet due.
 CREATE INDEX {{index "unkeyed_ready"}} ON {{table}} (id)
