@@ -272,3 +272,53 @@ func TestLaneClaimFromStart(t *testing.T) {
 		t.Fatalf("%d rows pending, want none", pending)
 	}
 }
+
+// A claim reads due rows only: with 20,000 rows without a key scheduled an
+// hour ahead, at lower ids than the due ones (50 never scheduled, 10 whose
+// time has come), the first claim takes the due rows, and its statement fetches about the rows it takes from the table,
+// not the scheduled ones (the table's idx_tup_fetch and seq_tup_read in
+// pg_stat_user_tables, flushed by pg_stat_force_next_flush on the pool's
+// one connection). Both claims: lane_claim (leases) and claim_unkeyed (none).
+func TestLaneClaimSkipsScheduledRows(t *testing.T) {
+	t.Parallel()
+	pool, _, store := pgClaims(t, 1)
+	ctx := context.Background()
+	exec := func(sql string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql)
+		testenv.Must(t, err, "%s", sql)
+	}
+	exec("INSERT INTO txbox_outbox (topic, payload, next_attempt_at) SELECT 't', 'later', now() + interval '1 hour' FROM generate_series(1, 20000)")
+	exec("INSERT INTO txbox_outbox (message_id, topic, payload) SELECT 'due' || g, 't', 'due' FROM generate_series(1, 50) g")
+	exec("INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) SELECT 'came' || g, 't', 'came', now() - interval '1 minute' FROM generate_series(1, 10) g")
+	exec("ANALYZE txbox_outbox")
+	lanes, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-scheduled")
+	testenv.Must(t, err, "lanes")
+	leases, err := lanes.Acquire(ctx, time.Minute, outboxsql.NumLanes)
+	testenv.Must(t, err, "acquire")
+	fetched := func() int64 {
+		t.Helper()
+		exec("SELECT pg_stat_force_next_flush()")
+		var n int64
+		testenv.Must(t, pool.QueryRow(ctx, "SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) FROM pg_stat_user_tables WHERE relid = 'txbox_outbox'::regclass").Scan(&n), "stats")
+		return n
+	}
+	for _, c := range []struct {
+		name   string
+		leases []outboxsql.Lease
+	}{{"lane_claim", leases}, {"claim_unkeyed", nil}} {
+		before := fetched()
+		b, err := lanes.Claim(ctx, 100, c.leases)
+		testenv.Must(t, err, "%s", c.name)
+		n := len(b.Rows)
+		testenv.Must(t, b.Release(ctx), "release")
+		read := fetched() - before
+		if n != 60 {
+			t.Errorf("%s: the first claim took %d rows, want the 60 due", c.name, n)
+		}
+		if read > 2000 {
+			t.Errorf("%s: the claim fetched %d rows from the table: it read the 20,000 scheduled ones", c.name, read)
+		}
+		t.Logf("%s: %d rows claimed, %d fetched", c.name, n, read)
+	}
+}

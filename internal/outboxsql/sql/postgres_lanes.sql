@@ -26,8 +26,13 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 
 -- name: lane_claim
 -- The claim, in the claim transaction after lane_lock, in one statement.
--- Up to $6 rows without a key, oldest first from id $8 on, claimed FOR
--- UPDATE SKIP LOCKED (any relay claims those). And the owner's read of its
+-- Up to $6 rows without a key due at once (next_attempt_at NULL), oldest
+-- first from id $8 on (u, index unkeyed_ready), and up to $6 whose time
+-- has come, earliest first, wherever their ids (d, index unkeyed_due),
+-- claimed FOR UPDATE SKIP LOCKED (any relay claims those): neither read
+-- meets a row not yet due, however many are scheduled ahead, and with no
+-- row due d reads nothing. The pick takes the oldest of them; the rest
+-- stay locked until the batch ends. And the owner's read of its
 -- keyed rows: the lanes of $1 whose epoch is still the one in $2 and whose
 -- owner is still $4, in the order given, each read from its first
 -- undelivered row (dead ones included) in id order from the lane index, at
@@ -46,9 +51,15 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 WITH u AS (
   SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
   FROM {{table}} o
-  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL
-    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()) AND o.id >= $8
+  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= $8
   ORDER BY o.id
+  LIMIT $6
+  FOR UPDATE OF o SKIP LOCKED),
+d AS (
+  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+  FROM {{table}} o
+  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= now()
+  ORDER BY o.next_attempt_at
   LIMIT $6
   FOR UPDATE OF o SKIP LOCKED),
 v AS MATERIALIZED (
@@ -76,19 +87,33 @@ FROM k LEFT JOIN x ON x.id = k.id
 UNION ALL
 SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch', true
 FROM u
+UNION ALL
+SELECT d.id, d.message_id, d.topic, '', d.payload, d.headers, d.attempts, d.created_at, -1::smallint, false, false, 'epoch', true
+FROM d
 
 -- name: claim_unkeyed
 -- The claim of a relay that reads no lane this time (lanesToRead: a
 -- backlog of rows without a key), after lane_lock of no lane: lane_claim's
--- rows without a key, in its columns.
-SELECT o.id, o.message_id, o.topic, '', o.payload, nullif(o.headers, '{}')::text, o.attempts, o.created_at,
-       -1::smallint, false, false, 'epoch'::timestamptz, true
-FROM {{table}} o
-WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL
-  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()) AND o.id >= $2
-ORDER BY o.id
-LIMIT $1
-FOR UPDATE OF o SKIP LOCKED
+-- rows without a key (u and d, $1 of each, u from id $2), in its columns.
+WITH u AS (
+  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+  FROM {{table}} o
+  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= $2
+  ORDER BY o.id
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED),
+d AS (
+  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+  FROM {{table}} o
+  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= now()
+  ORDER BY o.next_attempt_at
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED)
+SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch'::timestamptz, true
+FROM u
+UNION ALL
+SELECT d.id, d.message_id, d.topic, '', d.payload, d.headers, d.attempts, d.created_at, -1::smallint, false, false, 'epoch'::timestamptz, true
+FROM d
 
 -- name: lane_join
 -- A relay's heartbeat: it is alive for $2 more, and says how many relays

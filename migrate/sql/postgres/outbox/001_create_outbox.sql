@@ -56,10 +56,18 @@ CREATE INDEX {{index "pending"}} ON {{table}} (id)
 CREATE INDEX {{index "key"}} ON {{table}} (ordering_key, id)
     WHERE ordering_key IS NOT NULL AND published_at IS NULL;
 
--- The rows without a key still to deliver: what every relay claims with
--- FOR UPDATE SKIP LOCKED, oldest first.
-CREATE INDEX {{index "unkeyed"}} ON {{table}} (id)
-    WHERE ordering_key IS NULL AND published_at IS NULL AND dead_at IS NULL;
+-- The rows without a key still to deliver, what every relay claims with
+-- FOR UPDATE SKIP LOCKED, in two indexes, so that a claim reads due rows
+-- only, however many are scheduled (Message.DeliverAt) or waiting for a
+-- retry: the rows due at once (next_attempt_at NULL) by id, and the rows
+-- with a time by that time. Each such row is in one of the two. A claim
+-- reads the first ones of each (lane_claim in
+-- internal/outboxsql/sql/postgres_lanes.sql); now() cannot be in a
+-- predicate, so no one index by id can leave out the rows not yet due.
+CREATE INDEX {{index "unkeyed_ready"}} ON {{table}} (id)
+    WHERE ordering_key IS NULL AND published_at IS NULL AND dead_at IS NULL AND next_attempt_at IS NULL;
+CREATE INDEX {{index "unkeyed_due"}} ON {{table}} (next_attempt_at)
+    WHERE ordering_key IS NULL AND published_at IS NULL AND dead_at IS NULL AND next_attempt_at IS NOT NULL;
 
 -- A keyed row's lane: hashtext(ordering_key) & 63, one of 64, so all rows
 -- of a key share a lane. The lane's owner reads its undelivered rows (dead
