@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Every bad value of every command fails at start with an error naming the
@@ -110,9 +109,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 			}
 			// With the flag the relay gets as far as the broker, which it
 			// waits for (logging each try) until its context ends.
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			defer cancel()
-			_, errOut, err := run(ctx, append(args, tc.flag...)...)
+			errOut, err := runUntil("connect to NATS", append(args, tc.flag...)...)
 			if err != nil || !strings.Contains(errOut, "connect to NATS") {
 				t.Errorf("%s=%s %v: err = %v, stderr %q; want the flag to win and the relay to try the broker", tc.env, tc.val, tc.flag, err, errOut)
 			}
