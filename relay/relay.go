@@ -333,8 +333,10 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	if len(batch.Rows) == 0 {
 		return 0, batch.Release(finishCtx)
 	}
+	forget := func() {}
 	if r.obs != nil {
-		defer r.inFlight.add(claimedAt)()
+		forget = r.inFlight.add(claimedAt)
+		defer forget()
 	}
 	out := r.prepare(batch.Rows)
 	if !r.mayPublish(batch, claimedAt) {
@@ -363,6 +365,9 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 			r.obs.Published(len(out.msgs)-h, countErrs(errs)-h, time.Since(sent))
 		}
 	}
+	// The batch leaves the in-flight figure before its marks commit, so
+	// that a sample whose backlog shows them does not count it (Sample).
+	forget()
 	stage = "publish" // settle's error is about the publish, unless it says finish
 	if err := r.settle(finishCtx, batch, out, errs); err != nil {
 		if errors.Is(err, errFinish) {
