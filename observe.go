@@ -33,7 +33,7 @@ type RelayObserver interface {
 	// RoundFailed: a round failed at stage ("claim", "publish", "finish").
 	RoundFailed(stage string)
 	// Sampled: the periodic sample of the relay's table and state
-	// (relay.Config.SampleInterval).
+	// (every 10 seconds).
 	Sampled(s RelaySample)
 }
 

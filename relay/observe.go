@@ -122,7 +122,7 @@ func (r *Relay) Sample(ctx context.Context, prev txbox.RelaySample) txbox.RelayS
 	s := prev
 	s.At = time.Now()
 	s.Err = nil
-	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.SampleInterval, time.Second))
+	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.test.SampleInterval, time.Second))
 	b, err := r.store.Backlog(qctx)
 	cancel()
 	if err != nil {
@@ -148,7 +148,7 @@ func (r *Relay) sampleUpkeep(ctx context.Context, s *txbox.RelaySample) {
 	if !r.store.CanReadHealth() {
 		return
 	}
-	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.SampleInterval, time.Second))
+	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.test.SampleInterval, time.Second))
 	h, err := r.store.Health(qctx)
 	cancel()
 	s.Upkeep = err == nil

@@ -80,7 +80,7 @@ type member struct {
 // and with Concurrency 1 a second round while batches come full
 // (its claim overlaps the first round's wait for the broker's acks).
 func (m *member) width() int {
-	w := m.r.cfg.Concurrency
+	w := m.r.cfg.test.Concurrency
 	if w == 1 && m.r.backlog.Load() {
 		w = 2
 	}
@@ -370,7 +370,7 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 	case probed:
 	case err != nil:
 		now := time.Now()
-		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
+		m.backoff = nextBackoff(m.backoff, m.r.cfg.test.BackoffMax)
 		m.failed, m.retryAt = err, now.Add(m.backoff)
 		m.r.outage.failed(m.r.log, err, m.backoff, conn != nil && !conn.Connected(), now)
 	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || !t.alone || t.id != m.started:

@@ -300,7 +300,7 @@ func testLanesOwnerDiedMidBatch(t *testing.T, e laneEnv) {
 // them with a clear error.
 func TestLanesNotOnSQLite(t *testing.T) {
 	t.Parallel()
-	_, err := relay.New(txboxsql.New(testenv.SQLite(t), driver.SQLite), &logPublisher{name: "a", log: &sendLog{}}, relay.Config{Lanes: true})
+	_, err := relay.New(txboxsql.New(testenv.SQLite(t), driver.SQLite), &logPublisher{name: "a", log: &sendLog{}}, relay.Config{})
 	if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "PostgreSQL") {
 		t.Fatalf("relay.New with Lanes on SQLite: %v, want ErrInvalidConfig naming PostgreSQL", err)
 	}
