@@ -33,7 +33,7 @@ type RelayObserver interface {
 	// RoundFailed: a round failed at stage ("claim", "publish", "finish").
 	RoundFailed(stage string)
 	// Sampled: the periodic sample of the relay's table and state
-	// (relay.Config.SampleInterval).
+	// (every 10 seconds).
 	Sampled(s RelaySample)
 }
 
@@ -94,9 +94,10 @@ type RelaySample struct {
 	// delay) and not parked; zero when there is none.
 	OldestClaimableAge time.Duration
 
-	// OldestInFlightAge is how long the oldest batch this relay holds has
-	// been claimed (a publish stuck on the broker shows here); zero when
-	// none is in flight.
+	// OldestInFlightAge is how long ago the oldest batch this relay is
+	// publishing was claimed (a publish stuck on the broker shows here);
+	// zero when none is in flight. A batch leaves it before its marks
+	// commit.
 	OldestInFlightAge time.Duration
 	// Listening: the relay receives LISTEN/NOTIFY wake-ups (else it polls).
 	Listening bool

@@ -10,6 +10,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -67,7 +68,7 @@ func (s *suite[TTx]) testCleanupBeside(t *testing.T) {
 		msgs = append(msgs, txbox.Message{Topic: "t", Payload: []byte{byte(i)}})
 	}
 	add(t, drv, ob, true, msgs...)
-	r := newRelay(t, drv, &Recorder{}, relay.Config{Retention: time.Microsecond, CleanupBatchSize: 3})
+	r := newRelay(t, drv, &Recorder{}, relaytest.With(relay.Config{Retention: time.Microsecond}, relaytest.Config{CleanupBatchSize: 3}))
 	drain(t, r)
 	pastRetention()
 
@@ -95,7 +96,7 @@ func (s *suite[TTx]) testCleanupBeside(t *testing.T) {
 	counts := make([]int64, 4)
 	errs := make([]error, 4)
 	for i := range counts {
-		c := newRelay(t, drv, &Recorder{}, relay.Config{Retention: time.Microsecond, CleanupBatchSize: 2})
+		c := newRelay(t, drv, &Recorder{}, relaytest.With(relay.Config{Retention: time.Microsecond}, relaytest.Config{CleanupBatchSize: 2}))
 		wg.Go(func() { counts[i], errs[i] = c.Cleanup(guard(t)) })
 	}
 	wg.Wait()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -24,7 +25,7 @@ func (s *suite[TTx]) testDead(t *testing.T) {
 	var refuse atomic.Bool
 	refuse.Store(true)
 	pub := &Recorder{Reject: func(m txbox.Message) bool { return m.ID == "poison" && refuse.Load() }}
-	r := newRelay(t, drv, pub, relay.Config{MaxAttempts: 2, RetryDelay: time.Microsecond})
+	r := newRelay(t, drv, pub, relaytest.With(relay.Config{MaxAttempts: 2}, relaytest.Config{RetryDelay: time.Microsecond}))
 	letters, err := dead.New(drv, txbox.Config{})
 	must(t, err, "dead.New")
 	for {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inspect"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -30,7 +31,7 @@ func (s *suite[TTx]) testInspect(t *testing.T) {
 	// flaky is rejected once and waits minutes for its next attempt (1h,
 	// capped).
 	add(t, drv, ob, true, txbox.Message{ID: "flaky", Topic: "f", Payload: []byte("f")})
-	drain(t, newRelay(t, drv, pub, relay.Config{MaxAttempts: 5, RetryDelay: time.Hour}))
+	drain(t, newRelay(t, drv, pub, relaytest.With(relay.Config{MaxAttempts: 5}, relaytest.Config{RetryDelay: time.Hour})))
 	add(t, drv, ob, true,
 		txbox.Message{ID: "fresh1", Topic: "u", Payload: []byte("u1")},
 		txbox.Message{ID: "fresh2", Topic: "u", Key: "j", Payload: []byte("u2")},

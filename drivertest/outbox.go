@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -91,7 +92,7 @@ func (s *suite[TTx]) testCleanup(t *testing.T) {
 	}
 	add(t, drv, ob, true, msgs...)
 	pub := &Recorder{}
-	r := newRelay(t, drv, pub, relay.Config{Retention: time.Microsecond, CleanupBatchSize: 3})
+	r := newRelay(t, drv, pub, relaytest.With(relay.Config{Retention: time.Microsecond}, relaytest.Config{CleanupBatchSize: 3}))
 	drain(t, r)
 	add(t, drv, ob, true, txbox.Message{Topic: "t", Payload: []byte("pending")})
 	// Published rows are older than a microsecond once the clock moves.

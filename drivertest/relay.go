@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -19,7 +20,7 @@ func (s *suite[TTx]) testRelaysConcurrent(t *testing.T) {
 	pub := &Recorder{}
 	var relays []*relay.Relay
 	for range s.opts.Relays {
-		r := newRelay(t, drv, pub, relay.Config{BatchSize: 25, Concurrency: 2, PollInterval: time.Millisecond})
+		r := newRelay(t, drv, pub, relaytest.With(relay.Config{BatchSize: 25, PollInterval: time.Millisecond}, relaytest.Config{Concurrency: 2}))
 		must(t, r.Start(ctx), "start relay")
 		relays = append(relays, r)
 	}

@@ -8,30 +8,24 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/relaytest"
 )
 
 // Defaults of Config, as in the reference outbox relay.
 const (
-	DefaultPollInterval     = time.Second
-	DefaultBatchSize        = 100
-	DefaultRetention        = 168 * time.Hour
-	DefaultCleanupInterval  = time.Hour
-	DefaultCleanupBatchSize = 1000
-	DefaultMaxAttempts      = 10
-	DefaultPublishTimeout   = 10 * time.Second
-	DefaultBackoffMax       = 30 * time.Second
-	DefaultRetryDelay       = time.Second
+	DefaultPollInterval    = time.Second
+	DefaultBatchSize       = 100
+	DefaultRetention       = 168 * time.Hour
+	DefaultCleanupInterval = time.Hour
+	DefaultMaxAttempts     = 10
+	DefaultPublishTimeout  = 10 * time.Second
 	// DefaultClaimLease is the claim lease with the default
 	// PublishTimeout: PublishTimeout + ClaimLeaseMargin.
 	DefaultClaimLease = DefaultPublishTimeout + ClaimLeaseMargin
 	// ClaimLeaseMargin is what a ClaimLease left zero adds to
 	// PublishTimeout: the time a round spends outside the publish (claim,
 	// prepare, marks).
-	ClaimLeaseMargin   = 5 * time.Second
-	DefaultConcurrency = 1
-	// DefaultSampleInterval is how often a relay with an Observer reads its
-	// table's backlog.
-	DefaultSampleInterval = 10 * time.Second
+	ClaimLeaseMargin = 5 * time.Second
 )
 
 // Config configures a Relay. Zero fields take their defaults; negative
@@ -62,9 +56,6 @@ type Config struct {
 	// CleanupInterval is how often cleanup runs. Default: 1h.
 	// Env OUTBOX_CLEANUP_INTERVAL.
 	CleanupInterval time.Duration
-	// CleanupBatchSize bounds the rows one cleanup statement deletes.
-	// Default: 1000.
-	CleanupBatchSize int
 	// ClaimCheckTables are claim check tables (package claimcheck, in
 	// Schema) whose payloads the relay deletes once both sides are done
 	// with them: every CleanupInterval, beside its rounds, it runs
@@ -87,22 +78,6 @@ type Config struct {
 	// PublishTimeout bounds the wait for the broker's acks of one batch.
 	// Default: 10s. Env OUTBOX_PUBLISH_TIMEOUT.
 	PublishTimeout time.Duration
-	// Concurrency is how many claim-publish-mark rounds the relay runs
-	// side by side, so that database work overlaps the wait for broker
-	// acks. Default: 1, and then, while its claims find rows, the relay
-	// claims the next batch while the last one is published and marked,
-	// and while batches come full, it runs three rounds at once (one
-	// claims while one publishes and one is marked). A relay's claims take
-	// turns (each leaves out the lanes the others hold), while its
-	// publishes and marks overlap.
-	Concurrency int
-	// BackoffMax caps the doubling wait between full rounds after failed
-	// rounds; meanwhile the relay probes every 500 ms with a round of at
-	// most one row and resumes when a probe goes through. Default: 30s.
-	BackoffMax time.Duration
-	// RetryDelay is the wait before a rejected message is tried again; it
-	// doubles with each attempt, up to 5 minutes. Default: 1s.
-	RetryDelay time.Duration
 	// ClaimLease bounds how long a claim holds its rows when the relay
 	// that took them is gone: on SQLite it is the lease, after which
 	// another relay claims the rows of a relay that was killed; on
@@ -117,13 +92,6 @@ type Config struct {
 	// as expired). Env OUTBOX_CLAIM_LEASE.
 	ClaimLease time.Duration
 
-	// Lanes is ignored: every relay on PostgreSQL, MySQL and MariaDB
-	// claims keyed rows only from the lanes it holds a lease on, and a
-	// lone relay holds them all (docs/design/relay.md). New still refuses
-	// it on SQLite, which has no lanes.
-	//
-	// Deprecated: lanes are always on.
-	Lanes bool
 	// LaneLease is how long a lane lease lasts unless renewed (every
 	// LaneLease/20): a relay that died loses its lanes, and with them the
 	// delivery of their keyed rows, to the others after it. Default: 10s.
@@ -133,9 +101,6 @@ type Config struct {
 	// through txboxpgx (the only driver that has it): the relay then
 	// only polls. Default: false.
 	DisableNotify bool
-	// NotifyProbeTimeout bounds the start-up check that notifications
-	// arrive. Default: 2s.
-	NotifyProbeTimeout time.Duration
 
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -149,17 +114,23 @@ type Config struct {
 	// txboxotel has an OpenTelemetry one). Default: nil, and then the
 	// Observer, if it implements txbox.RelayTracer; else no tracer calls.
 	Tracer txbox.RelayTracer
-	// SampleInterval is how often a relay with an Observer reads its
-	// table's backlog (one query, whatever the number of scrapes) and
-	// hands the figures to Observer.Sampled. Default: 10s.
-	SampleInterval time.Duration
+
+	// test holds the settings only tests change (relaytest.With).
+	test relaytest.Config
+}
+
+func init() {
+	relaytest.Register(func(cfg any, tc relaytest.Config) any {
+		c := cfg.(Config)
+		c.test = tc
+		return c
+	})
 }
 
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 || out.ClaimCheckRetention < 0 ||
-		out.CleanupBatchSize < 0 || out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.BackoffMax < 0 ||
-		out.RetryDelay < 0 || out.LaneLease < 0 || out.ClaimLease < 0 || out.NotifyProbeTimeout < 0 || out.Concurrency < 0 || out.SampleInterval < 0 {
+		out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.LaneLease < 0 || out.ClaimLease < 0 || out.test.Negative() {
 		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -172,24 +143,15 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.CleanupInterval, DefaultCleanupInterval)
 	def(&out.ClaimCheckRetention, claimcheck.DefaultRetention)
 	def(&out.PublishTimeout, DefaultPublishTimeout)
-	def(&out.BackoffMax, DefaultBackoffMax)
-	def(&out.RetryDelay, DefaultRetryDelay)
 	def(&out.ClaimLease, out.PublishTimeout+ClaimLeaseMargin)
-	def(&out.NotifyProbeTimeout, 2*time.Second)
-	def(&out.SampleInterval, DefaultSampleInterval)
 	def(&out.LaneLease, DefaultLaneLease)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}
-	if out.CleanupBatchSize == 0 {
-		out.CleanupBatchSize = DefaultCleanupBatchSize
-	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts
 	}
-	if out.Concurrency == 0 {
-		out.Concurrency = DefaultConcurrency
-	}
+	out.test = out.test.WithDefaults()
 	if out.BatchSize > 10000 {
 		return out, fmt.Errorf("%w: batch size %d is over 10000", txbox.ErrInvalidConfig, out.BatchSize)
 	}

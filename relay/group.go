@@ -117,7 +117,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 // ownGroup returns the Group of one store that runs r on its own: its
 // budget lets every round of r run (see dispatch), and its logs are r's.
 func (r *Relay) ownGroup(ctx context.Context) *Group {
-	g := &Group{cfg: GroupConfig{DatabaseBudget: max(r.cfg.Concurrency, pipeline) + 1, Logger: r.log}, log: r.log, prefix: "txbox relay",
+	g := &Group{cfg: GroupConfig{DatabaseBudget: max(r.cfg.test.Concurrency, pipeline) + 1, Logger: r.log}, log: r.log, prefix: "txbox relay",
 		stores: map[string]*member{}, dbs: map[any]*database{}}
 	m := &member{r: r, round: r.Round, fromStart: r.claimsFromStart, own: true, db: &database{budget: g.cfg.DatabaseBudget}, log: r.log, bell: doorbell{l: r.listen}}
 	g.dbs[""] = m.db

@@ -123,7 +123,7 @@ func (l *dbListener) run(ctx context.Context) {
 		}
 		var backoffMax time.Duration
 		if src := l.source(); src != nil {
-			backoffMax = src.r.cfg.BackoffMax
+			backoffMax = src.r.cfg.test.BackoffMax
 		}
 		l.g.mu.Unlock()
 		if ctx.Err() != nil {
@@ -163,7 +163,7 @@ func (l *dbListener) listenOnce(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	// The probe notifies a channel of its own, its name as the payload.
-	err = probeNotify(ctx, sl.pool, probe, probe, src.r.cfg.NotifyProbeTimeout, func(ctx context.Context) (string, error) {
+	err = probeNotify(ctx, sl.pool, probe, probe, src.r.cfg.test.NotifyProbeTimeout, func(ctx context.Context) (string, error) {
 		ch, payload, err := conn.Wait(ctx)
 		if ch != probe {
 			payload = ""

@@ -60,7 +60,8 @@ func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
 	return &laneKeeper{r: r, db: db, lease: r.cfg.LaneLease, outage: outage{texts: &beatTexts}}, nil
 }
 
-// LanesSupported reports whether Config.Lanes works on dialect d.
+// LanesSupported reports whether dialect d has lanes (keyed rows shared
+// by lane leases between relays).
 func LanesSupported(d driver.Dialect) bool { return d == driver.Postgres || d == driver.MySQL }
 
 // ownerName names one relay run: host, process and a random part.

@@ -85,18 +85,22 @@ type inFlight struct {
 	times []time.Time
 }
 
-// add records a batch claimed at t and returns the func that forgets it.
+// add records a batch claimed at t and returns the func that forgets it;
+// calls after the first do nothing.
 func (f *inFlight) add(t time.Time) func() {
 	f.mu.Lock()
 	f.times = append(f.times, t)
 	f.mu.Unlock()
+	var once sync.Once
 	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if i := slices.Index(f.times, t); i >= 0 {
-			f.times[i] = f.times[len(f.times)-1]
-			f.times = f.times[:len(f.times)-1]
-		}
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if i := slices.Index(f.times, t); i >= 0 {
+				f.times[i] = f.times[len(f.times)-1]
+				f.times = f.times[:len(f.times)-1]
+			}
+		})
 	}
 }
 
@@ -118,7 +122,7 @@ func (r *Relay) Sample(ctx context.Context, prev txbox.RelaySample) txbox.RelayS
 	s := prev
 	s.At = time.Now()
 	s.Err = nil
-	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.SampleInterval, time.Second))
+	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.test.SampleInterval, time.Second))
 	b, err := r.store.Backlog(qctx)
 	cancel()
 	if err != nil {
@@ -127,6 +131,9 @@ func (r *Relay) Sample(ctx context.Context, prev txbox.RelaySample) txbox.RelayS
 		s.Pending, s.Retrying, s.Parked, s.Dead, s.OldestClaimableAge = b.Pending, b.Retrying, b.Parked, b.Dead, b.OldestClaimableAge
 	}
 	r.sampleUpkeep(ctx, &s)
+	// Read after the backlog query: a round forgets its batch before it
+	// marks it (Relay.round), so a batch whose marks the query saw is
+	// never counted as in flight.
 	s.OldestInFlightAge = r.inFlight.oldest(s.At)
 	s.Listening = r.Listening()
 	s.BrokerConnected = r.brokerConnected()
@@ -141,7 +148,7 @@ func (r *Relay) sampleUpkeep(ctx context.Context, s *txbox.RelaySample) {
 	if !r.store.CanReadHealth() {
 		return
 	}
-	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.SampleInterval, time.Second))
+	qctx, cancel := context.WithTimeout(ctx, max(r.cfg.test.SampleInterval, time.Second))
 	h, err := r.store.Health(qctx)
 	cancel()
 	s.Upkeep = err == nil

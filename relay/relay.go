@@ -166,9 +166,6 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
 		capable = ob.Driver() // an Outbox: its driver's capabilities
 	}
-	if c.Lanes && !LanesSupported(drv.Dialect()) {
-		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, outboxsql.ErrLanesUnsupported)
-	}
 	if LanesSupported(drv.Dialect()) {
 		if r.lanes, err = newLaneKeeper(r, table); err != nil {
 			return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
@@ -354,8 +351,10 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	if len(batch.Rows) == 0 {
 		return 0, batch.Release(finishCtx)
 	}
+	forget := func() {}
 	if r.obs != nil {
-		defer r.inFlight.add(claimedAt)()
+		forget = r.inFlight.add(claimedAt)
+		defer forget()
 	}
 	out := r.prepare(batch.Rows)
 	if !r.mayPublish(batch, claimedAt) {
@@ -394,6 +393,9 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 			r.obs.Published(len(out.msgs)-h, countErrs(errs)-h, time.Since(sent))
 		}
 	}
+	// The batch leaves the in-flight figure before its marks commit, so
+	// that a sample whose backlog shows them does not count it (Sample).
+	forget()
 	stage = "publish" // settle's error is about the publish, unless it says finish
 	if err := r.settle(finishCtx, batch, out, errs); err != nil {
 		if errors.Is(err, errFinish) {
@@ -540,7 +542,7 @@ func (r *Relay) settle(ctx context.Context, batch *outboxsql.Batch, out prepared
 			rejected = append(rejected, outboxsql.Rejection{
 				Seq:        row.Seq,
 				Err:        truncate(err.Error(), 2000),
-				RetryAfter: retryDelay(r.cfg.RetryDelay, attempts),
+				RetryAfter: retryDelay(r.cfg.test.RetryDelay, attempts),
 				Dead:       attempts >= r.cfg.MaxAttempts,
 			})
 		default:
@@ -656,8 +658,8 @@ const cleanupProgress = 30 * time.Second
 // cleanupBatch runs one statement of Cleanup, on the rows published before
 // cutoff, and reports whether there may be more.
 func (r *Relay) cleanupBatch(ctx context.Context, cutoff time.Time) (n int64, more bool, err error) {
-	n, err = r.store.Cleanup(ctx, cutoff, r.cfg.CleanupBatchSize)
-	return n, err == nil && n >= int64(r.cfg.CleanupBatchSize), err
+	n, err = r.store.Cleanup(ctx, cutoff, r.cfg.test.CleanupBatchSize)
+	return n, err == nil && n >= int64(r.cfg.test.CleanupBatchSize), err
 }
 
 // Stats are the relay's counters since New, and the table's state.

@@ -86,7 +86,7 @@ const pipeline = 3
 // publish and marks: a row committed while a round publishes is claimed
 // then, not after the round's marks).
 func (m *member) width() int {
-	w := m.r.cfg.Concurrency
+	w := m.r.cfg.test.Concurrency
 	switch {
 	case m.r.backlog.Load():
 		w = max(w, pipeline)
@@ -400,7 +400,7 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		return
 	case err != nil:
 		now := time.Now()
-		m.backoff = nextBackoff(m.backoff, m.r.cfg.BackoffMax)
+		m.backoff = nextBackoff(m.backoff, m.r.cfg.test.BackoffMax)
 		m.failed, m.retryAt = err, now.Add(m.backoff)
 		m.r.outage.failed(m.r.log, err, m.backoff, conn != nil && !conn.Connected(), now)
 	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || !t.alone || t.id != m.started:

@@ -69,7 +69,7 @@ func (r *Relay) sampleFirst(ctx context.Context) {
 // first (sampleFirst), beside the rounds: a round stuck on the broker
 // stops none of the gauges that show it (the oldest in-flight age).
 func (r *Relay) sampleLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.SampleInterval)
+	t := time.NewTicker(r.cfg.test.SampleInterval)
 	defer t.Stop()
 	var last txbox.RelaySample
 	for {

@@ -10,7 +10,7 @@
 //	http.Handle("/", health.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), health.RelayCheck(...)))
 //
 // The backlog gauges come from the relay's own periodic sample (one query
-// every relay.Config.SampleInterval), never from a query per scrape. Topic
+// every 10 seconds), never from a query per scrape. Topic
 // labels are bounded: the first Config.MaxTopics topics seen (or those of
 // Config.Topics) get their own label value, every other topic is counted as
 // "other". docs/reference/metrics.md lists every metric.

@@ -24,7 +24,7 @@ type DrainOpts struct {
 //
 // Use it on a relay that is not started: the test then decides when rows
 // move. Rows that are not deliverable yet stay: those waiting for a retry
-// after a rejection (relay.Config.RetryDelay) and those behind a dead row
+// after a rejection (a second after the first, doubling) and those behind a dead row
 // of their key.
 func DrainRelay(ctx context.Context, tb TB, r *relay.Relay, opts *DrainOpts) int {
 	tb.Helper()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -138,8 +139,8 @@ func TestDrainWithMetricsOnVsOff(t *testing.T) {
 		t.Logf("try %d, %d rows per drain: fastest off %.0f rows/s (%s), fastest on %.0f rows/s (%s): on ÷ off = %.3f; totals off %s, on %s: %.3f",
 			try, n, rate(best[0]), best[0].Round(time.Millisecond), rate(best[1]), best[1].Round(time.Millisecond), ratio,
 			total[0].Round(time.Millisecond), total[1].Round(time.Millisecond), total[0].Seconds()/total[1].Seconds())
-		share = sampleMax.Seconds() / relay.DefaultSampleInterval.Seconds()
-		t.Logf("backlog sample on %d pending rows: at most %s, %.2f%% of the default %s interval", n, sampleMax.Round(time.Millisecond), 100*share, relay.DefaultSampleInterval)
+		share = sampleMax.Seconds() / relaytest.DefaultSampleInterval.Seconds()
+		t.Logf("backlog sample on %d pending rows: at most %s, %.2f%% of the default %s interval", n, sampleMax.Round(time.Millisecond), 100*share, relaytest.DefaultSampleInterval)
 		if ratio >= want && share < 0.03 {
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -35,7 +36,7 @@ func TestScrapeRightAfterStartSeesTheSample(t *testing.T) {
 			testenv.Must(t, err, "age the rows")
 
 			m, reg := metricsFor(t)
-			r, err := relay.New[pgx.Tx](drv, &ackAll{}, relay.Config{Observer: m.Relay(), SampleInterval: time.Hour, DisableNotify: true})
+			r, err := relay.New[pgx.Tx](drv, &ackAll{}, relaytest.With(relay.Config{Observer: m.Relay(), DisableNotify: true}, relaytest.Config{SampleInterval: time.Hour}))
 			testenv.Must(t, err, "relay.New")
 			if inGroup {
 				g, err := relay.NewGroup(relay.GroupConfig{})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/health"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
@@ -38,8 +39,8 @@ func TestReadyzDatabaseAndBroker(t *testing.T) {
 	pub, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	m, reg := metricsFor(t)
-	r, err := relay.New[pgx.Tx](drv, pub, relay.Config{Observer: m.Relay(), SampleInterval: 50 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, DisableNotify: true})
+	r, err := relay.New[pgx.Tx](drv, pub, relaytest.With(relay.Config{Observer: m.Relay(),
+		PollInterval: 20 * time.Millisecond, DisableNotify: true}, relaytest.Config{SampleInterval: 50 * time.Millisecond}))
 	testenv.Must(t, err, "relay.New")
 	web := serve(t, reg, health.RelayCheck("relay", func() *relay.Relay { return r }))
 

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
@@ -101,8 +102,8 @@ func TestRelayMetricsMove(t *testing.T) {
 
 	m, reg := metricsFor(t)
 	g := &gate{Publisher: np, open: make(chan struct{})}
-	r, err := relay.New[pgx.Tx](drv, g, relay.Config{Observer: m.Relay(), SampleInterval: 50 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, MaxAttempts: 2, RetryDelay: 10 * time.Millisecond})
+	r, err := relay.New[pgx.Tx](drv, g, relaytest.With(relay.Config{Observer: m.Relay(),
+		PollInterval: 20 * time.Millisecond, MaxAttempts: 2}, relaytest.Config{SampleInterval: 50 * time.Millisecond, RetryDelay: 10 * time.Millisecond}))
 	testenv.Must(t, err, "relay.New")
 	testenv.Must(t, r.Start(ctx), "start")
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/relay"
@@ -158,8 +159,8 @@ func TestRelayParksUnroutable(t *testing.T) {
 	p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()
-	r, err := relay.New(drv, p, relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2, RetryDelay: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r, err := relay.New(drv, p, relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, relaytest.Config{RetryDelay: 10 * time.Millisecond}))
 	testenv.Must(t, err, "relay")
 	testenv.Must(t, r.Start(context.Background()), "start")
 	defer r.Stop(context.Background())

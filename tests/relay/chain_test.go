@@ -12,7 +12,7 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// A relay draining a keyed backlog (Config.Lanes changes nothing); stopped
+// A relay draining a keyed backlog; stopped
 // at any point, it leaves no row claimed and no connection in use, and relays
 // started after it go on in per-key order.
 func TestStopMidKeyedDrainLeavesNothingClaimed(t *testing.T) {
@@ -45,7 +45,7 @@ func stopMidKeyedDrain(t *testing.T, lanes bool) {
 		// first, second or third publish.
 		stop := make(chan struct{})
 		pub := &stopAfter{Publisher: log, n: 1 + cycle%3, delay: time.Duration(cycle%5) * 200 * time.Microsecond, stop: stop}
-		r := f.newRelay(t, pub, relay.Config{BatchSize: 10, PollInterval: time.Hour, DisableNotify: true, Lanes: lanes})
+		r := f.newRelay(t, pub, relay.Config{BatchSize: 10, PollInterval: time.Hour, DisableNotify: true})
 		testenv.Must(t, r.Start(ctx), "start relay %d", cycle)
 		for done := false; !done; {
 			select {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
@@ -125,7 +126,7 @@ func TestHalfClosedRelayFreesItsClaimOnPostgres(t *testing.T) {
 			t.Cleanup(func() { testenv.ClosePool(t, pool) })
 
 			const publishTimeout = 2 * time.Second
-			rcfg := relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: publishTimeout, DisableNotify: true, BackoffMax: 100 * time.Millisecond}
+			rcfg := relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: publishTimeout, DisableNotify: true}, relaytest.Config{BackoffMax: 100 * time.Millisecond})
 			hung := newHungPublisher()
 			var a *relay.Relay
 			if name == "pgx" {
@@ -190,7 +191,7 @@ func killedRelay(t *testing.T, f fixture, cfg relay.Config) *relay.Relay {
 func TestKilledRelaysCostOneLeaseEachOnSQLite(t *testing.T) {
 	t.Parallel()
 	const publishTimeout = 500 * time.Millisecond
-	cfg := relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: publishTimeout, BackoffMax: 100 * time.Millisecond}
+	cfg := relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: publishTimeout}, relaytest.Config{BackoffMax: 100 * time.Millisecond})
 	lease := publishTimeout + relay.ClaimLeaseMargin
 	for _, c := range []struct {
 		name string

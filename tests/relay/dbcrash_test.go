@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
@@ -66,7 +67,7 @@ func TestDatabaseCrashUndoesLazyMarksInOrder(t *testing.T) {
 	killWALWriter := holdWALWriter(t, pool)
 
 	log := newRunLog(nil)
-	r, err := relay.New(drv, log, relay.Config{BatchSize: 50, PollInterval: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond, DisableNotify: true})
+	r, err := relay.New(drv, log, relaytest.With(relay.Config{BatchSize: 50, PollInterval: 5 * time.Millisecond, DisableNotify: true}, relaytest.Config{BackoffMax: 100 * time.Millisecond}))
 	testenv.Must(t, err, "relay.New")
 	testenv.Must(t, r.Start(ctx), "start")
 	defer r.Stop(context.WithoutCancel(ctx))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -53,7 +54,7 @@ func TestGroupCleanupDoesNotHoldUpItsStore(t *testing.T) {
 	pub := &leftPublisher{count: oldRows}
 	g, err := relay.NewGroup(relay.GroupConfig{})
 	testenv.Must(t, err, "NewGroup")
-	r := tn.newRelay(t, pub, relay.Config{Retention: time.Hour, CleanupInterval: time.Millisecond, CleanupBatchSize: 1, PollInterval: 10 * time.Millisecond})
+	r := tn.newRelay(t, pub, relaytest.With(relay.Config{Retention: time.Hour, CleanupInterval: time.Millisecond, PollInterval: 10 * time.Millisecond}, relaytest.Config{CleanupBatchSize: 1}))
 	testenv.Must(t, g.Add(ctx, relay.Store{Name: tn.name, Relay: r}), "add")
 	runGroup(t, g)
 

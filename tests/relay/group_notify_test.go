@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -251,7 +252,7 @@ func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
 	testenv.Must(t, err, "NewGroup")
 	var rs []*relay.Relay
 	for _, x := range tn {
-		r := x.newRelay(t, pub, relay.Config{PollInterval: time.Hour, BackoffMax: 200 * time.Millisecond})
+		r := x.newRelay(t, pub, relaytest.With(relay.Config{PollInterval: time.Hour}, relaytest.Config{BackoffMax: 200 * time.Millisecond}))
 		testenv.Must(t, g.Add(context.Background(), relay.Store{Name: x.name, Relay: r}), "add %s", x.name)
 		rs = append(rs, r)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -248,7 +249,7 @@ func TestGroupFailingStoresDoNotStallOthers(t *testing.T) {
 	var ev events
 	g, err := relay.NewGroup(relay.GroupConfig{OnEvent: ev.on})
 	testenv.Must(t, err, "NewGroup")
-	cfg := relay.Config{PollInterval: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, PublishTimeout: 2 * time.Second}
+	cfg := relaytest.With(relay.Config{PollInterval: 20 * time.Millisecond, PublishTimeout: 2 * time.Second}, relaytest.Config{BackoffMax: 200 * time.Millisecond})
 	for _, x := range []tenant{ok, gone, down} {
 		testenv.Must(t, g.Add(context.Background(), relay.Store{Name: x.name, Relay: x.newRelay(t, pub, cfg)}), "add %s", x.name)
 	}

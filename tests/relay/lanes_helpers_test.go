@@ -273,7 +273,6 @@ func myLanes(t *testing.T, conns int) laneEnv {
 			rdb, err := sql.Open("mysql", c.FormatDSN())
 			testenv.Must(t, err, "open")
 			rdb.SetMaxOpenConns(conns)
-			rc.Lanes = true
 			if rc.PollInterval == 0 {
 				rc.PollInterval = 5 * time.Millisecond
 			}
@@ -376,7 +375,6 @@ func laneRelayPool(t *testing.T, schema string, proxy interface{ Addr() string }
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	testenv.Must(t, err, "pool")
-	cfg.Lanes = true
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 5 * time.Millisecond
 	}

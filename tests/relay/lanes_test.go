@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
-	"github.com/txbox/txbox/txboxsql"
 )
 
 // produce adds messages for keys k0..k<keys-1>, a few per transaction,
@@ -293,15 +290,5 @@ func testLanesOwnerDiedMidBatch(t *testing.T, e laneEnv) {
 	}
 	if err := a.Err(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Logf("a: %v", err)
-	}
-}
-
-// Lanes are PostgreSQL's and MySQL's: on SQLite (one writer) New refuses
-// them with a clear error.
-func TestLanesNotOnSQLite(t *testing.T) {
-	t.Parallel()
-	_, err := relay.New(txboxsql.New(testenv.SQLite(t), driver.SQLite), &logPublisher{name: "a", log: &sendLog{}}, relay.Config{Lanes: true})
-	if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "PostgreSQL") {
-		t.Fatalf("relay.New with Lanes on SQLite: %v, want ErrInvalidConfig naming PostgreSQL", err)
 	}
 }

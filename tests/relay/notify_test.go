@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
 
@@ -81,7 +82,7 @@ func TestNotifyCheckFailsThenPolls(t *testing.T) {
 	nc := testenv.NATS(t)
 	prefix := testenv.Subject()
 	s := stream(t, nc, prefix, jetstream.StreamConfig{})
-	cfg := relay.Config{PollInterval: 20 * time.Millisecond, NotifyProbeTimeout: 100 * time.Millisecond, BackoffMax: time.Hour}
+	cfg := relaytest.With(relay.Config{PollInterval: 20 * time.Millisecond}, relaytest.Config{NotifyProbeTimeout: 100 * time.Millisecond, BackoffMax: time.Hour})
 	// The relay's listening connection listens elsewhere, as behind a
 	// pooler in transaction mode: the probe never reaches it.
 	r, err := relay.New[pgx.Tx](deafDriver{txboxpgx.New(f.pool)}, publisher(t, nc), cfg)
@@ -106,7 +107,7 @@ func TestNotifyConnectionLostFallsBackAndRecovers(t *testing.T) {
 	prefix := testenv.Subject()
 	s := stream(t, nc, prefix, jetstream.StreamConfig{})
 	rounds := &testenv.RoundWatcher{}
-	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour, BackoffMax: 50 * time.Millisecond, Observer: rounds})
+	r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: time.Hour, Observer: rounds}, relaytest.Config{BackoffMax: 50 * time.Millisecond}))
 	startRelay(t, r)
 	eventually(t, "listening", r.Listening)
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 
 	"github.com/jackc/pgx/v5"
@@ -73,7 +74,7 @@ func TestDeadMessageParksOnlyItsKey(t *testing.T) {
 				f.add(t, true, msg("A", "A3"), msg("B", "B3"), msg("C", "C1"))
 				f.add(t, true, msg("A", "A4"))
 
-				r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: 5 * time.Millisecond, MaxAttempts: 2, RetryDelay: time.Millisecond})
+				r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: 5 * time.Millisecond, MaxAttempts: 2}, relaytest.Config{RetryDelay: time.Millisecond}))
 				startRelay(t, r)
 				eventually(t, "A2 dead, A3 and A4 parked, the other keys delivered", func() bool {
 					st, err := r.Stats(context.Background())

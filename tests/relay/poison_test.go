@@ -11,6 +11,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -225,7 +226,7 @@ func TestFailureBeforeALaterAckIsTheMessages(t *testing.T) {
 	}
 	f.add(t, true, msgs...)
 	pub := &oneFails{bad: "m3"}
-	r := f.newRelay(t, pub, relay.Config{MaxAttempts: 2, RetryDelay: time.Millisecond, BatchSize: 10})
+	r := f.newRelay(t, pub, relaytest.With(relay.Config{MaxAttempts: 2, BatchSize: 10}, relaytest.Config{RetryDelay: time.Millisecond}))
 	ctx := context.Background()
 	// New messages keep coming, so m3 always has a later message beside it.
 	for i := range 50 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
@@ -207,7 +208,7 @@ func TestRelayResumesSoonAfterAFullStreamIsPurged(t *testing.T) {
 			resumed := time.Since(purged)
 			eventually(t, "everything delivered after the purge", func() bool { return pending(t, r) == 0 })
 			st := r.Counters()
-			scheduled := backoffAfter(failures, relay.DefaultBackoffMax)
+			scheduled := backoffAfter(failures, relaytest.DefaultBackoffMax)
 			t.Logf("%s: stream full for %d failed rounds (%d probes); purge → first delivery %s, backoff scheduled %s (%.2f× of it); rounds failed after the purge: %d",
 				c.name, before.FailedRounds, before.Probes, resumed.Round(time.Millisecond), scheduled, float64(resumed)/float64(scheduled), st.FailedRounds-before.FailedRounds)
 			end := checkOutageLogged(t, logs, time.Since(purged), "probe")
@@ -236,7 +237,7 @@ func TestRelayLogsABrokerOutageInFewLines(t *testing.T) {
 	prefix := testenv.Subject()
 	stream(t, nc, prefix, jetstream.StreamConfig{})
 	logs := newLogLines()
-	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, Logger: logs.logger()})
+	r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, Logger: logs.logger()}, relaytest.Config{BackoffMax: 20 * time.Millisecond}))
 	startRelay(t, r)
 	f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
 	eventually(t, "first message delivered", func() bool { return r.Counters().Published == 1 })
@@ -287,7 +288,7 @@ func TestRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	stream(t, nc, prefix, jetstream.StreamConfig{})
 	tn, proxy, _ := proxiedTenant(t, pool, prefix)
 	logs := newLogLines()
-	r := tn.newRelay(t, publisher(t, nc), relay.Config{PollInterval: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, DisableNotify: true, Logger: logs.logger()})
+	r := tn.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, DisableNotify: true, Logger: logs.logger()}, relaytest.Config{BackoffMax: 20 * time.Millisecond}))
 	startRelay(t, r)
 	tn.add(t, 1)
 	eventually(t, "first message delivered", func() bool { return tn.pending(t) == 0 })
@@ -345,7 +346,7 @@ func TestGroupTenantResumesSoonAfterItsDatabaseReturns(t *testing.T) {
 	before := r.Counters()
 	eventually(t, "down delivers once its database is back", func() bool { return down.pending(t) == 0 })
 	resumed := time.Since(back)
-	scheduled := backoffAfter(int(before.FailedRounds), relay.DefaultBackoffMax)
+	scheduled := backoffAfter(int(before.FailedRounds), relaytest.DefaultBackoffMax)
 	t.Logf("down: cut %s, %d failed rounds (%d probes); database back → delivered %s, backoff scheduled %s (%.2f× of it)",
 		back.Sub(cut).Round(time.Millisecond), before.FailedRounds, before.Probes, resumed.Round(time.Millisecond), scheduled, float64(resumed)/float64(scheduled))
 	// A probe, or the lane heartbeat's wake once it has fenced the lanes
@@ -369,8 +370,8 @@ func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	e := pgLanes(t, f)
 	proxy := testenv.NewProxy(t, e.target)
 	logs := newLogLines()
-	r := e.laneRelay(t, proxy, &recordingPublisher{}, relay.Config{LaneLease: time.Second, PublishTimeout: 500 * time.Millisecond,
-		ClaimLease: time.Second, BackoffMax: 20 * time.Millisecond, DisableNotify: true, Logger: logs.logger()})
+	r := e.laneRelay(t, proxy, &recordingPublisher{}, relaytest.With(relay.Config{LaneLease: time.Second, PublishTimeout: 500 * time.Millisecond,
+		ClaimLease: time.Second, DisableNotify: true, Logger: logs.logger()}, relaytest.Config{BackoffMax: 20 * time.Millisecond}))
 	startRelay(t, r)
 	f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("0")})
 	eventually(t, "first message delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 
 	"github.com/nats-io/nats.go"
@@ -288,7 +289,7 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 		}
 		f.add(t, true, msgs...)
 
-		cfg := relay.Config{PollInterval: 10 * time.Millisecond, BatchSize: 20, BackoffMax: 50 * time.Millisecond, ClaimLease: 11 * time.Second}
+		cfg := relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, BatchSize: 20, ClaimLease: 11 * time.Second}, relaytest.Config{BackoffMax: 50 * time.Millisecond})
 		pub := &crashAfterPublish{Publisher: publisher(t, nc)}
 		r := f.newRelay(t, pub, cfg)
 		startRelay(t, r)
@@ -377,7 +378,7 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 			}
 		}
 		f.add(t, true, msgs...)
-		r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: 5 * time.Millisecond, MaxAttempts: 3, RetryDelay: 5 * time.Millisecond})
+		r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: 5 * time.Millisecond, MaxAttempts: 3}, relaytest.Config{RetryDelay: 5 * time.Millisecond}))
 		startRelay(t, r)
 		eventually(t, "poison parked and the rest delivered", func() bool {
 			st, err := r.Stats(context.Background())
@@ -421,7 +422,7 @@ func TestDeletePublished(t *testing.T) {
 			t.Fatalf("%d rows left after a crash before marking, want all 31", n)
 		}
 
-		r := f.newRelay(t, publisher(t, nc), relay.Config{DeletePublished: true, PollInterval: 5 * time.Millisecond, MaxAttempts: 2, RetryDelay: 5 * time.Millisecond})
+		r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{DeletePublished: true, PollInterval: 5 * time.Millisecond, MaxAttempts: 2}, relaytest.Config{RetryDelay: 5 * time.Millisecond}))
 		startRelay(t, r)
 		eventually(t, "poison parked and the rest delivered", func() bool {
 			st, err := r.Stats(context.Background())
@@ -456,8 +457,8 @@ func TestBrokerOutageBurnsNoAttempts(t *testing.T) {
 		s := stream(t, nc, prefix, jetstream.StreamConfig{})
 		_ = s
 
-		r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2,
-			PublishTimeout: 300 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ClaimLease: time.Second})
+		r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2,
+			PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second}, relaytest.Config{BackoffMax: 200 * time.Millisecond}))
 		startRelay(t, r)
 		f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
 		eventually(t, "first message delivered", func() bool { return pending(t, r) == 0 })
@@ -515,7 +516,7 @@ func TestCleanupDeletesOnlyOldDeliveredRows(t *testing.T) {
 		f.exec(t, "UPDATE txbox_outbox SET published_at = "+old+" WHERE message_id < 'm10'")
 		f.exec(t, "UPDATE txbox_outbox SET published_at = "+recent+" WHERE message_id >= 'm10' AND message_id < 'm15'")
 		f.exec(t, "UPDATE txbox_outbox SET dead_at = "+old+", created_at = created_at WHERE message_id >= 'm15' AND message_id < 'm20'")
-		r := f.newRelay(t, nopPublisher{}, relay.Config{Retention: time.Hour, CleanupBatchSize: 3})
+		r := f.newRelay(t, nopPublisher{}, relaytest.With(relay.Config{Retention: time.Hour}, relaytest.Config{CleanupBatchSize: 3}))
 		n, err := r.Cleanup(context.Background())
 		testenv.Must(t, err, "cleanup")
 		if n != 10 {
@@ -703,7 +704,7 @@ func TestLateCommitDuringDrainIsDelivered(t *testing.T) {
 			committed <- late.Commit(ctx)
 		}
 	}}
-	r := f.newRelay(t, pub, relay.Config{BatchSize: 10, PollInterval: time.Hour, Concurrency: 1})
+	r := f.newRelay(t, pub, relaytest.With(relay.Config{BatchSize: 10, PollInterval: time.Hour}, relaytest.Config{Concurrency: 1}))
 	startRelay(t, r)
 	eventually(t, "the late row committed", func() bool { return len(committed) == 1 })
 	testenv.Must(t, <-committed, "commit the late row")

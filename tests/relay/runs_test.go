@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -150,7 +151,7 @@ func TestRunsFailureHoldsBackItsKey(t *testing.T) {
 				}
 				return nil
 			})
-			r := f.newRelay(t, log, relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, RetryDelay: time.Millisecond, DisableNotify: true})
+			r := f.newRelay(t, log, relaytest.With(relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, DisableNotify: true}, relaytest.Config{RetryDelay: time.Millisecond}))
 			startRelay(t, r)
 			eventually(t, "every message published", func() bool { return r.Counters().Published == int64(len(keys)*perKey) })
 			calls := log.check(t, keys, perKey)

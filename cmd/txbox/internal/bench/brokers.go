@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/rabbitmq"
@@ -169,7 +170,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		{"4 relays, batch 1000", relay.Config{BatchSize: 1000}, 4},
 		{"1 relay, batch 1000, delete", relay.Config{BatchSize: 1000, DeletePublished: true}, 1},
 		{"4 relays, batch 1000, delete", relay.Config{BatchSize: 1000, DeletePublished: true}, 4},
-		{"1 relay, batch 5000, delete, 2 loops", relay.Config{BatchSize: 5000, DeletePublished: true, Concurrency: 2}, 1},
+		{"1 relay, batch 5000, delete, 2 loops", relaytest.With(relay.Config{BatchSize: 5000, DeletePublished: true}, relaytest.Config{Concurrency: 2}), 1},
 	}
 	perTarget := 1 + len(variants)
 	for _, tg := range targets {

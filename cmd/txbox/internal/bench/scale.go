@@ -227,7 +227,7 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (_, _ float6
 			return 0, 0, nil, err
 		}
 		pools = append(pools, p)
-		r, err := relay.New(txboxpgx.New(p), nopPublisher{}, relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, Lanes: lanes, LaneLease: 2 * time.Second, DisableNotify: true, DeletePublished: cfg.DeletePublished})
+		r, err := relay.New(txboxpgx.New(p), nopPublisher{}, relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, LaneLease: 2 * time.Second, DisableNotify: true, DeletePublished: cfg.DeletePublished})
 		if err != nil {
 			return 0, 0, nil, err
 		}

@@ -30,6 +30,29 @@ func run(ctx context.Context, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
+// runUntil runs txbox with args until its stderr contains want (then it
+// ends the run's context) or it returns by itself, however long either
+// takes, and returns its stderr and error.
+func runUntil(want string, args ...string) (string, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut testenv.Buffer
+	done := make(chan error, 1)
+	go func() { done <- cli.Run(ctx, args, &out, &errOut) }()
+	for {
+		select {
+		case err := <-done:
+			return errOut.String(), err
+		case <-time.After(10 * time.Millisecond):
+			if strings.Contains(errOut.String(), want) {
+				cancel()
+				err := <-done
+				return errOut.String(), err
+			}
+		}
+	}
+}
+
 func mustRun(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -26,7 +26,6 @@ const (
 	EnvMaxAttempts     = "TXBOX_MAX_ATTEMPTS"
 	EnvPublishTimeout  = "TXBOX_PUBLISH_TIMEOUT"
 	EnvClaimLease      = "TXBOX_CLAIM_LEASE"
-	EnvLanes           = "TXBOX_LANES"
 	EnvLaneLease       = "TXBOX_LANE_LEASE"
 	EnvTable           = "TXBOX_TABLE"
 	EnvSchema          = "TXBOX_SCHEMA"
@@ -37,7 +36,7 @@ const (
 
 // legacyEnv are the variables that had the prefix OUTBOX_ instead of TXBOX_.
 var legacyEnv = []string{EnvPollInterval, EnvBatchSize, EnvRetention, EnvCleanupInterval, EnvMaxAttempts, EnvPublishTimeout,
-	EnvClaimLease, EnvLanes, EnvLaneLease, EnvTable, EnvSchema, EnvTaskRetention}
+	EnvClaimLease, EnvLaneLease, EnvTable, EnvSchema, EnvTaskRetention}
 
 // legacyName is the old name of the variable name, or "".
 func legacyName(name string) string {

@@ -11,9 +11,8 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// --lanes, --lane-lease and their variables: bad values are refused with
-// the source named, lanes on SQLite are refused, and on PostgreSQL the
-// relay takes the table's lanes (every one, alone) and gives them up when
+// --lane-lease and its variable: bad values are refused with the source
+// named, and on PostgreSQL the relay takes the table's lanes (every one, alone) and gives them up when
 // it stops.
 func TestRelayLanesFlags(t *testing.T) {
 	db := "sqlite://" + filepath.Join(t.TempDir(), "l.db")
@@ -25,9 +24,6 @@ func TestRelayLanesFlags(t *testing.T) {
 		{[2]string{}, []string{"--lane-lease", "100ms"}, "--lane-lease 100ms: must be at least 1s"},
 		{[2]string{}, []string{"--lane-lease", "1h"}, "--lane-lease 1h0m0s: must be at most 10m0s"},
 		{[2]string{"OUTBOX_LANE_LEASE", "soon"}, nil, `OUTBOX_LANE_LEASE="soon": not a duration`},
-		{[2]string{"OUTBOX_LANES", "maybe"}, nil, `OUTBOX_LANES="maybe": want true or false`},
-		{[2]string{}, []string{"--lanes", "--migrate"}, "lanes"},
-		{[2]string{"OUTBOX_LANES", "true"}, []string{"--migrate"}, "lanes"},
 	} {
 		t.Run(strings.Join(append([]string{tc.env[0] + "=" + tc.env[1]}, tc.args...), " "), func(t *testing.T) {
 			if tc.env[0] != "" {
@@ -37,9 +33,6 @@ func TestRelayLanesFlags(t *testing.T) {
 			_, _, err := run(context.Background(), args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v: err = %v, want %q", args, err, tc.want)
-			}
-			if tc.want == "lanes" && !strings.Contains(err.Error(), "PostgreSQL") {
-				t.Fatalf("lanes on SQLite: err = %v, want it to say lanes need PostgreSQL", err)
 			}
 		})
 	}
@@ -53,7 +46,7 @@ func TestRelayLanesFlags(t *testing.T) {
 		go func() {
 			done <- cli.Run(ctx, []string{"relay", "--migrate", "--db", testenv.PostgresURL(), "--schema", schema,
 				"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("LANES")), "--stream-subjects", testenv.Subject() + ">",
-				"--lanes", "--lane-lease", "3s", "--stats-interval", "0"}, &out, &errOut)
+				"--lane-lease", "3s", "--stats-interval", "0"}, &out, &errOut)
 		}()
 		owned := func() (owners, lanes int) {
 			err := admin.QueryRow(ctx, "SELECT count(DISTINCT owner), count(owner) FROM "+schema+".txbox_outbox_lanes WHERE expires_at > now()").Scan(&owners, &lanes)

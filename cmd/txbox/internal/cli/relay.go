@@ -34,10 +34,8 @@ type relayFlags struct {
 	retention       time.Duration
 	cleanupInterval time.Duration
 	maxAttempts     int
-	concurrency     int
 	publishTimeout  time.Duration
 	claimLease      time.Duration
-	lanes           bool
 	laneLease       time.Duration
 	claimTables     []string      // --claim-check-table
 	claimRetention  time.Duration // --claim-check-retention
@@ -113,12 +111,9 @@ or changed join or leave without a restart.`,
 	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, 1 to 10000 (env "+EnvBatchSize+")")
 	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them; 0 deletes each row as its delivery is recorded (env "+EnvRetention+")")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs, 1s to 24h (env "+EnvCleanupInterval+")")
-	fs.IntVar(&f.concurrency, "concurrency", relay.DefaultConcurrency, "claim-publish-mark loops run side by side, 1 to 64; more help an unordered backlog drain, ordering keys prefer 1")
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+EnvMaxAttempts+")")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+EnvPublishTimeout+")")
 	fs.DurationVar(&f.claimLease, "claim-lease", relay.DefaultClaimLease, "how long a claim holds its rows once its relay is gone (killed, or its connection vanished; SQLite and PostgreSQL), 1s to 2h and more than --publish-timeout; unset, it is --publish-timeout + 5s (env "+EnvClaimLease+")")
-	fs.BoolVar(&f.lanes, "lanes", false, "deprecated, changes nothing: relays always share the table by lanes on PostgreSQL, MySQL and MariaDB (env "+EnvLanes+"; docs/design/relay.md)")
-	_ = fs.MarkDeprecated("lanes", "lanes are always on (PostgreSQL, MySQL, MariaDB); the flag changes nothing")
 	fs.DurationVar(&f.laneLease, "lane-lease", relay.DefaultLaneLease, "how long a relay's lane lease lasts unless renewed; a relay that died loses its lanes to the others after it; 1s to 10m (env "+EnvLaneLease+")")
 	fs.StringSliceVar(&f.claimTables, "claim-check-table", nil, "claim check tables (in --schema) whose payloads cleanup deletes, every --cleanup-interval, once both sides are done with them (repeat or comma-separate; docs/guide/claim-check.md)")
 	fs.DurationVar(&f.claimRetention, "claim-check-retention", claimcheck.DefaultRetention, "with --claim-check-table: how long a payload is kept once its message was delivered, at least 1s")
@@ -147,7 +142,6 @@ var (
 	retentionSetting       = setting[time.Duration]{flag: "retention", env: EnvRetention, min: time.Second, zero: true}
 	cleanupIntervalSetting = setting[time.Duration]{flag: "cleanup-interval", env: EnvCleanupInterval, min: time.Second, max: 24 * time.Hour}
 	maxAttemptsSetting     = setting[int]{flag: "max-attempts", env: EnvMaxAttempts, min: 1, max: 1000}
-	concurrencySetting     = setting[int]{flag: "concurrency", min: 1, max: 64}
 	publishTimeoutSetting  = setting[time.Duration]{flag: "publish-timeout", env: EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
 	claimLeaseSetting      = setting[time.Duration]{flag: "claim-lease", env: EnvClaimLease, min: time.Second, max: 2 * time.Hour}
 	laneLeaseSetting       = setting[time.Duration]{flag: "lane-lease", env: EnvLaneLease, min: time.Second, max: 10 * time.Minute}
@@ -166,11 +160,9 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		retentionSetting.resolve(fs, f.retention, &retention),
 		cleanupIntervalSetting.resolve(fs, f.cleanupInterval, &cfg.CleanupInterval),
 		maxAttemptsSetting.resolve(fs, f.maxAttempts, &cfg.MaxAttempts),
-		concurrencySetting.resolve(fs, f.concurrency, &cfg.Concurrency),
 		publishTimeoutSetting.resolve(fs, f.publishTimeout, &cfg.PublishTimeout),
 		claimLeaseSetting.resolve(fs, f.claimLease, &cfg.ClaimLease),
 		laneLeaseSetting.resolve(fs, f.laneLease, &cfg.LaneLease),
-		resolveBool(fs, "lanes", EnvLanes, f.lanes, &cfg.Lanes),
 		statsIntervalSetting.resolve(fs, f.statsInterval, &f.statsInterval),
 	} {
 		if err != nil {
@@ -208,15 +200,6 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 // outbox table: --inbox-table and the claim check tables the relay sweeps.
 func (f *relayFlags) uiTables() uiTables {
 	return uiTables{inbox: f.inboxTables, claims: f.claimTables, claimRetention: f.claimRetention}
-}
-
-// checkLanes refuses lanes on a database that has none, before the relay
-// waits for any database or broker.
-func checkLanes(cfg relay.Config, d driver.Dialect, where string) error {
-	if cfg.Lanes && !relay.LanesSupported(d) {
-		return fmt.Errorf("%w: --lanes (or %s): %s is %s; lanes are only supported on PostgreSQL, MySQL and MariaDB", txbox.ErrInvalidConfig, EnvLanes, where, d)
-	}
-	return nil
 }
 
 func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {
@@ -270,9 +253,6 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 		return err
 	}
 	if _, err := (txbox.Config{Schema: cfg.Schema, Table: cfg.Table}).TableName(target.dialect); err != nil {
-		return err
-	}
-	if err := checkLanes(cfg, target.dialect, "--db"); err != nil {
 		return err
 	}
 	if f.noNotify && target.dialect != driver.Postgres {

@@ -28,12 +28,10 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 		return fmt.Errorf("%w: --cdc relays one database: one --db, no --stores", txbox.ErrInvalidConfig)
 	case f.ui:
 		return fmt.Errorf("%w: --cdc does not serve --ui (see docs/guide/cdc.md, What it does not do)", txbox.ErrInvalidConfig)
-	case cfg.Lanes:
-		return fmt.Errorf("%w: --cdc and --lanes: one relay reads a slot, in commit order; lanes are the polling relay's", txbox.ErrInvalidConfig)
 	case cfg.DeletePublished:
 		return fmt.Errorf("%w: --cdc and --retention 0: the log-based relay never writes a delivered row; cleanup deletes delivered rows after --retention", txbox.ErrInvalidConfig)
 	}
-	for _, name := range []string{"poll-interval", "concurrency", "claim-lease", "lane-lease", "no-notify"} {
+	for _, name := range []string{"poll-interval", "claim-lease", "lane-lease", "no-notify"} {
 		if fs.Changed(name) {
 			log.Warn("--" + name + " has no effect with --cdc")
 		}

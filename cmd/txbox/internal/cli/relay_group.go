@@ -291,9 +291,6 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 			return err
 		}
 	}
-	if cmd.Flags().Changed("concurrency") {
-		return fmt.Errorf("%w: --concurrency does not apply with several stores: a group runs one round of a store at a time (--db-budget bounds the rounds of one database at once)", txbox.ErrInvalidConfig)
-	}
 	budget := relay.DefaultDatabaseBudget
 	if err := dbBudgetSetting.resolve(cmd.Flags(), f.dbBudget, &budget); err != nil {
 		return err
@@ -301,11 +298,6 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	specs, err := groupStores(f)
 	if err != nil {
 		return err
-	}
-	for _, s := range specs {
-		if err := checkLanes(base, s.target.dialect, "store "+s.Name); err != nil {
-			return err
-		}
 	}
 	if err := f.broker.check(); err != nil {
 		return err
@@ -343,16 +335,7 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 		defer signal.Stop(hup)
 	}
 	load := func() ([]storeSpec, error) {
-		specs, err := groupStores(f)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range specs {
-			if err := checkLanes(base, s.target.dialect, "store "+s.Name); err != nil {
-				return nil, err
-			}
-		}
-		return specs, nil
+		return groupStores(f)
 	}
 	return reconnecting(ctx, log, out, f, func(br *broker) error {
 		return groupWith(ctx, log, out, f, starts, br, base, budget, hup, load)

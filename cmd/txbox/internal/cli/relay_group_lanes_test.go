@@ -12,14 +12,14 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// `txbox relay --lanes --db A --db B` (two MySQL databases, a group of two
+// `txbox relay --db A --db B` (two MySQL databases, a group of two
 // stores with lanes) delivers every keyed row of both, and each store holds
 // all 64 of its table's lanes.
 func TestRelayGroupWithLanesDeliversKeyedRows(t *testing.T) {
 	t.Parallel()
 	testenv.NATS(t)
 	var dbs []*sql.DB
-	args := []string{"relay", "--migrate", "--lanes", "--lane-lease", "2s",
+	args := []string{"relay", "--migrate", "--lane-lease", "2s",
 		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GLN")), "--poll-interval", "50ms", "--stats-interval", "0"}
 	prefix := testenv.Subject()
 	args = append(args, "--stream-subjects", prefix+">")

@@ -150,8 +150,6 @@ func TestRelayGroupStoresFileErrors(t *testing.T) {
 	}{
 		{[]string{"--stores", file, "--schema", "acme"}, "--schema applies to the stores of --db, and none is given"},
 		{[]string{"--stores", file, "--table", "events"}, "--table applies to the stores of --db"},
-		{[]string{"--stores", file, "--concurrency", "4"}, "--concurrency does not apply with several stores"},
-		{[]string{"--db", "sqlite://a.db", "--db", "sqlite://b.db", "--concurrency", "2"}, "--concurrency does not apply with several stores"},
 	} {
 		_, _, err := run(context.Background(), append([]string{"relay", "--broker", "nats://127.0.0.1:1"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

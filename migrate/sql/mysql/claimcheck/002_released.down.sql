@@ -1,2 +1,0 @@
--- Drops the release times (and their index with the column).
-ALTER TABLE {{table}} DROP COLUMN released_at;
