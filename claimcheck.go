@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // HeaderClaimCheck carries a claim check reference: the message's payload
@@ -45,7 +45,7 @@ type ClaimCheck interface {
 	// Put stores payload under ref. ex runs SQL in the transaction the
 	// message is added in (the pool's for AddNoTx); a store outside the
 	// database ignores it.
-	Put(ctx context.Context, ex driver.Executor, ref string, payload []byte) error
+	Put(ctx context.Context, ex txboxdriver.Executor, ref string, payload []byte) error
 	// Get returns the payload stored under ref, or an error wrapping
 	// ErrClaimNotFound.
 	Get(ctx context.Context, ref string) ([]byte, error)

@@ -8,6 +8,6 @@
 //
 // The outbox table is a stable SQL contract (docs/reference/sql-contract.md): a service
 // written in another language may INSERT rows with plain SQL and the relay
-// delivers them. Tables are created by migrations (package migrate, or
+// delivers them. Tables are created by migrations (package txboxmigrate, or
 // `txbox migrate up`), never implicitly inside a caller's transaction.
 package txbox

@@ -8,8 +8,8 @@ import (
 	"log"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -23,8 +23,8 @@ func ExampleOutbox_Add() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	drv := txboxsql.New(db, driver.SQLite)
-	m, err := migrate.New(drv, migrate.Config{})
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

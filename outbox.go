@@ -10,9 +10,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Defaults of Config.
@@ -65,7 +65,7 @@ type Config struct {
 
 // TableName validates the schema and table of cfg and returns them quoted
 // for dialect d, with the defaults applied.
-func (cfg Config) TableName(d driver.Dialect) (string, error) {
+func (cfg Config) TableName(d txboxdriver.Dialect) (string, error) {
 	table := cfg.Table
 	if table == "" {
 		table = DefaultTable
@@ -74,7 +74,7 @@ func (cfg Config) TableName(d driver.Dialect) (string, error) {
 		return "", fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Schema != "" {
-		if d != driver.Postgres {
+		if d != txboxdriver.Postgres {
 			return "", fmt.Errorf("%w: a schema is only supported on PostgreSQL", ErrInvalidConfig)
 		}
 		if err := sqlname.Validate("schema", cfg.Schema); err != nil {
@@ -88,11 +88,11 @@ func (cfg Config) TableName(d driver.Dialect) (string, error) {
 // whose type is TTx (pgx.Tx with txboxpgx, *sql.Tx with txboxsql). It is
 // safe for concurrent use.
 //
-// An Outbox is also the driver.Driver it writes through, one that knows its
-// table: give it to relay.New, dead.New and migrate.New instead of the
+// An Outbox is also the txboxdriver.Driver it writes through, one that knows its
+// table: give it to relay.New, dead.New and txboxmigrate.New instead of the
 // driver, and they use its table, so that a program names it once.
 type Outbox[TTx any] struct {
-	drv           driver.Driver[TTx]
+	drv           txboxdriver.Driver[TTx]
 	ins           *outboxsql.Inserter
 	maxPayload    int
 	schema, table string
@@ -107,27 +107,29 @@ type claim struct {
 	payload []byte
 }
 
-var _ driver.Driver[any] = (*Outbox[any])(nil)
+var _ txboxdriver.Driver[any] = (*Outbox[any])(nil)
 
 // Dialect, Pool, UnwrapTx and BeginTx are the driver's.
-func (o *Outbox[TTx]) Dialect() driver.Dialect { return o.drv.Dialect() }
+func (o *Outbox[TTx]) Dialect() txboxdriver.Dialect { return o.drv.Dialect() }
 
 // Pool returns the driver's pool.
-func (o *Outbox[TTx]) Pool() driver.Pool { return o.drv.Pool() }
+func (o *Outbox[TTx]) Pool() txboxdriver.Pool { return o.drv.Pool() }
 
 // UnwrapTx returns the driver's Executor for tx.
-func (o *Outbox[TTx]) UnwrapTx(tx TTx) driver.Executor { return o.drv.UnwrapTx(tx) }
+func (o *Outbox[TTx]) UnwrapTx(tx TTx) txboxdriver.Executor { return o.drv.UnwrapTx(tx) }
 
 // BeginTx begins a transaction through the driver.
-func (o *Outbox[TTx]) BeginTx(ctx context.Context) (TTx, driver.Tx, error) { return o.drv.BeginTx(ctx) }
+func (o *Outbox[TTx]) BeginTx(ctx context.Context) (TTx, txboxdriver.Tx, error) {
+	return o.drv.BeginTx(ctx)
+}
 
 // OutboxTable returns the outbox table's schema ("" for the search_path)
 // and name, defaults applied.
 func (o *Outbox[TTx]) OutboxTable() (schema, table string) { return o.schema, o.table }
 
 // Driver returns the driver the Outbox writes through (for its optional
-// capabilities, such as driver.Listener).
-func (o *Outbox[TTx]) Driver() driver.Driver[TTx] { return o.drv }
+// capabilities, such as txboxdriver.Listener).
+func (o *Outbox[TTx]) Driver() txboxdriver.Driver[TTx] { return o.drv }
 
 // Tabled is implemented by a driver that knows its outbox table, as an
 // Outbox does. See TableOf.
@@ -158,8 +160,8 @@ func dotted(schema, table string) string {
 }
 
 // New returns an Outbox writing through drv. The table must exist (see
-// package migrate); New does not touch the database.
-func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
+// package txboxmigrate); New does not touch the database.
+func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	table, err := cfg.TableName(drv.Dialect())
 	if err != nil {
 		return nil, err
@@ -251,7 +253,7 @@ func (o *Outbox[TTx]) CancelNoTx(ctx context.Context, id string) (int, error) {
 	return o.cancel(ctx, o.drv.Pool(), id)
 }
 
-func (o *Outbox[TTx]) cancel(ctx context.Context, ex driver.Executor, id string) (int, error) {
+func (o *Outbox[TTx]) cancel(ctx context.Context, ex txboxdriver.Executor, id string) (int, error) {
 	if id == "" {
 		return 0, fmt.Errorf("%w: cancel: the message id is empty", ErrMessageNotFound)
 	}
@@ -272,7 +274,7 @@ func (o *Outbox[TTx]) cancel(ctx context.Context, ex driver.Executor, id string)
 }
 
 // putClaims stores the claimed payloads through ex.
-func (o *Outbox[TTx]) putClaims(ctx context.Context, ex driver.Executor, claims []claim) error {
+func (o *Outbox[TTx]) putClaims(ctx context.Context, ex txboxdriver.Executor, claims []claim) error {
 	for _, c := range claims {
 		if err := o.claims.Put(ctx, ex, c.ref, c.payload); err != nil {
 			return fmt.Errorf("txbox: add: claim check: %w", err)

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // AddBuffer defers the INSERTs of Outbox.Add in one transaction: an Add
@@ -96,7 +96,7 @@ func (b *AddBuffer) Truncate(n int) {
 // order locks of its keyed rows (which the rows' INSERT takes row by row,
 // in order) in one global order, so two of them never wait on each other's
 // keys in a cycle.
-func (b *AddBuffer) Flush(ctx context.Context, ex driver.Executor) error {
+func (b *AddBuffer) Flush(ctx context.Context, ex txboxdriver.Executor) error {
 	b.mu.Lock()
 	adds := b.adds
 	b.adds = nil

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // TestRelay is the end-to-end path: messages committed to an outbox on
@@ -18,10 +18,10 @@ import (
 // outbox table there) are delivered by a relay through the publisher, every
 // one counted at the broker, and rolled-back ones never. With
 // f.PerKeyOrder, per-key order is checked too.
-func TestRelay[TTx any](t *testing.T, drv driver.Driver[TTx], newPub NewFunc, f Features) {
+func TestRelay[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], newPub NewFunc, f Features) {
 	t.Helper()
-	m, err := migrate.New(drv, migrate.Config{})
-	must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	must(t, err, "txboxmigrate.New")
 	ctx := context.Background()
 	_, err = m.Up(ctx)
 	must(t, err, "migrate up")

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqlname"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // Defaults of Config.
@@ -43,23 +43,23 @@ type Config struct {
 // Store keeps payloads in a table of the database of drv. It is safe for
 // concurrent use.
 type Store struct {
-	pool                driver.Pool
-	dialect             driver.Dialect
+	pool                txboxdriver.Pool
+	dialect             txboxdriver.Dialect
 	table               string // quoted, qualified
 	put, get, del       string
 	held                []string // per outbox table: the headers of its rows still to deliver or dead that may name a reference
 	unreleased, release string
 	due, rehold         string
 	sweep, stats        string
-	migrator            *migrate.Migrator
+	migrator            *txboxmigrate.Migrator
 }
 
 var _ txbox.ClaimCheck = (*Store)(nil)
 
 // New returns a Store for the table cfg names in drv's database. The table
-// must exist (see package migrate); New does not touch the database. The
+// must exist (see package txboxmigrate); New does not touch the database. The
 // pool is drv's: whoever created it closes it.
-func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Store, error) {
+func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Store, error) {
 	table := cfg.Table
 	if table == "" {
 		table = DefaultTable
@@ -69,7 +69,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 	}
 	if cfg.Schema != "" {
-		if d != driver.Postgres {
+		if d != txboxdriver.Postgres {
 			return nil, fmt.Errorf("%w: a schema is only supported on PostgreSQL", txbox.ErrInvalidConfig)
 		}
 		if err := sqlname.Validate("schema", cfg.Schema); err != nil {
@@ -77,7 +77,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Store, error) {
 		}
 	}
 	t := sqlname.Qualified(d, cfg.Schema, table)
-	m, err := migrate.New(drv, migrate.Config{Schema: cfg.Schema, NoOutbox: true, ClaimCheckTables: []string{table}})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{Schema: cfg.Schema, NoOutbox: true, ClaimCheckTables: []string{table}})
 	if err != nil {
 		return nil, err
 	}
@@ -90,21 +90,21 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Store, error) {
 	var now, ago, size, oldest string
 	big := func(x string) string { return x }
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		big = func(x string) string { return "CAST(" + x + " AS bigint)" }
 		oldest = "COALESCE(CAST(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000000 AS bigint), 0)"
 		s.put = "INSERT INTO " + t + " (ref, payload) VALUES ($1, $2)"
 		s.get = "SELECT payload FROM " + t + " WHERE ref = $1"
 		s.del = "DELETE FROM " + t + " WHERE ref = $1"
 		now, ago, size = "now()", "now() - make_interval(secs => $1::bigint / 1e6)", "octet_length(payload)"
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		s.put = "INSERT INTO " + t + " (ref, payload) VALUES (?, ?)"
 		s.get = "SELECT payload FROM " + t + " WHERE ref = ?"
 		s.del = "DELETE FROM " + t + " WHERE ref = ?"
 		now = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
 		ago, size = now+" - ?", "length(payload)"
 		oldest = "COALESCE(" + now + " - min(created_at), 0)"
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		s.put = "INSERT INTO " + t + " (ref, payload) VALUES (?, ?)"
 		s.get = "SELECT payload FROM " + t + " WHERE ref = ?"
 		s.del = "DELETE FROM " + t + " WHERE ref = ?"
@@ -121,11 +121,11 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Store, error) {
 		// headers are parsed in Go (held).
 		o := sqlname.Qualified(d, cfg.Schema, ob)
 		switch d {
-		case driver.Postgres:
+		case txboxdriver.Postgres:
 			s.held = append(s.held, "SELECT headers::text FROM "+o+" WHERE published_at IS NULL AND lower(headers::text) LIKE '%txbox-claim-check%'")
-		case driver.SQLite:
+		case txboxdriver.SQLite:
 			s.held = append(s.held, "SELECT headers FROM "+o+" WHERE published_at IS NULL AND headers LIKE '%txbox-claim-check%'")
-		case driver.MySQL:
+		case txboxdriver.MySQL:
 			s.held = append(s.held, "SELECT CAST(headers AS CHAR) FROM "+o+" WHERE published_at IS NULL AND LOWER(CAST(headers AS CHAR)) LIKE '%txbox-claim-check%'")
 		}
 	}
@@ -151,7 +151,7 @@ func (s *Store) Check(ctx context.Context) []string {
 
 // Put stores payload under ref through ex, the transaction the message is
 // added in (the pool when ex is nil).
-func (s *Store) Put(ctx context.Context, ex driver.Executor, ref string, payload []byte) error {
+func (s *Store) Put(ctx context.Context, ex txboxdriver.Executor, ref string, payload []byte) error {
 	if ref == "" {
 		return errors.New("claimcheck: empty reference")
 	}
@@ -203,7 +203,7 @@ func (s *Store) Delete(ctx context.Context, refs ...string) error {
 
 // placeholder is the i-th (from 1) parameter of a statement.
 func (s *Store) placeholder(i int) string {
-	if s.dialect == driver.Postgres {
+	if s.dialect == txboxdriver.Postgres {
 		return fmt.Sprintf("$%d", i)
 	}
 	return "?"
@@ -226,7 +226,7 @@ func (s *Store) in(first, n int) string {
 // agoArgs are the arguments of a statement whose time parameter (the
 // first) appears n times: once on PostgreSQL ($1), n times elsewhere.
 func (s *Store) agoArgs(retention time.Duration, n int) []any {
-	if s.dialect == driver.Postgres {
+	if s.dialect == txboxdriver.Postgres {
 		n = 1
 	}
 	args := make([]any, n)

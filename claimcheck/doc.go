@@ -8,7 +8,7 @@
 // cleanup runs it: relay.Config.ClaimCheckTables). Stats reads the
 // figures the dashboard shows.
 //
-// The table is created by migrations (package migrate, ClaimCheckTables;
+// The table is created by migrations (package txboxmigrate, ClaimCheckTables;
 // `txbox migrate up --claim-check-table txbox_claim_check`). See
 // docs/guide/claim-check.md.
 package claimcheck

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Defaults of BatchConfig.
@@ -232,7 +232,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, b *binding[TTx], all [
 
 // runBatch runs the jobs in one inbox transaction and hands each its
 // outcome. If the transaction fails as a whole because the database did
-// (driver.IsTransientFor: a lost connection; a conflict that lost every
+// (txboxdriver.IsTransientFor: a lost connection; a conflict that lost every
 // time it ran again, see handleBatch), every job gets that failure: retried
 // when the database answers, not counted. If it fails for another
 // reason (a commit refused by a deferred constraint, a transaction a
@@ -271,7 +271,7 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx], pro
 	}
 	res, err := c.handleBatch(ctx, items, &inbox.BatchOptions{DeferAdds: deferAdds})
 	var berr *inbox.BatchError
-	if errors.As(err, &berr) && ctx.Err() == nil && !driver.IsTransientFor(c.drv, berr.Err) {
+	if errors.As(err, &berr) && ctx.Err() == nil && !txboxdriver.IsTransientFor(c.drv, berr.Err) {
 		c.batchesFailed.Add(1)
 		c.log.Warn("txbox/consumer: a batch transaction failed as a whole; handling its messages one by one",
 			"handler", batch[idx[0]].h.Name, "messages", len(items), "err", err)

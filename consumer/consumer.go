@@ -13,10 +13,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/backoff"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // Defaults of Config.
@@ -60,7 +60,7 @@ type Config struct {
 	// Broker opens the handlers' bindings. Required.
 	Broker txbox.Subscriber
 	// Inbox configures the inbox of every Inbox handler: its table
-	// (Schema and Table; create it with package migrate, InboxTables;
+	// (Schema and Table; create it with package txboxmigrate, InboxTables;
 	// default table: DefaultInboxTable, "txbox_inbox"), retention, limits
 	// and audit hook.
 	Inbox inbox.Config
@@ -70,10 +70,10 @@ type Config struct {
 	// MaxDeliveries is how many deliveries that fail for the message's own
 	// reasons (the handler returned an error or panicked, or the database
 	// refused its work at the commit: a deferred constraint, a transaction
-	// the handler left aborted; see driver.IsRejected) a message gets
+	// the handler left aborted; see txboxdriver.IsRejected) a message gets
 	// before it is dead-lettered. Failures of the database (a lost
 	// connection, a server shutting down, a deadlock; see
-	// driver.IsTransient; a bare network failure only when it broke the
+	// txboxdriver.IsTransient; a bare network failure only when it broke the
 	// handler's transaction), also when the handler returns them, retry
 	// without ever dead-lettering, as soon as the database answers again,
 	// and do not count. The count is this
@@ -228,7 +228,7 @@ type handler[TTx any] struct {
 // of each binding. Register handlers, then Start; Stop shuts it down. A
 // Consumer runs once: make a new one to start again.
 type Consumer[TTx any] struct {
-	drv      driver.Driver[TTx]
+	drv      txboxdriver.Driver[TTx]
 	cfg      Config
 	log      *slog.Logger
 	mu       sync.Mutex
@@ -256,7 +256,7 @@ type Consumer[TTx any] struct {
 // drv may be nil when every handler is AtLeastOnce (an Inbox handler
 // registered without a database is reported by Start). New touches neither
 // the database nor the broker.
-func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
+func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	if cfg.Broker == nil {
 		return nil, fmt.Errorf("%w: consumer: Broker is required", ErrInvalidConfig)
 	}
@@ -322,9 +322,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 // the inbox transaction tx, at most once per message id committed. fn must
 // not commit or roll back tx. Returning an error rolls everything back and
 // the message is retried; Permanent(err) dead-letters it at once. An error
-// that is, or wraps (%w), a failure of the database (driver.IsTransientFor)
+// that is, or wraps (%w), a failure of the database (txboxdriver.IsTransientFor)
 // never counts toward MaxDeliveries, but a bare network failure
-// (driver.IsNetwork) only when tx could not roll back after it: else it
+// (txboxdriver.IsNetwork) only when tx could not roll back after it: else it
 // is fn's own call to another service failing.
 // Problems with h are reported by Start, all at once.
 func (c *Consumer[TTx]) HandleInbox(h HandlerConfig, fn func(ctx context.Context, tx TTx, msg Message) error) error {
@@ -467,7 +467,7 @@ func checkText(s string) string {
 // and that the table is there.
 func (c *Consumer[TTx]) checkInbox(ctx context.Context) []string {
 	table := c.cfg.Inbox.Table
-	m, err := migrate.New(c.drv, migrate.Config{Schema: c.cfg.Inbox.Schema, NoOutbox: true, InboxTables: []string{table}, Logger: c.log})
+	m, err := txboxmigrate.New(c.drv, txboxmigrate.Config{Schema: c.cfg.Inbox.Schema, NoOutbox: true, InboxTables: []string{table}, Logger: c.log})
 	if err != nil {
 		return []string{fmt.Sprintf("inbox table %q: %v", table, err)}
 	}
@@ -739,7 +739,7 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		settle("release", d.Retry(sctx, 0))
 	case IsPermanent(err), errors.Is(err, inbox.ErrInvalidInput):
 		deadLetter("a message that cannot succeed", err)
-	case !timedOut && ((claimed && driver.IsTransientFor(c.drv, err)) || (!claimed && c.databaseFailed(h, err))):
+	case !timedOut && ((claimed && txboxdriver.IsTransientFor(c.drv, err)) || (!claimed && c.databaseFailed(h, err))):
 		// The database failed, not the message: retry, never dead-letter,
 		// and do not count it toward MaxDeliveries.
 		log.Warn("txbox/consumer: the database failed; retrying, not counted toward MaxDeliveries", "err", err)
@@ -806,17 +806,17 @@ func claimHeader(headers map[string]string) (name, ref string, ok bool) {
 
 // databaseFailed tells a failure of the database from the message's. The
 // database's: an error the driver classifies as transient
-// (driver.IsTransientFor: a lost connection, a server shutting down or out
+// (txboxdriver.IsTransientFor: a lost connection, a server shutting down or out
 // of resources, a deadlock or serialization failure), wherever it came
 // from — the inbox, the commit, the handler's statements or Outbox.Add,
 // wrapped or not — and a failure of the inbox's own statements (begin, the
 // receipt, the commit) that the database did not refuse for the message's
-// data (driver.IsRejectedFor). The message's: the handler's errors and
+// data (txboxdriver.IsRejectedFor). The message's: the handler's errors and
 // panics, and the inbox's statements refused for what the handler did — a
 // deferred constraint failing at COMMIT, a COMMIT of a transaction the
 // handler left aborted.
 //
-// A bare network failure (driver.IsNetwork: a net.Error, a reset
+// A bare network failure (txboxdriver.IsNetwork: a net.Error, a reset
 // connection) in the handler's own error is the database's only when the
 // handler's transaction could not roll back after it (its connection
 // broke: inbox.HandlerError.Rollback); otherwise it is the handler's call
@@ -827,10 +827,10 @@ func (c *Consumer[TTx]) databaseFailed(h *handler[TTx], err error) bool {
 	var herr *inbox.HandlerError
 	var panicked *PanicError
 	handlers := h.guarantee != Inbox || errors.As(err, &herr) || errors.As(err, &panicked)
-	if driver.IsTransientFor(c.drv, err) {
-		return !handlers || driver.IsDatabaseTransientFor(c.drv, err) || (herr != nil && herr.Rollback != nil)
+	if txboxdriver.IsTransientFor(c.drv, err) {
+		return !handlers || txboxdriver.IsDatabaseTransientFor(c.drv, err) || (herr != nil && herr.Rollback != nil)
 	}
-	return !handlers && !driver.IsRejectedFor(c.drv, err)
+	return !handlers && !txboxdriver.IsRejectedFor(c.drv, err)
 }
 
 // maxDatabaseRetryDelay caps the wait before retrying a delivery that
@@ -864,7 +864,7 @@ func (c *Consumer[TTx]) databaseRetryDelay(ctx context.Context, h *handler[TTx],
 }
 
 // maxConflictRetries is how many more times a transaction that lost a
-// deadlock or a serialization failure (driver.IsConflictFor) runs again at
+// deadlock or a serialization failure (txboxdriver.IsConflictFor) runs again at
 // once, before its messages go the way of other database failures.
 const maxConflictRetries = 3
 
@@ -883,7 +883,7 @@ func (c *Consumer[TTx]) againOnConflict(ctx context.Context, fn func() (inbox.Re
 // conflict reports whether err is a conflict to run again at once: not
 // when ctx ended, nor after the handler's timeout.
 func (c *Consumer[TTx]) conflict(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && driver.IsConflictFor(c.drv, err) && !IsPermanent(err) && !errors.Is(err, ErrHandlerTimeout)
+	return err != nil && ctx.Err() == nil && txboxdriver.IsConflictFor(c.drv, err) && !IsPermanent(err) && !errors.Is(err, ErrHandlerTimeout)
 }
 
 // invoke runs h's function, recovering a panic as a *PanicError.

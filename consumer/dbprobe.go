@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Probe timing: how often a failed database is asked whether it answers
@@ -24,7 +24,7 @@ const (
 // answer. So an outage costs no delivery counts and no backoff: a retry
 // waits for the outage plus about probeEvery.
 type dbProbe struct {
-	pool driver.Pool
+	pool txboxdriver.Pool
 
 	mu      sync.Mutex
 	round   *probeRound // the probe running now, or nil

@@ -29,9 +29,9 @@
 //
 // A delivery that failed for the message's own reasons (the handler's
 // error or panic, a commit the database refused for the message's data:
-// driver.IsRejectedFor) is retried with backoff and dead-lettered after
+// txboxdriver.IsRejectedFor) is retried with backoff and dead-lettered after
 // Config.MaxDeliveries. One that failed because the database did (a lost
-// connection, a shutdown: driver.IsTransientFor, looking through the
+// connection, a shutdown: txboxdriver.IsTransientFor, looking through the
 // handler's wrapping) is never dead-lettered, does not count, and is
 // retried as soon as the database answers again; a deadlock runs again at
 // once.
@@ -51,7 +51,7 @@
 // per ordered binding.
 //
 // The broker side is the small Subscriber interface; implementations are
-// natsjs.Subscriber (JetStream) and rabbitmq.Subscriber. This package
+// natsjs.Subscriber (JetStream) and txboxrabbitmq.Subscriber. This package
 // imports no broker SDK. docs/guide/consumer.md states the flow, the guarantee,
 // its duplicate windows, dead letters and startup validation.
 package consumer

@@ -9,7 +9,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
@@ -25,7 +25,7 @@ func ExampleConsumer_HandleInbox() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	drv := txboxsql.New(db, driver.SQLite)
+	drv := txboxsql.New(db, txboxdriver.SQLite)
 	ob, err := txbox.New(drv, txbox.Config{})
 	if err != nil {
 		log.Fatal(err)

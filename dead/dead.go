@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/internal/printable"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Message is a dead outbox message.
@@ -58,7 +58,7 @@ type Letters struct {
 
 // New returns Letters for the outbox table cfg names (Schema, Table), or,
 // when drv is a *txbox.Outbox and cfg names none, for that outbox's table.
-func New[TTx any](drv driver.Driver[TTx], cfg txbox.Config) (*Letters, error) {
+func New[TTx any](drv txboxdriver.Driver[TTx], cfg txbox.Config) (*Letters, error) {
 	var err error
 	if cfg.Schema, cfg.Table, err = txbox.TableOf(drv, cfg.Schema, cfg.Table); err != nil {
 		return nil, err

@@ -2,7 +2,7 @@
 // the dashboard) and the dead letters a consumer leaves on its broker: a
 // Store lists, shows, redrives and discards the dead letters of one
 // binding. Each broker package of txbox has one (natsjs.DeadLetters,
-// rabbitmq.DeadLetters, redisstream.DeadLetters).
+// txboxrabbitmq.DeadLetters, redisstream.DeadLetters).
 //
 // A redrive sends the message back to the binding it was dead-lettered
 // from with its original message id, so that an inbox handler that did

@@ -9,8 +9,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/claimcheck"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // testClaimCheck: the claim check table through the driver. A payload over
@@ -21,8 +21,8 @@ import (
 func (s *suite[TTx]) testClaimCheck(t *testing.T) {
 	ctx := context.Background()
 	drv := s.setup(t)
-	m, err := migrate.New(drv, migrate.Config{NoOutbox: true, ClaimCheckTables: []string{claimcheck.DefaultTable}})
-	must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{NoOutbox: true, ClaimCheckTables: []string{claimcheck.DefaultTable}})
+	must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	must(t, err, "migrate up")
 	store, err := claimcheck.New(drv, claimcheck.Config{})

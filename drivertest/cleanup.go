@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // lockRows begins a transaction on drv's pool that locks the rows each
 // query selects (… FOR UPDATE), as a cleanup at another relay would, and
 // returns it; the test ends it.
-func lockRows[TTx any](t *testing.T, drv driver.Driver[TTx], queries ...string) driver.Tx {
+func lockRows[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], queries ...string) txboxdriver.Tx {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := drv.Pool().Begin(ctx)
@@ -41,8 +41,8 @@ func lockRows[TTx any](t *testing.T, drv driver.Driver[TTx], queries ...string) 
 
 // skipOneWriter skips the tests of row locks on SQLite, whose writers take
 // turns on the whole database.
-func skipOneWriter[TTx any](t *testing.T, drv driver.Driver[TTx]) {
-	if drv.Dialect() == driver.SQLite {
+func skipOneWriter[TTx any](t *testing.T, drv txboxdriver.Driver[TTx]) {
+	if drv.Dialect() == txboxdriver.SQLite {
 		t.Skip("SQLite has one writer at a time: a cleanup never meets another's row locks")
 	}
 }

@@ -1,10 +1,10 @@
 // Package drivertest is the conformance suite of txbox's database drivers:
 // every driver that txbox ships runs it in CI, and a third-party driver —
-// an implementation of driver.Driver for another database library — runs
+// an implementation of txboxdriver.Driver for another database library — runs
 // it too, from its own tests:
 //
 //	func TestConformance(t *testing.T) {
-//		drivertest.Exercise(t, func(t *testing.T) driver.Driver[*sql.Tx] {
+//		drivertest.Exercise(t, func(t *testing.T) txboxdriver.Driver[*sql.Tx] {
 //			return mydriver.New(openFreshDatabase(t)) // empty, isolated, closed by t.Cleanup
 //		})
 //	}
@@ -17,8 +17,8 @@
 // and cleaned up; per-key order holds; N relays on one table publish each
 // message once; the inbox's insert-first receipt runs a handler once for
 // many concurrent copies of a message; where the driver sends statements
-// at once (driver.QueryBeginner, driver.ExecCommitter,
-// driver.ChainBeginner), they do what they would one by one.
+// at once (txboxdriver.QueryBeginner, txboxdriver.ExecCommitter,
+// txboxdriver.ChainBeginner), they do what they would one by one.
 //
 // newDriver is called once per subtest, and subtests run in parallel: each
 // call must return a driver on a fresh, empty database (or schema) of its

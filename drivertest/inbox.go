@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
-func (s *suite[TTx]) newInbox(t *testing.T, drv driver.Driver[TTx], cfg inbox.Config) *inbox.Inbox[TTx] {
+func (s *suite[TTx]) newInbox(t *testing.T, drv txboxdriver.Driver[TTx], cfg inbox.Config) *inbox.Inbox[TTx] {
 	t.Helper()
 	cfg.Table = inboxTable
 	if cfg.Hook == nil {

@@ -7,14 +7,14 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 func (s *suite[TTx]) testMigrate(t *testing.T) {
 	ctx := context.Background()
 	drv := s.newDriver(t)
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{"inbox_a", "inbox_b"}})
-	must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{"inbox_a", "inbox_b"}})
+	must(t, err, "txboxmigrate.New")
 	st, err := m.Status(ctx)
 	must(t, err, "status before up")
 	for _, x := range st {
@@ -57,10 +57,10 @@ func (s *suite[TTx]) testMigrate(t *testing.T) {
 	}
 	// Down through the driver: refused while the tables hold a message and
 	// receipts, then forced; Up brings every migration back.
-	if _, err := m.Down(ctx, migrate.DownOptions{}); !errors.Is(err, migrate.ErrDataLoss) {
-		t.Fatalf("Down to 0 with a pending message: %v, want migrate.ErrDataLoss", err)
+	if _, err := m.Down(ctx, txboxmigrate.DownOptions{}); !errors.Is(err, txboxmigrate.ErrDataLoss) {
+		t.Fatalf("Down to 0 with a pending message: %v, want txboxmigrate.ErrDataLoss", err)
 	}
-	reverted, err := m.Down(ctx, migrate.DownOptions{Force: true})
+	reverted, err := m.Down(ctx, txboxmigrate.DownOptions{Force: true})
 	must(t, err, "forced down")
 	if len(reverted) != len(st) {
 		t.Fatalf("Down reverted %d of %d migrations", len(reverted), len(st))

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // Options adapts the suite to a driver. The zero value suits a database
@@ -33,7 +33,7 @@ func WithOptions(o Options) Option { return func(p *Options) { *p = o } }
 // Exercise runs the conformance suite against the driver newDriver returns,
 // as parallel subtests of t. See the package documentation for what
 // newDriver must provide.
-func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx], opts ...Option) {
+func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) txboxdriver.Driver[TTx], opts ...Option) {
 	t.Helper()
 	o := Options{}
 	for _, f := range opts {
@@ -76,18 +76,18 @@ func Exercise[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[
 }
 
 type suite[TTx any] struct {
-	newDriver func(t *testing.T) driver.Driver[TTx]
+	newDriver func(t *testing.T) txboxdriver.Driver[TTx]
 	opts      Options
 }
 
 const inboxTable = "txbox_inbox"
 
 // setup returns a driver on a migrated database (outbox and inbox).
-func (s *suite[TTx]) setup(t *testing.T) driver.Driver[TTx] {
+func (s *suite[TTx]) setup(t *testing.T) txboxdriver.Driver[TTx] {
 	t.Helper()
 	drv := s.newDriver(t)
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{inboxTable}})
-	must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{inboxTable}})
+	must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	must(t, err, "migrate up")
 	return drv
@@ -100,7 +100,7 @@ func must(t testing.TB, err error, what string) {
 	}
 }
 
-func outbox[TTx any](t *testing.T, drv driver.Driver[TTx]) *txbox.Outbox[TTx] {
+func outbox[TTx any](t *testing.T, drv txboxdriver.Driver[TTx]) *txbox.Outbox[TTx] {
 	ob, err := txbox.New(drv, txbox.Config{})
 	must(t, err, "txbox.New")
 	return ob
@@ -108,7 +108,7 @@ func outbox[TTx any](t *testing.T, drv driver.Driver[TTx]) *txbox.Outbox[TTx] {
 
 // add writes msgs in one transaction of the caller's type, committed when
 // commit is true.
-func add[TTx any](t *testing.T, drv driver.Driver[TTx], ob *txbox.Outbox[TTx], commit bool, msgs ...txbox.Message) []string {
+func add[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], ob *txbox.Outbox[TTx], commit bool, msgs ...txbox.Message) []string {
 	t.Helper()
 	ctx := context.Background()
 	tx, dtx, err := drv.BeginTx(ctx)
@@ -126,7 +126,7 @@ func add[TTx any](t *testing.T, drv driver.Driver[TTx], ob *txbox.Outbox[TTx], c
 	return ids
 }
 
-func newRelay[TTx any](t *testing.T, drv driver.Driver[TTx], pub txbox.Publisher, cfg relay.Config) *relay.Relay {
+func newRelay[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], pub txbox.Publisher, cfg relay.Config) *relay.Relay {
 	t.Helper()
 	cfg.DisableNotify = true
 	if cfg.PollInterval == 0 {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 
 	"github.com/txbox/txbox/internal/inboxsql"
 )
@@ -81,7 +81,7 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // concurrent batches holding the same message never both run it: the
 // second waits on the first's uncommitted receipt, as in Handle. Waits
 // between batches can end in a deadlock; on PostgreSQL the statement that
-// lost is the item's error (a conflict, see driver.IsConflictFor), on
+// lost is the item's error (a conflict, see txboxdriver.IsConflictFor), on
 // MySQL InnoDB rolls the whole transaction back and the batch fails with a
 // *BatchError that wraps the deadlock (a conflict too).
 //
@@ -209,12 +209,12 @@ func (ib *Inbox[TTx]) HandleBatch(ctx context.Context, items []Item[TTx], opts *
 
 // lostConflict is the error of a rollback to an item's savepoint that
 // failed: rbErr, or, if the item's error is a conflict
-// (driver.IsConflictFor: InnoDB rolls the whole transaction back after a
+// (txboxdriver.IsConflictFor: InnoDB rolls the whole transaction back after a
 // deadlock, its savepoints included), that conflict first and rbErr after
 // it, so that the batch's error is classified as the conflict it is. A
 // *HandlerError gives its handler's error, the database's.
 func (ib *Inbox[TTx]) lostConflict(rbErr, itemErr error) error {
-	if !driver.IsConflictFor(ib.drv, itemErr) {
+	if !txboxdriver.IsConflictFor(ib.drv, itemErr) {
 		return rbErr
 	}
 	if herr, ok := itemErr.(*HandlerError); ok {
@@ -230,7 +230,7 @@ func (ib *Inbox[TTx]) lostConflict(rbErr, itemErr error) error {
 // message in the batch are left out: they record their receipts one by
 // one, after the first copy ran (a duplicate if it succeeded, fresh if it
 // failed and its receipt was forgotten).
-func (ib *Inbox[TTx]) receiveMany(ctx context.Context, ex driver.Executor, items []Item[TTx], res []ItemResult, metas []any) (map[int]bool, error) {
+func (ib *Inbox[TTx]) receiveMany(ctx context.Context, ex txboxdriver.Executor, items []Item[TTx], res []ItemResult, metas []any) (map[int]bool, error) {
 	bulk, ok := ib.sql.(inboxsql.BulkReceiver)
 	if !ok {
 		return nil, nil

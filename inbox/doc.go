@@ -24,7 +24,7 @@
 // their own. Sweep ages receipts out after the retention, and Stats counts
 // them per source.
 //
-// The table is created by migrations (package migrate, InboxTables; or
+// The table is created by migrations (package txboxmigrate, InboxTables; or
 // `txbox migrate`), never at run time. docs/guide/inbox.md states the guarantee
 // and what lies outside it.
 package inbox

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -17,7 +17,7 @@ import (
 // instead of retrying. (The *sql.DB is nil here because neither New nor a
 // refused Handle uses it.)
 func ExampleInputError() {
-	ib, err := inbox.New(txboxsql.New(nil, driver.SQLite), inbox.Config{Table: "txbox_inbox"})
+	ib, err := inbox.New(txboxsql.New(nil, txboxdriver.SQLite), inbox.Config{Table: "txbox_inbox"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -23,8 +23,8 @@ func ExampleInbox_Handle() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	drv := txboxsql.New(db, driver.SQLite)
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{"orders_inbox"}})
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{"orders_inbox"}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/inboxsql"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Defaults of Config.
@@ -28,7 +28,7 @@ type Config struct {
 	// connection's search_path). Must be empty on other dialects.
 	Schema string
 	// Table is the inbox table, validated as an SQL identifier. Required.
-	// Create it with package migrate (migrate.Config.InboxTables).
+	// Create it with package txboxmigrate (txboxmigrate.Config.InboxTables).
 	Table string
 	// Retention is how long a processed message's receipt is kept, counted
 	// from its receipt: within it a redelivery is a duplicate, after it
@@ -95,7 +95,7 @@ type SourceStats struct {
 // transaction type (pgx.Tx with txboxpgx, *sql.Tx with txboxsql). An Inbox is
 // safe for concurrent use.
 type Inbox[TTx any] struct {
-	drv       driver.Driver[TTx]
+	drv       txboxdriver.Driver[TTx]
 	sql       inboxsql.Dialect
 	table     string
 	retention time.Duration
@@ -107,8 +107,8 @@ type Inbox[TTx any] struct {
 }
 
 // New returns an Inbox on the table cfg names, through drv. The table must
-// exist (see package migrate); New does not touch the database.
-func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
+// exist (see package txboxmigrate); New does not touch the database.
+func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 	d := drv.Dialect()
 	if cfg.Table == "" {
 		return nil, fmt.Errorf("%w: inbox: Table is required", ErrInvalidConfig)
@@ -117,7 +117,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 		return nil, fmt.Errorf("%w: inbox: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Schema != "" {
-		if d != driver.Postgres {
+		if d != txboxdriver.Postgres {
 			return nil, fmt.Errorf("%w: inbox: a schema is only supported on PostgreSQL, not %s", ErrInvalidConfig, d)
 		}
 		if err := sqlname.Validate("schema", cfg.Schema); err != nil {
@@ -413,7 +413,7 @@ func (ib *Inbox[TTx]) check(source, id string, metadata any) (any, error) {
 
 // receive runs the insert-first receipt and reports whether it inserted a
 // row.
-func (ib *Inbox[TTx]) receive(ctx context.Context, ex driver.Executor, r inboxsql.Receipt) (bool, error) {
+func (ib *Inbox[TTx]) receive(ctx context.Context, ex txboxdriver.Executor, r inboxsql.Receipt) (bool, error) {
 	fresh, err := ib.sql.Receive(ctx, ex, r)
 	if err != nil {
 		return false, fmt.Errorf("txbox/inbox: record receipt: %w", err)

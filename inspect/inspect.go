@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Defaults.
@@ -146,7 +146,7 @@ type Inspector struct {
 // New returns an Inspector for the outbox table cfg names (Schema, Table),
 // or, when drv is a *txbox.Outbox and cfg names none, for that outbox's
 // table.
-func New[TTx any](drv driver.Driver[TTx], cfg txbox.Config) (*Inspector, error) {
+func New[TTx any](drv txboxdriver.Driver[TTx], cfg txbox.Config) (*Inspector, error) {
 	var err error
 	if cfg.Schema, cfg.Table, err = txbox.TableOf(drv, cfg.Schema, cfg.Table); err != nil {
 		return nil, err

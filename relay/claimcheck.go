@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/claimcheck"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // claimChecks builds the stores of c.ClaimCheckTables, each swept against
 // the relay's own outbox table.
-func claimChecks[TTx any](drv driver.Driver[TTx], c Config) ([]*claimcheck.Store, error) {
+func claimChecks[TTx any](drv txboxdriver.Driver[TTx], c Config) ([]*claimcheck.Store, error) {
 	var out []*claimcheck.Store
 	for _, table := range c.ClaimCheckTables {
 		s, err := claimcheck.New(drv, claimcheck.Config{Schema: c.Schema, Table: table, OutboxTables: []string{c.Table}})

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
@@ -16,7 +16,7 @@ import (
 // at the first claim. (The *sql.DB is nil here because New never uses it;
 // Run does.) The zero Config is valid: every field has a default.
 func ExampleNew_config() {
-	drv := txboxsql.New(nil, driver.SQLite)
+	drv := txboxsql.New(nil, txboxdriver.SQLite)
 	broker := txboxtest.NewBroker(txboxtest.BrokerConfig{})
 
 	_, err := relay.New(drv, broker, relay.Config{BatchSize: 20000})

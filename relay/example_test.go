@@ -8,15 +8,15 @@ import (
 	"syscall"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
 
 // Run the relay until SIGINT or SIGTERM: it claims the committed outbox
 // rows, publishes them (here to the in-memory broker of txboxtest; in
-// production natsjs, rabbitmq, redisstream, kafka or txboxasynq) and marks
+// production natsjs, txboxrabbitmq, redisstream, txboxkafka or txboxasynq) and marks
 // each one sent once the broker confirmed it. Any number of replicas may
 // run against one table.
 func ExampleNew() {
@@ -27,7 +27,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	ob, err := txbox.New(txboxsql.New(db, driver.SQLite), txbox.Config{})
+	ob, err := txbox.New(txboxsql.New(db, txboxdriver.SQLite), txbox.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -47,7 +47,7 @@ var (
 // others; a Relay on its own has the budget for them.
 //
 // The group opens one LISTEN connection per PostgreSQL database (through
-// a driver that is a driver.ChannelListener, such as txboxpgx), which
+// a driver that is a txboxdriver.ChannelListener, such as txboxpgx), which
 // listens on the notify channel of each of that database's stores and
 // queues a store as soon as a writer's commit rings its doorbell (armed
 // while the store is idle, disarmed at work). While that connection is lost
@@ -131,7 +131,7 @@ func (r *Relay) ownGroup(ctx context.Context) *Group {
 // running group its first round is queued at once. A table
 // that is missing or not migrated is a *txbox.StartupError and the store
 // is not added; so is a database that failed during the check, with its
-// error (driver.IsTransient), not retried: the caller retries the store.
+// error (txboxdriver.IsTransient), not retried: the caller retries the store.
 func (g *Group) Add(ctx context.Context, s Store) error {
 	if s.Name == "" || s.Relay == nil {
 		return fmt.Errorf("%w: a group store needs a name and a relay", txbox.ErrInvalidConfig)

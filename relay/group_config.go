@@ -24,7 +24,7 @@ type GroupConfig struct {
 	// DisableNotify turns off the group's LISTEN/NOTIFY wake-up: by
 	// default the group opens one listening connection per PostgreSQL
 	// database (stores grouped as for DatabaseBudget, through a driver
-	// that is a driver.ChannelListener, such as txboxpgx) and queues a
+	// that is a txboxdriver.ChannelListener, such as txboxpgx) and queues a
 	// store as soon as its table's notify trigger rings; without it idle
 	// stores poll every PollInterval or wait for Wake. A store whose relay
 	// has Config.DisableNotify only polls either way. Default: false.

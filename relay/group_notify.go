@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // dbListener is the one LISTEN connection of a group's database: it
@@ -232,7 +232,7 @@ func (l *dbListener) listenOnce(ctx context.Context) error {
 // sync makes the connection LISTEN on the channels of want and on no
 // other, and returns the channels it started listening on. A store whose
 // doorbell table is missing is left to poll.
-func (l *dbListener) sync(ctx context.Context, conn driver.Channels, heard map[string]bool, want map[string][]*member) ([]string, error) {
+func (l *dbListener) sync(ctx context.Context, conn txboxdriver.Channels, heard map[string]bool, want map[string][]*member) ([]string, error) {
 	for ch := range heard {
 		if _, ok := want[ch]; !ok {
 			if err := conn.Unlisten(ctx, ch); err != nil {

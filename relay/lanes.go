@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // DefaultLaneLease is the lane lease of a relay.
@@ -62,7 +62,9 @@ func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
 
 // LanesSupported reports whether dialect d has lanes (keyed rows shared
 // by lane leases between relays).
-func LanesSupported(d driver.Dialect) bool { return d == driver.Postgres || d == driver.MySQL }
+func LanesSupported(d txboxdriver.Dialect) bool {
+	return d == txboxdriver.Postgres || d == txboxdriver.MySQL
+}
 
 // ownerName names one relay run: host, process and a random part.
 func ownerName() string {

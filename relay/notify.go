@@ -9,18 +9,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // listener is what a relay's Group needs to wake the relay on PostgreSQL
 // notifications from the outbox table's notify trigger, through a driver
-// that is a driver.ChannelListener (see dbListener): the channel, and the
+// that is a txboxdriver.ChannelListener (see dbListener): the channel, and the
 // doorbell table that asks writers to notify.
 type listener struct {
 	r       *Relay
-	chans   driver.ChannelListener
-	pool    driver.Pool
+	chans   txboxdriver.ChannelListener
+	pool    txboxdriver.Pool
 	channel string // the channel the trigger notifies
 	wake    string // the quoted doorbell table
 	// wasReset is set when reset disarmed the doorbell table, which makes a
@@ -104,7 +104,7 @@ func (d *doorbell) release(ctx context.Context) { d.worked(ctx) }
 // writers' are, reaches a listening connection (behind PgBouncer in
 // transaction mode it does not): it notifies channel with payload, then
 // waits, up to timeout, until next returns want.
-func probeNotify(ctx context.Context, pool driver.Pool, channel, payload string, timeout time.Duration, next func(context.Context) (string, error)) error {
+func probeNotify(ctx context.Context, pool txboxdriver.Pool, channel, payload string, timeout time.Duration, next func(context.Context) (string, error)) error {
 	if _, err := pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload); err != nil {
 		return fmt.Errorf("probe notification: %w", err)
 	}
@@ -129,7 +129,7 @@ func probeNotify(ctx context.Context, pool driver.Pool, channel, payload string,
 const maxChannel = 63
 
 // notifyChannel is the channel the notify trigger of schema.table sends on
-// (migrate/sql/postgres/outbox/001_create_outbox.sql):
+// (txboxmigrate/sql/postgres/outbox/001_create_outbox.sql):
 // "txbox_<schema>.<table>", or, when that is over 63 bytes, "txbox_" and
 // the MD5 of that name in hex.
 func notifyChannel(schema, table string) string {
@@ -142,7 +142,7 @@ func notifyChannel(schema, table string) string {
 }
 
 // resolveSchema returns schema, or the connection's current schema.
-func resolveSchema(ctx context.Context, pool driver.Pool, schema string) (string, error) {
+func resolveSchema(ctx context.Context, pool txboxdriver.Pool, schema string) (string, error) {
 	if schema != "" {
 		return schema, nil
 	}
@@ -155,7 +155,7 @@ func resolveSchema(ctx context.Context, pool driver.Pool, schema string) (string
 		if err := rows.Err(); err != nil {
 			return "", err
 		}
-		return "", driver.ErrNoRows
+		return "", txboxdriver.ErrNoRows
 	}
 	if err := rows.Scan(&schema); err != nil {
 		return "", err
@@ -184,6 +184,6 @@ func (l *listener) resolve(ctx context.Context) error {
 	}
 	table := l.r.tableName()
 	l.channel = notifyChannel(schema, table)
-	l.wake = sqlname.Qualified(driver.Postgres, schema, sqlname.Derived(table, "wake"))
+	l.wake = sqlname.Qualified(txboxdriver.Postgres, schema, sqlname.Derived(table, "wake"))
 	return nil
 }

@@ -43,11 +43,11 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/claimcheck"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/internal/roundtimes"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // ErrAlreadyStarted is returned by Start on a running relay.
@@ -110,7 +110,7 @@ type Relay struct {
 
 // New returns a Relay reading drv's outbox table and publishing through pub.
 // It checks the configuration and touches neither database nor broker.
-func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Relay, error) {
+func New[TTx any](drv txboxdriver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Relay, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: relay needs a publisher", txbox.ErrInvalidConfig)
 	}
@@ -142,7 +142,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	}
 	r.rec, _ = r.tracer.(roundtimes.Recorder)
 	r.check = func(ctx context.Context, retry bool) ([]string, error) {
-		m, err := migrate.New(drv, migrate.Config{Schema: c.Schema, OutboxTable: c.Table, Logger: r.log})
+		m, err := txboxmigrate.New(drv, txboxmigrate.Config{Schema: c.Schema, OutboxTable: c.Table, Logger: r.log})
 		if err != nil {
 			return []string{err.Error()}, nil
 		}
@@ -163,7 +163,9 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 	}
 	r.check = r.withClaimChecks(r.check)
 	capable := any(drv)
-	if ob, ok := capable.(interface{ Driver() driver.Driver[TTx] }); ok {
+	if ob, ok := capable.(interface {
+		Driver() txboxdriver.Driver[TTx]
+	}); ok {
 		capable = ob.Driver() // an Outbox: its driver's capabilities
 	}
 	if LanesSupported(drv.Dialect()) {
@@ -171,7 +173,7 @@ func New[TTx any](drv driver.Driver[TTx], pub txbox.Publisher, cfg Config) (*Rel
 			return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 		}
 	}
-	if l, ok := capable.(driver.ChannelListener); ok && !c.DisableNotify {
+	if l, ok := capable.(txboxdriver.ChannelListener); ok && !c.DisableNotify {
 		r.listen = &listener{r: r, chans: l, pool: drv.Pool()}
 	}
 	return r, nil
@@ -190,7 +192,7 @@ func (r *Relay) Wake() {
 }
 
 // Validate checks that the outbox table is there, migrated and usable
-// (migrate.Migrator.Check), and returns a *txbox.StartupError listing
+// (txboxmigrate.Migrator.Check), and returns a *txbox.StartupError listing
 // every problem, or nil. A database failure during the check is retried
 // until ctx ends. Start and Run call it; it changes nothing.
 func (r *Relay) Validate(ctx context.Context) error {
@@ -202,7 +204,7 @@ func (r *Relay) Validate(ctx context.Context) error {
 }
 
 // validateOnce is Validate without its retries: a database failure during
-// the check is returned as it is (driver.IsTransient), for a Group that
+// the check is returned as it is (txboxdriver.IsTransient), for a Group that
 // retries each store on its own.
 func (r *Relay) validateOnce(ctx context.Context) error {
 	problems, err := r.check(ctx, false)

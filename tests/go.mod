@@ -8,9 +8,9 @@ require github.com/txbox/txbox v0.1.0
 
 replace github.com/txbox/txbox => ..
 
-require github.com/txbox/txbox/kafka v0.1.0
+require github.com/txbox/txbox/txboxkafka v0.1.0
 
-replace github.com/txbox/txbox/kafka => ../kafka
+replace github.com/txbox/txbox/txboxkafka => ../txboxkafka
 
 require github.com/txbox/txbox/natsembed v0.1.0
 
@@ -20,9 +20,9 @@ require github.com/txbox/txbox/natsjs v0.1.0
 
 replace github.com/txbox/txbox/natsjs => ../natsjs
 
-require github.com/txbox/txbox/rabbitmq v0.1.0
+require github.com/txbox/txbox/txboxrabbitmq v0.1.0
 
-replace github.com/txbox/txbox/rabbitmq => ../rabbitmq
+replace github.com/txbox/txbox/txboxrabbitmq => ../txboxrabbitmq
 
 require github.com/txbox/txbox/redisstream v0.1.0
 

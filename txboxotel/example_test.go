@@ -9,8 +9,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxotel"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
@@ -24,7 +24,7 @@ func Example() {
 	var db *sql.DB // your database
 	tracing := txboxotel.New(txboxotel.Config{System: txboxotel.SystemNATS, ProcessAsChild: true})
 
-	drv := txboxsql.New(db, driver.Postgres)
+	drv := txboxsql.New(db, txboxdriver.Postgres)
 	outbox, err := txbox.New(drv, txbox.Config{Propagate: tracing.Propagate})
 	if err != nil {
 		panic(err)

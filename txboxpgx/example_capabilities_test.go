@@ -3,11 +3,11 @@ package txboxpgx_test
 import (
 	"fmt"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
-// Beyond the four methods of driver.Driver, the pgx driver has the optional
+// Beyond the four methods of txboxdriver.Driver, the pgx driver has the optional
 // capabilities txbox looks for by type assertion: on the driver, LISTEN/NOTIFY
 // on one connection per database (ChannelListener) and pgx's own error
 // classes (ErrorClassifier); on its pool, transactions at a chosen isolation
@@ -17,10 +17,10 @@ import (
 func ExampleDriver_capabilities() {
 	drv := txboxpgx.New(nil)
 	var d, p any = drv, drv.Pool()
-	_, listens := d.(driver.ChannelListener)
-	_, classifies := d.(driver.ErrorClassifier)
-	_, begins := p.(driver.TxBeginner)
-	_, batches := p.(driver.QueryBeginner)
+	_, listens := d.(txboxdriver.ChannelListener)
+	_, classifies := d.(txboxdriver.ErrorClassifier)
+	_, begins := p.(txboxdriver.TxBeginner)
+	_, batches := p.(txboxdriver.QueryBeginner)
 	fmt.Println(drv.Dialect(), listens, classifies, begins, batches)
 	// Output: postgres true true true true
 }

@@ -13,7 +13,7 @@ import (
 
 // Use txbox on your pgx pool: the outbox's transactions are pgx.Tx, so an
 // event commits with the business rows written through the same tx. It
-// needs a PostgreSQL server with the outbox table (package migrate or
+// needs a PostgreSQL server with the outbox table (package txboxmigrate or
 // `txbox migrate up`).
 func ExampleNew() {
 	ctx := context.Background()

@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Driver adapts a pgx pool. It opens nothing and closes nothing: whoever
@@ -30,28 +30,28 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver[pgx.Tx]      = (*Driver)(nil)
-	_ driver.Listener            = (*Driver)(nil)
-	_ driver.ChannelListener     = (*Driver)(nil)
-	_ driver.ErrorClassifier     = (*Driver)(nil)
-	_ driver.RejectionClassifier = (*Driver)(nil)
+	_ txboxdriver.Driver[pgx.Tx]      = (*Driver)(nil)
+	_ txboxdriver.Listener            = (*Driver)(nil)
+	_ txboxdriver.ChannelListener     = (*Driver)(nil)
+	_ txboxdriver.ErrorClassifier     = (*Driver)(nil)
+	_ txboxdriver.RejectionClassifier = (*Driver)(nil)
 )
 
 // New returns a Driver over pool.
 func New(pool *pgxpool.Pool) *Driver { return &Driver{pool: pool} }
 
-// Dialect returns driver.Postgres.
-func (d *Driver) Dialect() driver.Dialect { return driver.Postgres }
+// Dialect returns txboxdriver.Postgres.
+func (d *Driver) Dialect() txboxdriver.Dialect { return txboxdriver.Postgres }
 
-// Pool returns the pool as a driver.Pool.
-func (d *Driver) Pool() driver.Pool { return poolExec{d.pool} }
+// Pool returns the pool as a txboxdriver.Pool.
+func (d *Driver) Pool() txboxdriver.Pool { return poolExec{d.pool} }
 
 // PgxPool returns the underlying pool.
 func (d *Driver) PgxPool() *pgxpool.Pool { return d.pool }
 
-// Listen implements driver.Listener: it takes a connection out of the pool
+// Listen implements txboxdriver.Listener: it takes a connection out of the pool
 // for good and LISTENs on channel with it.
-func (d *Driver) Listen(ctx context.Context, channel string) (driver.Notifications, error) {
+func (d *Driver) Listen(ctx context.Context, channel string) (txboxdriver.Notifications, error) {
 	pooled, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -77,12 +77,12 @@ func (n notifications) Wait(ctx context.Context) (string, error) {
 
 func (n notifications) Close(ctx context.Context) error { return n.conn.Close(ctx) }
 
-// ListenChannels implements driver.ChannelListener: it takes a connection
+// ListenChannels implements txboxdriver.ChannelListener: it takes a connection
 // out of the pool for good. Waits are ended by their context without
 // closing the connection only with pgx's default context watcher
 // (pgconn.DeadlineContextWatcherHandler); with another, an ended wait may
 // cost the connection, and the caller opens another.
-func (d *Driver) ListenChannels(ctx context.Context) (driver.Channels, error) {
+func (d *Driver) ListenChannels(ctx context.Context) (txboxdriver.Channels, error) {
 	pooled, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -112,11 +112,11 @@ func (c channels) Wait(ctx context.Context) (string, string, error) {
 
 func (c channels) Close(ctx context.Context) error { return c.conn.Close(ctx) }
 
-// IsTransient implements driver.ErrorClassifier with pgx's own types:
+// IsTransient implements txboxdriver.ErrorClassifier with pgx's own types:
 // pgconn.SafeToRetry (nothing was sent), a *pgconn.PgError whose code
-// driver.TransientSQLState accepts, and a *pgconn.ConnectError that is not
+// txboxdriver.TransientSQLState accepts, and a *pgconn.ConnectError that is not
 // the server refusing the connection for good (a wrong password, a missing
-// database: a *pgconn.PgError of another class). The checks driver.IsTransient
+// database: a *pgconn.PgError of another class). The checks txboxdriver.IsTransient
 // makes without pgx (lost connections, unexpected EOF) apply as well.
 func (d *Driver) IsTransient(err error) bool {
 	if pgconn.SafeToRetry(err) {
@@ -124,23 +124,23 @@ func (d *Driver) IsTransient(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return driver.TransientSQLState(pgErr.Code)
+		return txboxdriver.TransientSQLState(pgErr.Code)
 	}
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &connErr)
 }
 
-// IsRejected implements driver.RejectionClassifier: a COMMIT that pgx
+// IsRejected implements txboxdriver.RejectionClassifier: a COMMIT that pgx
 // reports turned into a rollback (pgx.ErrTxCommitRollback: a statement of
 // the transaction had failed and its error was ignored). The SQLSTATEs
-// driver.IsRejected accepts apply as well.
+// txboxdriver.IsRejected accepts apply as well.
 func (d *Driver) IsRejected(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
 
 // UnwrapTx returns an Executor running inside tx.
-func (d *Driver) UnwrapTx(tx pgx.Tx) driver.Executor { return txExec{tx} }
+func (d *Driver) UnwrapTx(tx pgx.Tx) txboxdriver.Executor { return txExec{tx} }
 
 // BeginTx begins a transaction on the pool.
-func (d *Driver) BeginTx(ctx context.Context) (pgx.Tx, driver.Tx, error) {
+func (d *Driver) BeginTx(ctx context.Context) (pgx.Tx, txboxdriver.Tx, error) {
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -159,7 +159,7 @@ func exec(ctx context.Context, q querier, sql string, args []any) (int64, error)
 	return tag.RowsAffected(), err
 }
 
-func query(ctx context.Context, q querier, sql string, args []any) (driver.Rows, error) {
+func query(ctx context.Context, q querier, sql string, args []any) (txboxdriver.Rows, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -172,16 +172,16 @@ type poolExec struct{ p *pgxpool.Pool }
 func (p poolExec) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	return exec(ctx, p.p, sql, args)
 }
-func (p poolExec) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+func (p poolExec) Query(ctx context.Context, sql string, args ...any) (txboxdriver.Rows, error) {
 	return query(ctx, p.p, sql, args)
 }
-func (p poolExec) Begin(ctx context.Context) (driver.Tx, error) {
-	return p.BeginTx(ctx, driver.TxOptions{})
+func (p poolExec) Begin(ctx context.Context) (txboxdriver.Tx, error) {
+	return p.BeginTx(ctx, txboxdriver.TxOptions{})
 }
 
-var _ driver.TxBeginner = poolExec{}
+var _ txboxdriver.TxBeginner = poolExec{}
 
-func (p poolExec) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+func (p poolExec) BeginTx(ctx context.Context, opts txboxdriver.TxOptions) (txboxdriver.Tx, error) {
 	iso, err := isoLevel(opts.Isolation)
 	if err != nil {
 		return nil, err
@@ -193,28 +193,28 @@ func (p poolExec) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx
 	return txExec{tx}, nil
 }
 
-// isoLevel is l in pgx's terms ("" for driver.LevelDefault).
-func isoLevel(l driver.IsolationLevel) (pgx.TxIsoLevel, error) {
+// isoLevel is l in pgx's terms ("" for txboxdriver.LevelDefault).
+func isoLevel(l txboxdriver.IsolationLevel) (pgx.TxIsoLevel, error) {
 	switch l {
-	case driver.LevelDefault:
+	case txboxdriver.LevelDefault:
 		return "", nil
-	case driver.LevelReadCommitted:
+	case txboxdriver.LevelReadCommitted:
 		return pgx.ReadCommitted, nil
-	case driver.LevelRepeatableRead:
+	case txboxdriver.LevelRepeatableRead:
 		return pgx.RepeatableRead, nil
-	case driver.LevelSerializable:
+	case txboxdriver.LevelSerializable:
 		return pgx.Serializable, nil
 	}
 	return "", fmt.Errorf("txboxpgx: unknown isolation level %d", l)
 }
 
-var _ driver.QueryBeginner = poolExec{}
+var _ txboxdriver.QueryBeginner = poolExec{}
 
-// BeginQuery implements driver.QueryBeginner with a pgx batch: BEGIN, setup
+// BeginQuery implements txboxdriver.QueryBeginner with a pgx batch: BEGIN, setup
 // and query are sent together and answered together (pgx prepares each
 // statement once per connection, in a round trip of its own the first
 // time).
-func (p poolExec) BeginQuery(ctx context.Context, opts driver.TxOptions, setup []driver.Statement, query driver.Statement) (driver.Tx, driver.Rows, error) {
+func (p poolExec) BeginQuery(ctx context.Context, opts txboxdriver.TxOptions, setup []txboxdriver.Statement, query txboxdriver.Statement) (txboxdriver.Tx, txboxdriver.Rows, error) {
 	begin, err := beginSQL(opts)
 	if err != nil {
 		return nil, nil, err
@@ -234,7 +234,7 @@ func (p poolExec) BeginQuery(ctx context.Context, opts driver.TxOptions, setup [
 	return tx, rows, nil
 }
 
-func beginSQL(opts driver.TxOptions) (string, error) {
+func beginSQL(opts txboxdriver.TxOptions) (string, error) {
 	iso, err := isoLevel(opts.Isolation)
 	if err != nil {
 		return "", err
@@ -246,7 +246,7 @@ func beginSQL(opts driver.TxOptions) (string, error) {
 }
 
 // queueBegin queues BEGIN, the setup statements and the query.
-func queueBegin(b *pgx.Batch, begin string, setup []driver.Statement, query driver.Statement) {
+func queueBegin(b *pgx.Batch, begin string, setup []txboxdriver.Statement, query txboxdriver.Statement) {
 	b.Queue(begin)
 	for _, s := range setup {
 		b.Queue(s.SQL, s.Args...)
@@ -256,8 +256,8 @@ func queueBegin(b *pgx.Batch, begin string, setup []driver.Statement, query driv
 
 // readBegin reads the answers to what queueBegin queued, tx being the
 // transaction begun; on an error it ends tx.
-func readBegin(ctx context.Context, br pgx.BatchResults, tx *connTx, setup int) (driver.Rows, error) {
-	fail := func(err error) (driver.Rows, error) {
+func readBegin(ctx context.Context, br pgx.BatchResults, tx *connTx, setup int) (txboxdriver.Rows, error) {
+	fail := func(err error) (txboxdriver.Rows, error) {
 		_ = br.Close()
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, err
@@ -297,7 +297,7 @@ type connTx struct {
 	conn *pgxpool.Conn // nil once ended
 }
 
-var _ driver.ExecCommitter = (*connTx)(nil)
+var _ txboxdriver.ExecCommitter = (*connTx)(nil)
 
 func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	if t.conn == nil {
@@ -306,7 +306,7 @@ func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (int64, erro
 	return exec(ctx, t.conn, sql, args)
 }
 
-func (t *connTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+func (t *connTx) Query(ctx context.Context, sql string, args ...any) (txboxdriver.Rows, error) {
 	if t.conn == nil {
 		return nil, pgx.ErrTxClosed
 	}
@@ -340,7 +340,7 @@ func (t *connTx) Rollback(ctx context.Context) error {
 	return err
 }
 
-// ExecCommit implements driver.ExecCommitter: the statement and COMMIT in
+// ExecCommit implements txboxdriver.ExecCommitter: the statement and COMMIT in
 // one batch. When the statement fails the server skips the COMMIT and the
 // transaction stays open, failed, for Rollback.
 func (t *connTx) ExecCommit(ctx context.Context, sql string, args ...any) (int64, error) {
@@ -367,13 +367,13 @@ func (t *connTx) ExecCommit(ctx context.Context, sql string, args ...any) (int64
 	return tag.RowsAffected(), nil
 }
 
-var _ driver.ChainBeginner = (*connTx)(nil)
+var _ txboxdriver.ChainBeginner = (*connTx)(nil)
 
-// ExecCommitBeginQuery implements driver.ChainBeginner with one pgx batch:
+// ExecCommitBeginQuery implements txboxdriver.ChainBeginner with one pgx batch:
 // exec, COMMIT, BEGIN, setup and query. The server skips what follows a
 // failed statement, so a claim never runs after marks that did not
 // commit.
-func (t *connTx) ExecCommitBeginQuery(ctx context.Context, exec driver.Statement, opts driver.TxOptions, setup []driver.Statement, query driver.Statement) (bool, driver.Tx, driver.Rows, error) {
+func (t *connTx) ExecCommitBeginQuery(ctx context.Context, exec txboxdriver.Statement, opts txboxdriver.TxOptions, setup []txboxdriver.Statement, query txboxdriver.Statement) (bool, txboxdriver.Tx, txboxdriver.Rows, error) {
 	if t.conn == nil {
 		return false, nil, nil, pgx.ErrTxClosed
 	}
@@ -414,7 +414,7 @@ type txExec struct{ tx pgx.Tx }
 func (t txExec) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	return exec(ctx, t.tx, sql, args)
 }
-func (t txExec) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+func (t txExec) Query(ctx context.Context, sql string, args ...any) (txboxdriver.Rows, error) {
 	return query(ctx, t.tx, sql, args)
 }
 func (t txExec) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }

@@ -6,7 +6,7 @@
 // speaks.
 //
 //	db, _ := sql.Open("sqlite", txboxsql.SQLiteDSN("app.db")) // WAL, busy timeout, immediate transactions
-//	drv := txboxsql.New(db, driver.SQLite)
+//	drv := txboxsql.New(db, txboxdriver.SQLite)
 //
 // The Driver classifies the errors of modernc.org/sqlite and
 // go-sql-driver/mysql by itself (see Driver.IsTransient, Driver.IsRejected
@@ -19,35 +19,35 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Driver adapts a *sql.DB. It opens nothing and closes nothing: whoever
 // opened the DB closes it.
 type Driver struct {
 	db      *sql.DB
-	dialect driver.Dialect
+	dialect txboxdriver.Dialect
 	opts    Options
 }
 
 var (
-	_ driver.Driver[*sql.Tx]     = (*Driver)(nil)
-	_ driver.ErrorClassifier     = (*Driver)(nil)
-	_ driver.RejectionClassifier = (*Driver)(nil)
-	_ driver.ConflictClassifier  = (*Driver)(nil)
+	_ txboxdriver.Driver[*sql.Tx]     = (*Driver)(nil)
+	_ txboxdriver.ErrorClassifier     = (*Driver)(nil)
+	_ txboxdriver.RejectionClassifier = (*Driver)(nil)
+	_ txboxdriver.ConflictClassifier  = (*Driver)(nil)
 )
 
 // Options are the optional settings of NewWithOptions.
 type Options struct {
 	// IsTransient recognises the errors of the program's engine that say
 	// the database failed rather than the statement (see
-	// driver.ErrorClassifier), beyond what Driver.IsTransient recognises
+	// txboxdriver.ErrorClassifier), beyond what Driver.IsTransient recognises
 	// by itself (modernc.org/sqlite and go-sql-driver/mysql): for another
 	// engine, such as mattn/go-sqlite3. Default: nil (nothing beyond
 	// txbox's own checks).
 	IsTransient func(err error) bool
 	// IsRejected recognises the errors of the program's engine that say
-	// the database refused the work itself (see driver.IsRejected: a
+	// the database refused the work itself (see txboxdriver.IsRejected: a
 	// constraint or data error, counted against the message), beyond the
 	// SQLSTATEs txbox recognises by itself and what Driver.IsRejected
 	// recognises (modernc.org/sqlite and go-sql-driver/mysql). Default:
@@ -55,7 +55,7 @@ type Options struct {
 	IsRejected func(err error) bool
 	// IsConflict recognises the errors of the program's engine that say
 	// the transaction lost a deadlock or a serialization failure and was
-	// rolled back (see driver.ConflictClassifier: run again at once),
+	// rolled back (see txboxdriver.ConflictClassifier: run again at once),
 	// beyond the SQLSTATEs txbox recognises by itself and what
 	// Driver.IsConflict recognises (go-sql-driver/mysql); Driver.IsTransient
 	// accepts them too (a conflict that loses every time it runs again is a
@@ -65,10 +65,10 @@ type Options struct {
 
 // New returns a Driver over db, which speaks dialect, with the zero
 // Options.
-func New(db *sql.DB, dialect driver.Dialect) *Driver { return &Driver{db: db, dialect: dialect} }
+func New(db *sql.DB, dialect txboxdriver.Dialect) *Driver { return &Driver{db: db, dialect: dialect} }
 
 // NewWithOptions returns a Driver over db, which speaks dialect, with opts.
-func NewWithOptions(db *sql.DB, dialect driver.Dialect, opts Options) *Driver {
+func NewWithOptions(db *sql.DB, dialect txboxdriver.Dialect, opts Options) *Driver {
 	return &Driver{db: db, dialect: dialect, opts: opts}
 }
 
@@ -83,7 +83,7 @@ const (
 	sqliteRange      = 25
 )
 
-// IsTransient implements driver.ErrorClassifier: on SQLite, an error with
+// IsTransient implements txboxdriver.ErrorClassifier: on SQLite, an error with
 // a Code() int method whose primary result code is SQLITE_BUSY or
 // SQLITE_LOCKED (modernc.org/sqlite); on MySQL, go-sql-driver/mysql's
 // ErrInvalidConn and a *mysql.MySQLError numbered 1040 (too many
@@ -92,10 +92,10 @@ const (
 // Options.IsTransient and Options.IsConflict, if set. txboxsql imports no
 // engine: it recognises go-sql-driver's types by their package path.
 func (d *Driver) IsTransient(err error) bool {
-	if d.dialect == driver.MySQL && mysqlTransient(err) {
+	if d.dialect == txboxdriver.MySQL && mysqlTransient(err) {
 		return true
 	}
-	if d.dialect == driver.SQLite {
+	if d.dialect == txboxdriver.SQLite {
 		var coded interface{ Code() int }
 		if errors.As(err, &coded) {
 			if c := coded.Code() & 0xff; c == sqliteBusy || c == sqliteLocked {
@@ -107,7 +107,7 @@ func (d *Driver) IsTransient(err error) bool {
 		d.opts.IsConflict != nil && d.opts.IsConflict(err)
 }
 
-// IsRejected implements driver.RejectionClassifier: on SQLite, an error
+// IsRejected implements txboxdriver.RejectionClassifier: on SQLite, an error
 // with a Code() int method whose primary result code is SQLITE_CONSTRAINT
 // (also a deferred foreign key checked at COMMIT), SQLITE_MISMATCH,
 // SQLITE_TOOBIG or SQLITE_RANGE; on MySQL, a *mysql.MySQLError numbered
@@ -116,10 +116,10 @@ func (d *Driver) IsTransient(err error) bool {
 // (foreign key) or 3819 (check constraint); then Options.IsRejected, if
 // set.
 func (d *Driver) IsRejected(err error) bool {
-	if d.dialect == driver.MySQL && mysqlRejected(err) {
+	if d.dialect == txboxdriver.MySQL && mysqlRejected(err) {
 		return true
 	}
-	if d.dialect == driver.SQLite {
+	if d.dialect == txboxdriver.SQLite {
 		var coded interface{ Code() int }
 		if errors.As(err, &coded) {
 			switch coded.Code() & 0xff {
@@ -131,31 +131,31 @@ func (d *Driver) IsRejected(err error) bool {
 	return d.opts.IsRejected != nil && d.opts.IsRejected(err)
 }
 
-// IsConflict implements driver.ConflictClassifier: on MySQL, a
+// IsConflict implements txboxdriver.ConflictClassifier: on MySQL, a
 // *mysql.MySQLError numbered 1213 (deadlock: InnoDB rolled the whole
 // transaction back); then Options.IsConflict, if set. Every error it
 // accepts, IsTransient accepts too.
 func (d *Driver) IsConflict(err error) bool {
-	if d.dialect == driver.MySQL && mysqlConflict(err) {
+	if d.dialect == txboxdriver.MySQL && mysqlConflict(err) {
 		return true
 	}
 	return d.opts.IsConflict != nil && d.opts.IsConflict(err)
 }
 
 // Dialect returns the dialect given to New.
-func (d *Driver) Dialect() driver.Dialect { return d.dialect }
+func (d *Driver) Dialect() txboxdriver.Dialect { return d.dialect }
 
 // DB returns the underlying *sql.DB.
 func (d *Driver) DB() *sql.DB { return d.db }
 
-// Pool returns the DB as a driver.Pool.
-func (d *Driver) Pool() driver.Pool { return dbExec{d.db} }
+// Pool returns the DB as a txboxdriver.Pool.
+func (d *Driver) Pool() txboxdriver.Pool { return dbExec{d.db} }
 
 // UnwrapTx returns an Executor running inside tx.
-func (d *Driver) UnwrapTx(tx *sql.Tx) driver.Executor { return txExec{tx} }
+func (d *Driver) UnwrapTx(tx *sql.Tx) txboxdriver.Executor { return txExec{tx} }
 
 // BeginTx begins a transaction on the DB.
-func (d *Driver) BeginTx(ctx context.Context) (*sql.Tx, driver.Tx, error) {
+func (d *Driver) BeginTx(ctx context.Context) (*sql.Tx, txboxdriver.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, nil, err
@@ -180,7 +180,7 @@ func exec(ctx context.Context, q querier, query string, args []any) (int64, erro
 	return n, nil
 }
 
-func query(ctx context.Context, q querier, query string, args []any) (driver.Rows, error) {
+func query(ctx context.Context, q querier, query string, args []any) (txboxdriver.Rows, error) {
 	return q.QueryContext(ctx, query, args...)
 }
 
@@ -189,24 +189,24 @@ type dbExec struct{ db *sql.DB }
 func (d dbExec) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	return exec(ctx, d.db, q, args)
 }
-func (d dbExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+func (d dbExec) Query(ctx context.Context, q string, args ...any) (txboxdriver.Rows, error) {
 	return query(ctx, d.db, q, args)
 }
-func (d dbExec) Begin(ctx context.Context) (driver.Tx, error) {
-	return d.BeginTx(ctx, driver.TxOptions{})
+func (d dbExec) Begin(ctx context.Context) (txboxdriver.Tx, error) {
+	return d.BeginTx(ctx, txboxdriver.TxOptions{})
 }
 
-var _ driver.TxBeginner = dbExec{}
+var _ txboxdriver.TxBeginner = dbExec{}
 
-func (d dbExec) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+func (d dbExec) BeginTx(ctx context.Context, opts txboxdriver.TxOptions) (txboxdriver.Tx, error) {
 	var o *sql.TxOptions // nil: the DB's default
 	switch opts.Isolation {
-	case driver.LevelDefault:
-	case driver.LevelReadCommitted:
+	case txboxdriver.LevelDefault:
+	case txboxdriver.LevelReadCommitted:
 		o = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-	case driver.LevelRepeatableRead:
+	case txboxdriver.LevelRepeatableRead:
 		o = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
-	case driver.LevelSerializable:
+	case txboxdriver.LevelSerializable:
 		o = &sql.TxOptions{Isolation: sql.LevelSerializable}
 	default:
 		return nil, fmt.Errorf("txboxsql: unknown isolation level %d", opts.Isolation)
@@ -223,7 +223,7 @@ type txExec struct{ tx *sql.Tx }
 func (t txExec) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	return exec(ctx, t.tx, q, args)
 }
-func (t txExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+func (t txExec) Query(ctx context.Context, q string, args ...any) (txboxdriver.Rows, error) {
 	return query(ctx, t.tx, q, args)
 }
 func (t txExec) Commit(context.Context) error   { return t.tx.Commit() }

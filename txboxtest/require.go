@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // RequireAddedOpts says what an added message must be. Every field that is
@@ -119,7 +119,7 @@ func RequireManyAddedTx[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TT
 }
 
 // added reads the undelivered rows of ob's table through ex.
-func added[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex driver.Executor) ([]*txbox.Record, bool) {
+func added[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex txboxdriver.Executor) ([]*txbox.Record, bool) {
 	tb.Helper()
 	schema, name := ob.OutboxTable()
 	table, err := txbox.Config{Schema: schema, Table: name}.TableName(ob.Dialect())
@@ -159,7 +159,7 @@ func list(recs []*txbox.Record) string {
 	return b.String()
 }
 
-func requireAdded[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex driver.Executor, opts *RequireAddedOpts) *txbox.Record {
+func requireAdded[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex txboxdriver.Executor, opts *RequireAddedOpts) *txbox.Record {
 	tb.Helper()
 	recs, ok := added(ctx, tb, ob, ex)
 	if !ok {
@@ -182,7 +182,7 @@ func requireAdded[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex
 	return match[0]
 }
 
-func requireNotAdded[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex driver.Executor, opts *RequireAddedOpts) {
+func requireNotAdded[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex txboxdriver.Executor, opts *RequireAddedOpts) {
 	tb.Helper()
 	recs, ok := added(ctx, tb, ob, ex)
 	if !ok {
@@ -199,7 +199,7 @@ func requireNotAdded[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx],
 	}
 }
 
-func requireMany[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex driver.Executor, expected []RequireAddedOpts) []*txbox.Record {
+func requireMany[TTx any](ctx context.Context, tb TB, ob *txbox.Outbox[TTx], ex txboxdriver.Executor, expected []RequireAddedOpts) []*txbox.Record {
 	tb.Helper()
 	recs, ok := added(ctx, tb, ob, ex)
 	if !ok {

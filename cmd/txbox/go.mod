@@ -6,13 +6,13 @@ toolchain go1.26.8
 
 require github.com/txbox/txbox v0.1.0
 
-require github.com/txbox/txbox/kafka v0.1.0
+require github.com/txbox/txbox/txboxkafka v0.1.0
 
 require github.com/txbox/txbox/natsembed v0.1.0
 
 require github.com/txbox/txbox/natsjs v0.1.0
 
-require github.com/txbox/txbox/rabbitmq v0.1.0
+require github.com/txbox/txbox/txboxrabbitmq v0.1.0
 
 require github.com/txbox/txbox/redisstream v0.1.0
 

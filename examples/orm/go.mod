@@ -20,7 +20,7 @@ require (
 
 replace github.com/txbox/txbox/tests => ../../tests
 
-replace github.com/txbox/txbox/kafka => ../../kafka
+replace github.com/txbox/txbox/txboxkafka => ../../txboxkafka
 
 require github.com/txbox/txbox/natsembed v0.1.0 // indirect
 
@@ -28,9 +28,9 @@ replace github.com/txbox/txbox/natsembed => ../../natsembed
 
 replace github.com/txbox/txbox/natsjs => ../../natsjs
 
-require github.com/txbox/txbox/rabbitmq v0.1.0 // indirect
+require github.com/txbox/txbox/txboxrabbitmq v0.1.0 // indirect
 
-replace github.com/txbox/txbox/rabbitmq => ../../rabbitmq
+replace github.com/txbox/txbox/txboxrabbitmq => ../../txboxrabbitmq
 
 replace github.com/txbox/txbox/redisstream => ../../redisstream
 

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Key names a receipt.
@@ -17,9 +17,9 @@ type Key struct{ Source, ID string }
 type BulkReceiver interface {
 	// ReceiveMany records the receipts rs (distinct keys), already
 	// processed, and returns the keys it inserted.
-	ReceiveMany(ctx context.Context, ex driver.Executor, rs []Receipt) (map[Key]bool, error)
+	ReceiveMany(ctx context.Context, ex txboxdriver.Executor, rs []Receipt) (map[Key]bool, error)
 	// Forget deletes the receipt of (source, id).
-	Forget(ctx context.Context, ex driver.Executor, source, id string) error
+	Forget(ctx context.Context, ex txboxdriver.Executor, source, id string) error
 }
 
 // maxBulkRows bounds the rows of one receive_many statement.
@@ -67,7 +67,7 @@ func (b *bulk) expand(n int) string {
 	return s.String()
 }
 
-func (b *bulk) ReceiveMany(ctx context.Context, ex driver.Executor, rs []Receipt) (map[Key]bool, error) {
+func (b *bulk) ReceiveMany(ctx context.Context, ex txboxdriver.Executor, rs []Receipt) (map[Key]bool, error) {
 	fresh := make(map[Key]bool, len(rs))
 	for len(rs) > 0 {
 		n := min(len(rs), maxBulkRows)
@@ -99,7 +99,7 @@ func (b *bulk) ReceiveMany(ctx context.Context, ex driver.Executor, rs []Receipt
 	return fresh, nil
 }
 
-func (b *bulk) Forget(ctx context.Context, ex driver.Executor, source, id string) error {
+func (b *bulk) Forget(ctx context.Context, ex txboxdriver.Executor, source, id string) error {
 	_, err := ex.Exec(ctx, b.forget, source, id)
 	return err
 }

@@ -9,33 +9,33 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqltext"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Dialect is one dialect's inbox SQL on one table.
 type Dialect interface {
 	// Receive runs the insert-first receipt of r and reports whether it
 	// inserted a row (the message is fresh).
-	Receive(ctx context.Context, ex driver.Executor, r Receipt) (fresh bool, err error)
+	Receive(ctx context.Context, ex txboxdriver.Executor, r Receipt) (fresh bool, err error)
 	// MarkProcessed marks the receipt of (source, id) processed and
 	// reports whether there is one.
-	MarkProcessed(ctx context.Context, ex driver.Executor, source, id string, now time.Time) (found bool, err error)
+	MarkProcessed(ctx context.Context, ex txboxdriver.Executor, source, id string, now time.Time) (found bool, err error)
 	// Exists reports whether a receipt of (source, id) is visible.
-	Exists(ctx context.Context, ex driver.Executor, source, id string) (bool, error)
+	Exists(ctx context.Context, ex txboxdriver.Executor, source, id string) (bool, error)
 	// Stats returns, per source ordered by source, the source, its
 	// receipts and its processed receipts.
-	Stats(ctx context.Context, ex driver.Executor) (driver.Rows, error)
+	Stats(ctx context.Context, ex txboxdriver.Executor) (txboxdriver.Rows, error)
 	// Sweep deletes up to limit receipts of source ("": every source)
 	// past retention (twice retention for unprocessed ones), counted back
 	// from now. It skips receipts another transaction has locked (a sweep
 	// beside it, a handler's), so that sweeps never wait for each other.
-	Sweep(ctx context.Context, pool driver.Pool, source string, now time.Time, retention time.Duration, limit int) (int64, error)
+	Sweep(ctx context.Context, pool txboxdriver.Pool, source string, now time.Time, retention time.Duration, limit int) (int64, error)
 	// SweepCount counts the receipts Sweep would delete, without a limit.
-	SweepCount(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration) (int64, error)
+	SweepCount(ctx context.Context, ex txboxdriver.Executor, source string, now time.Time, retention time.Duration) (int64, error)
 	// Probe reads nothing from the table, failing if it is missing or
 	// unreadable.
-	Probe(ctx context.Context, ex driver.Executor) error
+	Probe(ctx context.Context, ex txboxdriver.Executor) error
 	// Savepoints of a batch: see savepoint.go.
 	Savepoints
 }
@@ -52,18 +52,18 @@ type Receipt struct {
 
 // New returns the inbox SQL of dialect d for table in schema (both
 // validated; schema may be empty).
-func New(d driver.Dialect, schema, table string) (Dialect, error) {
+func New(d txboxdriver.Dialect, schema, table string) (Dialect, error) {
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		p := &postgres{bulk: bulk{placeholder: dollar, args: func(r Receipt) []any { return []any{r.Source, r.ID, r.Metadata} }}}
 		return p, p.load(d, postgresSQL, schema, table, p.bulk.dests())
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		s := &sqlite{bulk: bulk{placeholder: question, args: func(r Receipt) []any {
 			now := r.Now.UnixMicro()
 			return []any{r.Source, r.ID, now, now, r.Metadata}
 		}}}
 		return s, s.load(d, sqliteSQL, schema, table, s.bulk.dests())
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		m := &mysql{}
 		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"found_receipt": &m.foundReceipt, "sweep_delete": &m.sweepDelete})
 	}
@@ -77,7 +77,7 @@ type queries struct {
 	savepoints
 }
 
-func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
+func (q *queries) load(d txboxdriver.Dialect, file, schema, table string, extra map[string]*string) error {
 	dest := map[string]*string{
 		"receive": &q.receive, "receive_processed": &q.receiveProcessed, "mark_processed": &q.markProcessed,
 		"exists": &q.exists, "stats": &q.stats, "sweep": &q.sweep, "sweep_count": &q.sweepCount, "probe": &q.probe,
@@ -95,7 +95,7 @@ func (q *queries) receiveQuery(r Receipt) string {
 	return q.receive
 }
 
-func (q *queries) Exists(ctx context.Context, ex driver.Executor, source, id string) (bool, error) {
+func (q *queries) Exists(ctx context.Context, ex txboxdriver.Executor, source, id string) (bool, error) {
 	rows, err := ex.Query(ctx, q.exists, source, id)
 	if err != nil {
 		return false, err
@@ -103,11 +103,11 @@ func (q *queries) Exists(ctx context.Context, ex driver.Executor, source, id str
 	return exists(rows)
 }
 
-func (q *queries) Stats(ctx context.Context, ex driver.Executor) (driver.Rows, error) {
+func (q *queries) Stats(ctx context.Context, ex txboxdriver.Executor) (txboxdriver.Rows, error) {
 	return ex.Query(ctx, q.stats)
 }
 
-func (q *queries) Probe(ctx context.Context, ex driver.Executor) error {
+func (q *queries) Probe(ctx context.Context, ex txboxdriver.Executor) error {
 	rows, err := ex.Query(ctx, q.probe)
 	if err != nil {
 		return err
@@ -118,7 +118,7 @@ func (q *queries) Probe(ctx context.Context, ex driver.Executor) error {
 
 // returning runs a receipt whose RETURNING clause returns a row only when
 // it inserted one.
-func hasRow(ctx context.Context, ex driver.Executor, q string, args ...any) (bool, error) {
+func hasRow(ctx context.Context, ex txboxdriver.Executor, q string, args ...any) (bool, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return false, err
@@ -127,14 +127,14 @@ func hasRow(ctx context.Context, ex driver.Executor, q string, args ...any) (boo
 }
 
 // affected runs q and reports whether it affected a row.
-func affected(ctx context.Context, ex driver.Executor, q string, args ...any) (bool, error) {
+func affected(ctx context.Context, ex txboxdriver.Executor, q string, args ...any) (bool, error) {
 	n, err := ex.Exec(ctx, q, args...)
 	return n > 0, err
 }
 
 // exists reports whether rows has a row, and closes rows. It reads the
 // error after Close, where pgx reports a statement's late failures.
-func exists(rows driver.Rows) (bool, error) {
+func exists(rows txboxdriver.Rows) (bool, error) {
 	found := rows.Next()
 	cerr := rows.Close()
 	if err := rows.Err(); err != nil {
@@ -144,7 +144,7 @@ func exists(rows driver.Rows) (bool, error) {
 }
 
 // count runs a query of one count.
-func count(ctx context.Context, ex driver.Executor, q string, args ...any) (int64, error) {
+func count(ctx context.Context, ex txboxdriver.Executor, q string, args ...any) (int64, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return 0, err
@@ -155,7 +155,7 @@ func count(ctx context.Context, ex driver.Executor, q string, args ...any) (int6
 		if err := rows.Err(); err != nil {
 			return 0, err
 		}
-		return 0, driver.ErrNoRows
+		return 0, txboxdriver.ErrNoRows
 	}
 	if err := rows.Scan(&n); err != nil {
 		return 0, err

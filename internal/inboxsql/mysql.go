@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/mysql.sql
@@ -33,7 +33,7 @@ var _ Dialect = (*mysql)(nil)
 // (fresh), 2 means updated (duplicate), whatever CLIENT_FOUND_ROWS says.
 // Any other count (0: a driver that does not report it) is an error, never
 // a guess that could skip a handler or run it twice.
-func (m *mysql) Receive(ctx context.Context, ex driver.Executor, r Receipt) (bool, error) {
+func (m *mysql) Receive(ctx context.Context, ex txboxdriver.Executor, r Receipt) (bool, error) {
 	n, err := ex.Exec(ctx, m.receiveQuery(r), r.Source, r.ID, r.Metadata)
 	if err != nil {
 		return false, err
@@ -50,7 +50,7 @@ func (m *mysql) Receive(ctx context.Context, ex driver.Executor, r Receipt) (boo
 // MarkProcessed asks whether the receipt exists when the UPDATE affected no
 // row: MySQL counts a row already processed as unaffected (unless
 // CLIENT_FOUND_ROWS is set).
-func (m *mysql) MarkProcessed(ctx context.Context, ex driver.Executor, source, id string, _ time.Time) (bool, error) {
+func (m *mysql) MarkProcessed(ctx context.Context, ex txboxdriver.Executor, source, id string, _ time.Time) (bool, error) {
 	found, err := affected(ctx, ex, m.markProcessed, source, id)
 	if err != nil || found {
 		return found, err
@@ -61,10 +61,10 @@ func (m *mysql) MarkProcessed(ctx context.Context, ex driver.Executor, source, i
 // Sweep locks the receipts it deletes first, skipping locked ones, in a
 // READ COMMITTED transaction where the Pool offers one: a DELETE cannot
 // skip locked rows. It then deletes them by key.
-func (m *mysql) Sweep(ctx context.Context, pool driver.Pool, source string, _ time.Time, retention time.Duration, limit int) (_ int64, err error) {
-	var tx driver.Tx
-	if b, ok := pool.(driver.TxBeginner); ok {
-		tx, err = b.BeginTx(ctx, driver.TxOptions{Isolation: driver.LevelReadCommitted})
+func (m *mysql) Sweep(ctx context.Context, pool txboxdriver.Pool, source string, _ time.Time, retention time.Duration, limit int) (_ int64, err error) {
+	var tx txboxdriver.Tx
+	if b, ok := pool.(txboxdriver.TxBeginner); ok {
+		tx, err = b.BeginTx(ctx, txboxdriver.TxOptions{Isolation: txboxdriver.LevelReadCommitted})
 	} else {
 		tx, err = pool.Begin(ctx)
 	}
@@ -104,6 +104,6 @@ func (m *mysql) Sweep(ctx context.Context, pool driver.Pool, source string, _ ti
 	return n, tx.Commit(ctx)
 }
 
-func (m *mysql) SweepCount(ctx context.Context, ex driver.Executor, source string, _ time.Time, retention time.Duration) (int64, error) {
+func (m *mysql) SweepCount(ctx context.Context, ex txboxdriver.Executor, source string, _ time.Time, retention time.Duration) (int64, error) {
 	return count(ctx, ex, m.sweepCount, retention.Microseconds(), 2*retention.Microseconds(), source, source)
 }

@@ -5,7 +5,7 @@ import (
 	_ "embed"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/postgres.sql
@@ -22,18 +22,18 @@ var _ BulkReceiver = (*postgres)(nil)
 
 var _ Dialect = (*postgres)(nil)
 
-func (p *postgres) Receive(ctx context.Context, ex driver.Executor, r Receipt) (bool, error) {
+func (p *postgres) Receive(ctx context.Context, ex txboxdriver.Executor, r Receipt) (bool, error) {
 	return hasRow(ctx, ex, p.receiveQuery(r), r.Source, r.ID, r.Metadata)
 }
 
-func (p *postgres) MarkProcessed(ctx context.Context, ex driver.Executor, source, id string, _ time.Time) (bool, error) {
+func (p *postgres) MarkProcessed(ctx context.Context, ex txboxdriver.Executor, source, id string, _ time.Time) (bool, error) {
 	return affected(ctx, ex, p.markProcessed, source, id)
 }
 
-func (p *postgres) Sweep(ctx context.Context, ex driver.Pool, source string, now time.Time, retention time.Duration, limit int) (int64, error) {
+func (p *postgres) Sweep(ctx context.Context, ex txboxdriver.Pool, source string, now time.Time, retention time.Duration, limit int) (int64, error) {
 	return ex.Exec(ctx, p.sweep, now.Add(-retention), now.Add(-2*retention), limit, source)
 }
 
-func (p *postgres) SweepCount(ctx context.Context, ex driver.Executor, source string, now time.Time, retention time.Duration) (int64, error) {
+func (p *postgres) SweepCount(ctx context.Context, ex txboxdriver.Executor, source string, now time.Time, retention time.Duration) (int64, error) {
 	return count(ctx, ex, p.sweepCount, now.Add(-retention), now.Add(-2*retention), source)
 }

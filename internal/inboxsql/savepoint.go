@@ -3,7 +3,7 @@ package inboxsql
 import (
 	"context"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Savepoints are the statements with which a batch of messages shares one
@@ -13,8 +13,8 @@ import (
 // SQLite and MySQL, but lives in each dialect's file with the rest of the
 // inbox's.
 type Savepoints interface {
-	Savepoint(ctx context.Context, ex driver.Executor) error
-	RollbackSavepoint(ctx context.Context, ex driver.Executor) error
+	Savepoint(ctx context.Context, ex txboxdriver.Executor) error
+	RollbackSavepoint(ctx context.Context, ex txboxdriver.Executor) error
 }
 
 type savepoints struct{ set, rollback string }
@@ -23,12 +23,12 @@ func (s *savepoints) dests() map[string]*string {
 	return map[string]*string{"savepoint": &s.set, "rollback_savepoint": &s.rollback}
 }
 
-func (s *savepoints) Savepoint(ctx context.Context, ex driver.Executor) error {
+func (s *savepoints) Savepoint(ctx context.Context, ex txboxdriver.Executor) error {
 	_, err := ex.Exec(ctx, s.set)
 	return err
 }
 
-func (s *savepoints) RollbackSavepoint(ctx context.Context, ex driver.Executor) error {
+func (s *savepoints) RollbackSavepoint(ctx context.Context, ex txboxdriver.Executor) error {
 	_, err := ex.Exec(ctx, s.rollback)
 	return err
 }

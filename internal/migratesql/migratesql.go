@@ -1,7 +1,7 @@
-// Package migratesql holds package migrate's own SQL for each dialect: the
+// Package migratesql holds package txboxmigrate's own SQL for each dialect: the
 // tracking table and the lock that serialises concurrent Ups and Downs. Each dialect
 // is one type (postgres.go, sqlite.go, mysql.go) that owns its embedded SQL
-// file and its arguments. The migrations themselves are in migrate/sql.
+// file and its arguments. The migrations themselves are in txboxmigrate/sql.
 package migratesql
 
 import (
@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqltext"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Dialect is one dialect's tracking SQL on one tracking table.
@@ -32,23 +32,23 @@ type Dialect interface {
 	// Lock serialises concurrent Ups and Downs from inside tx. The lock lasts until
 	// tx ends or unlock runs, whichever comes first; run unlock before
 	// the commit.
-	Lock(ctx context.Context, tx driver.Tx) (unlock func(context.Context) error, err error)
+	Lock(ctx context.Context, tx txboxdriver.Tx) (unlock func(context.Context) error, err error)
 	// Record inserts the tracking row of one applied migration.
-	Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error
+	Record(ctx context.Context, ex txboxdriver.Executor, target string, version int, name string, at time.Time) error
 	// Forget deletes the tracking row of one reverted migration.
-	Forget(ctx context.Context, ex driver.Executor, target string, version int) error
+	Forget(ctx context.Context, ex txboxdriver.Executor, target string, version int) error
 	// LockTimeout makes the statements that follow in tx give up waiting
 	// for a lock on a table after d, and returns what undoes it before tx
 	// ends: nothing on PostgreSQL, whose setting is local to tx; MySQL's
 	// is the session's, restored to its default. SQLite has none.
-	LockTimeout(ctx context.Context, tx driver.Tx, d time.Duration) (restore func(context.Context) error, err error)
+	LockTimeout(ctx context.Context, tx txboxdriver.Tx, d time.Duration) (restore func(context.Context) error, err error)
 	// LockTimedOut reports whether err is a statement that gave up
 	// waiting for a lock after LockTimeout.
 	LockTimedOut(err error) bool
 	// Holders describes the other sessions that hold a lock on table (the
 	// quoted, qualified name), oldest transaction first, or returns ""
 	// when the dialect cannot tell.
-	Holders(ctx context.Context, ex driver.Executor, table string) (string, error)
+	Holders(ctx context.Context, ex txboxdriver.Executor, table string) (string, error)
 
 	// ScriptLock returns the statement with which a script for another
 	// tool waits, inside its transaction, for a concurrent Up or Down, or
@@ -64,16 +64,16 @@ type Dialect interface {
 
 // New returns the tracking SQL of dialect d for table in schema (both
 // validated; schema may be empty).
-func New(d driver.Dialect, schema, table string) (Dialect, error) {
+func New(d txboxdriver.Dialect, schema, table string) (Dialect, error) {
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		p := &postgres{}
 		return p, p.load(d, postgresSQL, schema, table, map[string]*string{"setup_lock": &p.setupLock, "create_schema": &p.createSchema, "lock": &p.lock,
 			"lock_timeout": &p.lockTimeout, "lock_holders": &p.holders, "script_lock": &p.scriptLock})
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		s := &sqlite{}
 		return s, s.load(d, sqliteSQL, schema, table, nil)
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		m := &mysql{}
 		return m, m.load(d, mysqlSQL, schema, table, map[string]*string{"lock": &m.lock, "unlock": &m.unlock,
 			"lock_timeout": &m.lockTimeout, "lock_timeout_reset": &m.lockTimeoutReset})
@@ -88,7 +88,7 @@ type queries struct {
 	scriptLock, scriptRecord, scriptForget                           string
 }
 
-func (q *queries) load(d driver.Dialect, file, schema, table string, extra map[string]*string) error {
+func (q *queries) load(d txboxdriver.Dialect, file, schema, table string, extra map[string]*string) error {
 	dest := map[string]*string{"create_tracking": &q.createTracking, "applied": &q.applied, "record": &q.record, "forget": &q.forget,
 		"script_record": &q.scriptRecord, "script_forget": &q.scriptForget}
 	return sqltext.Load("migrate/"+string(d), file, sqltext.Names(d, schema, table), dest, extra)
@@ -99,12 +99,12 @@ func (q *queries) CreateSchema() string   { return q.createSchema }
 func (q *queries) CreateTracking() string { return q.createTracking }
 func (q *queries) Applied() string        { return q.applied }
 
-func (q *queries) Record(ctx context.Context, ex driver.Executor, target string, version int, name string, at time.Time) error {
+func (q *queries) Record(ctx context.Context, ex txboxdriver.Executor, target string, version int, name string, at time.Time) error {
 	_, err := ex.Exec(ctx, q.record, target, version, name, at.UTC())
 	return err
 }
 
-func (q *queries) Forget(ctx context.Context, ex driver.Executor, target string, version int) error {
+func (q *queries) Forget(ctx context.Context, ex txboxdriver.Executor, target string, version int) error {
 	_, err := ex.Exec(ctx, q.forget, target, version)
 	return err
 }

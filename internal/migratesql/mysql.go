@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/mysql.sql
@@ -22,7 +22,7 @@ type mysql struct {
 
 var _ Dialect = (*mysql)(nil)
 
-func (m *mysql) Lock(ctx context.Context, tx driver.Tx) (func(context.Context) error, error) {
+func (m *mysql) Lock(ctx context.Context, tx txboxdriver.Tx) (func(context.Context) error, error) {
 	rows, err := tx.Query(ctx, m.lock)
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func (m *mysql) Lock(ctx context.Context, tx driver.Tx) (func(context.Context) e
 // LockTimeout sets the session's lock_wait_timeout (whole seconds, at least
 // one), which bounds the wait of DDL for a table's metadata lock, and
 // returns what sets it back to the server's default.
-func (m *mysql) LockTimeout(ctx context.Context, tx driver.Tx, d time.Duration) (func(context.Context) error, error) {
+func (m *mysql) LockTimeout(ctx context.Context, tx txboxdriver.Tx, d time.Duration) (func(context.Context) error, error) {
 	secs := max((d+time.Second-1)/time.Second, 1)
 	if _, err := tx.Exec(ctx, m.lockTimeout, int64(secs)); err != nil {
 		return nil, err
@@ -70,4 +70,6 @@ func (m *mysql) LockTimedOut(err error) bool {
 // Holders cannot tell: an idle transaction's metadata lock shows in
 // performance_schema on MySQL 8 only, and in no table of MariaDB's by
 // default.
-func (m *mysql) Holders(context.Context, driver.Executor, string) (string, error) { return "", nil }
+func (m *mysql) Holders(context.Context, txboxdriver.Executor, string) (string, error) {
+	return "", nil
+}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/postgres.sql
@@ -24,14 +24,14 @@ type postgres struct {
 
 var _ Dialect = (*postgres)(nil)
 
-func (p *postgres) Lock(ctx context.Context, tx driver.Tx) (func(context.Context) error, error) {
+func (p *postgres) Lock(ctx context.Context, tx txboxdriver.Tx) (func(context.Context) error, error) {
 	if _, err := tx.Exec(ctx, p.lock); err != nil {
 		return nil, err
 	}
 	return noUnlock, nil
 }
 
-func (p *postgres) LockTimeout(ctx context.Context, tx driver.Tx, d time.Duration) (func(context.Context) error, error) {
+func (p *postgres) LockTimeout(ctx context.Context, tx txboxdriver.Tx, d time.Duration) (func(context.Context) error, error) {
 	_, err := tx.Exec(ctx, p.lockTimeout, strconv.FormatInt(max(d.Milliseconds(), 1), 10)+"ms")
 	return noUnlock, err
 }
@@ -42,7 +42,7 @@ func (p *postgres) LockTimedOut(err error) bool {
 	return errors.As(err, &state) && state.SQLState() == "55P03"
 }
 
-func (p *postgres) Holders(ctx context.Context, ex driver.Executor, table string) (string, error) {
+func (p *postgres) Holders(ctx context.Context, ex txboxdriver.Executor, table string) (string, error) {
 	rows, err := ex.Query(ctx, p.holders, table)
 	if err != nil {
 		return "", err

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Refusal is a dead row that a bulk action left as it was: the database
@@ -117,7 +117,7 @@ var mysqlError = regexp.MustCompile(`^Error (\d+)(?: \(([0-9A-Z]{5})\))?: `)
 // rowError reports whether err is the database refusing a statement for
 // the data of a row it touches, so that the same statement on other rows
 // may succeed: a constraint or a trigger, rather than the connection, the
-// server, a lock or a permission. An SQLSTATE: what driver.IsRejected
+// server, a lock or a permission. An SQLSTATE: what txboxdriver.IsRejected
 // accepts (PostgreSQL). SQLite: SQLITE_CONSTRAINT
 // (a CHECK, a trigger's RAISE(ABORT), a foreign key), SQLITE_MISMATCH.
 // MySQL and MariaDB: SQLSTATE class 22, 23 or 45 (SIGNAL), and 3819 (a
@@ -125,7 +125,7 @@ var mysqlError = regexp.MustCompile(`^Error (\d+)(?: \(([0-9A-Z]{5})\))?: `)
 func rowError(err error) bool {
 	var state interface{ SQLState() string }
 	if errors.As(err, &state) {
-		return driver.IsRejected(err)
+		return txboxdriver.IsRejected(err)
 	}
 	var coded interface{ Code() int }
 	if errors.As(err, &coded) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Cancelled is what Inserter.Cancel did and found.
@@ -26,7 +26,7 @@ type Cancelled struct {
 // to deliver and not dead. When it deletes none it reads why: rows
 // published, dead or being delivered, or none at all (the zero
 // Cancelled).
-func (in *Inserter) Cancel(ctx context.Context, ex driver.Executor, id string) (Cancelled, error) {
+func (in *Inserter) Cancel(ctx context.Context, ex txboxdriver.Executor, id string) (Cancelled, error) {
 	var c Cancelled
 	if in.err != nil {
 		return c, in.err

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqltext"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // dialect is one dialect's outbox SQL. The methods returning a statement
@@ -34,7 +34,7 @@ type dialect interface {
 	// server lets the transaction sit idle where the dialect can say so
 	// (PostgreSQL), so that a relay whose connection vanished does not
 	// hold the rows' locks until TCP notices.
-	beginClaim(ctx context.Context, pool driver.Pool, lease time.Duration) (driver.Tx, error)
+	beginClaim(ctx context.Context, pool txboxdriver.Pool, lease time.Duration) (txboxdriver.Tx, error)
 	// claim returns Store.Claim's query.
 	claim(limit int, from int64, token string, until, now time.Time) (string, []any)
 	// markPublished and deletePublished return Finish's mark of the
@@ -90,7 +90,7 @@ type queries struct {
 
 // load renders file's sections into q and extra, with the template
 // functions of table (quoted, as NewStore takes it) and {{list}}.
-func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*string) error {
+func (q *queries) load(d txboxdriver.Dialect, file, table string, extra map[string]*string) error {
 	dest := map[string]*string{
 		"claim": &q.claim, "mark_published": &q.markPublished, "delete_published": &q.deletePublished,
 		"reject": &q.reject, "cleanup": &q.cleanup, "counts": &q.counts, "list_dead": &q.listDead, "list_dead_brief": &q.listDeadBrief,
@@ -106,13 +106,13 @@ func (q *queries) load(d driver.Dialect, file, table string, extra map[string]*s
 }
 
 // newDialect returns the SQL of dialect d for the quoted table.
-func newDialect(d driver.Dialect, table string) (dialect, error) {
+func newDialect(d txboxdriver.Dialect, table string) (dialect, error) {
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		return newPostgres(table)
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		return newSQLite(table)
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		return newMySQL(table)
 	}
 	return nil, fmt.Errorf("txbox: no outbox SQL for dialect %q", d)

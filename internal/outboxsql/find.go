@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Find is a filter over undelivered rows, for the tools that page through
@@ -23,13 +23,13 @@ type Find struct {
 // Finder pages through the undelivered rows of one table by Find.
 type Finder struct {
 	d       dialect
-	dialect driver.Dialect
-	pool    driver.Pool
+	dialect txboxdriver.Dialect
+	pool    txboxdriver.Pool
 	table   string
 }
 
 // NewFinder returns a Finder for the quoted table.
-func NewFinder(d driver.Dialect, pool driver.Pool, table string) (*Finder, error) {
+func NewFinder(d txboxdriver.Dialect, pool txboxdriver.Pool, table string) (*Finder, error) {
 	dl, err := newDialect(d, table)
 	if err != nil {
 		return nil, err
@@ -47,15 +47,15 @@ func (fd *Finder) where(f Find) (string, []any) {
 		n++
 		args = append(args, v)
 		switch fd.dialect {
-		case driver.Postgres:
+		case txboxdriver.Postgres:
 			return fmt.Sprintf("$%d", n)
-		case driver.SQLite:
+		case txboxdriver.SQLite:
 			return fmt.Sprintf("?%d", n)
 		}
 		return "?"
 	}
 	textArg := func(v string) string {
-		if fd.dialect == driver.Postgres {
+		if fd.dialect == txboxdriver.Postgres {
 			return ph(v) + "::text"
 		}
 		return ph(v)
@@ -69,9 +69,9 @@ func (fd *Finder) where(f Find) (string, []any) {
 	}
 	if f.Error != "" {
 		switch fd.dialect {
-		case driver.Postgres:
+		case txboxdriver.Postgres:
 			fmt.Fprintf(&b, " AND strpos(coalesce(o.last_error, ''), %s) > 0", textArg(f.Error))
-		case driver.SQLite:
+		case txboxdriver.SQLite:
 			fmt.Fprintf(&b, " AND instr(coalesce(o.last_error, ''), %s) > 0", ph(f.Error))
 		default:
 			fmt.Fprintf(&b, " AND LOCATE(%s, COALESCE(o.last_error, '')) > 0", ph(f.Error))
@@ -194,10 +194,10 @@ func (fd *Finder) Locate(ctx context.Context, seq int64, id string) ([]FoundRow,
 	var cond string
 	var args []any
 	switch fd.dialect {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		headers = "o.headers::text"
 		cond, args = "o.id = $1 OR o.message_id = $2::text", []any{seq, id}
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		cond, args = "o.id = ?1 OR o.message_id = ?2", []any{seq, id}
 	default:
 		cond, args = "o.id = ? OR o.message_id = ?", []any{seq, id}
@@ -245,9 +245,9 @@ func (fd *Finder) Throughput(ctx context.Context, since time.Time) (published, d
 	var arg any = since
 	ph := "?"
 	switch fd.dialect {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		ph = "$1"
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		arg, ph = since.UnixMicro(), "?1"
 	default:
 		arg = since.UTC()
@@ -256,7 +256,7 @@ func (fd *Finder) Throughput(ctx context.Context, since time.Time) (published, d
 		"COUNT(CASE WHEN dead_at >= " + ph + " THEN 1 END) FROM " + fd.table +
 		" WHERE published_at IS NOT NULL OR dead_at IS NOT NULL"
 	args := []any{arg}
-	if fd.dialect == driver.MySQL {
+	if fd.dialect == txboxdriver.MySQL {
 		args = append(args, arg)
 	}
 	rows, err := fd.pool.Query(ctx, q, args...)

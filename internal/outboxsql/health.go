@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Health is the outbox table's upkeep on PostgreSQL (Store.Health).
@@ -73,7 +73,7 @@ func (s *Store) Health(ctx context.Context) (Health, error) {
 }
 
 // queryRow runs q on the pool and scans its one row into dest, or returns
-// driver.ErrNoRows.
+// txboxdriver.ErrNoRows.
 func queryRow(ctx context.Context, s *Store, q string, dest ...any) error {
 	rows, err := s.pool.Query(ctx, q)
 	if err != nil {
@@ -84,7 +84,7 @@ func queryRow(ctx context.Context, s *Store, q string, dest ...any) error {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		return driver.ErrNoRows
+		return txboxdriver.ErrNoRows
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return err

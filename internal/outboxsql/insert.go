@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Row is one message to insert.
@@ -38,7 +38,7 @@ type Inserter struct {
 
 // NewInserter returns an Inserter for the quoted table name. A dialect
 // without outbox SQL makes every Insert fail.
-func NewInserter(d driver.Dialect, table string) *Inserter {
+func NewInserter(d txboxdriver.Dialect, table string) *Inserter {
 	dl, err := newDialect(d, table)
 	return &Inserter{table: table, d: dl, err: err, cache: map[int]string{}}
 }
@@ -48,7 +48,7 @@ func (in *Inserter) Table() string { return in.table }
 
 // Insert writes rows through ex in as few statements as the parameter
 // limits allow: one round trip for up to 1000 rows.
-func (in *Inserter) Insert(ctx context.Context, ex driver.Executor, rows []Row) error {
+func (in *Inserter) Insert(ctx context.Context, ex txboxdriver.Executor, rows []Row) error {
 	if in.err != nil {
 		return in.err
 	}
@@ -111,8 +111,8 @@ func (in *Inserter) statement(n int, at bool) string {
 // would come after its id. Locking every bucket first, in bucket order
 // (which also keeps concurrent writers free of deadlocks), restores "id
 // order = commit order" per key. See
-// migrate/sql/mysql/outbox/001_create_outbox.sql.
-func (in *Inserter) lockKeys(ctx context.Context, ex driver.Executor, rows []Row) error {
+// txboxmigrate/sql/mysql/outbox/001_create_outbox.sql.
+func (in *Inserter) lockKeys(ctx context.Context, ex txboxdriver.Executor, rows []Row) error {
 	q := in.d.queries().lockKeys
 	if q == "" {
 		return nil

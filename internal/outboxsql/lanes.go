@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqltext"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/postgres_lanes.sql
@@ -79,7 +79,7 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 		return nil, ErrLanesUnsupported
 	}
 	schema, name := unqualify(table)
-	funcs := sqltext.Names(driver.Postgres, schema, name)
+	funcs := sqltext.Names(txboxdriver.Postgres, schema, name)
 	err := sqltext.Load("outbox/postgres_lanes", postgresLanesSQL, funcs, map[string]*string{
 		"lane_lock": &l.q.lock, "lane_claim": &l.q.claim, "claim_unkeyed": &l.q.unkeyed, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
 		"lane_acquire": &l.q.acquire, "lane_fence": &l.q.fence, "lane_release": &l.q.release, "lane_leave": &l.q.leave,
@@ -145,19 +145,19 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	for i, ls := range read {
 		lanes32[i], lanes[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
 	}
-	lock := driver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes32}}
+	lock := txboxdriver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes32}}
 	from := l.unkeyedFrom(b.Started, l.full >= limit)
-	claim := driver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, limit, from}}
+	claim := txboxdriver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, limit, from}}
 	if len(read) == 0 {
 		// No lane to read (a backlog without keys): the plain SKIP LOCKED
 		// claim (lanes32 is empty: no lane lock).
-		claim = driver.Statement{SQL: l.q.unkeyed, Args: []any{limit, from}}
+		claim = txboxdriver.Statement{SQL: l.q.unkeyed, Args: []any{limit, from}}
 	}
-	var rows driver.Rows
+	var rows txboxdriver.Rows
 	var err error
-	if qb, ok := s.pool.(driver.QueryBeginner); ok {
+	if qb, ok := s.pool.(txboxdriver.QueryBeginner); ok {
 		// BEGIN, the lane locks and the claim in one round trip.
-		if b.tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, []driver.Statement{lock}, claim); err != nil {
+		if b.tx, rows, err = qb.BeginQuery(ctx, txboxdriver.TxOptions{}, []txboxdriver.Statement{lock}, claim); err != nil {
 			return nil, fmt.Errorf("claim transaction: %w", err)
 		}
 	} else {
@@ -231,7 +231,7 @@ type laneRow struct {
 // walk reads lane_claim's rows and picks, in id order, up to limit rows in
 // all (see Claim). Rows it does not pick stay locked, unpublished, until
 // the batch ends.
-func (l *Lanes) walk(rows driver.Rows, limit int, order []int16) (walk, error) {
+func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, error) {
 	all := make([]laneRow, 0, 2*limit)
 	// One row's destinations, reused for every row (as scanClaimed).
 	var r laneRow
@@ -477,7 +477,7 @@ func (l *Lanes) Join(ctx context.Context, ttl time.Duration) (int, error) {
 
 // queryInt runs q and returns the int in the first column of its first
 // row, or 0 when it returns none.
-func queryInt(ctx context.Context, ex driver.Executor, q string, args ...any) (int, error) {
+func queryInt(ctx context.Context, ex txboxdriver.Executor, q string, args ...any) (int, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return 0, err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/mysql.sql
@@ -18,7 +18,7 @@ var mysqlSQL string
 type mysql struct {
 	q queries
 	// readCommitted turns a transaction just begun into a READ COMMITTED
-	// one, for a Pool without driver.TxBeginner (see beginClaim).
+	// one, for a Pool without txboxdriver.TxBeginner (see beginClaim).
 	readCommitted [3]string
 }
 
@@ -26,7 +26,7 @@ var _ dialect = (*mysql)(nil)
 
 func newMySQL(table string) (*mysql, error) {
 	m := &mysql{}
-	err := m.q.load(driver.MySQL, mysqlSQL, table, map[string]*string{
+	err := m.q.load(txboxdriver.MySQL, mysqlSQL, table, map[string]*string{
 		"lock_keys":                &m.q.lockKeys,
 		"read_committed_end_empty": &m.readCommitted[0],
 		"read_committed_set":       &m.readCommitted[1],
@@ -45,7 +45,7 @@ func (m *mysql) placeholder(int) string { return "?" }
 // for a relay's publish, and deadlock with its marks. READ COMMITTED takes
 // no gap locks. The connection's own default level is left as it was.
 //
-// A Pool without driver.TxBeginner can only begin at the default level, and
+// A Pool without txboxdriver.TxBeginner can only begin at the default level, and
 // SET TRANSACTION is refused inside a transaction: the empty transaction is
 // committed and a new one started on the same connection, which the later
 // Commit or Rollback ends.
@@ -54,9 +54,9 @@ func (m *mysql) placeholder(int) string { return "?" }
 // (wait_timeout is per connection and would outlive the claim on a pooled
 // connection the application shares), so a relay whose connection vanished
 // holds its row locks until the server notices (see docs/reference/guarantees.md).
-func (m *mysql) beginClaim(ctx context.Context, pool driver.Pool, _ time.Duration) (driver.Tx, error) {
-	if b, ok := pool.(driver.TxBeginner); ok {
-		return b.BeginTx(ctx, driver.TxOptions{Isolation: driver.LevelReadCommitted})
+func (m *mysql) beginClaim(ctx context.Context, pool txboxdriver.Pool, _ time.Duration) (txboxdriver.Tx, error) {
+	if b, ok := pool.(txboxdriver.TxBeginner); ok {
+		return b.BeginTx(ctx, txboxdriver.TxOptions{Isolation: txboxdriver.LevelReadCommitted})
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqltext"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/mysql_lanes.sql
@@ -26,7 +26,7 @@ type mysqlLanes struct {
 func newMySQLLanes(table string) (*mysqlLanes, error) {
 	m := &mysqlLanes{}
 	schema, name := unqualify(table)
-	funcs := sqltext.Names(driver.MySQL, schema, name)
+	funcs := sqltext.Names(txboxdriver.MySQL, schema, name)
 	funcs["list"] = listFunc
 	err := sqltext.Load("outbox/mysql_lanes", mysqlLanesSQL, funcs, map[string]*string{
 		"fence_lock": &m.q.lock, "lane_valid": &m.q.valid, "lane_candidates": &m.q.candidates, "claim_lanes": &m.q.claim,
@@ -76,7 +76,7 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 	args := append(append([]any{from}, valid...), limit+inFlight)
 	ids, err := column[int64](ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
 	if err == nil && len(ids) > 0 {
-		var rows driver.Rows
+		var rows txboxdriver.Rows
 		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), ids...)
 		if err == nil {
 			b.Rows, err = s.scanClaimed(rows, limit)
@@ -96,7 +96,7 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 }
 
 // column runs q and returns its one column, each value scanned as a T.
-func column[T any](ctx context.Context, ex driver.Executor, q string, args ...any) ([]any, error) {
+func column[T any](ctx context.Context, ex txboxdriver.Executor, q string, args ...any) ([]any, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err

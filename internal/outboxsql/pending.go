@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // PendingRow is an undelivered outbox row, as ListPending reports it.
@@ -45,7 +45,7 @@ func (f PendingFilter) limit() int64 {
 // quoted table that ex sees, oldest first: through the caller's
 // transaction, its own uncommitted rows too. It is txboxtest's view of the
 // outbox and reads every row: it is for tests, not for production tables.
-func ListPending(ctx context.Context, d driver.Dialect, ex driver.Executor, table string) ([]PendingRow, error) {
+func ListPending(ctx context.Context, d txboxdriver.Dialect, ex txboxdriver.Executor, table string) ([]PendingRow, error) {
 	dl, err := newDialect(d, table)
 	if err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func (s *Store) Pending(ctx context.Context, f PendingFilter) ([]PendingRow, err
 	return listPending(ctx, s.d, s.pool, f)
 }
 
-func listPending(ctx context.Context, dl dialect, ex driver.Executor, f PendingFilter) ([]PendingRow, error) {
+func listPending(ctx context.Context, dl dialect, ex txboxdriver.Executor, f PendingFilter) ([]PendingRow, error) {
 	q, args := dl.listPending(f)
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {

@@ -1,6 +1,6 @@
 package outboxsql
 
-import "github.com/txbox/txbox/driver"
+import "github.com/txbox/txbox/txboxdriver"
 
 // Pool returns the pool the Store runs its SQL on.
-func (s *Store) Pool() driver.Pool { return s.pool }
+func (s *Store) Pool() txboxdriver.Pool { return s.pool }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/postgres.sql
@@ -28,7 +28,7 @@ var _ dialect = (*postgres)(nil)
 
 func newPostgres(table string) (*postgres, error) {
 	p := &postgres{}
-	err := p.q.load(driver.Postgres, postgresSQL, table, map[string]*string{
+	err := p.q.load(txboxdriver.Postgres, postgresSQL, table, map[string]*string{
 		"lazy_commit": &p.q.lazyCommit, "claim_timeout": &p.q.claimTimeout,
 		"mark_published_lazy": &p.markLazy, "delete_published_lazy": &p.deleteLazy,
 		"table_health": &p.tableHealth,
@@ -48,7 +48,7 @@ func (p *postgres) placeholder(n int) string { return "$" + strconv.Itoa(n) }
 // dropped the client) would otherwise hold the locks until the server's TCP
 // keepalives fire, about two hours by default, or never when a proxy keeps
 // the server's side open.
-func (p *postgres) beginClaim(ctx context.Context, pool driver.Pool, lease time.Duration) (driver.Tx, error) {
+func (p *postgres) beginClaim(ctx context.Context, pool txboxdriver.Pool, lease time.Duration) (txboxdriver.Tx, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -66,11 +66,11 @@ var _ pipelinedClaim = (*postgres)(nil)
 
 // claimSetup is what beginClaim runs after BEGIN: the claim_timeout
 // settings, nothing when lease is 0.
-func (p *postgres) claimSetup(lease time.Duration) []driver.Statement {
+func (p *postgres) claimSetup(lease time.Duration) []txboxdriver.Statement {
 	if lease <= 0 {
 		return nil
 	}
-	return []driver.Statement{{SQL: p.q.claimTimeout, Args: []any{leaseMillis(lease)}}}
+	return []txboxdriver.Statement{{SQL: p.q.claimTimeout, Args: []any{leaseMillis(lease)}}}
 }
 
 // leaseMillis is lease in whole milliseconds, at least 1, as the text that

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 //go:embed sql/sqlite.sql
@@ -23,7 +23,7 @@ var _ dialect = (*sqlite)(nil)
 
 func newSQLite(table string) (*sqlite, error) {
 	s := &sqlite{}
-	err := s.q.load(driver.SQLite, sqliteSQL, table, map[string]*string{"release": &s.q.release})
+	err := s.q.load(txboxdriver.SQLite, sqliteSQL, table, map[string]*string{"release": &s.q.release})
 	return s, err
 }
 
@@ -33,7 +33,7 @@ func (s *sqlite) placeholder(n int) string { return "?" + strconv.Itoa(n) }
 
 // beginClaim returns no transaction: SQLite has one writer at a time, so a
 // claim must not hold a write transaction while the relay publishes.
-func (s *sqlite) beginClaim(context.Context, driver.Pool, time.Duration) (driver.Tx, error) {
+func (s *sqlite) beginClaim(context.Context, txboxdriver.Pool, time.Duration) (txboxdriver.Tx, error) {
 	return nil, nil
 }
 

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Claimed is one claimed outbox row.
@@ -46,7 +46,7 @@ type Rejection struct {
 // Store runs the relay's SQL on one outbox table.
 type Store struct {
 	d     dialect
-	pool  driver.Pool
+	pool  txboxdriver.Pool
 	lease time.Duration
 	// deletePublished makes Finish delete published rows instead of
 	// marking them.
@@ -63,7 +63,7 @@ const MaxClaimLease = 2 * time.Hour
 // take them; on PostgreSQL, the idle time after which the server ends the
 // claim transaction (idle_in_transaction_session_timeout), and with it the
 // row locks of a relay whose connection vanished. MySQL ignores it.
-func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Duration) (*Store, error) {
+func NewStore(d txboxdriver.Dialect, pool txboxdriver.Pool, table string, lease time.Duration) (*Store, error) {
 	dl, err := newDialect(d, table)
 	if err != nil {
 		return nil, err
@@ -73,10 +73,10 @@ func NewStore(d driver.Dialect, pool driver.Pool, table string, lease time.Durat
 
 // pipelinedClaim is a dialect whose claim transaction may begin with its
 // settings and the claim in one round trip, where the Pool is a
-// driver.QueryBeginner.
+// txboxdriver.QueryBeginner.
 type pipelinedClaim interface {
 	// claimSetup returns what beginClaim runs after BEGIN.
-	claimSetup(lease time.Duration) []driver.Statement
+	claimSetup(lease time.Duration) []txboxdriver.Statement
 }
 
 // DeletePublished makes Finish delete published rows, in the transaction
@@ -87,8 +87,8 @@ func (s *Store) DeletePublished() { s.deletePublished = true }
 type Batch struct {
 	Rows  []Claimed
 	s     *Store
-	tx    driver.Tx // PostgreSQL, MySQL: the transaction holding the row locks
-	token string    // SQLite: the lease token
+	tx    txboxdriver.Tx // PostgreSQL, MySQL: the transaction holding the row locks
+	token string         // SQLite: the lease token
 	// Started is when Lanes.Claim began the claim (zero otherwise).
 	Started time.Time
 	// onEnd, when not nil, runs once the batch's transaction or lease has
@@ -98,7 +98,7 @@ type Batch struct {
 
 // Tx is the transaction holding the batch's row locks (PostgreSQL, MySQL),
 // or nil (SQLite).
-func (b *Batch) Tx() driver.Tx { return b.tx }
+func (b *Batch) Tx() txboxdriver.Tx { return b.tx }
 
 // Claim takes up to limit deliverable rows with ids from from on, oldest
 // first, a keyed row only at the head of its key. An empty batch still
@@ -117,21 +117,21 @@ func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error
 		now := time.Now()
 		q, args = s.d.claim(limit, from, b.token, now.Add(s.lease), now)
 	}
-	var rows driver.Rows
+	var rows txboxdriver.Rows
 	var err error
 	pd, pipelined := s.d.(pipelinedClaim)
-	qb, ok := s.pool.(driver.QueryBeginner)
+	qb, ok := s.pool.(txboxdriver.QueryBeginner)
 	if pipelined && ok {
 		// BEGIN, the settings and the claim in one round trip.
 		query()
-		if b.tx, rows, err = qb.BeginQuery(ctx, driver.TxOptions{}, pd.claimSetup(s.lease), driver.Statement{SQL: q, Args: args}); err != nil {
+		if b.tx, rows, err = qb.BeginQuery(ctx, txboxdriver.TxOptions{}, pd.claimSetup(s.lease), txboxdriver.Statement{SQL: q, Args: args}); err != nil {
 			return nil, err
 		}
 	} else {
 		if b.tx, err = s.d.beginClaim(context.WithoutCancel(ctx), s.pool, s.lease); err != nil {
 			return nil, err
 		}
-		var ex driver.Executor = s.pool
+		var ex txboxdriver.Executor = s.pool
 		if b.tx != nil {
 			ex = b.tx
 		} else {
@@ -149,7 +149,7 @@ func (s *Store) Claim(ctx context.Context, limit int, from int64) (*Batch, error
 }
 
 // scanBatch reads the claim's rows into b; on an error it releases b.
-func (s *Store) scanBatch(ctx context.Context, b *Batch, rows driver.Rows, limit int) (*Batch, error) {
+func (s *Store) scanBatch(ctx context.Context, b *Batch, rows txboxdriver.Rows, limit int) (*Batch, error) {
 	var err error
 	b.Rows, err = s.scanClaimed(rows, limit)
 	if err != nil {
@@ -167,7 +167,7 @@ func (s *Store) scanBatch(ctx context.Context, b *Batch, rows driver.Rows, limit
 func bySeq(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) }
 
 // scanClaimed reads the claimed rows.
-func (s *Store) scanClaimed(rows driver.Rows, limit int) ([]Claimed, error) {
+func (s *Store) scanClaimed(rows txboxdriver.Rows, limit int) ([]Claimed, error) {
 	defer rows.Close()
 	out := make([]Claimed, 0, min(limit, 4096))
 	// One row's destinations, reused for every row: the claim is the
@@ -227,7 +227,7 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 			return err
 		}
 	}
-	if ec, ok := tx.(driver.ExecCommitter); ok && b.token == "" && len(rejected) == 0 && len(published) > 0 {
+	if ec, ok := tx.(txboxdriver.ExecCommitter); ok && b.token == "" && len(rejected) == 0 && len(published) > 0 {
 		if sql, args, ok := b.lazyMark(published); ok {
 			// The mark and COMMIT in one round trip.
 			if _, err := ec.ExecCommit(ctx, sql, args...); err != nil {
@@ -264,7 +264,7 @@ func (s *Store) marksLazily() bool {
 	return ok && s.d.queries().lazyCommit != ""
 }
 
-func (b *Batch) finish(ctx context.Context, tx driver.Tx, published []int64, rejected []Rejection, maxAttempts int) error {
+func (b *Batch) finish(ctx context.Context, tx txboxdriver.Tx, published []int64, rejected []Rejection, maxAttempts int) error {
 	d, q := b.s.d, b.s.d.queries()
 	now := time.Now()
 	lazy := q.lazyCommit != ""
@@ -390,7 +390,7 @@ func (s *Store) Counts(ctx context.Context) (Counts, error) {
 		if err := rows.Err(); err != nil {
 			return Counts{}, err
 		}
-		return Counts{}, driver.ErrNoRows
+		return Counts{}, txboxdriver.ErrNoRows
 	}
 	if err := rows.Scan(&c.Pending, &c.Dead, &c.Parked, &age); err != nil {
 		return Counts{}, err
@@ -493,7 +493,7 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 		if err := rows.Err(); err != nil {
 			return Backlog{}, err
 		}
-		return Backlog{}, driver.ErrNoRows
+		return Backlog{}, txboxdriver.ErrNoRows
 	}
 	if err := rows.Scan(&b.Pending, &b.Retrying, &b.Parked, &b.Dead, &age, &b.ParkedKeys, &pendingAge, &b.Scheduled); err != nil {
 		return Backlog{}, err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // MaxLen is the longest identifier accepted (PostgreSQL's limit is 63 bytes).
@@ -32,8 +32,8 @@ func Validate(kind, name string) error {
 }
 
 // Quote quotes a validated identifier for dialect d.
-func Quote(d driver.Dialect, name string) string {
-	if d == driver.MySQL {
+func Quote(d txboxdriver.Dialect, name string) string {
+	if d == txboxdriver.MySQL {
 		return "`" + name + "`"
 	}
 	return `"` + name + `"`
@@ -41,7 +41,7 @@ func Quote(d driver.Dialect, name string) string {
 
 // Qualified returns the quoted schema.table, or the quoted table when schema
 // is empty. Both parts must have been validated.
-func Qualified(d driver.Dialect, schema, table string) string {
+func Qualified(d txboxdriver.Dialect, schema, table string) string {
 	if schema == "" {
 		return Quote(d, table)
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // FuzzValidate checks the identifier rule: an accepted name is 1 to MaxLen
@@ -36,10 +36,10 @@ func FuzzValidate(f *testing.F) {
 				t.Fatalf("accepted %q, with %q at byte %d", name, c, i)
 			}
 		}
-		for _, d := range []driver.Dialect{driver.Postgres, driver.SQLite, driver.MySQL} {
+		for _, d := range []txboxdriver.Dialect{txboxdriver.Postgres, txboxdriver.SQLite, txboxdriver.MySQL} {
 			q := Quote(d, name)
 			open := `"`
-			if d == driver.MySQL {
+			if d == txboxdriver.MySQL {
 				open = "`"
 			}
 			if q != open+name+open || strings.Count(q, open) != 2 {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Sections splits SQL text into its "-- name: x" sections, dropping comment
@@ -92,7 +92,7 @@ func Load(name, file string, funcs template.FuncMap, dests ...map[string]*string
 //	{{index "x"}}  the index <table>_x_idx (indexes and triggers live in
 //	{{ident "x"}}  <table>_x               their table's schema)
 //	{{name "x"}}   <table>_x, schema-qualified (functions, helper tables)
-func Names(d driver.Dialect, schema, table string) template.FuncMap {
+func Names(d txboxdriver.Dialect, schema, table string) template.FuncMap {
 	return template.FuncMap{
 		"schema": func() string { return sqlname.Quote(d, schema) },
 		"table":  func() string { return sqlname.Qualified(d, schema, table) },

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/txboxasynq"
+	"github.com/txbox/txbox/txboxkafka"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // canary is put in every password; no error may hold one of its letters,
@@ -64,13 +64,13 @@ func FuzzParseURLPasswords(f *testing.F) {
 		var errs []error
 		_, err := natsjs.ParseURL(raw)
 		errs = append(errs, err)
-		_, err = rabbitmq.ParseURL(raw)
+		_, err = txboxrabbitmq.ParseURL(raw)
 		errs = append(errs, err)
 		_, _, err = redisstream.ParseURL(raw)
 		errs = append(errs, err)
 		_, _, err = txboxasynq.ParseURL(raw)
 		errs = append(errs, err)
-		_, err = kafka.ParseURL(raw)
+		_, err = txboxkafka.ParseURL(raw)
 		errs = append(errs, err)
 		for _, err := range errs {
 			if err == nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxpgx/cdc"
 )
@@ -36,8 +36,8 @@ func logicalCluster(t testing.TB, settings ...string) (*testenv.Cluster, *pgxpoo
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	testenv.Must(t, err, "pool")
 	t.Cleanup(pool.Close)
-	m, err := migrate.New(txboxpgx.New(pool), migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(txboxpgx.New(pool), txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	_, err = pool.Exec(ctx, `CREATE TABLE key_seq (key text PRIMARY KEY, n int NOT NULL DEFAULT 0)`)

@@ -15,24 +15,24 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 // mysqlClassified is MySQL with the program's classifier (docs/guide/consumer.md),
 // so that a deadlock between two batches is a database failure.
 func mysqlClassified(t testing.TB) db[*sql.Tx] {
-	return db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), driver.MySQL)}
+	return db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), txboxdriver.MySQL)}
 }
 
 // txidExpr is an SQL expression naming the current transaction, "" where
 // there is none to read (SQLite).
-func txidExpr(d driver.Dialect) string {
+func txidExpr(d txboxdriver.Dialect) string {
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		return "txid_current()::text"
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		return "(SELECT CAST(trx_id AS CHAR) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID())"
 	}
 	return "''"
@@ -127,7 +127,7 @@ func batchFailing[TTx any](t *testing.T, d db[TTx]) {
 	if n := d.count(t, "SELECT count(DISTINCT id) FROM applied"); n != 28 {
 		t.Fatalf("%d distinct ids applied, want 28", n)
 	}
-	if d.drv.Dialect() != driver.SQLite {
+	if d.drv.Dialect() != txboxdriver.SQLite {
 		if n := d.count(t, "SELECT count(DISTINCT txid) FROM applied"); n != 1 {
 			t.Fatalf("the 28 neighbours committed in %d transactions, want 1", n)
 		}
@@ -330,16 +330,16 @@ func batchDuplicates[TTx any](t *testing.T, d db[TTx], concurrency, size int) {
 // countingDriver is the pgx driver, counting the statements that name the
 // given table, on transactions and on the pool.
 type countingDriver struct {
-	driver.Driver[pgx.Tx]
+	txboxdriver.Driver[pgx.Tx]
 	table string
 	n     *atomic.Int64
 }
 
-func (c countingDriver) UnwrapTx(tx pgx.Tx) driver.Executor {
+func (c countingDriver) UnwrapTx(tx pgx.Tx) txboxdriver.Executor {
 	return countingExec{Executor: c.Driver.UnwrapTx(tx), c: c}
 }
 
-func (c countingDriver) BeginTx(ctx context.Context) (pgx.Tx, driver.Tx, error) {
+func (c countingDriver) BeginTx(ctx context.Context) (pgx.Tx, txboxdriver.Tx, error) {
 	tx, dtx, err := c.Driver.BeginTx(ctx)
 	if err != nil {
 		return tx, dtx, err
@@ -354,7 +354,7 @@ func (c countingDriver) count(q string) {
 }
 
 type countingExec struct {
-	driver.Executor
+	txboxdriver.Executor
 	c countingDriver
 }
 
@@ -363,13 +363,13 @@ func (e countingExec) Exec(ctx context.Context, q string, args ...any) (int64, e
 	return e.Executor.Exec(ctx, q, args...)
 }
 
-func (e countingExec) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+func (e countingExec) Query(ctx context.Context, q string, args ...any) (txboxdriver.Rows, error) {
 	e.c.count(q)
 	return e.Executor.Query(ctx, q, args...)
 }
 
 type countingTx struct {
-	driver.Tx
+	txboxdriver.Tx
 	c countingDriver
 }
 
@@ -378,7 +378,7 @@ func (e countingTx) Exec(ctx context.Context, q string, args ...any) (int64, err
 	return e.Tx.Exec(ctx, q, args...)
 }
 
-func (e countingTx) Query(ctx context.Context, q string, args ...any) (driver.Rows, error) {
+func (e countingTx) Query(ctx context.Context, q string, args ...any) (txboxdriver.Rows, error) {
 	e.c.count(q)
 	return e.Tx.Query(ctx, q, args...)
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // redisBroker makes a stream and a consumer group per flow on the shared
@@ -85,14 +85,14 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 	for _, rt := range resp.Topics {
 		testenv.Must(t, kerr.ErrorForCode(rt.ErrorCode), "create topic %s", rt.Topic)
 	}
-	pub, err := kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: prefix})
+	pub, err := txboxkafka.NewPublisher(cl, txboxkafka.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
 	scl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchMaxWait(50*time.Millisecond))
 	testenv.Must(t, err, "kgo client")
 	t.Cleanup(scl.Close)
-	sub, err := kafka.NewSubscriber(scl, kafka.SubscriberConfig{})
+	sub, err := txboxkafka.NewSubscriber(scl, txboxkafka.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
-	dead, err := kafka.NewDeadLetters(scl, "")
+	dead, err := txboxkafka.NewDeadLetters(scl, "")
 	testenv.Must(t, err, "dead letters")
 
 	// Dead letters are read by one group-less reader per dead topic that
@@ -111,7 +111,7 @@ func kafkaBroker(t testing.TB, partitions int32) *broker {
 		name: "kafka", pub: pub, sub: sub, dead: dead, rereads: true,
 		errHeader: txbox.HeaderError, delHeader: txbox.HeaderDeliveries,
 		topic:   func(f string) string { return f },
-		binding: func(f string) string { return kafka.Binding(prefix+f, prefix+f+".g") },
+		binding: func(f string) string { return txboxkafka.Binding(prefix+f, prefix+f+".g") },
 		deadLetters: func(t testing.TB, f string) map[string]map[string]string {
 			mu.Lock()
 			defer mu.Unlock()

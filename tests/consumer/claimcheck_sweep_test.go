@@ -15,10 +15,10 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // TestClaimCheckSweepByRelay, on each database with NATS JetStream: the
@@ -52,8 +52,8 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 	ctx := context.Background()
 	const outboxTable, claims = "ccs_outbox", "ccs_claims"
 	d.migrateAll(t, outboxTable)
-	m, err := migrate.New(d.drv, migrate.Config{NoOutbox: true, ClaimCheckTables: []string{claims}})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(d.drv, txboxmigrate.Config{NoOutbox: true, ClaimCheckTables: []string{claims}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up claim check")
 	store, err := claimcheck.New(d.drv, claimcheck.Config{Table: claims, OutboxTables: []string{outboxTable}})
@@ -64,11 +64,11 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 	// The clock of each dialect, as the tables are written.
 	var now, day, tenDays, twoHours string
 	switch d.drv.Dialect() {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		now, day, tenDays, twoHours = "now()", "interval '1 day'", "interval '10 days'", "interval '2 hours'"
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		now, day, tenDays, twoHours = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)", "86400000000", "864000000000", "7200000000"
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		now, day, tenDays, twoHours = "UTC_TIMESTAMP(6)", "INTERVAL 1 DAY", "INTERVAL 10 DAY", "INTERVAL 2 HOUR"
 	}
 
@@ -248,8 +248,8 @@ func wireClaimCheck[TTx any](t *testing.T, d db[TTx], header, query string) {
 	if query == "" {
 		t.Fatalf("wire-format.json names no query for %s", d.drv.Dialect())
 	}
-	m, err := migrate.New(d.drv, migrate.Config{ClaimCheckTables: []string{claimcheck.DefaultTable}})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(d.drv, txboxmigrate.Config{ClaimCheckTables: []string{claimcheck.DefaultTable}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	store, err := claimcheck.New(d.drv, claimcheck.Config{})
@@ -261,7 +261,7 @@ func wireClaimCheck[TTx any](t *testing.T, d db[TTx], header, query string) {
 	testenv.Must(t, err, "add")
 	// The row as the relay reads it: its headers and payload.
 	var hs, ref string
-	rows, err := d.drv.Pool().Query(ctx, "SELECT "+map[driver.Dialect]string{driver.Postgres: "headers::text", driver.SQLite: "headers", driver.MySQL: "CAST(headers AS CHAR)"}[d.drv.Dialect()]+
+	rows, err := d.drv.Pool().Query(ctx, "SELECT "+map[txboxdriver.Dialect]string{txboxdriver.Postgres: "headers::text", txboxdriver.SQLite: "headers", txboxdriver.MySQL: "CAST(headers AS CHAR)"}[d.drv.Dialect()]+
 		", length(payload) FROM "+txbox.DefaultTable)
 	testenv.Must(t, err, "read the row")
 	var n int64

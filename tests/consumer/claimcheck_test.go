@@ -14,9 +14,9 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // TestClaimCheck, on each database with NATS JetStream (1 MiB max
@@ -47,8 +47,8 @@ func TestClaimCheck(t *testing.T) {
 func claimCheck[TTx any](t *testing.T, d db[TTx], b *broker) {
 	ctx := context.Background()
 	d.migrateAll(t, "cc_outbox")
-	m, err := migrate.New(d.drv, migrate.Config{NoOutbox: true, ClaimCheckTables: []string{claimcheck.DefaultTable}})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(d.drv, txboxmigrate.Config{NoOutbox: true, ClaimCheckTables: []string{claimcheck.DefaultTable}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up claim check")
 	store, err := claimcheck.New(d.drv, claimcheck.Config{OutboxTables: []string{"cc_outbox"}})

@@ -10,8 +10,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -37,7 +37,7 @@ func TestMySQLDeadlockRunsAgainAtOnce(t *testing.T) {
 
 func mysqlDeadlock(t *testing.T, batched bool) {
 	ctx := context.Background()
-	d := db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), driver.MySQL)}
+	d := db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), txboxdriver.MySQL)}
 	d.migrateAll(t)
 	d.exec(t, "CREATE TABLE locks (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
 	d.exec(t, "INSERT INTO locks VALUES (1, 0), (2, 0)")

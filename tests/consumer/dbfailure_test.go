@@ -26,9 +26,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -67,8 +67,8 @@ func sqliteBusy(t *testing.T) error {
 
 // Every kind of database failure the consumer must retry without counting,
 // and errors that are the statement's or the message's, through each
-// classifier: driver.IsTransient alone (no database library), and
-// driver.IsTransientFor with txboxpgx's, txboxsql's on SQLite, and
+// classifier: txboxdriver.IsTransient alone (no database library), and
+// txboxdriver.IsTransientFor with txboxpgx's, txboxsql's on SQLite, and
 // txboxsql's on MySQL with and without the program's classifier.
 func TestClassifyDatabaseErrors(t *testing.T) {
 	t.Parallel()
@@ -81,9 +81,9 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 	busy := sqliteBusy(t)
 
 	pgxDrv := txboxpgx.New(nil)
-	sqliteDrv := txboxsql.New(nil, driver.SQLite)
-	mysqlDrv := txboxsql.New(nil, driver.MySQL)
-	// want: core (driver.IsTransient), pgx, sqlite, mysql.
+	sqliteDrv := txboxsql.New(nil, txboxdriver.SQLite)
+	mysqlDrv := txboxsql.New(nil, txboxdriver.MySQL)
+	// want: core (txboxdriver.IsTransient), pgx, sqlite, mysql.
 	type want struct{ core, pgx, sqlite, mysql bool }
 	all, none := want{true, true, true, true}, want{}
 	cases := []struct {
@@ -147,10 +147,10 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 				err = wrap.fn(err)
 			}
 			got := want{
-				core:   driver.IsTransient(err),
-				pgx:    driver.IsTransientFor[pgx.Tx](pgxDrv, err),
-				sqlite: driver.IsTransientFor[*sql.Tx](sqliteDrv, err),
-				mysql:  driver.IsTransientFor[*sql.Tx](mysqlDrv, err),
+				core:   txboxdriver.IsTransient(err),
+				pgx:    txboxdriver.IsTransientFor[pgx.Tx](pgxDrv, err),
+				sqlite: txboxdriver.IsTransientFor[*sql.Tx](sqliteDrv, err),
+				mysql:  txboxdriver.IsTransientFor[*sql.Tx](mysqlDrv, err),
 			}
 			if got != tc.want {
 				t.Errorf("%s (%s): %v: got %+v, want %+v", tc.name, wrap.name, err, got, tc.want)
@@ -161,8 +161,8 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 
 // The errors that say the database refused the work itself (its data, or
 // the transaction the handler left aborted): counted against the message
-// (driver.IsRejectedFor), never a database failure; and the conflicts run
-// again at once (driver.IsConflictFor, through txboxsql's MySQL
+// (txboxdriver.IsRejectedFor), never a database failure; and the conflicts run
+// again at once (txboxdriver.IsConflictFor, through txboxsql's MySQL
 // classifier). Through each classifier, bare and
 // wrapped as the inbox wraps a commit's error.
 func TestClassifyRejectedErrors(t *testing.T) {
@@ -170,9 +170,9 @@ func TestClassifyRejectedErrors(t *testing.T) {
 	pg := func(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "m"} }
 	constraint := sqliteConstraint(t)
 	pgxDrv := txboxpgx.New(nil)
-	sqliteDrv := txboxsql.New(nil, driver.SQLite)
-	mysqlDrv := txboxsql.New(nil, driver.MySQL)
-	// want: core (driver.IsRejected), pgx, sqlite, mysql; and IsConflictFor
+	sqliteDrv := txboxsql.New(nil, txboxdriver.SQLite)
+	mysqlDrv := txboxsql.New(nil, txboxdriver.MySQL)
+	// want: core (txboxdriver.IsRejected), pgx, sqlite, mysql; and IsConflictFor
 	// (MySQL's driver: the SQLSTATEs and go-sql-driver's error numbers).
 	type want struct{ core, pgx, sqlite, mysql, conflict bool }
 	all := want{true, true, true, true, false}
@@ -217,11 +217,11 @@ func TestClassifyRejectedErrors(t *testing.T) {
 				err = wrap.fn(err)
 			}
 			got := want{
-				core:     driver.IsRejected(err),
-				pgx:      driver.IsRejectedFor[pgx.Tx](pgxDrv, err),
-				sqlite:   driver.IsRejectedFor[*sql.Tx](sqliteDrv, err),
-				mysql:    driver.IsRejectedFor[*sql.Tx](mysqlDrv, err),
-				conflict: driver.IsConflictFor[*sql.Tx](mysqlDrv, err),
+				core:     txboxdriver.IsRejected(err),
+				pgx:      txboxdriver.IsRejectedFor[pgx.Tx](pgxDrv, err),
+				sqlite:   txboxdriver.IsRejectedFor[*sql.Tx](sqliteDrv, err),
+				mysql:    txboxdriver.IsRejectedFor[*sql.Tx](mysqlDrv, err),
+				conflict: txboxdriver.IsConflictFor[*sql.Tx](mysqlDrv, err),
 			}
 			if got != tc.want {
 				t.Errorf("%s (%s): %v: got %+v, want %+v", tc.name, wrap.name, err, got, tc.want)

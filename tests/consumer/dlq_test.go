@@ -14,10 +14,10 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/dlq"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // TestDeadLettersListRedriveDiscard, on each broker with a dlq.Store: an
@@ -66,9 +66,9 @@ func deadLettersListRedriveDiscard(t *testing.T, d db[pgx.Tx], b *broker) {
 		testenv.Must(t, redisstream.EnsureGroup(ctx, testenv.Redis(t), stream, "audit", "0"), "audit group")
 		other = redisstream.Binding(stream, "audit")
 	case "kafka":
-		topic, _, err := kafka.ParseBinding(binding)
+		topic, _, err := txboxkafka.ParseBinding(binding)
 		testenv.Must(t, err, "binding")
-		other = kafka.Binding(topic, "audit")
+		other = txboxkafka.Binding(topic, "audit")
 	}
 
 	var mu sync.Mutex

@@ -13,8 +13,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
@@ -36,8 +36,8 @@ func ExampleHandleInboxJSON() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	drv := txboxsql.New(db, driver.SQLite)
-	m, err := migrate.New(drv, migrate.Config{NoOutbox: true, InboxTables: []string{consumer.DefaultInboxTable}})
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{NoOutbox: true, InboxTables: []string{consumer.DefaultInboxTable}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,12 +17,12 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/dlq"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxrabbitmq"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -172,7 +172,7 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 	base := testenv.Name("q")
 	conn := testenv.RabbitMQConn(t, url)
 	for _, f := range flows {
-		testenv.Must(t, rabbitmq.DeclareQueue(ctx, conn, rabbitmq.QueueConfig{Name: base + "." + f}), "declare %s", f)
+		testenv.Must(t, txboxrabbitmq.DeclareQueue(ctx, conn, txboxrabbitmq.QueueConfig{Name: base + "." + f}), "declare %s", f)
 	}
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(url)
@@ -192,12 +192,12 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 			_ = ch.ExchangeDelete(q+".dlx", false, false)
 		}
 	})
-	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
+	pub, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	sub, err := rabbitmq.NewSubscriber(testenv.RabbitMQConn(t, subURL), rabbitmq.SubscriberConfig{ReconnectMax: 200 * time.Millisecond})
+	sub, err := txboxrabbitmq.NewSubscriber(testenv.RabbitMQConn(t, subURL), txboxrabbitmq.SubscriberConfig{ReconnectMax: 200 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
-	dead, err := rabbitmq.NewDeadLetters(conn)
+	dead, err := txboxrabbitmq.NewDeadLetters(conn)
 	testenv.Must(t, err, "dead letters")
 	return &broker{
 		name: "rabbitmq", pub: pub, sub: sub, dead: dead,
@@ -233,14 +233,14 @@ func rabbitBroker(t testing.TB, url, subURL string) *broker {
 // db is one database behind a driver, for the generic tests.
 type db[TTx any] struct {
 	name string
-	drv  driver.Driver[TTx]
+	drv  txboxdriver.Driver[TTx]
 }
 
 func (d db[TTx]) ph(n int) string {
 	switch d.drv.Dialect() {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		return "$" + strconv.Itoa(n)
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		return "?" // MySQL has no numbered placeholders
 	}
 	return "?" + strconv.Itoa(n)
@@ -249,7 +249,7 @@ func (d db[TTx]) ph(n int) string {
 // text is a string column type that can be a key (MySQL cannot index an
 // unsized TEXT).
 func (d db[TTx]) text() string {
-	if d.drv.Dialect() == driver.MySQL {
+	if d.drv.Dialect() == txboxdriver.MySQL {
 		return "varchar(191)"
 	}
 	return "text"
@@ -278,13 +278,13 @@ func (d db[TTx]) count(t testing.TB, q string, args ...any) int64 {
 // migrateAll creates the inbox table and the given outbox tables.
 func (d db[TTx]) migrateAll(t testing.TB, outboxes ...string) {
 	t.Helper()
-	cfgs := []migrate.Config{{NoOutbox: true, InboxTables: []string{consumer.DefaultInboxTable}}}
+	cfgs := []txboxmigrate.Config{{NoOutbox: true, InboxTables: []string{consumer.DefaultInboxTable}}}
 	for _, o := range outboxes {
-		cfgs = append(cfgs, migrate.Config{OutboxTable: o})
+		cfgs = append(cfgs, txboxmigrate.Config{OutboxTable: o})
 	}
 	for _, c := range cfgs {
-		m, err := migrate.New(d.drv, c)
-		testenv.Must(t, err, "migrate.New")
+		m, err := txboxmigrate.New(d.drv, c)
+		testenv.Must(t, err, "txboxmigrate.New")
 		_, err = m.Up(context.Background())
 		testenv.Must(t, err, "migrate up")
 	}
@@ -297,11 +297,11 @@ func pgxDB(t testing.TB, conns int) db[pgx.Tx] {
 
 func sqliteDB(t testing.TB) db[*sql.Tx] {
 	sdb := testenv.SQLite(t)
-	return db[*sql.Tx]{name: "sqlite", drv: txboxsql.New(sdb, driver.SQLite)}
+	return db[*sql.Tx]{name: "sqlite", drv: txboxsql.New(sdb, txboxdriver.SQLite)}
 }
 
 func mysqlDB(t testing.TB) db[*sql.Tx] {
-	return db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), driver.MySQL)}
+	return db[*sql.Tx]{name: "mysql", drv: txboxsql.New(testenv.MySQL(t), txboxdriver.MySQL)}
 }
 
 // dropAcks wraps a Subscriber: the first n Acks on binding are dropped,

@@ -43,10 +43,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/crash/internal/crashdb"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // settings of a run, from the environment.
@@ -195,7 +195,7 @@ type env struct {
 	t       *testing.T
 	name    string
 	dir     string
-	dialect driver.Dialect
+	dialect txboxdriver.Dialect
 	ledger  *sql.DB // direct connection, never faulted
 	proxy   *faultProxy
 	natsURL string
@@ -231,7 +231,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	var procDB, relayDB, directDB string
 	var relayArgs []string
 	if name != "sqlite" {
-		e.dialect = driver.Postgres
+		e.dialect = txboxdriver.Postgres
 		schema := testenv.Name("crash")
 		admin, err := sql.Open("pgx", testenv.PostgresURL())
 		testenv.Must(t, err, "open")
@@ -269,7 +269,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		relayArgs = []string{"--schema", schema}
 		t.Logf("crash %s: schema %s, proxy %s", name, schema, e.proxy.Addr())
 	} else {
-		e.dialect = driver.SQLite
+		e.dialect = txboxdriver.SQLite
 		path := filepath.Join(dir, "crash.db")
 		procDB, relayDB, directDB = "sqlite://"+path, "sqlite://"+path, "sqlite://"+path
 	}

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -29,15 +29,15 @@ func BenchmarkDrain(b *testing.B) {
 	})
 	b.Run("sql_postgres", func(b *testing.B) {
 		db, _ := testenv.PostgresDB(b, 8)
-		benchDrain[*sql.Tx](b, txboxsql.New(db, driver.Postgres))
+		benchDrain[*sql.Tx](b, txboxsql.New(db, txboxdriver.Postgres))
 	})
-	b.Run("sqlite", func(b *testing.B) { benchDrain[*sql.Tx](b, txboxsql.New(testenv.SQLite(b), driver.SQLite)) })
-	b.Run("mysql", func(b *testing.B) { benchDrain[*sql.Tx](b, txboxsql.New(testenv.MySQL(b), driver.MySQL)) })
+	b.Run("sqlite", func(b *testing.B) { benchDrain[*sql.Tx](b, txboxsql.New(testenv.SQLite(b), txboxdriver.SQLite)) })
+	b.Run("mysql", func(b *testing.B) { benchDrain[*sql.Tx](b, txboxsql.New(testenv.MySQL(b), txboxdriver.MySQL)) })
 }
 
-func benchDrain[TTx any](b *testing.B, drv driver.Driver[TTx]) {
+func benchDrain[TTx any](b *testing.B, drv txboxdriver.Driver[TTx]) {
 	ctx := context.Background()
-	m, err := migrate.New(drv, migrate.Config{})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
 	testenv.Must(b, err, "migrate")
 	_, err = m.Up(ctx)
 	testenv.Must(b, err, "up")

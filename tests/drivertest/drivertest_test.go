@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -19,7 +19,7 @@ import (
 
 func TestPgx(t *testing.T) {
 	t.Parallel()
-	drivertest.Exercise(t, func(t *testing.T) driver.Driver[pgx.Tx] {
+	drivertest.Exercise(t, func(t *testing.T) txboxdriver.Driver[pgx.Tx] {
 		pool, _ := testenv.Postgres(t, 16)
 		return txboxpgx.New(pool)
 	})
@@ -27,23 +27,23 @@ func TestPgx(t *testing.T) {
 
 func TestSQLPostgres(t *testing.T) {
 	t.Parallel()
-	drivertest.Exercise(t, func(t *testing.T) driver.Driver[*sql.Tx] {
+	drivertest.Exercise(t, func(t *testing.T) txboxdriver.Driver[*sql.Tx] {
 		db, _ := testenv.PostgresDB(t, 16)
-		return txboxsql.New(db, driver.Postgres)
+		return txboxsql.New(db, txboxdriver.Postgres)
 	})
 }
 
 func TestSQLite(t *testing.T) {
 	t.Parallel()
-	drivertest.Exercise(t, func(t *testing.T) driver.Driver[*sql.Tx] {
-		return txboxsql.New(testenv.SQLite(t), driver.SQLite)
+	drivertest.Exercise(t, func(t *testing.T) txboxdriver.Driver[*sql.Tx] {
+		return txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite)
 	})
 }
 
 func TestMySQL(t *testing.T) {
 	t.Parallel()
-	drivertest.Exercise(t, func(t *testing.T) driver.Driver[*sql.Tx] {
-		return txboxsql.New(testenv.MySQL(t), driver.MySQL)
+	drivertest.Exercise(t, func(t *testing.T) txboxdriver.Driver[*sql.Tx] {
+		return txboxsql.New(testenv.MySQL(t), txboxdriver.MySQL)
 	})
 }
 
@@ -51,8 +51,8 @@ func TestMySQL(t *testing.T) {
 // affected: the suite passes under that setting too.
 func TestMySQLClientFoundRows(t *testing.T) {
 	t.Parallel()
-	drivertest.Exercise(t, func(t *testing.T) driver.Driver[*sql.Tx] {
-		return txboxsql.New(testenv.MySQL(t, "clientFoundRows=true"), driver.MySQL)
+	drivertest.Exercise(t, func(t *testing.T) txboxdriver.Driver[*sql.Tx] {
+		return txboxsql.New(testenv.MySQL(t, "clientFoundRows=true"), txboxdriver.MySQL)
 	})
 }
 
@@ -60,7 +60,7 @@ func TestMySQLClientFoundRows(t *testing.T) {
 // transaction mode needs), statements sent at once go as one query string.
 func TestPgxSimpleProtocol(t *testing.T) {
 	t.Parallel()
-	drivertest.Exercise(t, func(t *testing.T) driver.Driver[pgx.Tx] {
+	drivertest.Exercise(t, func(t *testing.T) txboxdriver.Driver[pgx.Tx] {
 		_, schema := testenv.Postgres(t, 1)
 		cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
 		testenv.Must(t, err, "parse config")

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -25,9 +25,9 @@ func mysqlInbox(t *testing.T, foundRows bool) (*sql.DB, *txboxsql.Driver) {
 		extra = append(extra, "clientFoundRows=true")
 	}
 	db := testenv.MySQL(t, extra...)
-	drv := txboxsql.New(db, driver.MySQL)
-	m, err := migrate.New(drv, migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}})
-	testenv.Must(t, err, "migrate.New")
+	drv := txboxsql.New(db, txboxdriver.MySQL)
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 	return db, drv
@@ -165,12 +165,12 @@ func TestMySQLUnknownAffectedRowsIsAnError(t *testing.T) {
 // cannot tell does.
 type zeroRows struct{ *txboxsql.Driver }
 
-func (z zeroRows) BeginTx(ctx context.Context) (*sql.Tx, driver.Tx, error) {
+func (z zeroRows) BeginTx(ctx context.Context) (*sql.Tx, txboxdriver.Tx, error) {
 	tx, dtx, err := z.Driver.BeginTx(ctx)
 	return tx, zeroTx{dtx}, err
 }
 
-type zeroTx struct{ driver.Tx }
+type zeroTx struct{ txboxdriver.Tx }
 
 func (z zeroTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	_, err := z.Tx.Exec(ctx, q, args...)

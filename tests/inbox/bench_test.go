@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -136,7 +136,7 @@ func benchSQLite(b *testing.B, workers int) (*sql.DB, *env[*sql.Tx]) {
 	db := testenv.SQLite(b)
 	db.SetMaxOpenConns(workers)
 	db.SetMaxIdleConns(workers)
-	e := setup(b, txboxsql.New(db, driver.SQLite))
+	e := setup(b, txboxsql.New(db, txboxdriver.SQLite))
 	_, err := db.Exec("CREATE TABLE orders (id TEXT PRIMARY KEY, amount INTEGER NOT NULL)")
 	testenv.Must(b, err, "create orders")
 	return db, e

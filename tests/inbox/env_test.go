@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -19,7 +19,7 @@ import (
 // env is one database behind one driver, with an inbox table and a business
 // table "counter" (id text primary key, n integer) of its own.
 type env[TTx any] struct {
-	drv   driver.Driver[TTx]
+	drv   txboxdriver.Driver[TTx]
 	table string // the inbox table
 }
 
@@ -35,22 +35,22 @@ func onEach(t *testing.T, conns int, pgxTest func(*testing.T, *env[pgx.Tx]), sql
 	t.Run("sql-postgres", func(t *testing.T) {
 		t.Parallel()
 		db, _ := testenv.PostgresDB(t, conns)
-		sqlTest(t, setup(t, txboxsql.New(db, driver.Postgres)))
+		sqlTest(t, setup(t, txboxsql.New(db, txboxdriver.Postgres)))
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		db := testenv.SQLite(t)
 		db.SetMaxOpenConns(conns)
-		sqlTest(t, setup(t, txboxsql.New(db, driver.SQLite)))
+		sqlTest(t, setup(t, txboxsql.New(db, txboxdriver.SQLite)))
 	})
 }
 
-func setup[TTx any](t testing.TB, drv driver.Driver[TTx]) *env[TTx] {
+func setup[TTx any](t testing.TB, drv txboxdriver.Driver[TTx]) *env[TTx] {
 	t.Helper()
 	ctx := context.Background()
 	e := &env[TTx]{drv: drv, table: testenv.Name("inbox")}
-	m, err := migrate.New(drv, migrate.Config{NoOutbox: true, InboxTables: []string{e.table}})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{NoOutbox: true, InboxTables: []string{e.table}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	_, err = drv.Pool().Exec(ctx, "CREATE TABLE counter (id text PRIMARY KEY, n integer NOT NULL)")
@@ -70,7 +70,7 @@ func (e *env[TTx]) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox[TTx] {
 
 // ph returns the dialect's n-th placeholder.
 func (e *env[TTx]) ph(n int) string {
-	if e.drv.Dialect() == driver.Postgres {
+	if e.drv.Dialect() == txboxdriver.Postgres {
 		return "$" + strconv.Itoa(n)
 	}
 	return "?" + strconv.Itoa(n)

@@ -11,9 +11,9 @@ import (
 	_ "modernc.org/sqlite" // the program picks the SQLite engine
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -32,10 +32,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	drv := txboxsql.New(db, driver.SQLite)
+	drv := txboxsql.New(db, txboxdriver.SQLite)
 
 	// Once, at deploy time: the outbox, the inbox, the business table.
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{"orders_inbox"}})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{"orders_inbox"}})
 	if err != nil {
 		log.Fatal(err)
 	}

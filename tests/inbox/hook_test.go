@@ -8,16 +8,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 // TestDefaultHookLogs: without a Hook, the audit events go to the Logger.
 func TestDefaultHookLogs(t *testing.T) {
 	t.Parallel()
-	e := setup(t, txboxsql.New(testenv.SQLite(t), driver.SQLite))
+	e := setup(t, txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite))
 	var buf testenv.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ib := e.newInbox(t, inbox.Config{Logger: l})
@@ -41,7 +41,7 @@ func TestDefaultHookLogs(t *testing.T) {
 
 func TestNilHandler(t *testing.T) {
 	t.Parallel()
-	ib, err := inbox.New(txboxsql.New(nil, driver.SQLite), inbox.Config{Table: "inbox"})
+	ib, err := inbox.New(txboxsql.New(nil, txboxdriver.SQLite), inbox.Config{Table: "inbox"})
 	testenv.Must(t, err, "New")
 	if _, err := ib.Handle(context.Background(), src, "m1", nil, nil); err == nil || errors.Is(err, inbox.ErrInvalidInput) {
 		t.Fatalf("Handle with a nil handler = %v", err)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -223,7 +223,7 @@ func testSweep[TTx any](t *testing.T, e *env[TTx]) {
 		}
 		testenv.Must(t, dtx.Commit(ctx), "commit")
 		at := any(time.Now().Add(-c.age))
-		if e.drv.Dialect() == driver.SQLite {
+		if e.drv.Dialect() == txboxdriver.SQLite {
 			at = time.Now().Add(-c.age).UnixMicro()
 		}
 		e.exec(t, `UPDATE "`+e.table+`" SET received_at = `+e.ph(1)+` WHERE message_id = `+e.ph(2), at, c.id)
@@ -267,7 +267,7 @@ func testSweep[TTx any](t *testing.T, e *env[TTx]) {
 
 func TestSweepCancelled(t *testing.T) {
 	t.Parallel()
-	e := setup(t, txboxsql.New(testenv.SQLite(t), driver.SQLite))
+	e := setup(t, txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite))
 	ib := e.newInbox(t, inbox.Config{Hook: func(context.Context, inbox.Event) {}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -278,8 +278,8 @@ func TestSweepCancelled(t *testing.T) {
 
 func TestNewConfig(t *testing.T) {
 	t.Parallel()
-	sqlite := txboxsql.New(nil, driver.SQLite)
-	pg := txboxsql.New(nil, driver.Postgres)
+	sqlite := txboxsql.New(nil, txboxdriver.SQLite)
+	pg := txboxsql.New(nil, txboxdriver.Postgres)
 	for _, c := range []struct {
 		name string
 		drv  *txboxsql.Driver
@@ -297,8 +297,8 @@ func TestNewConfig(t *testing.T) {
 		{"schema on sqlite", sqlite, inbox.Config{Table: "inbox", Schema: "app"}, false},
 		{"negative retention", sqlite, inbox.Config{Table: "inbox", Retention: -time.Hour}, false},
 		{"negative cap", sqlite, inbox.Config{Table: "inbox", MaxIDLen: -1}, false},
-		{"mysql", txboxsql.New(nil, driver.MySQL), inbox.Config{Table: "inbox"}, true},
-		{"unknown dialect", txboxsql.New(nil, driver.Dialect("oracle")), inbox.Config{Table: "inbox"}, false},
+		{"mysql", txboxsql.New(nil, txboxdriver.MySQL), inbox.Config{Table: "inbox"}, true},
+		{"unknown dialect", txboxsql.New(nil, txboxdriver.Dialect("oracle")), inbox.Config{Table: "inbox"}, false},
 	} {
 		ib, err := inbox.New(c.drv, c.cfg)
 		if c.ok != (err == nil) {

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // What the relay produces with CloudEventsSource set, from rows written
@@ -30,7 +30,7 @@ func TestCloudEvents(t *testing.T) {
 	defer cancel()
 	c := cluster(t)
 	const source = "/shop/orders%2Fv1"
-	p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{Prefix: "shop.", CloudEventsSource: source})
+	p, err := txboxkafka.NewPublisher(newClient(t, c), txboxkafka.PublisherConfig{Prefix: "shop.", CloudEventsSource: source})
 	testenv.Must(t, err, "publisher")
 	// Kafka topic names are ASCII letters, digits, '.', '_' and '-'.
 	rows := testenv.CERows(func(s string) string { return "ce." + strings.ReplaceAll(s, "é", "e") }, "CE_ID")
@@ -79,9 +79,9 @@ func TestCloudEvents(t *testing.T) {
 func TestCheckMessageReservesCloudEventsNames(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
-	on, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{CloudEventsSource: "/shop"})
+	on, err := txboxkafka.NewPublisher(newClient(t, c), txboxkafka.PublisherConfig{CloudEventsSource: "/shop"})
 	testenv.Must(t, err, "publisher")
-	off, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{})
+	off, err := txboxkafka.NewPublisher(newClient(t, c), txboxkafka.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	for _, name := range []string{"ce_id", "CE_ID", "Ce_Source", "ce_x"} {
 		m := txbox.Message{ID: "m", Topic: "t", Headers: map[string]string{name: "v"}}

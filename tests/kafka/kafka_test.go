@@ -15,8 +15,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // cluster starts franz-go's in-process fake Kafka cluster (no Kafka server
@@ -100,7 +100,7 @@ func suite(t *testing.T) (brokertest.NewFunc, brokertest.Features) {
 	}
 	return func(t *testing.T) (txbox.Publisher, brokertest.Reader) {
 		prefix := testenv.Name("t") + "."
-		p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{Prefix: prefix})
+		p, err := txboxkafka.NewPublisher(newClient(t, c), txboxkafka.PublisherConfig{Prefix: prefix})
 		testenv.Must(t, err, "publisher")
 		return p, reader{c: c, prefix: prefix}
 	}, f
@@ -130,11 +130,11 @@ func TestPublisherNeedsIdempotentAcksAll(t *testing.T) {
 		if name == "leader ack" {
 			opts = append(opts, kgo.DisableIdempotentWrite())
 		}
-		if _, err := kafka.NewPublisher(newClient(t, c, opts...), kafka.PublisherConfig{}); !errors.Is(err, txbox.ErrInvalidConfig) {
+		if _, err := txboxkafka.NewPublisher(newClient(t, c, opts...), txboxkafka.PublisherConfig{}); !errors.Is(err, txbox.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
 	}
-	if _, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{}); err != nil {
+	if _, err := txboxkafka.NewPublisher(newClient(t, c), txboxkafka.PublisherConfig{}); err != nil {
 		t.Fatalf("default client: %v", err)
 	}
 }
@@ -151,7 +151,7 @@ func TestClassify(t *testing.T) {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.UnknownTopicRetries(1))
 		testenv.Must(t, err, "client")
 		t.Cleanup(cl.Close)
-		p, err := kafka.NewPublisher(cl, kafka.PublisherConfig{})
+		p, err := txboxkafka.NewPublisher(cl, txboxkafka.PublisherConfig{})
 		testenv.Must(t, err, "publisher")
 		errs := p.Publish(context.Background(), []txbox.Message{{ID: "x", Topic: "missing", Payload: []byte("x")}})
 		if len(errs) != 1 || !txbox.IsRejected(errs[0]) {
@@ -163,7 +163,7 @@ func TestClassify(t *testing.T) {
 		cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
 		testenv.Must(t, err, "client")
 		t.Cleanup(cl.Close)
-		p, err := kafka.NewPublisher(cl, kafka.PublisherConfig{})
+		p, err := txboxkafka.NewPublisher(cl, txboxkafka.PublisherConfig{})
 		testenv.Must(t, err, "publisher")
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
@@ -180,7 +180,7 @@ func TestClassify(t *testing.T) {
 func TestSubscriber(t *testing.T) {
 	t.Parallel()
 	c := cluster(t, kfake.DefaultNumPartitions(1))
-	p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{})
+	p, err := txboxkafka.NewPublisher(newClient(t, c), txboxkafka.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -191,9 +191,9 @@ func TestSubscriber(t *testing.T) {
 	if errs := p.Publish(ctx, msgs); errs != nil {
 		t.Fatal(errs)
 	}
-	s, err := kafka.NewSubscriber(newClient(t, c, kgo.FetchMaxWait(50*time.Millisecond)), kafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
+	s, err := txboxkafka.NewSubscriber(newClient(t, c, kgo.FetchMaxWait(50*time.Millisecond)), txboxkafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
-	binding := kafka.Binding("orders", "g")
+	binding := txboxkafka.Binding("orders", "g")
 	next := func(sub txbox.Subscription) (txbox.Delivery, txbox.Received) {
 		t.Helper()
 		d, err := sub.Next(ctx)
@@ -253,18 +253,18 @@ func TestSubscriber(t *testing.T) {
 func TestSubscriberConformance(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
-	sub, err := kafka.NewSubscriber(subClient(t, c), kafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
+	sub, err := txboxkafka.NewSubscriber(subClient(t, c), txboxkafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
 	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
 		admin := newClient(t, c)
 		createTopics(t, admin, topic, topic+".dead")
-		p, err := kafka.NewPublisher(admin, kafka.PublisherConfig{})
+		p, err := txboxkafka.NewPublisher(admin, txboxkafka.PublisherConfig{})
 		testenv.Must(t, err, "publisher")
-		return p, sub, kafka.Binding(topic, "g")
+		return p, sub, txboxkafka.Binding(topic, "g")
 	}, brokertest.SubscriberFeatures{
 		MissingBinding: func(b string) string { return "missing-" + b },
 		ReadDead: func(t *testing.T, binding string) []string {
-			topic, _, err := kafka.ParseBinding(binding)
+			topic, _, err := txboxkafka.ParseBinding(binding)
 			testenv.Must(t, err, "binding")
 			var ids []string
 			ds, err := reader{c: c}.Read(context.Background(), topic+".dead", 1)
@@ -300,7 +300,7 @@ func TestSubscriberCommitsContiguously(t *testing.T) {
 	c := cluster(t)
 	admin := newClient(t, c)
 	createTopics(t, admin, "contig", "contig.dead")
-	p, err := kafka.NewPublisher(admin, kafka.PublisherConfig{})
+	p, err := txboxkafka.NewPublisher(admin, txboxkafka.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -314,7 +314,7 @@ func TestSubscriberCommitsContiguously(t *testing.T) {
 		}
 	}
 	publish("a", "b", "c")
-	sub, err := kafka.NewSubscriber(subClient(t, c), kafka.SubscriberConfig{})
+	sub, err := txboxkafka.NewSubscriber(subClient(t, c), txboxkafka.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
 	next := func(s txbox.Subscription) txbox.Delivery {
 		t.Helper()
@@ -322,7 +322,7 @@ func TestSubscriberCommitsContiguously(t *testing.T) {
 		testenv.Must(t, err, "next")
 		return d
 	}
-	s1, err := sub.Subscribe(ctx, kafka.Binding("contig", "g"), 8)
+	s1, err := sub.Subscribe(ctx, txboxkafka.Binding("contig", "g"), 8)
 	testenv.Must(t, err, "subscribe")
 	a, b, cc := next(s1), next(s1), next(s1)
 	if a.Message().ID != "a" || cc.Message().ID != "c" {
@@ -331,7 +331,7 @@ func TestSubscriberCommitsContiguously(t *testing.T) {
 	testenv.Must(t, cc.Ack(ctx), "ack c")
 	testenv.Must(t, b.Ack(ctx), "ack b")
 	testenv.Must(t, s1.Close(ctx), "close") // a unsettled: nothing committed
-	s2, err := sub.Subscribe(ctx, kafka.Binding("contig", "g"), 8)
+	s2, err := sub.Subscribe(ctx, txboxkafka.Binding("contig", "g"), 8)
 	testenv.Must(t, err, "subscribe")
 	if d := next(s2); d.Message().ID != "a" {
 		t.Fatalf("after closing with a unsettled, got %s, want a", d.Message().ID)
@@ -342,7 +342,7 @@ func TestSubscriberCommitsContiguously(t *testing.T) {
 	testenv.Must(t, next(s2).Ack(ctx), "ack c")
 	testenv.Must(t, s2.Close(ctx), "close") // commits after c
 	publish("d")
-	s3, err := sub.Subscribe(ctx, kafka.Binding("contig", "g"), 8)
+	s3, err := sub.Subscribe(ctx, txboxkafka.Binding("contig", "g"), 8)
 	testenv.Must(t, err, "subscribe")
 	defer func() { _ = s3.Close(ctx) }()
 	if d := next(s3); d.Message().ID != "d" {
@@ -363,7 +363,7 @@ func TestPublishFlushes(t *testing.T) {
 		"idempotent":    {kgo.ManualFlushing()},
 		"transactional": {kgo.ManualFlushing(), kgo.TransactionalID(t.Name())},
 	} {
-		p, err := kafka.NewPublisher(newClient(t, c, opts...), kafka.PublisherConfig{Prefix: t.Name() + "."})
+		p, err := txboxkafka.NewPublisher(newClient(t, c, opts...), txboxkafka.PublisherConfig{Prefix: t.Name() + "."})
 		testenv.Must(t, err, "%s: publisher", name)
 		for round := range 3 {
 			msgs := []txbox.Message{

@@ -15,10 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/kafka"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -137,8 +137,8 @@ func drainKafka(t *testing.T, rows, batch, keys int, txn bool) time.Duration {
 	ctx := context.Background()
 	pool, _ := testenv.Postgres(t, 8)
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})
@@ -171,7 +171,7 @@ func drainKafka(t *testing.T, rows, batch, keys int, txn bool) time.Duration {
 	cl, err := kgo.NewClient(opts...)
 	testenv.Must(t, err, "client")
 	defer cl.Close()
-	pub, err := kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: "bench."})
+	pub, err := txboxkafka.NewPublisher(cl, txboxkafka.PublisherConfig{Prefix: "bench."})
 	testenv.Must(t, err, "publisher")
 	r, err := relay.New[pgx.Tx](drv, pub, relay.Config{BatchSize: batch, PollInterval: 10 * time.Millisecond})
 	testenv.Must(t, err, "relay.New")

@@ -14,8 +14,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // txnSuite is suite with a transactional Publisher (a transactional id of
@@ -30,7 +30,7 @@ func txnSuite(t *testing.T) (brokertest.NewFunc, brokertest.Features) {
 	}
 	return func(t *testing.T) (txbox.Publisher, brokertest.Reader) {
 		prefix := testenv.Name("t") + "."
-		p, err := kafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), kafka.PublisherConfig{Prefix: prefix})
+		p, err := txboxkafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), txboxkafka.PublisherConfig{Prefix: prefix})
 		testenv.Must(t, err, "publisher")
 		if p.TransactionalID() == "" {
 			t.Fatal("a client with a transactional id made a Publisher without transactions")
@@ -58,7 +58,7 @@ func TestTransactionalRejectCommitsTheRest(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
 	prefix := testenv.Name("t") + "."
-	p, err := kafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), kafka.PublisherConfig{Prefix: prefix})
+	p, err := txboxkafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), txboxkafka.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -86,7 +86,7 @@ func TestTransactionalRejectCommitsTheRest(t *testing.T) {
 }
 
 // Two producers with the same transactional id: the younger one's start
-// fences the older, whose commit then fails with kafka.ErrFenced (and
+// fences the older, whose commit then fails with txboxkafka.ErrFenced (and
 // txbox.ErrPublisherClosed, which stops a relay) while its transaction is
 // open, and which can never publish again; a read_committed consumer sees
 // nothing of the fenced transaction.
@@ -95,9 +95,9 @@ func TestTransactionalFencing(t *testing.T) {
 	c := cluster(t, kfake.DefaultNumPartitions(1))
 	prefix := testenv.Name("t") + "."
 	id := testenv.Name("relay")
-	p1, err := kafka.NewPublisher(newClient(t, c, kgo.TransactionalID(id)), kafka.PublisherConfig{Prefix: prefix})
+	p1, err := txboxkafka.NewPublisher(newClient(t, c, kgo.TransactionalID(id)), txboxkafka.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher 1")
-	p2, err := kafka.NewPublisher(newClient(t, c, kgo.TransactionalID(id)), kafka.PublisherConfig{Prefix: prefix})
+	p2, err := txboxkafka.NewPublisher(newClient(t, c, kgo.TransactionalID(id)), txboxkafka.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher 2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -126,10 +126,10 @@ func TestTransactionalFencing(t *testing.T) {
 	if p2errs != nil {
 		t.Fatalf("new producer: %v", p2errs)
 	}
-	if len(errs) != 1 || !errors.Is(errs[0], kafka.ErrFenced) || !errors.Is(errs[0], txbox.ErrPublisherClosed) {
+	if len(errs) != 1 || !errors.Is(errs[0], txboxkafka.ErrFenced) || !errors.Is(errs[0], txbox.ErrPublisherClosed) {
 		t.Fatalf("old producer's commit after the new one started: %v, want ErrFenced and ErrPublisherClosed", errs)
 	}
-	if errs := p1.Publish(ctx, msg("old-3")); len(errs) != 1 || !errors.Is(errs[0], kafka.ErrFenced) {
+	if errs := p1.Publish(ctx, msg("old-3")); len(errs) != 1 || !errors.Is(errs[0], txboxkafka.ErrFenced) {
 		t.Fatalf("old producer after it was fenced: %v, want ErrFenced", errs)
 	}
 	if errs := p2.Publish(ctx, msg("new-2")); errs != nil {
@@ -151,7 +151,7 @@ func TestTransactionalFencing(t *testing.T) {
 func TestSubscriberRefusesTransactionalClient(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
-	if _, err := kafka.NewSubscriber(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), kafka.SubscriberConfig{}); !errors.Is(err, txbox.ErrInvalidConfig) {
+	if _, err := txboxkafka.NewSubscriber(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), txboxkafka.SubscriberConfig{}); !errors.Is(err, txbox.ErrInvalidConfig) {
 		t.Fatalf("transactional client: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -163,7 +163,7 @@ func TestTransactionalFailedCommitIsAborted(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
 	prefix := testenv.Name("t") + "."
-	p, err := kafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), kafka.PublisherConfig{Prefix: prefix})
+	p, err := txboxkafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), txboxkafka.PublisherConfig{Prefix: prefix})
 	testenv.Must(t, err, "publisher")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

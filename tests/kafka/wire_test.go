@@ -8,8 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // What the publisher produces, read with franz-go alone, is what
@@ -28,7 +28,7 @@ func TestWireFormat(t *testing.T) {
 		{testenv.WireMessage("plain"), ""},
 		{testenv.WireBare("bare"), ""},
 	} {
-		p, err := kafka.NewPublisher(newClient(t, c), kafka.PublisherConfig{Prefix: "shop.", CloudEventsSource: tc.source})
+		p, err := txboxkafka.NewPublisher(newClient(t, c), txboxkafka.PublisherConfig{Prefix: "shop.", CloudEventsSource: tc.source})
 		testenv.Must(t, err, "publisher")
 		if errs := p.Publish(ctx, []txbox.Message{tc.m}); errs != nil {
 			t.Fatalf("publish: %v", errs)
@@ -70,9 +70,9 @@ func TestForeignProducer(t *testing.T) {
 			{Key: "X-Many", Value: []byte("first")}, {Key: "X-Many", Value: []byte("second")},
 			{Key: txbox.HeaderDeliveries, Value: []byte("99")},
 		}}).FirstErr(), "produce")
-	s, err := kafka.NewSubscriber(subClient(t, c), kafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
+	s, err := txboxkafka.NewSubscriber(subClient(t, c), txboxkafka.SubscriberConfig{MaxRetryWait: 10 * time.Millisecond})
 	testenv.Must(t, err, "subscriber")
-	sub, err := s.Subscribe(ctx, kafka.Binding("foreign", "g"), 1)
+	sub, err := s.Subscribe(ctx, txboxkafka.Binding("foreign", "g"), 1)
 	testenv.Must(t, err, "subscribe")
 	defer sub.Close(ctx)
 	d, err := sub.Next(ctx)

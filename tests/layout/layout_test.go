@@ -82,10 +82,10 @@ func TestLayering(t *testing.T) {
 	sdks := []string{"github.com/jackc/pgx", "github.com/nats-io/", "github.com/rabbitmq/", "github.com/redis/",
 		"github.com/hibiken/", "github.com/twmb/", "modernc.org/", "github.com/go-sql-driver/", "github.com/spf13/",
 		"github.com/prometheus/", "go.opentelemetry.io/"}
-	core := map[string]bool{mod: true, mod + "/driver": true, mod + "/relay": true, mod + "/consumer": true,
-		mod + "/inbox": true, mod + "/migrate": true, mod + "/dlq": true, mod + "/dead": true, mod + "/txboxsql": true,
+	core := map[string]bool{mod: true, mod + "/txboxdriver": true, mod + "/relay": true, mod + "/consumer": true,
+		mod + "/inbox": true, mod + "/txboxmigrate": true, mod + "/dlq": true, mod + "/dead": true, mod + "/txboxsql": true,
 		mod + "/drivertest": true, mod + "/brokertest": true, mod + "/txboxtest": true, mod + "/health": true, mod + "/claimcheck": true}
-	adapters := map[string]bool{mod + "/natsjs": true, mod + "/rabbitmq": true, mod + "/redisstream": true, mod + "/txboxasynq": true, mod + "/kafka": true, mod + "/txboxpgx": true}
+	adapters := map[string]bool{mod + "/natsjs": true, mod + "/txboxrabbitmq": true, mod + "/redisstream": true, mod + "/txboxasynq": true, mod + "/txboxkafka": true, mod + "/txboxpgx": true}
 	seen := 0
 	for _, p := range listPkgs(t) {
 		if !library(p.ImportPath) {
@@ -97,10 +97,10 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s imports %s: no library package may import the CLI, the bench or the tests", p.ImportPath, d)
 			}
 			internal := strings.HasPrefix(p.ImportPath, mod+"/internal/")
-			if internal && !strings.HasPrefix(d, mod+"/internal/") && d != mod+"/driver" {
+			if internal && !strings.HasPrefix(d, mod+"/internal/") && d != mod+"/txboxdriver" {
 				t.Errorf("%s imports %s: internal packages sit below the public ones", p.ImportPath, d)
 			}
-			if adapters[p.ImportPath] && d != mod && d != mod+"/driver" && d != mod+"/dlq" && !strings.HasPrefix(d, mod+"/internal/") {
+			if adapters[p.ImportPath] && d != mod && d != mod+"/txboxdriver" && d != mod+"/dlq" && !strings.HasPrefix(d, mod+"/internal/") {
 				t.Errorf("%s imports %s: an adapter imports only the root package (and the driver and dlq seams)", p.ImportPath, d)
 			}
 		}

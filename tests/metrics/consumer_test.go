@@ -12,9 +12,9 @@ import (
 
 	"github.com/txbox/txbox/consumer"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -30,8 +30,8 @@ func TestConsumerMetricsMove(t *testing.T) {
 	defer cancel()
 	pool, _ := testenv.Postgres(t, 8)
 	drv := txboxpgx.New(pool)
-	mg, err := migrate.New(drv, migrate.Config{NoOutbox: true, InboxTables: []string{consumer.DefaultInboxTable}})
-	testenv.Must(t, err, "migrate.New")
+	mg, err := txboxmigrate.New(drv, txboxmigrate.Config{NoOutbox: true, InboxTables: []string{consumer.DefaultInboxTable}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = mg.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 

@@ -11,10 +11,10 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/relaytest"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -22,8 +22,8 @@ import (
 func pgOutbox(t *testing.T, pool *pgxpool.Pool) (*txboxpgx.Driver, *txbox.Outbox[pgx.Tx]) {
 	t.Helper()
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})

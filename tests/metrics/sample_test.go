@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -22,12 +22,12 @@ func TestSampleEachDialect(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		open        func(t *testing.T) *sql.DB
-		d           driver.Dialect
+		d           txboxdriver.Dialect
 		now, future string
 	}{
-		{"postgres", func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t, 4); return db }, driver.Postgres, "now()", "now() + interval '1 hour'"},
-		{"sqlite", func(t *testing.T) *sql.DB { return testenv.SQLite(t) }, driver.SQLite, "1", "9000000000000000"},
-		{"mysql", func(t *testing.T) *sql.DB { return testenv.MySQL(t) }, driver.MySQL, "UTC_TIMESTAMP(6)", "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR"},
+		{"postgres", func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t, 4); return db }, txboxdriver.Postgres, "now()", "now() + interval '1 hour'"},
+		{"sqlite", func(t *testing.T) *sql.DB { return testenv.SQLite(t) }, txboxdriver.SQLite, "1", "9000000000000000"},
+		{"mysql", func(t *testing.T) *sql.DB { return testenv.MySQL(t) }, txboxdriver.MySQL, "UTC_TIMESTAMP(6)", "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -85,12 +85,12 @@ func TestSampleUpkeep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, c := range []struct {
-		d    driver.Dialect
+		d    txboxdriver.Dialect
 		open func(t *testing.T) *sql.DB
 	}{
-		{driver.Postgres, func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t, 4); return db }},
-		{driver.SQLite, func(t *testing.T) *sql.DB { return testenv.SQLite(t) }},
-		{driver.MySQL, func(t *testing.T) *sql.DB { return testenv.MySQL(t) }},
+		{txboxdriver.Postgres, func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t, 4); return db }},
+		{txboxdriver.SQLite, func(t *testing.T) *sql.DB { return testenv.SQLite(t) }},
+		{txboxdriver.MySQL, func(t *testing.T) *sql.DB { return testenv.MySQL(t) }},
 	} {
 		t.Run(string(c.d), func(t *testing.T) {
 			t.Parallel()
@@ -98,7 +98,7 @@ func TestSampleUpkeep(t *testing.T) {
 			drv := migrated(t, db, c.d)
 			r, err := relay.New[*sql.Tx](drv, &ackAll{}, relay.Config{})
 			testenv.Must(t, err, "relay.New")
-			if c.d != driver.Postgres {
+			if c.d != txboxdriver.Postgres {
 				if s := r.Sample(ctx, txbox.RelaySample{}); s.Upkeep || s.Err != nil {
 					t.Fatalf("sample on %s: %+v, want no upkeep figures", c.d, s)
 				}
@@ -124,11 +124,11 @@ func TestSampleUpkeep(t *testing.T) {
 }
 
 // migrated returns a driver on db whose outbox table is migrated.
-func migrated(t *testing.T, db *sql.DB, d driver.Dialect) *txboxsql.Driver {
+func migrated(t *testing.T, db *sql.DB, d txboxdriver.Dialect) *txboxsql.Driver {
 	t.Helper()
 	drv := txboxsql.New(db, d)
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 	return drv

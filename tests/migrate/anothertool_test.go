@@ -14,33 +14,33 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 // toolTarget is a fresh database of one dialect, with what a command-line
 // client needs to reach it.
 type toolTarget struct {
-	d      driver.Dialect
+	d      txboxdriver.Dialect
 	db     *sql.DB
 	schema string // PostgreSQL
 	path   string // SQLite file
 	dbName string // MySQL database
 }
 
-func toolTargets(t *testing.T, d driver.Dialect) toolTarget {
+func toolTargets(t *testing.T, d txboxdriver.Dialect) toolTarget {
 	t.Helper()
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		db, _ := testenv.PostgresDB(t, 4)
 		schema := testenv.Name("txtool")
 		t.Cleanup(func() { _, _ = db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE") })
 		return toolTarget{d: d, db: db, schema: schema}
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		path := filepath.Join(t.TempDir(), "tool.db")
 		db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 		testenv.Must(t, err, "open sqlite")
@@ -62,11 +62,11 @@ func (x toolTarget) client(t *testing.T, script string, flags ...string) {
 	testenv.Must(t, os.WriteFile(file, []byte(script), 0o600), "write script")
 	var cmd *osexec.Cmd
 	switch x.d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		cmd = osexec.Command("psql", append(flags, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file, testenv.PostgresURL())...)
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		cmd = osexec.Command("sqlite3", "-bail", x.path, ".read "+file)
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		cmd = osexec.Command("mysql", "-h", "127.0.0.1", "-u", "root", x.dbName, "-e", "source "+file)
 	}
 	tool := cmd.Args[0]
@@ -85,7 +85,7 @@ func (x toolTarget) client(t *testing.T, script string, flags ...string) {
 // goose applies the goose file with goose itself (as a library).
 func (x toolTarget) goose(t *testing.T, ctx context.Context, script string) {
 	t.Helper()
-	dialect := map[driver.Dialect]goose.Dialect{driver.Postgres: goose.DialectPostgres, driver.SQLite: goose.DialectSQLite3, driver.MySQL: goose.DialectMySQL}[x.d]
+	dialect := map[txboxdriver.Dialect]goose.Dialect{txboxdriver.Postgres: goose.DialectPostgres, txboxdriver.SQLite: goose.DialectSQLite3, txboxdriver.MySQL: goose.DialectMySQL}[x.d]
 	p, err := goose.NewProvider(dialect, x.db, fstest.MapFS{"20260101000000_txbox.sql": {Data: []byte(script)}})
 	testenv.Must(t, err, "goose provider")
 	_, err = p.Up(ctx)
@@ -100,33 +100,33 @@ func TestScriptsAppliedByAnotherTool(t *testing.T) {
 	t.Parallel()
 	for _, d := range dialects {
 		for _, form := range []string{"client", "client --no-begin", "goose"} {
-			if form == "client --no-begin" && d != driver.Postgres {
+			if form == "client --no-begin" && d != txboxdriver.Postgres {
 				continue
 			}
 			t.Run(string(d)+"/"+form, func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				x := toolTargets(t, d)
-				cfg := migrate.Config{Schema: x.schema, InboxTables: []string{"inbox"}}
-				plan, err := migrate.Plan(d, cfg)
+				cfg := txboxmigrate.Config{Schema: x.schema, InboxTables: []string{"inbox"}}
+				plan, err := txboxmigrate.Plan(d, cfg)
 				testenv.Must(t, err, "plan")
 				switch form {
 				case "goose":
-					script, err := migrate.GooseScript(d, x.schema, plan)
+					script, err := txboxmigrate.GooseScript(d, x.schema, plan)
 					testenv.Must(t, err, "goose script")
 					x.goose(t, ctx, script)
 				case "client":
-					script, err := migrate.UpScript(d, x.schema, plan, migrate.ScriptOptions{})
+					script, err := txboxmigrate.UpScript(d, x.schema, plan, txboxmigrate.ScriptOptions{})
 					testenv.Must(t, err, "script")
 					x.client(t, script)
 				default: // psql -1 -f: the transaction is the tool's, as Flyway's and atlas's are
-					script, err := migrate.UpScript(d, x.schema, plan, migrate.ScriptOptions{NoBegin: true})
+					script, err := txboxmigrate.UpScript(d, x.schema, plan, txboxmigrate.ScriptOptions{NoBegin: true})
 					testenv.Must(t, err, "script")
 					x.client(t, script, "-1")
 				}
 				drv := txboxsql.New(x.db, d)
-				m, err := migrate.New(drv, cfg)
-				testenv.Must(t, err, "migrate.New")
+				m, err := txboxmigrate.New(drv, cfg)
+				testenv.Must(t, err, "txboxmigrate.New")
 				st, err := m.Status(ctx)
 				testenv.Must(t, err, "status")
 				for _, s := range st {
@@ -151,7 +151,7 @@ func TestScriptsAppliedByAnotherTool(t *testing.T) {
 
 // deliver starts a relay on the outbox table, adds a message and waits
 // for its publication.
-func deliver[TTx any](t *testing.T, drv driver.Driver[TTx], schema string) {
+func deliver[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], schema string) {
 	t.Helper()
 	ctx := context.Background()
 	pub := &drivertest.Recorder{}
@@ -177,29 +177,29 @@ func TestTablesAlteredByHand(t *testing.T) {
 	t.Parallel()
 	type breakage struct {
 		name string
-		sql  map[driver.Dialect][]string
+		sql  map[txboxdriver.Dialect][]string
 		want string
 	}
 	cases := []breakage{
-		{"column dropped", map[driver.Dialect][]string{
-			driver.Postgres: {"ALTER TABLE txbox_outbox DROP COLUMN last_error"},
-			driver.SQLite:   {"ALTER TABLE txbox_outbox DROP COLUMN last_error"},
-			driver.MySQL:    {"ALTER TABLE txbox_outbox DROP COLUMN last_error"},
+		{"column dropped", map[txboxdriver.Dialect][]string{
+			txboxdriver.Postgres: {"ALTER TABLE txbox_outbox DROP COLUMN last_error"},
+			txboxdriver.SQLite:   {"ALTER TABLE txbox_outbox DROP COLUMN last_error"},
+			txboxdriver.MySQL:    {"ALTER TABLE txbox_outbox DROP COLUMN last_error"},
 		}, "column last_error is missing"},
-		{"column retyped", map[driver.Dialect][]string{
-			driver.Postgres: {"ALTER TABLE txbox_outbox ALTER COLUMN published_at TYPE text"},
-			driver.MySQL:    {"ALTER TABLE txbox_outbox MODIFY published_at VARCHAR(64) NULL"},
+		{"column retyped", map[txboxdriver.Dialect][]string{
+			txboxdriver.Postgres: {"ALTER TABLE txbox_outbox ALTER COLUMN published_at TYPE text"},
+			txboxdriver.MySQL:    {"ALTER TABLE txbox_outbox MODIFY published_at VARCHAR(64) NULL"},
 		}, "column published_at is"},
-		{"trigger refusing UPDATE", map[driver.Dialect][]string{
-			driver.Postgres: {"CREATE FUNCTION no_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'updates are audited'; END $$",
+		{"trigger refusing UPDATE", map[txboxdriver.Dialect][]string{
+			txboxdriver.Postgres: {"CREATE FUNCTION no_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'updates are audited'; END $$",
 				"CREATE TRIGGER no_update BEFORE UPDATE ON txbox_outbox FOR EACH ROW EXECUTE FUNCTION no_update()"},
-			driver.SQLite: {"CREATE TRIGGER no_update BEFORE UPDATE ON txbox_outbox BEGIN SELECT RAISE(ABORT, 'updates are audited'); END"},
-			driver.MySQL:  {"CREATE TRIGGER no_update BEFORE UPDATE ON txbox_outbox FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'updates are audited'"},
+			txboxdriver.SQLite: {"CREATE TRIGGER no_update BEFORE UPDATE ON txbox_outbox BEGIN SELECT RAISE(ABORT, 'updates are audited'); END"},
+			txboxdriver.MySQL:  {"CREATE TRIGGER no_update BEFORE UPDATE ON txbox_outbox FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'updates are audited'"},
 		}, "updates are audited"},
-		{"table dropped", map[driver.Dialect][]string{
-			driver.Postgres: {"DROP TABLE txbox_outbox"},
-			driver.SQLite:   {"DROP TABLE txbox_outbox"},
-			driver.MySQL:    {"DROP TABLE txbox_outbox"},
+		{"table dropped", map[txboxdriver.Dialect][]string{
+			txboxdriver.Postgres: {"DROP TABLE txbox_outbox"},
+			txboxdriver.SQLite:   {"DROP TABLE txbox_outbox"},
+			txboxdriver.MySQL:    {"DROP TABLE txbox_outbox"},
 		}, "is missing although its migrations are recorded"},
 	}
 	for _, x := range databases(t) {
@@ -210,9 +210,9 @@ func TestTablesAlteredByHand(t *testing.T) {
 			t.Run(string(x.d)+"/"+c.name, func(t *testing.T) {
 				ctx := context.Background()
 				db := x.db
-				if x.d == driver.Postgres { // a schema of its own per case
+				if x.d == txboxdriver.Postgres { // a schema of its own per case
 					db, _ = testenv.PostgresDB(t, 4)
-				} else if x.d == driver.SQLite {
+				} else if x.d == txboxdriver.SQLite {
 					db = testenv.SQLite(t)
 				} else {
 					db = testenv.MySQL(t)
@@ -237,7 +237,7 @@ func TestTablesAlteredByHand(t *testing.T) {
 				if c.name != "table dropped" {
 					return
 				}
-				rev, err := m.Down(ctx, migrate.DownOptions{To: 0, Force: true})
+				rev, err := m.Down(ctx, txboxmigrate.DownOptions{To: 0, Force: true})
 				testenv.Must(t, err, "down --to 0 --force after the table was dropped (reverted %d)", len(rev))
 				_, err = m.Up(ctx)
 				testenv.Must(t, err, "up")
@@ -256,8 +256,8 @@ func TestVerifyAfterUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, x := range databases(t) {
-		m, err := migrate.New(txboxsql.New(x.db, x.d), migrate.Config{InboxTables: []string{"inbox"}})
-		testenv.Must(t, err, "migrate.New")
+		m, err := txboxmigrate.New(txboxsql.New(x.db, x.d), txboxmigrate.Config{InboxTables: []string{"inbox"}})
+		testenv.Must(t, err, "txboxmigrate.New")
 		_, err = m.Up(ctx)
 		testenv.Must(t, err, "up")
 		problems, err := m.Verify(ctx)
@@ -279,8 +279,8 @@ func TestVerifyUnderARoleWithoutInsert(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, schema := testenv.PostgresDB(t, 1)
-	m, err := migrate.New(txboxsql.New(db, driver.Postgres), migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(txboxsql.New(db, txboxdriver.Postgres), txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "up")
 	role := testenv.Name("txbox_relay_role")

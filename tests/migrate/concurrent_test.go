@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -31,8 +31,8 @@ func TestConcurrentUpOnFreshSchema(t *testing.T) {
 		errs := make([]error, racers)
 		applied := make([]int, racers)
 		for j := 0; j < racers; j++ {
-			m, err := migrate.New(drv, migrate.Config{Schema: schema, InboxTables: []string{"inbox"}})
-			testenv.Must(t, err, "migrate.New")
+			m, err := txboxmigrate.New(drv, txboxmigrate.Config{Schema: schema, InboxTables: []string{"inbox"}})
+			testenv.Must(t, err, "txboxmigrate.New")
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -48,7 +48,7 @@ func TestConcurrentUpOnFreshSchema(t *testing.T) {
 			}
 			total += applied[j]
 		}
-		plan, err := migrate.Plan(drv.Dialect(), migrate.Config{Schema: schema, InboxTables: []string{"inbox"}})
+		plan, err := txboxmigrate.Plan(drv.Dialect(), txboxmigrate.Config{Schema: schema, InboxTables: []string{"inbox"}})
 		testenv.Must(t, err, "plan")
 		if total != len(plan) {
 			t.Fatalf("round %d: the Ups applied %d migrations between them, want each of the %d once", i, total, len(plan))

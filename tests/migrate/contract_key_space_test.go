@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // A dead row with an empty ordering_key or a topic with U+3000 (parked, or
@@ -20,7 +20,7 @@ func TestContractRefusesRedriveOfKeySpace(t *testing.T) {
 		t.Run(string(x.d), func(t *testing.T) {
 			up(t, x)
 			now := any(time.Now().UTC())
-			if x.d == driver.SQLite {
+			if x.d == txboxdriver.SQLite {
 				now = time.Now().UnixMicro()
 			}
 			insert(t, x, "topic, ordering_key, payload, dead_at", "t", "", []byte("dead key"), now)

@@ -1,5 +1,5 @@
 // Package migrate_test tries to break the outbox table's own checks of the
-// message contract (migrate/sql/<dialect>/outbox/*_contract.sql): plain-SQL
+// message contract (txboxmigrate/sql/<dialect>/outbox/*_contract.sql): plain-SQL
 // writers get an error naming the rule, and the migration succeeds on a
 // table that already holds rows breaking it. The lanes migration, too, is
 // run on a table that holds rows (lanes_test.go).
@@ -13,29 +13,29 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 type dialectDB struct {
-	d  driver.Dialect
+	d  txboxdriver.Dialect
 	db *sql.DB
 }
 
 func databases(t *testing.T) []dialectDB {
 	pg, _ := testenv.PostgresDB(t, 4)
 	return []dialectDB{
-		{driver.Postgres, pg},
-		{driver.SQLite, testenv.SQLite(t)},
-		{driver.MySQL, testenv.MySQL(t)},
+		{txboxdriver.Postgres, pg},
+		{txboxdriver.SQLite, testenv.SQLite(t)},
+		{txboxdriver.MySQL, testenv.MySQL(t)},
 	}
 }
 
 // exec runs q, written with ? placeholders, on dialect d.
-func exec(ctx context.Context, db *sql.DB, d driver.Dialect, q string, args ...any) error {
-	if d == driver.Postgres {
+func exec(ctx context.Context, db *sql.DB, d txboxdriver.Dialect, q string, args ...any) error {
+	if d == txboxdriver.Postgres {
 		var b strings.Builder
 		n := 0
 		for _, c := range q {
@@ -52,10 +52,10 @@ func exec(ctx context.Context, db *sql.DB, d driver.Dialect, q string, args ...a
 	return err
 }
 
-func up(t *testing.T, x dialectDB) *migrate.Migrator {
+func up(t *testing.T, x dialectDB) *txboxmigrate.Migrator {
 	t.Helper()
-	m, err := migrate.New(txboxsql.New(x.db, x.d), migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(txboxsql.New(x.db, x.d), txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "up")
 	return m
@@ -72,45 +72,45 @@ func insert(t *testing.T, x dialectDB, cols string, vals ...any) {
 func TestContractRefusesBadInserts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	all := []driver.Dialect{driver.Postgres, driver.SQLite, driver.MySQL}
+	all := []txboxdriver.Dialect{txboxdriver.Postgres, txboxdriver.SQLite, txboxdriver.MySQL}
 	cases := []struct {
 		name     string
 		col      string
 		val      any
-		dialects []driver.Dialect // nil: all
-		want     map[driver.Dialect]string
+		dialects []txboxdriver.Dialect // nil: all
+		want     map[txboxdriver.Dialect]string
 	}{
-		{"empty id", "message_id", "", nil, map[driver.Dialect]string{driver.Postgres: "message_id_length", driver.MySQL: "message_id_length"}},
-		{"300-byte id", "message_id", strings.Repeat("a", 300), nil, map[driver.Dialect]string{driver.Postgres: "message_id_length", driver.MySQL: "Data too long for column 'message_id'"}},
-		{"300-byte id of 100 characters", "message_id", strings.Repeat("€", 100), nil, map[driver.Dialect]string{driver.Postgres: "message_id_length", driver.MySQL: "message_id_length"}},
-		{"id with tab", "message_id", "a\tb", nil, map[driver.Dialect]string{driver.Postgres: "message_id_control", driver.MySQL: "message_id_control"}},
-		{"id as blob", "message_id", []byte("abc"), []driver.Dialect{driver.SQLite}, nil},
+		{"empty id", "message_id", "", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "message_id_length", txboxdriver.MySQL: "message_id_length"}},
+		{"300-byte id", "message_id", strings.Repeat("a", 300), nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "message_id_length", txboxdriver.MySQL: "Data too long for column 'message_id'"}},
+		{"300-byte id of 100 characters", "message_id", strings.Repeat("€", 100), nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "message_id_length", txboxdriver.MySQL: "message_id_length"}},
+		{"id with tab", "message_id", "a\tb", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "message_id_control", txboxdriver.MySQL: "message_id_control"}},
+		{"id as blob", "message_id", []byte("abc"), []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
 		{"empty topic", "topic", "", nil, nil},
-		{"5000-char topic", "topic", strings.Repeat("t", 5000), nil, map[driver.Dialect]string{driver.Postgres: "topic_length"}},
-		{"topic with space", "topic", "a b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with newline", "topic", "a\nb", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+0085", "topic", "a\u0085b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+1680", "topic", "a\u1680b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+2000", "topic", "a\u2000b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+2005", "topic", "a\u2005b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+200A", "topic", "a\u200ab", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+202F", "topic", "a\u202fb", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+205F", "topic", "a\u205fb", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"topic with U+3000", "topic", "a\u3000b", nil, map[driver.Dialect]string{driver.Postgres: "topic_chars", driver.MySQL: "topic_chars"}},
-		{"empty key", "ordering_key", "", nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_length", driver.MySQL: "ordering_key_length"}},
-		{"300-byte key", "ordering_key", strings.Repeat("k", 300), nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_length", driver.MySQL: "Data too long for column 'ordering_key'"}},
-		{"300-byte key of 100 characters", "ordering_key", strings.Repeat("€", 100), nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_length", driver.MySQL: "ordering_key_length"}},
-		{"key with DEL", "ordering_key", "k\x7f", nil, map[driver.Dialect]string{driver.Postgres: "ordering_key_control", driver.MySQL: "ordering_key_control"}},
-		{"headers array", "headers", "[1]", nil, map[driver.Dialect]string{driver.Postgres: "headers_object", driver.MySQL: "headers_object"}},
-		{"headers string", "headers", `"x"`, nil, map[driver.Dialect]string{driver.Postgres: "headers_object", driver.MySQL: "headers_object"}},
-		{"headers not JSON", "headers", "nope", []driver.Dialect{driver.SQLite, driver.MySQL}, map[driver.Dialect]string{driver.MySQL: "headers_object"}},
-		{"attempts text", "attempts", "abc", []driver.Dialect{driver.SQLite}, nil},
-		{"attempts real", "attempts", 1.5, []driver.Dialect{driver.SQLite}, nil},
-		{"created_at text", "created_at", "abc", []driver.Dialect{driver.SQLite}, nil},
-		{"next_attempt_at text", "next_attempt_at", "abc", []driver.Dialect{driver.SQLite}, nil},
-		{"published_at text", "published_at", "abc", []driver.Dialect{driver.SQLite}, nil},
-		{"dead_at text", "dead_at", "abc", []driver.Dialect{driver.SQLite}, nil},
-		{"payload integer", "payload", 42, []driver.Dialect{driver.SQLite}, nil},
+		{"5000-char topic", "topic", strings.Repeat("t", 5000), nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_length"}},
+		{"topic with space", "topic", "a b", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with newline", "topic", "a\nb", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+0085", "topic", "a\u0085b", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+1680", "topic", "a\u1680b", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+2000", "topic", "a\u2000b", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+2005", "topic", "a\u2005b", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+200A", "topic", "a\u200ab", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+202F", "topic", "a\u202fb", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+205F", "topic", "a\u205fb", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"topic with U+3000", "topic", "a\u3000b", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "topic_chars", txboxdriver.MySQL: "topic_chars"}},
+		{"empty key", "ordering_key", "", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "ordering_key_length", txboxdriver.MySQL: "ordering_key_length"}},
+		{"300-byte key", "ordering_key", strings.Repeat("k", 300), nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "ordering_key_length", txboxdriver.MySQL: "Data too long for column 'ordering_key'"}},
+		{"300-byte key of 100 characters", "ordering_key", strings.Repeat("€", 100), nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "ordering_key_length", txboxdriver.MySQL: "ordering_key_length"}},
+		{"key with DEL", "ordering_key", "k\x7f", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "ordering_key_control", txboxdriver.MySQL: "ordering_key_control"}},
+		{"headers array", "headers", "[1]", nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "headers_object", txboxdriver.MySQL: "headers_object"}},
+		{"headers string", "headers", `"x"`, nil, map[txboxdriver.Dialect]string{txboxdriver.Postgres: "headers_object", txboxdriver.MySQL: "headers_object"}},
+		{"headers not JSON", "headers", "nope", []txboxdriver.Dialect{txboxdriver.SQLite, txboxdriver.MySQL}, map[txboxdriver.Dialect]string{txboxdriver.MySQL: "headers_object"}},
+		{"attempts text", "attempts", "abc", []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
+		{"attempts real", "attempts", 1.5, []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
+		{"created_at text", "created_at", "abc", []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
+		{"next_attempt_at text", "next_attempt_at", "abc", []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
+		{"published_at text", "published_at", "abc", []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
+		{"dead_at text", "dead_at", "abc", []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
+		{"payload integer", "payload", 42, []txboxdriver.Dialect{txboxdriver.SQLite}, nil},
 	}
 	for _, x := range databases(t) {
 		t.Run(string(x.d), func(t *testing.T) {

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -26,20 +26,20 @@ import (
 // a SQLite file. name is what the catalog prints of it (replaced before
 // comparing two namespaces' catalogs).
 type namespace struct {
-	d      driver.Dialect
+	d      txboxdriver.Dialect
 	db     *sql.DB
 	schema string
 	name   string
 }
 
-var dialects = []driver.Dialect{driver.Postgres, driver.MySQL, driver.SQLite}
+var dialects = []txboxdriver.Dialect{txboxdriver.Postgres, txboxdriver.MySQL, txboxdriver.SQLite}
 
 // namespaces returns two fresh namespaces of dialect d.
-func namespaces(t *testing.T, d driver.Dialect) [2]namespace {
+func namespaces(t *testing.T, d txboxdriver.Dialect) [2]namespace {
 	var out [2]namespace
 	for i := range out {
 		switch d {
-		case driver.Postgres:
+		case txboxdriver.Postgres:
 			db, _ := testenv.PostgresDB(t, 4)
 			schema := testenv.Name("txdown")
 			t.Cleanup(func() {
@@ -48,29 +48,29 @@ func namespaces(t *testing.T, d driver.Dialect) [2]namespace {
 				}
 			})
 			out[i] = namespace{d: d, db: db, schema: schema, name: schema}
-		case driver.MySQL:
+		case txboxdriver.MySQL:
 			db := testenv.MySQL(t)
 			var name string
 			testenv.Must(t, db.QueryRow("SELECT DATABASE()").Scan(&name), "database name")
 			out[i] = namespace{d: d, db: db, name: name}
-		case driver.SQLite:
+		case txboxdriver.SQLite:
 			out[i] = namespace{d: d, db: testenv.SQLite(t)}
 		}
 	}
 	return out
 }
 
-func (n namespace) migrator(t *testing.T) *migrate.Migrator {
+func (n namespace) migrator(t *testing.T) *txboxmigrate.Migrator {
 	t.Helper()
-	m, err := migrate.New(txboxsql.New(n.db, n.d), migrate.Config{Schema: n.schema, InboxTables: []string{"inbox"}})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(txboxsql.New(n.db, n.d), txboxmigrate.Config{Schema: n.schema, InboxTables: []string{"inbox"}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	return m
 }
 
 // catalogQueries read what the migrations create, one line per object
 // or column, in a stable order.
-var catalogQueries = map[driver.Dialect][]string{
-	driver.Postgres: {
+var catalogQueries = map[txboxdriver.Dialect][]string{
+	txboxdriver.Postgres: {
 		`SELECT c.relname || ' ' || c.relkind::text || ' ' || c.relpersistence::text FROM pg_class c
 		 WHERE c.relnamespace = $1::regnamespace ORDER BY 1`,
 		`SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
@@ -87,7 +87,7 @@ var catalogQueries = map[driver.Dialect][]string{
 		`SELECT proname || '(' || pg_get_function_identity_arguments(oid) || ') ' || md5(replace(prosrc, $1, 'NS'))
 		 FROM pg_proc WHERE pronamespace = $1::regnamespace ORDER BY 1`,
 	},
-	driver.MySQL: {
+	txboxdriver.MySQL: {
 		`SELECT CONCAT_WS(' ', table_name, table_type, engine) FROM information_schema.tables
 		 WHERE table_schema = DATABASE() ORDER BY 1`,
 		`SELECT CONCAT_WS(' ', table_name, column_name, column_type, is_nullable, IFNULL(column_default, '-'),
@@ -100,7 +100,7 @@ var catalogQueries = map[driver.Dialect][]string{
 		`SELECT CONCAT_WS(' ', trigger_name, event_object_table, action_timing, event_manipulation, MD5(REPLACE(action_statement, DATABASE(), 'NS')))
 		 FROM information_schema.triggers WHERE trigger_schema = DATABASE() ORDER BY 1`,
 	},
-	driver.SQLite: {
+	txboxdriver.SQLite: {
 		`SELECT type || ' ' || name || ' ' || tbl_name || ' ' || coalesce(sql, '-') FROM sqlite_master
 		 WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY 1`,
 	},
@@ -112,7 +112,7 @@ func (n namespace) catalog(t *testing.T) []string {
 	var out []string
 	for _, q := range catalogQueries[n.d] {
 		var args []any
-		if n.d == driver.Postgres {
+		if n.d == txboxdriver.Postgres {
 			args = []any{n.schema}
 		}
 		rows, err := n.db.Query(q, args...)
@@ -132,7 +132,7 @@ func (n namespace) catalog(t *testing.T) []string {
 }
 
 // applied lists the applied migrations' targets and versions.
-func applied(t *testing.T, m *migrate.Migrator) []string {
+func applied(t *testing.T, m *txboxmigrate.Migrator) []string {
 	t.Helper()
 	st, err := m.Status(context.Background())
 	testenv.Must(t, err, "status")
@@ -159,15 +159,15 @@ func TestDownRestoresEachVersion(t *testing.T) {
 			t.Parallel()
 			ns := namespaces(t, d)
 			stepped, roundTrip := ns[0].migrator(t), ns[1].migrator(t)
-			plan, err := migrate.Plan(d, migrate.Config{InboxTables: []string{"inbox"}})
+			plan, err := txboxmigrate.Plan(d, txboxmigrate.Config{InboxTables: []string{"inbox"}})
 			testenv.Must(t, err, "plan")
-			top := slices.MaxFunc(plan, func(a, b migrate.Migration) int { return a.Version - b.Version }).Version
+			top := slices.MaxFunc(plan, func(a, b txboxmigrate.Migration) int { return a.Version - b.Version }).Version
 			for k := 0; k < top; k++ {
 				_, err := stepped.UpTo(ctx, k)
 				testenv.Must(t, err, "up to %d", k)
 				_, err = roundTrip.Up(ctx)
 				testenv.Must(t, err, "up (before down to %d)", k)
-				reverted, err := roundTrip.Down(ctx, migrate.DownOptions{To: k})
+				reverted, err := roundTrip.Down(ctx, txboxmigrate.DownOptions{To: k})
 				testenv.Must(t, err, "down to %d", k)
 				for _, r := range reverted {
 					if r.Version <= k {
@@ -181,9 +181,9 @@ func TestDownRestoresEachVersion(t *testing.T) {
 					t.Fatalf("down to %d: the catalog differs from up to %d:\n%s", k, k, diff(want, got))
 				}
 			}
-			_, err = roundTrip.Down(ctx, migrate.DownOptions{To: 0})
+			_, err = roundTrip.Down(ctx, txboxmigrate.DownOptions{To: 0})
 			testenv.Must(t, err, "down to 0")
-			again, err := roundTrip.Down(ctx, migrate.DownOptions{To: 0})
+			again, err := roundTrip.Down(ctx, txboxmigrate.DownOptions{To: 0})
 			testenv.Must(t, err, "down to 0 twice")
 			if len(again) != 0 {
 				t.Fatalf("a second down to 0 reverted %d migrations", len(again))
@@ -216,30 +216,30 @@ func TestDownRefusesToLoseData(t *testing.T) {
 	ctx := context.Background()
 	for _, x := range databases(t) {
 		t.Run(string(x.d), func(t *testing.T) {
-			m, err := migrate.New(txboxsql.New(x.db, x.d), migrate.Config{InboxTables: []string{"inbox"}})
-			testenv.Must(t, err, "migrate.New")
+			m, err := txboxmigrate.New(txboxsql.New(x.db, x.d), txboxmigrate.Config{InboxTables: []string{"inbox"}})
+			testenv.Must(t, err, "txboxmigrate.New")
 			_, err = m.Up(ctx)
 			testenv.Must(t, err, "up")
 			before := applied(t, m)
-			if _, err := m.Down(ctx, migrate.DownOptions{To: -1}); !errors.Is(err, txbox.ErrInvalidConfig) {
+			if _, err := m.Down(ctx, txboxmigrate.DownOptions{To: -1}); !errors.Is(err, txbox.ErrInvalidConfig) {
 				t.Fatalf("down to -1: %v, want txbox.ErrInvalidConfig", err)
 			}
 			insert(t, x, "topic, payload", "t", []byte("pending"))
 			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO inbox (source, message_id) VALUES (?, ?)", "s", "m1"), "receipt")
 
 			for _, c := range []struct {
-				cfg  migrate.Config
+				cfg  txboxmigrate.Config
 				want string
 			}{
-				{migrate.Config{}, `outbox table "txbox_outbox" holds 1 undelivered message(s)`},
-				{migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipt(s)`},
+				{txboxmigrate.Config{}, `outbox table "txbox_outbox" holds 1 undelivered message(s)`},
+				{txboxmigrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipt(s)`},
 				// Both named, in one line.
-				{migrate.Config{InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipt(s) (without them a redelivered message is handled again), which dropping it deletes; outbox table "txbox_outbox" holds 1 undelivered message(s)`},
+				{txboxmigrate.Config{InboxTables: []string{"inbox"}}, `inbox table "inbox" holds 1 receipt(s) (without them a redelivered message is handled again), which dropping it deletes; outbox table "txbox_outbox" holds 1 undelivered message(s)`},
 			} {
-				only, err := migrate.New(txboxsql.New(x.db, x.d), c.cfg)
-				testenv.Must(t, err, "migrate.New")
-				reverted, err := only.Down(ctx, migrate.DownOptions{})
-				if !errors.Is(err, migrate.ErrDataLoss) || !strings.Contains(err.Error(), c.want) {
+				only, err := txboxmigrate.New(txboxsql.New(x.db, x.d), c.cfg)
+				testenv.Must(t, err, "txboxmigrate.New")
+				reverted, err := only.Down(ctx, txboxmigrate.DownOptions{})
+				if !errors.Is(err, txboxmigrate.ErrDataLoss) || !strings.Contains(err.Error(), c.want) {
 					t.Fatalf("down to 0: %v, want ErrDataLoss saying %q", err, c.want)
 				}
 				if len(reverted) != 0 {
@@ -252,15 +252,15 @@ func TestDownRefusesToLoseData(t *testing.T) {
 
 			// Delivered rows do not hold the outbox back.
 			testenv.Must(t, exec(ctx, x.db, x.d, "UPDATE txbox_outbox SET published_at = created_at"), "deliver")
-			outbox, err := migrate.New(txboxsql.New(x.db, x.d), migrate.Config{})
-			testenv.Must(t, err, "migrate.New")
-			_, err = outbox.Down(ctx, migrate.DownOptions{})
+			outbox, err := txboxmigrate.New(txboxsql.New(x.db, x.d), txboxmigrate.Config{})
+			testenv.Must(t, err, "txboxmigrate.New")
+			_, err = outbox.Down(ctx, txboxmigrate.DownOptions{})
 			testenv.Must(t, err, "down of the outbox, delivered")
-			_, err = m.Down(ctx, migrate.DownOptions{})
-			if !errors.Is(err, migrate.ErrDataLoss) {
+			_, err = m.Down(ctx, txboxmigrate.DownOptions{})
+			if !errors.Is(err, txboxmigrate.ErrDataLoss) {
 				t.Fatalf("down of the inbox with a receipt: %v, want ErrDataLoss", err)
 			}
-			_, err = m.Down(ctx, migrate.DownOptions{Force: true})
+			_, err = m.Down(ctx, txboxmigrate.DownOptions{Force: true})
 			testenv.Must(t, err, "forced down")
 			if got := applied(t, m); len(got) != 0 {
 				t.Fatalf("after a forced down to 0, applied %v", got)
@@ -287,7 +287,7 @@ func stripComments(s string) string {
 // kind (Plan refuses otherwise), and none is empty.
 func TestEveryMigrationHasADown(t *testing.T) {
 	for _, d := range dialects {
-		plan, err := migrate.Plan(d, migrate.Config{InboxTables: []string{"inbox"}})
+		plan, err := txboxmigrate.Plan(d, txboxmigrate.Config{InboxTables: []string{"inbox"}})
 		testenv.Must(t, err, "plan %s", d)
 		for _, mg := range plan {
 			if strings.TrimSpace(stripComments(mg.Down)) == "" {
@@ -295,7 +295,7 @@ func TestEveryMigrationHasADown(t *testing.T) {
 			}
 		}
 	}
-	files, err := filepath.Glob("../../migrate/sql/*/*/*.sql")
+	files, err := filepath.Glob("../../txboxmigrate/sql/*/*/*.sql")
 	testenv.Must(t, err, "glob")
 	for _, f := range files {
 		if strings.HasSuffix(f, ".down.sql") {
@@ -349,10 +349,10 @@ func TestGooseScriptAppliesAndReverts(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			ns := namespaces(t, d)
-			cfg := migrate.Config{Schema: ns[1].schema, InboxTables: []string{"inbox"}}
-			plan, err := migrate.Plan(d, cfg)
+			cfg := txboxmigrate.Config{Schema: ns[1].schema, InboxTables: []string{"inbox"}}
+			plan, err := txboxmigrate.Plan(d, cfg)
 			testenv.Must(t, err, "plan")
-			script, err := migrate.GooseScript(d, cfg.Schema, plan)
+			script, err := txboxmigrate.GooseScript(d, cfg.Schema, plan)
 			testenv.Must(t, err, "goose script")
 			up, down := gooseStatements(t, script)
 			if len(up) == 0 || len(down) == 0 {
@@ -394,11 +394,11 @@ func TestNewerReleaseMigrations(t *testing.T) {
 	for _, x := range databases(t) {
 		t.Run(string(x.d), func(t *testing.T) {
 			m := up(t, x)
-			plan, err := migrate.Plan(x.d, migrate.Config{})
+			plan, err := txboxmigrate.Plan(x.d, txboxmigrate.Config{})
 			testenv.Must(t, err, "plan")
 			top := plan[len(plan)-1].Version
 			var now any = time.Now().UTC()
-			if x.d == driver.SQLite {
+			if x.d == txboxdriver.SQLite {
 				now = time.Now().UTC().Format(time.RFC3339Nano) // as Record writes it there
 			}
 			testenv.Must(t, exec(ctx, x.db, x.d, "INSERT INTO txbox_migrations (target, version, name, applied_at) VALUES (?, ?, ?, ?)",
@@ -413,13 +413,13 @@ func TestNewerReleaseMigrations(t *testing.T) {
 			if len(st) != len(plan)+1 || !last.Newer || last.Version != top+1 || last.Name != "future" || last.AppliedAt.IsZero() || last.Down != "" {
 				t.Fatalf("status ends with %+v (%d rows for %d migrations), want the newer migration %d", last, len(st), len(plan), top+1)
 			}
-			if _, err := m.Down(ctx, migrate.DownOptions{To: top - 1}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("version %d (future) was applied by a newer txbox release", top+1)) {
+			if _, err := m.Down(ctx, txboxmigrate.DownOptions{To: top - 1}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("version %d (future) was applied by a newer txbox release", top+1)) {
 				t.Fatalf("down below a newer migration: %v", err)
 			}
 			if got := applied(t, m); !slices.Equal(got, before) || len(got) != len(plan)+1 {
 				t.Fatalf("a refused down changed the applied migrations: %v, want %v", got, before)
 			}
-			if rev, err := m.Down(ctx, migrate.DownOptions{To: top + 1}); err != nil || len(rev) != 0 {
+			if rev, err := m.Down(ctx, txboxmigrate.DownOptions{To: top + 1}); err != nil || len(rev) != 0 {
 				t.Fatalf("down to the newer version: %v, %v; want nothing to do", rev, err)
 			}
 

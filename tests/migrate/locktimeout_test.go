@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -40,7 +40,7 @@ func holdTable(t *testing.T, n namespace) (end func()) {
 	tx, err := conn.BeginTx(ctx, nil)
 	testenv.Must(t, err, "holder's transaction")
 	table := "txbox_outbox"
-	if n.d == driver.Postgres {
+	if n.d == txboxdriver.Postgres {
 		_, err = tx.ExecContext(ctx, "SET application_name = 'report-job'")
 		testenv.Must(t, err, "application_name")
 		table = n.schema + "." + table
@@ -58,11 +58,11 @@ func holdTable(t *testing.T, n namespace) (end func()) {
 	return end
 }
 
-func lockMigrator(t *testing.T, n namespace, cfg migrate.Config) *migrate.Migrator {
+func lockMigrator(t *testing.T, n namespace, cfg txboxmigrate.Config) *txboxmigrate.Migrator {
 	t.Helper()
 	cfg.Schema = n.schema
-	m, err := migrate.New(txboxsql.New(n.db, n.d), cfg)
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(txboxsql.New(n.db, n.d), cfg)
+	testenv.Must(t, err, "txboxmigrate.New")
 	return m
 }
 
@@ -74,36 +74,36 @@ func lockMigrator(t *testing.T, n namespace, cfg migrate.Config) *migrate.Migrat
 // and it goes on once the table is free.
 func TestMigrationGivesUpOnABusyTable(t *testing.T) {
 	t.Parallel()
-	for _, d := range []driver.Dialect{driver.Postgres, driver.MySQL} {
+	for _, d := range []txboxdriver.Dialect{txboxdriver.Postgres, txboxdriver.MySQL} {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			n := namespaces(t, d)[0]
-			if d == driver.MySQL {
+			if d == txboxdriver.MySQL {
 				// The holder's connection and one more: the check of the
 				// session setting below reads the migrator's connection.
 				n.db.SetMaxOpenConns(2)
 			}
 			quiet := slog.New(slog.DiscardHandler)
-			_, err := lockMigrator(t, n, migrate.Config{Logger: quiet}).Up(ctx)
+			_, err := lockMigrator(t, n, txboxmigrate.Config{Logger: quiet}).Up(ctx)
 			testenv.Must(t, err, "up")
-			down := migrate.DownOptions{To: 0, Force: true}
+			down := txboxmigrate.DownOptions{To: 0, Force: true}
 			timeout := 100 * time.Millisecond
-			if d == driver.MySQL {
+			if d == txboxdriver.MySQL {
 				timeout = time.Second // lock_wait_timeout counts whole seconds
 			}
 
 			end := holdTable(t, n)
-			m := lockMigrator(t, n, migrate.Config{LockTimeout: timeout, LockRetries: 1, Logger: quiet})
+			m := lockMigrator(t, n, txboxmigrate.Config{LockTimeout: timeout, LockRetries: 1, Logger: quiet})
 			reverted, err := m.Down(ctx, down)
-			if !errors.Is(err, migrate.ErrLockTimeout) {
+			if !errors.Is(err, txboxmigrate.ErrLockTimeout) {
 				t.Fatalf("Down beside a transaction holding the table: %v (reverted %d); want ErrLockTimeout", err, len(reverted))
 			}
 			t.Logf("Down beside the holder: %v", err)
 			if !strings.Contains(err.Error(), "2 time(s)") {
 				t.Errorf("error %q: want it to say it tried twice (LockRetries 1)", err)
 			}
-			if d == driver.Postgres && !strings.Contains(err.Error(), `"report-job"`) {
+			if d == txboxdriver.Postgres && !strings.Contains(err.Error(), `"report-job"`) {
 				t.Errorf("error %q: want it to name the holder's application", err)
 			}
 			if got := reverted; len(got) != 0 {
@@ -114,7 +114,7 @@ func TestMigrationGivesUpOnABusyTable(t *testing.T) {
 					t.Errorf("outbox migration %d reverted beside the holder", s.Version)
 				}
 			}
-			if d == driver.MySQL {
+			if d == txboxdriver.MySQL {
 				var session, global int64
 				testenv.Must(t, n.db.QueryRowContext(ctx, "SELECT @@SESSION.lock_wait_timeout, @@GLOBAL.lock_wait_timeout").Scan(&session, &global), "lock_wait_timeout")
 				if session != global {
@@ -125,7 +125,7 @@ func TestMigrationGivesUpOnABusyTable(t *testing.T) {
 			// The holder ends after the first timeout: the next try goes on.
 			var warned []string
 			var mu sync.Mutex
-			m = lockMigrator(t, n, migrate.Config{LockTimeout: timeout, LockRetries: 3, Logger: slog.New(onWarn{func(r slog.Record) {
+			m = lockMigrator(t, n, txboxmigrate.Config{LockTimeout: timeout, LockRetries: 3, Logger: slog.New(onWarn{func(r slog.Record) {
 				mu.Lock()
 				warned = append(warned, r.Message)
 				mu.Unlock()
@@ -148,7 +148,7 @@ func TestMigrationGivesUpOnABusyTable(t *testing.T) {
 	}
 }
 
-func mustStatus(t *testing.T, m *migrate.Migrator) []migrate.Status {
+func mustStatus(t *testing.T, m *txboxmigrate.Migrator) []txboxmigrate.Status {
 	t.Helper()
 	st, err := m.Status(context.Background())
 	testenv.Must(t, err, "status")

@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/drivertest"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -123,8 +123,8 @@ func TestStartupCheckRetriesACutDatabase(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			direct, schema := testenv.Postgres(t, 2)
-			m, err := migrate.New(txboxpgx.New(direct), migrate.Config{})
-			testenv.Must(t, err, "migrate.New")
+			m, err := txboxmigrate.New(txboxpgx.New(direct), txboxmigrate.Config{})
+			testenv.Must(t, err, "txboxmigrate.New")
 			_, err = m.Up(ctx)
 			testenv.Must(t, err, "up")
 
@@ -147,12 +147,12 @@ func TestStartupCheckRetriesACutDatabase(t *testing.T) {
 			// The consumer's check of its inbox table (consumer.Start runs
 			// it) retries the same way.
 			var inboxLogs testenv.Buffer
-			mi, err := migrate.New(txboxpgx.New(direct), migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}})
+			mi, err := txboxmigrate.New(txboxpgx.New(direct), txboxmigrate.Config{NoOutbox: true, InboxTables: []string{"inbox"}})
 			testenv.Must(t, err, "inbox migrator")
 			_, err = mi.Up(ctx)
 			testenv.Must(t, err, "inbox up")
-			viaProxy := func(pool *pgxpool.Pool) *migrate.Migrator {
-				m, err := migrate.New(txboxpgx.New(pool), migrate.Config{NoOutbox: true, InboxTables: []string{"inbox"},
+			viaProxy := func(pool *pgxpool.Pool) *txboxmigrate.Migrator {
+				m, err := txboxmigrate.New(txboxpgx.New(pool), txboxmigrate.Config{NoOutbox: true, InboxTables: []string{"inbox"},
 					Logger: slog.New(slog.NewTextHandler(&inboxLogs, nil))})
 				testenv.Must(t, err, "inbox migrator through the proxy")
 				return m
@@ -194,7 +194,7 @@ func TestStartupCheckRetriesACutDatabase(t *testing.T) {
 			testenv.Must(t, err, "group relay")
 			err = g.Add(vctx, relay.Store{Name: "s", Relay: gr})
 			var se *txbox.StartupError
-			if err == nil || errors.As(err, &se) || !driver.IsTransient(err) {
+			if err == nil || errors.As(err, &se) || !txboxdriver.IsTransient(err) {
 				t.Fatalf("group Add with a cut database: %v; want the transient error", err)
 			}
 			testenv.Must(t, g.Add(vctx, relay.Store{Name: "s", Relay: gr}), "group Add once the database answers")

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // A message whose subject no stream captures is rejected with an error
@@ -31,7 +31,7 @@ func TestRejectionNamesSubject(t *testing.T) {
 	}
 
 	drv := testenv.PgxDriver(t, 4)
-	m, err := migrate.New(drv, migrate.Config{OutboxTable: "txbox_outbox"})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{OutboxTable: "txbox_outbox"})
 	testenv.Must(t, err, "migrate")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")

@@ -11,8 +11,8 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -28,8 +28,8 @@ func ExampleOutbox_Add() {
 	defer db.Close()
 	ctx := context.Background()
 
-	drv := txboxsql.New(db, driver.SQLite)
-	m, _ := migrate.New(drv, migrate.Config{})
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	m, _ := txboxmigrate.New(drv, txboxmigrate.Config{})
 	if _, err := m.Up(ctx); err != nil {
 		log.Fatal(err)
 	}

@@ -10,17 +10,17 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
 
-func sqlOutbox(t *testing.T, db *sql.DB, d driver.Dialect, cfg txbox.Config) *txbox.Outbox[*sql.Tx] {
+func sqlOutbox(t *testing.T, db *sql.DB, d txboxdriver.Dialect, cfg txbox.Config) *txbox.Outbox[*sql.Tx] {
 	t.Helper()
 	drv := txboxsql.New(db, d)
-	m, err := migrate.New(drv, migrate.Config{})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
 	testenv.Must(t, err, "migrate")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
@@ -39,12 +39,12 @@ func count(t *testing.T, db *sql.DB) int {
 // when the transaction then commits.
 func TestAddRejectsBadInputAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	dbs := map[string]func(t *testing.T) (*sql.DB, driver.Dialect){
-		"postgres": func(t *testing.T) (*sql.DB, driver.Dialect) {
+	dbs := map[string]func(t *testing.T) (*sql.DB, txboxdriver.Dialect){
+		"postgres": func(t *testing.T) (*sql.DB, txboxdriver.Dialect) {
 			db, _ := testenv.PostgresDB(t, 4)
-			return db, driver.Postgres
+			return db, txboxdriver.Postgres
 		},
-		"sqlite": func(t *testing.T) (*sql.DB, driver.Dialect) { return testenv.SQLite(t), driver.SQLite },
+		"sqlite": func(t *testing.T) (*sql.DB, txboxdriver.Dialect) { return testenv.SQLite(t), txboxdriver.SQLite },
 	}
 	ok := txbox.Message{Topic: "fine", Payload: []byte("x")}
 	cases := []struct {
@@ -105,12 +105,12 @@ func TestAddRejectsBadInputAndWritesNothing(t *testing.T) {
 func TestInvalidTableName(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
-	drv := txboxsql.New(db, driver.SQLite)
+	drv := txboxsql.New(db, txboxdriver.SQLite)
 	for _, name := range []string{"bad-name", "x; DROP TABLE y", `a"b`, "1abc", strings.Repeat("a", 64)} {
 		if _, err := txbox.New(drv, txbox.Config{Table: name}); !errors.Is(err, txbox.ErrInvalidConfig) {
 			t.Errorf("table %q: got %v, want ErrInvalidConfig", name, err)
 		}
-		if _, err := migrate.New(drv, migrate.Config{OutboxTable: name}); err == nil {
+		if _, err := txboxmigrate.New(drv, txboxmigrate.Config{OutboxTable: name}); err == nil {
 			t.Errorf("migrate accepted table %q", name)
 		}
 	}
@@ -126,7 +126,7 @@ func TestAddStoresMessages(t *testing.T) {
 	t.Parallel()
 	pool, _ := testenv.Postgres(t, 4)
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{OutboxTable: "events"})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{OutboxTable: "events"})
 	testenv.Must(t, err, "migrate")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "up")

@@ -11,9 +11,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -34,15 +34,15 @@ func TestOutboxNamesItsTableOnce(t *testing.T) {
 	schema := testenv.Name("tables")
 	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{Schema: schema, Table: "app_events"})
 	testenv.Must(t, err, "txbox.New")
-	m, err := migrate.New(ob, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(ob, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
 	var n int
 	testenv.Must(t, pool.QueryRow(ctx, "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'app_events'", schema).Scan(&n), "lookup")
 	if n != 1 {
-		t.Fatalf("migrate.New(outbox) did not create %s.app_events", schema)
+		t.Fatalf("txboxmigrate.New(outbox) did not create %s.app_events", schema)
 	}
 	testenv.Must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		return testenv.Err(ob.Add(ctx, tx, txbox.Message{Topic: "t", Payload: []byte("x")}, txbox.Message{Topic: "t", Payload: []byte("y")}))
@@ -72,7 +72,7 @@ func TestOutboxNamesItsTableOnce(t *testing.T) {
 	if _, err := dead.New(ob, txbox.Config{Table: "other"}); !errors.Is(err, txbox.ErrInvalidConfig) {
 		t.Errorf("dead config naming another table: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := migrate.New(ob, migrate.Config{OutboxTable: "other"}); err == nil {
+	if _, err := txboxmigrate.New(ob, txboxmigrate.Config{OutboxTable: "other"}); err == nil {
 		t.Error("migrate config naming another table than the outbox's was accepted")
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Lanes.Claim against PostgreSQL, by a relay owning every lane: a key's
@@ -39,7 +39,7 @@ func TestLaneClaimRules(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		add(fmt.Sprintf("d%d", i), "d")
 	}
-	testenv.Must(t, outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), rows), "insert")
+	testenv.Must(t, outboxsql.NewInserter(txboxdriver.Postgres, `"txbox_outbox"`).Insert(ctx, drv.Pool(), rows), "insert")
 	exec := func(sql string) {
 		_, err := pool.Exec(ctx, sql)
 		testenv.Must(t, err, "%s", sql)
@@ -158,7 +158,7 @@ func TestLaneClaimLateCommitBelowDrainedRows(t *testing.T) {
 	if len(others) < 3 {
 		t.Fatalf("found %d keys in K's lane, want 3", len(others))
 	}
-	ins := outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`)
+	ins := outboxsql.NewInserter(txboxdriver.Postgres, `"txbox_outbox"`)
 	row := func(id, key string) []outboxsql.Row {
 		return []outboxsql.Row{{ID: id, Topic: "t", Key: key, Payload: []byte(id), Headers: "{}"}}
 	}
@@ -209,7 +209,7 @@ func TestLaneClaimFromStart(t *testing.T) {
 	t.Parallel()
 	pool, drv, store := pgClaims(t, 8)
 	ctx := context.Background()
-	ins := outboxsql.NewInserter(driver.Postgres, `"txbox_outbox"`)
+	ins := outboxsql.NewInserter(txboxdriver.Postgres, `"txbox_outbox"`)
 	lanes, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-start")
 	testenv.Must(t, err, "lanes")
 	leases, err := lanes.Acquire(ctx, time.Minute, outboxsql.NumLanes)

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -17,8 +17,8 @@ import (
 // laneDB is one database under a lane test: its driver, its outbox table
 // as NewStore takes it, and SQL of its dialect.
 type laneDB struct {
-	dialect driver.Dialect
-	pool    driver.Pool
+	dialect txboxdriver.Dialect
+	pool    txboxdriver.Pool
 	table   string
 	// distinctLanes counts the lanes of the keyed rows; expire ends every
 	// lease.
@@ -31,29 +31,29 @@ func laneDBs(t *testing.T) map[string]func(t *testing.T) laneDB {
 			pool, _ := testenv.Postgres(t, 8)
 			drv := txboxpgx.New(pool)
 			migrateUp(t, drv)
-			return laneDB{driver.Postgres, drv.Pool(), `"txbox_outbox"`,
+			return laneDB{txboxdriver.Postgres, drv.Pool(), `"txbox_outbox"`,
 				"SELECT count(DISTINCT hashtext(ordering_key) & 63) FROM txbox_outbox",
 				"UPDATE txbox_outbox_lanes SET expires_at = now() - interval '1 second'"}
 		},
 		"mysql": func(t *testing.T) laneDB {
-			drv := txboxsql.New(testenv.MySQL(t), driver.MySQL)
+			drv := txboxsql.New(testenv.MySQL(t), txboxdriver.MySQL)
 			migrateUp(t, drv)
-			return laneDB{driver.MySQL, drv.Pool(), "`txbox_outbox`",
+			return laneDB{txboxdriver.MySQL, drv.Pool(), "`txbox_outbox`",
 				"SELECT COUNT(DISTINCT lane) FROM txbox_outbox",
 				"UPDATE txbox_outbox_lanes SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"}
 		},
 	}
 }
 
-func migrateUp[TTx any](t *testing.T, drv driver.Driver[TTx]) {
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+func migrateUp[TTx any](t *testing.T, drv txboxdriver.Driver[TTx]) {
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 }
 
 // scanOne reads the one value of q into dest.
-func scanOne(ctx context.Context, pool driver.Pool, q string, dest any) error {
+func scanOne(ctx context.Context, pool txboxdriver.Pool, q string, dest any) error {
 	rows, err := pool.Query(ctx, q)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func testLaneLeaseFencing(t *testing.T, db laneDB) {
 	// PostgreSQL: every row, each key's in order behind its head; MySQL:
 	// one head per key.
 	wantA, wantB := 40, 40
-	if db.dialect == driver.Postgres {
+	if db.dialect == txboxdriver.Postgres {
 		wantA, wantB = 200, 180
 	}
 	if len(batchA.Rows) != wantA {
@@ -152,7 +152,7 @@ func testLaneLeaseFencing(t *testing.T, db laneDB) {
 	if free, err := b.Fence(ctx, all); err != nil || len(free) != 0 {
 		t.Fatalf("b's fence passed %v (%v) while a's claim transaction holds the lanes", free, err)
 	}
-	if db.dialect == driver.Postgres {
+	if db.dialect == txboxdriver.Postgres {
 		// Were b to claim without its fence (a fencing bug), the row locks
 		// would stop every key of a's batch at its first row: counted,
 		// never a second copy out of order.

@@ -9,18 +9,18 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 func mysqlOutbox(t *testing.T) (*sql.DB, *txbox.Outbox[*sql.Tx]) {
 	t.Helper()
 	db := testenv.MySQL(t)
-	drv := txboxsql.New(db, driver.MySQL)
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	drv := txboxsql.New(db, txboxdriver.MySQL)
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})

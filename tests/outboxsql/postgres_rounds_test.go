@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -24,13 +24,13 @@ import (
 // transactions run and, at each commit, the synchronous_commit in force
 // (read in the transaction, on the server, just before the commit).
 type recordingPool struct {
-	driver.Pool
+	txboxdriver.Pool
 	mu      sync.Mutex
 	stmts   []string
 	commits []string
 }
 
-func (p *recordingPool) Begin(ctx context.Context) (driver.Tx, error) {
+func (p *recordingPool) Begin(ctx context.Context) (txboxdriver.Tx, error) {
 	tx, err := p.Pool.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func (p *recordingPool) Begin(ctx context.Context) (driver.Tx, error) {
 }
 
 type recordingTx struct {
-	driver.Tx
+	txboxdriver.Tx
 	p *recordingPool
 }
 
@@ -54,7 +54,7 @@ func (t *recordingTx) Exec(ctx context.Context, sql string, args ...any) (int64,
 	return t.Tx.Exec(ctx, sql, args...)
 }
 
-func (t *recordingTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+func (t *recordingTx) Query(ctx context.Context, sql string, args ...any) (txboxdriver.Rows, error) {
 	t.note(sql)
 	return t.Tx.Query(ctx, sql, args...)
 }
@@ -108,7 +108,7 @@ func TestPostgresLazyCommitRidesOnTheMark(t *testing.T) {
 		t.Run(fmt.Sprintf("delete=%v", del), func(t *testing.T) {
 			t.Parallel()
 			_, ob, rec := pgStore(t, 2)
-			st, err := outboxsql.NewStore(driver.Postgres, rec, `"txbox_outbox"`, time.Minute)
+			st, err := outboxsql.NewStore(txboxdriver.Postgres, rec, `"txbox_outbox"`, time.Minute)
 			testenv.Must(t, err, "NewStore")
 			if del {
 				st.DeletePublished()
@@ -156,7 +156,7 @@ func TestPostgresClaimIsPlannedOnce(t *testing.T) {
 	testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, msgs...)), "add")
 	_, err := drv.PgxPool().Exec(ctx, "ANALYZE txbox_outbox")
 	testenv.Must(t, err, "analyze")
-	st, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
+	st, err := outboxsql.NewStore(txboxdriver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
 	testenv.Must(t, err, "NewStore")
 	const claims = 8
 	for range claims {
@@ -226,7 +226,7 @@ func TestPostgresClaimAndMarkAreOneRoundTripEach(t *testing.T) {
 	ob, err := txbox.New(drv, txbox.Config{})
 	testenv.Must(t, err, "txbox.New")
 	for _, del := range []bool{false, true} {
-		store, err := outboxsql.NewStore(driver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
+		store, err := outboxsql.NewStore(txboxdriver.Postgres, drv.Pool(), `"txbox_outbox"`, time.Minute)
 		testenv.Must(t, err, "NewStore")
 		if del {
 			store.DeletePublished()

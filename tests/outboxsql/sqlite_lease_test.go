@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -22,7 +22,7 @@ func TestSQLiteImplausibleLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.SQLite(t)
-	drv := txboxsql.New(db, driver.SQLite)
+	drv := txboxsql.New(db, txboxdriver.SQLite)
 	migrated(t, drv)
 	future := time.Now().Add(3 * time.Hour).UnixMicro()
 	soon := time.Now().Add(time.Hour).UnixMicro()
@@ -60,7 +60,7 @@ func TestSQLiteImplausibleLease(t *testing.T) {
 		('far', 't', 'B', 'p', 'x', %d), ('b2', 't', 'B', 'p', NULL, NULL),
 		('held', 't', 'C', 'p', 'x', %d), ('c2', 't', 'C', 'p', NULL, NULL)`, future, soon))
 	testenv.Must(t, err, "insert leased rows")
-	store, err := outboxsql.NewStore(driver.SQLite, drv.Pool(), `"txbox_outbox"`, time.Minute)
+	store, err := outboxsql.NewStore(txboxdriver.SQLite, drv.Pool(), `"txbox_outbox"`, time.Minute)
 	testenv.Must(t, err, "NewStore")
 	b, err := store.Claim(ctx, 100, 0)
 	testenv.Must(t, err, "claim")

@@ -10,8 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // A queue declared by another tool with arguments of its own: DeclareQueue
@@ -35,25 +35,25 @@ func TestDeclareQueueAdopt(t *testing.T) {
 		_ = ch.ExchangeDelete(q+".dlx", false, false)
 	})
 
-	err = rabbitmq.DeclareQueue(ctx, conn, rabbitmq.QueueConfig{Name: q})
-	if !errors.Is(err, rabbitmq.ErrQueueArguments) || !strings.Contains(err.Error(), "Adopt") {
+	err = txboxrabbitmq.DeclareQueue(ctx, conn, txboxrabbitmq.QueueConfig{Name: q})
+	if !errors.Is(err, txboxrabbitmq.ErrQueueArguments) || !strings.Contains(err.Error(), "Adopt") {
 		t.Fatalf("DeclareQueue on a foreign queue: %v; want ErrQueueArguments naming Adopt", err)
 	}
 	if _, err := channel(t, url).QueueDeclarePassive(q+".dlq", true, false, false, false, nil); err == nil {
 		t.Fatal("the refused DeclareQueue created the dead-letter queue")
 	}
-	sub, err := rabbitmq.NewSubscriber(conn, rabbitmq.SubscriberConfig{})
+	sub, err := txboxrabbitmq.NewSubscriber(conn, txboxrabbitmq.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
 	err = sub.CheckBinding(ctx, q)
 	if err == nil || !strings.Contains(err.Error(), "Adopt: true") {
 		t.Fatalf("CheckBinding on the foreign queue: %v; want advice to adopt it", err)
 	}
 
-	testenv.Must(t, rabbitmq.DeclareQueue(ctx, conn, rabbitmq.QueueConfig{Name: q, Adopt: true}), "adopt")
-	testenv.Must(t, rabbitmq.DeclareQueue(ctx, conn, rabbitmq.QueueConfig{Name: q, Adopt: true}), "adopt again")
+	testenv.Must(t, txboxrabbitmq.DeclareQueue(ctx, conn, txboxrabbitmq.QueueConfig{Name: q, Adopt: true}), "adopt")
+	testenv.Must(t, txboxrabbitmq.DeclareQueue(ctx, conn, txboxrabbitmq.QueueConfig{Name: q, Adopt: true}), "adopt again")
 	testenv.Must(t, sub.CheckBinding(ctx, q), "CheckBinding after adopting")
 
-	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
+	pub, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	id := testenv.Name("id")
 	if errs := pub.Publish(ctx, []txbox.Message{{ID: id, Topic: q, Payload: []byte("p")}}); errs != nil {

@@ -12,8 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // amqpMessage is a delivery as the CloudEvents AMQP binding reads an AMQP
@@ -117,7 +117,7 @@ func TestCloudEvents(t *testing.T) {
 			q := testenv.Name("ce")
 			declare(t, url, q, ex, "ce.#")
 			const source = "/shop/orders%2Fv1"
-			p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{Exchange: ex, Prefix: "ce.",
+			p, err := txboxrabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), txboxrabbitmq.PublisherConfig{Exchange: ex, Prefix: "ce.",
 				CloudEventsSource: source, CloudEventsSeparator: tc.sep})
 			testenv.Must(t, err, "publisher")
 			defer p.Close()
@@ -163,9 +163,9 @@ func TestCheckMessageReservesCloudEventsNames(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ(t)
 	conn := testenv.RabbitMQConn(t, url)
-	on, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{CloudEventsSource: "/shop"})
+	on, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{CloudEventsSource: "/shop"})
 	testenv.Must(t, err, "publisher")
-	off, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
+	off, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	for _, name := range []string{"cloudEvents_id", "CLOUDEVENTS_SOURCE", "cloudevents", "CloudEventsX"} {
 		m := txbox.Message{ID: "m", Topic: "t", Headers: map[string]string{name: "v"}}
@@ -176,7 +176,7 @@ func TestCheckMessageReservesCloudEventsNames(t *testing.T) {
 			t.Errorf("CloudEvents off, header %q: %v", name, err)
 		}
 	}
-	if _, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{CloudEventsSeparator: "."}); !errors.Is(err, txbox.ErrInvalidConfig) {
+	if _, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{CloudEventsSeparator: "."}); !errors.Is(err, txbox.ErrInvalidConfig) {
 		t.Errorf("separator \".\": %v, want ErrInvalidConfig", err)
 	}
 }

@@ -10,11 +10,11 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
-// declare declares queue q with rabbitmq.DeclareQueue, bound to the topic
+// declare declares queue q with txboxrabbitmq.DeclareQueue, bound to the topic
 // exchange ex with keys, and deletes them (and what DeclareQueue created
 // around q) when the test ends.
 func declare(t *testing.T, url, q, ex string, keys ...string) {
@@ -37,7 +37,7 @@ func declare(t *testing.T, url, q, ex string, keys ...string) {
 		_ = ch.ExchangeDelete(q+".dlx", false, false)
 		_ = ch.ExchangeDelete(ex, false, false)
 	})
-	testenv.Must(t, rabbitmq.DeclareQueue(ctx, testenv.RabbitMQConn(t, url), rabbitmq.QueueConfig{Name: q, Exchange: ex, RoutingKeys: keys}), "declare %s", q)
+	testenv.Must(t, txboxrabbitmq.DeclareQueue(ctx, testenv.RabbitMQConn(t, url), txboxrabbitmq.QueueConfig{Name: q, Exchange: ex, RoutingKeys: keys}), "declare %s", q)
 }
 
 func delivery(d amqp.Delivery) brokertest.Delivery {
@@ -104,7 +104,7 @@ func suite(t *testing.T) (brokertest.NewFunc, brokertest.Features) {
 	return func(t *testing.T) (txbox.Publisher, brokertest.Reader) {
 		ex, q := testenv.Name("btx"), testenv.Name("btq")
 		declare(t, url, q, ex, brokertest.TopicPrefix+"#")
-		p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{Exchange: ex})
+		p, err := txboxrabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), txboxrabbitmq.PublisherConfig{Exchange: ex})
 		testenv.Must(t, err, "publisher")
 		t.Cleanup(func() { _ = p.Close() })
 		return p, reader(t, url, q)
@@ -129,12 +129,12 @@ func TestConformanceRelay(t *testing.T) {
 func TestSubscriberConformance(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ(t)
-	sub, err := rabbitmq.NewSubscriber(testenv.RabbitMQConn(t, url), rabbitmq.SubscriberConfig{})
+	sub, err := txboxrabbitmq.NewSubscriber(testenv.RabbitMQConn(t, url), txboxrabbitmq.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
 	brokertest.TestSubscriber(t, func(t *testing.T, topic string) (txbox.Publisher, txbox.Subscriber, string) {
 		ex, q := testenv.Name("btsx"), testenv.Name("btsq")
 		declare(t, url, q, ex, topic)
-		p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{Exchange: ex})
+		p, err := txboxrabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), txboxrabbitmq.PublisherConfig{Exchange: ex})
 		testenv.Must(t, err, "publisher")
 		t.Cleanup(func() { _ = p.Close() })
 		return p, sub, q

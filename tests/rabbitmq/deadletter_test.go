@@ -12,8 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // TestDeadLetterKilledMidwayKeepsOneCopy kills the subscriber's connection
@@ -23,7 +23,7 @@ import (
 // copy, and the queue none, whatever the point.
 func TestDeadLetterKilledMidwayKeepsOneCopy(t *testing.T) {
 	t.Parallel()
-	forEachCut(t, "dlcut", func(t *testing.T, base, q string, admin *amqp.Channel, sub *rabbitmq.Subscriber) {
+	forEachCut(t, "dlcut", func(t *testing.T, base, q string, admin *amqp.Channel, sub *txboxrabbitmq.Subscriber) {
 		// The message is back if the cut undid the dead letter: it is
 		// dead-lettered again, with nothing cut.
 		if st, err := admin.QueueDeclarePassive(q, true, false, false, false, nil); err == nil && st.Messages > 0 {
@@ -54,7 +54,7 @@ func TestDeadLetterKilledMidwayKeepsOneCopy(t *testing.T) {
 // it is in the queue or in <queue>.retry (twice at most) whatever the point.
 func TestDeadLetterWithoutItsQueueKeepsTheMessage(t *testing.T) {
 	t.Parallel()
-	forEachCut(t, "dlnoq", func(t *testing.T, base, q string, admin *amqp.Channel, sub *rabbitmq.Subscriber) {
+	forEachCut(t, "dlnoq", func(t *testing.T, base, q string, admin *amqp.Channel, sub *txboxrabbitmq.Subscriber) {
 		// <queue>.retry first: a copy expiring from it into the queue
 		// meanwhile is counted twice, never missed.
 		retry, err := admin.QueueDeclarePassive(q+".retry", true, false, false, false, nil)
@@ -77,7 +77,7 @@ func TestDeadLetterWithoutItsQueueKeepsTheMessage(t *testing.T) {
 // publishes poison-1 to it, dead-letters its delivery through a proxy
 // that cuts there, waits until the broker has closed the cut connection,
 // and runs check.
-func forEachCut(t *testing.T, prefix string, check func(t *testing.T, base, q string, admin *amqp.Channel, sub *rabbitmq.Subscriber), prepare func(t *testing.T, admin *amqp.Channel, q string)) {
+func forEachCut(t *testing.T, prefix string, check func(t *testing.T, base, q string, admin *amqp.Channel, sub *txboxrabbitmq.Subscriber), prepare func(t *testing.T, admin *amqp.Channel, q string)) {
 	base := testenv.RabbitMQ(t)
 	type point struct {
 		fromClient bool
@@ -107,7 +107,7 @@ func forEachCut(t *testing.T, prefix string, check func(t *testing.T, base, q st
 			u, err := url.Parse(base)
 			testenv.Must(t, err, "parse %s", base)
 			u.Host = p.addr()
-			sub, err := rabbitmq.NewSubscriber(testenv.RabbitMQConn(t, u.String()), rabbitmq.SubscriberConfig{ReconnectMax: 100 * time.Millisecond})
+			sub, err := txboxrabbitmq.NewSubscriber(testenv.RabbitMQConn(t, u.String()), txboxrabbitmq.SubscriberConfig{ReconnectMax: 100 * time.Millisecond})
 			testenv.Must(t, err, "subscriber")
 
 			d := nextOf(t, sub, q)
@@ -135,7 +135,7 @@ func (d openDelivery) close(settle func(txbox.Delivery) error) error {
 }
 
 // nextOf subscribes to q and returns its next delivery.
-func nextOf(t *testing.T, sub *rabbitmq.Subscriber, q string) openDelivery {
+func nextOf(t *testing.T, sub *txboxrabbitmq.Subscriber, q string) openDelivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

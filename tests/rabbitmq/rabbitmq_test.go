@@ -10,19 +10,19 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/relaytest"
-	"github.com/txbox/txbox/migrate"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
+	"github.com/txbox/txbox/txboxrabbitmq"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 func queue(t *testing.T, url string) string {
 	t.Helper()
 	q := testenv.Name("pq")
-	testenv.Must(t, rabbitmq.DeclareQueue(context.Background(), testenv.RabbitMQConn(t, url), rabbitmq.QueueConfig{Name: q}), "declare")
+	testenv.Must(t, txboxrabbitmq.DeclareQueue(context.Background(), testenv.RabbitMQConn(t, url), txboxrabbitmq.QueueConfig{Name: q}), "declare")
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(url)
 		if err != nil {
@@ -58,7 +58,7 @@ func TestPublisherConfirmsAndMandatory(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ(t)
 	q := queue(t, url)
-	p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{})
+	p, err := txboxrabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), txboxrabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()
 	errs := p.Publish(context.Background(), []txbox.Message{
@@ -105,10 +105,10 @@ func TestPublisherOutageIsTransient(t *testing.T) {
 	url := testenv.RabbitMQ(t)
 	q := queue(t, url)
 	proxy := testenv.NewProxy(t, testenv.Target(url))
-	conn, err := rabbitmq.NewConn("amqp://guest:guest@"+proxy.Addr()+"/", rabbitmq.ConnConfig{DialTimeout: time.Second})
+	conn, err := txboxrabbitmq.NewConn("amqp://guest:guest@"+proxy.Addr()+"/", txboxrabbitmq.ConnConfig{DialTimeout: time.Second})
 	testenv.Must(t, err, "conn")
 	defer conn.Close()
-	p, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
+	p, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()
 	msg := []txbox.Message{{ID: "a", Topic: q, Payload: []byte("x")}}
@@ -146,9 +146,9 @@ func TestRelayParksUnroutable(t *testing.T) {
 	url := testenv.RabbitMQ(t)
 	q := queue(t, url)
 	db := testenv.SQLite(t)
-	drv := txboxsql.New(db, driver.SQLite)
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})
@@ -156,7 +156,7 @@ func TestRelayParksUnroutable(t *testing.T) {
 	testenv.Must(t, testenv.Err(ob.AddNoTx(context.Background(),
 		txbox.Message{ID: "ok", Topic: q, Payload: []byte("x")},
 		txbox.Message{ID: "nowhere", Topic: testenv.Name("nowhere"), Payload: []byte("y")})), "add")
-	p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{})
+	p, err := txboxrabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), txboxrabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	defer p.Close()
 	r, err := relay.New(drv, p, relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2,

@@ -5,8 +5,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // The URI ParseURL returns is the shared RabbitMQ's, and a Conn to the URL
@@ -14,12 +14,12 @@ import (
 func TestParseURLConnects(t *testing.T) {
 	t.Parallel()
 	url := testenv.RabbitMQ(t) // skip, or fail under CI=true, if RabbitMQ does not answer
-	uri, err := rabbitmq.ParseURL(url)
+	uri, err := txboxrabbitmq.ParseURL(url)
 	testenv.Must(t, err, "ParseURL")
 	conn, err := amqp.Dial(uri.String())
 	testenv.Must(t, err, "dial %s", uri.Host)
 	_ = conn.Close()
-	c, err := rabbitmq.NewConn(url, rabbitmq.ConnConfig{})
+	c, err := txboxrabbitmq.NewConn(url, txboxrabbitmq.ConnConfig{})
 	testenv.Must(t, err, "NewConn")
 	defer c.Close()
 	ch, err := c.Channel()

@@ -10,8 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // amqpRead is what amqp091 sees of a delivery: its routing key, the
@@ -51,7 +51,7 @@ func TestWireFormat(t *testing.T) {
 		{testenv.WireMessage("wire.plain"), ""},
 		{testenv.WireBare("wire.bare"), ""},
 	} {
-		p, err := rabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), rabbitmq.PublisherConfig{Exchange: ex, Prefix: "shop.", CloudEventsSource: tc.source})
+		p, err := txboxrabbitmq.NewPublisher(testenv.RabbitMQConn(t, url), txboxrabbitmq.PublisherConfig{Exchange: ex, Prefix: "shop.", CloudEventsSource: tc.source})
 		testenv.Must(t, err, "publisher")
 		if errs := p.Publish(ctx, []txbox.Message{tc.m}); errs != nil {
 			t.Fatalf("publish: %v", errs)
@@ -86,7 +86,7 @@ func TestForeignProducer(t *testing.T) {
 		}})
 	testenv.Must(t, err, "publish")
 
-	sub, err := rabbitmq.NewSubscriber(testenv.RabbitMQConn(t, url), rabbitmq.SubscriberConfig{})
+	sub, err := txboxrabbitmq.NewSubscriber(testenv.RabbitMQConn(t, url), txboxrabbitmq.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
 	s, err := sub.Subscribe(ctx, q, 1)
 	testenv.Must(t, err, "subscribe")

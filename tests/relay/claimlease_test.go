@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -134,7 +134,7 @@ func TestHalfClosedRelayFreesItsClaimOnPostgres(t *testing.T) {
 			} else {
 				db := stdlib.OpenDBFromPool(pool)
 				t.Cleanup(func() { _ = db.Close() })
-				a, err = relay.New[*sql.Tx](txboxsql.New(db, driver.Postgres), hung, rcfg)
+				a, err = relay.New[*sql.Tx](txboxsql.New(db, txboxdriver.Postgres), hung, rcfg)
 			}
 			testenv.Must(t, err, "relay.New through the proxy")
 			if lease := a.Config().ClaimLease; lease != publishTimeout+relay.ClaimLeaseMargin {
@@ -205,7 +205,7 @@ func TestKilledRelaysCostOneLeaseEachOnSQLite(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite)
+			f := sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite)
 			f.add(t, true, keyedRows()...)
 			start := time.Now()
 			killedRelay(t, f, cfg)

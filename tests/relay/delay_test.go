@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // stampPublisher records each payload it is given with the time it was
@@ -187,11 +187,11 @@ func TestPlainSQLScheduledRow(t *testing.T) {
 		var q string
 		var at any
 		switch f.dialect {
-		case driver.Postgres:
+		case txboxdriver.Postgres:
 			q, at = "INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) VALUES ($1, 't', 'sql', $2)", due
-		case driver.MySQL:
+		case txboxdriver.MySQL:
 			q, at = "INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) VALUES (?, 't', 'sql', ?)", due.UTC().Format("2006-01-02 15:04:05.000000")
-		case driver.SQLite:
+		case txboxdriver.SQLite:
 			q, at = "INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) VALUES (?, 't', CAST('sql' AS BLOB), ?)", due.UnixMicro()
 		}
 		f.exec(t, q, id, at)

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -65,8 +65,8 @@ func pgTenants(t testing.TB, pool *pgxpool.Pool, prefix string, n int) []tenant 
 	out := make([]tenant, n)
 	for i := range out {
 		schema := testenv.Name("tn")
-		m, err := migrate.New(drv, migrate.Config{Schema: schema})
-		testenv.Must(t, err, "migrate.New")
+		m, err := txboxmigrate.New(drv, txboxmigrate.Config{Schema: schema})
+		testenv.Must(t, err, "txboxmigrate.New")
 		_, err = m.Up(ctx)
 		testenv.Must(t, err, "migrate up %s", schema)
 		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
@@ -104,7 +104,7 @@ func pgTenants(t testing.TB, pool *pgxpool.Pool, prefix string, n int) []tenant 
 }
 
 // sqlTenant is a tenant on its own SQLite or MySQL database.
-func sqlTenant(t testing.TB, name, topic string, db *sql.DB, d driver.Dialect) tenant {
+func sqlTenant(t testing.TB, name, topic string, db *sql.DB, d txboxdriver.Dialect) tenant {
 	t.Helper()
 	ctx := context.Background()
 	drv := txboxsql.New(db, d)

@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // One group drains the outbox tables of many PostgreSQL schemas of one
@@ -30,8 +30,8 @@ func TestGroupDrainsManyStores(t *testing.T) {
 
 	tenants := pgTenants(t, pool, prefix, 10)
 	tenants = append(tenants,
-		sqlTenant(t, "sqlite", prefix+"sqlite", testenv.SQLite(t), driver.SQLite),
-		sqlTenant(t, "mysql", prefix+"mysql", testenv.MySQL(t), driver.MySQL))
+		sqlTenant(t, "sqlite", prefix+"sqlite", testenv.SQLite(t), txboxdriver.SQLite),
+		sqlTenant(t, "mysql", prefix+"mysql", testenv.MySQL(t), txboxdriver.MySQL))
 
 	var ev events
 	g, err := relay.NewGroup(relay.GroupConfig{OnEvent: ev.on})

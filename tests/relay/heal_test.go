@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // A NATS connection closed for good (here by the server, which closes a
@@ -33,7 +33,7 @@ func TestRelayStopsWhenTheConnectionIsClosed(t *testing.T) {
 	}
 	for _, how := range []string{"run", "start", "group"} {
 		t.Run(how, func(t *testing.T) {
-			f := sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite)
+			f := sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite)
 			srv := testenv.EmbeddedNATS(t)
 			nc, err := srv.Connect(nats.MaxReconnects(-1), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 			testenv.Must(t, err, "connect")
@@ -99,7 +99,7 @@ func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 		group bool
 	}{
 		{"pgx", func(t *testing.T) fixture { return pgxFixture(t, 8) }, false},
-		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }, false},
+		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite) }, false},
 		{"group", func(t *testing.T) fixture { return pgxFixture(t, 8) }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,7 +160,7 @@ func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 // in the relay's Stats.Duplicates, and as published.
 func TestRelayCountsBrokerDuplicates(t *testing.T) {
 	t.Parallel()
-	f := sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite)
+	f := sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite)
 	srv := testenv.EmbeddedNATS(t)
 	nc, err := srv.Connect()
 	testenv.Must(t, err, "connect")

@@ -16,11 +16,11 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inspect"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -37,7 +37,7 @@ type fixture struct {
 	// count returns how many outbox rows match the SQL condition where.
 	count    func(t *testing.T, where string) int64
 	newRelay func(t *testing.T, pub txbox.Publisher, cfg relay.Config) *relay.Relay
-	dialect  driver.Dialect
+	dialect  txboxdriver.Dialect
 
 	// dead returns the dead-letter operations on this outbox.
 	dead func(t *testing.T) *dead.Letters
@@ -58,22 +58,22 @@ func (f fixture) schema(t *testing.T) string {
 	return s
 }
 
-func letters[TTx any](t *testing.T, drv driver.Driver[TTx]) *dead.Letters {
+func letters[TTx any](t *testing.T, drv txboxdriver.Driver[TTx]) *dead.Letters {
 	l, err := dead.New(drv, txbox.Config{})
 	testenv.Must(t, err, "dead.New")
 	return l
 }
 
-func inspector[TTx any](t *testing.T, drv driver.Driver[TTx]) *inspect.Inspector {
+func inspector[TTx any](t *testing.T, drv txboxdriver.Driver[TTx]) *inspect.Inspector {
 	in, err := inspect.New(drv, txbox.Config{})
 	testenv.Must(t, err, "inspect.New")
 	return in
 }
 
-func migrateUp[TTx any](t testing.TB, drv driver.Driver[TTx]) {
+func migrateUp[TTx any](t testing.TB, drv txboxdriver.Driver[TTx]) {
 	t.Helper()
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 }
@@ -87,7 +87,7 @@ func pgxFixture(t testing.TB, maxConns int) fixture {
 	ctx := context.Background()
 	return fixture{
 		name:    "pgx",
-		dialect: driver.Postgres,
+		dialect: txboxdriver.Postgres,
 		pool:    pool,
 		outbox:  ob,
 		dead:    func(t *testing.T) *dead.Letters { return letters(t, drv) },
@@ -135,7 +135,7 @@ func pgxFixture(t testing.TB, maxConns int) fixture {
 	}
 }
 
-func sqlFixture(t *testing.T, name string, db *sql.DB, d driver.Dialect) fixture {
+func sqlFixture(t *testing.T, name string, db *sql.DB, d txboxdriver.Dialect) fixture {
 	drv := txboxsql.New(db, d)
 	migrateUp(t, drv)
 	ob, err := txbox.New(drv, txbox.Config{})
@@ -200,10 +200,10 @@ func eachDriver(t *testing.T, test func(t *testing.T, f fixture)) {
 		{"pgx", func(t *testing.T) fixture { return pgxFixture(t, 8) }},
 		{"sql_postgres", func(t *testing.T) fixture {
 			db, _ := testenv.PostgresDB(t, 8)
-			return sqlFixture(t, "database/sql postgres", db, driver.Postgres)
+			return sqlFixture(t, "database/sql postgres", db, txboxdriver.Postgres)
 		}},
-		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }},
-		{"mysql", func(t *testing.T) fixture { return sqlFixture(t, "mysql", testenv.MySQL(t), driver.MySQL) }},
+		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite) }},
+		{"mysql", func(t *testing.T) fixture { return sqlFixture(t, "mysql", testenv.MySQL(t), txboxdriver.MySQL) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

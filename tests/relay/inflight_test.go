@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // settledSampler takes a sample from inside Settled, which the relay calls
@@ -38,7 +38,7 @@ func (o *settledSampler) Settled(string, txbox.Outcome, time.Duration) {
 // as in flight (the metrics' oldest in-flight age drops to zero once the
 // backlog is empty).
 func TestSampleDoesNotCountAMarkedBatchInFlight(t *testing.T) {
-	f := sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite)
+	f := sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite)
 	f.add(t, true, txbox.Message{Topic: "inflight.a", Payload: []byte("a")})
 	obs := &settledSampler{}
 	r := f.newRelay(t, &recordingPublisher{}, relay.Config{Observer: obs})

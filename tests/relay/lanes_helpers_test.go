@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -257,7 +257,7 @@ func scanPairs(t *testing.T, rows interface {
 // myLanes is a MySQL laneEnv on a database of its own.
 func myLanes(t *testing.T, conns int) laneEnv {
 	db := testenv.MySQL(t)
-	f := sqlFixture(t, "mysql", db, driver.MySQL)
+	f := sqlFixture(t, "mysql", db, txboxdriver.MySQL)
 	var name string
 	testenv.Must(t, db.QueryRow("SELECT DATABASE()").Scan(&name), "database")
 	cfg, err := mysqldrv.ParseDSN(testenv.MySQLDSN())
@@ -276,7 +276,7 @@ func myLanes(t *testing.T, conns int) laneEnv {
 			if rc.PollInterval == 0 {
 				rc.PollInterval = 5 * time.Millisecond
 			}
-			r, err := relay.New[*sql.Tx](txboxsql.New(rdb, driver.MySQL), pub, rc)
+			r, err := relay.New[*sql.Tx](txboxsql.New(rdb, txboxdriver.MySQL), pub, rc)
 			if err != nil {
 				_ = rdb.Close()
 				t.Fatalf("relay.New: %v", err)
@@ -293,7 +293,7 @@ func myLanes(t *testing.T, conns int) laneEnv {
 		laneOf: "SELECT message_id, CAST(COALESCE(lane, -1) AS CHAR) FROM txbox_outbox",
 		owners: "SELECT CAST(lane AS CHAR), COALESCE(owner, '') FROM txbox_outbox_lanes",
 		versions: func(ctx context.Context, t *testing.T, topic string, producers, perProd, aggregates int) {
-			ob, err := txbox.New(txboxsql.New(db, driver.MySQL), txbox.Config{})
+			ob, err := txbox.New(txboxsql.New(db, txboxdriver.MySQL), txbox.Config{})
 			testenv.Must(t, err, "txbox.New")
 			var wg sync.WaitGroup
 			for p := 0; p < producers; p++ {

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // claimLog is a txbox.RelayObserver that records the size of each claim,
@@ -54,7 +54,7 @@ func (c *claimLog) since() []int {
 func TestDeadRelaysLeaseIsJudgedWhenTheClaimRunsOnSQLite(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
-	f := sqlFixture(t, "sqlite", db, driver.SQLite)
+	f := sqlFixture(t, "sqlite", db, txboxdriver.SQLite)
 	f.add(t, true, keyedRows()...)
 	const lease = 2 * time.Second
 	until := time.Now().Add(lease)

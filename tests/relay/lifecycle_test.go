@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -20,12 +20,12 @@ import (
 // fix, and Stopped stays closed.
 func TestStartRefusesAnUnmigratedTable(t *testing.T) {
 	t.Parallel()
-	for name, mk := range map[string]func(t *testing.T) (driver.Driver[*sql.Tx], string){
-		"sqlite": func(t *testing.T) (driver.Driver[*sql.Tx], string) {
-			return txboxsql.New(testenv.SQLite(t), driver.SQLite), "txbox_outbox"
+	for name, mk := range map[string]func(t *testing.T) (txboxdriver.Driver[*sql.Tx], string){
+		"sqlite": func(t *testing.T) (txboxdriver.Driver[*sql.Tx], string) {
+			return txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite), "txbox_outbox"
 		},
-		"mysql": func(t *testing.T) (driver.Driver[*sql.Tx], string) {
-			return txboxsql.New(testenv.MySQL(t), driver.MySQL), "txbox_outbox"
+		"mysql": func(t *testing.T) (txboxdriver.Driver[*sql.Tx], string) {
+			return txboxsql.New(testenv.MySQL(t), txboxdriver.MySQL), "txbox_outbox"
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -166,12 +166,12 @@ func TestDoorbellNotifiesOnlyWhenArmed(t *testing.T) {
 // deafDriver's listening connections listen on a channel nobody notifies.
 type deafDriver struct{ *txboxpgx.Driver }
 
-func (d deafDriver) ListenChannels(ctx context.Context) (driver.Channels, error) {
+func (d deafDriver) ListenChannels(ctx context.Context) (txboxdriver.Channels, error) {
 	c, err := d.Driver.ListenChannels(ctx)
 	return deafChannels{c}, err
 }
 
-type deafChannels struct{ driver.Channels }
+type deafChannels struct{ txboxdriver.Channels }
 
 func (c deafChannels) Listen(ctx context.Context, _ string) error {
 	return c.Channels.Listen(ctx, "nobody_listens_here")

@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // badRow is a row that breaks the outbox contract, as a plain-SQL writer
@@ -22,7 +22,7 @@ type badRow struct {
 	name    string
 	cols    map[string]string // column → SQL literal, over the defaults below
 	says    string
-	dialect driver.Dialect // "" on every dialect
+	dialect txboxdriver.Dialect // "" on every dialect
 }
 
 func sqlText(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -43,8 +43,8 @@ func badRows(prefix string) []badRow {
 		{name: "message id with a tab", cols: map[string]string{"message_id": sqlText("a\tb")}, says: "control character"},
 		{name: "message id with CR LF", cols: map[string]string{"message_id": sqlText("a\r\nb")}, says: "control character"},
 		{name: "key of 300 bytes", cols: map[string]string{"ordering_key": sqlText(strings.Repeat("k", 300))}, says: "over the limit of 256"},
-		{name: "attempts holding text", cols: map[string]string{"attempts": "'abc'"}, says: "attempts holds", dialect: driver.SQLite},
-		{name: "created_at holding text", cols: map[string]string{"created_at": "'abc'"}, says: "created_at holds", dialect: driver.SQLite},
+		{name: "attempts holding text", cols: map[string]string{"attempts": "'abc'"}, says: "attempts holds", dialect: txboxdriver.SQLite},
+		{name: "created_at holding text", cols: map[string]string{"created_at": "'abc'"}, says: "created_at holds", dialect: txboxdriver.SQLite},
 	}
 }
 
@@ -52,7 +52,7 @@ func badRows(prefix string) []badRow {
 // and a small payload, overridden by cols.
 func insertRow(f fixture, prefix string, n int, cols map[string]string) error {
 	payload := "X'78'"
-	if f.dialect == driver.Postgres {
+	if f.dialect == txboxdriver.Postgres {
 		payload = `'\x78'::bytea`
 	}
 	vals := map[string]string{"message_id": sqlText(fmt.Sprintf("%sbad-%d", prefix, n)), "topic": sqlText(prefix + "bad"), "payload": payload}
@@ -72,7 +72,7 @@ func insertRow(f fixture, prefix string, n int, cols map[string]string) error {
 func dropContract(t testing.TB, f fixture) {
 	t.Helper()
 	stmts := []string{`DROP TRIGGER "txbox_outbox_contract_insert"`, `DROP TRIGGER "txbox_outbox_contract_update"`}
-	if f.dialect != driver.SQLite {
+	if f.dialect != txboxdriver.SQLite {
 		stmts = nil
 		for _, r := range []string{"message_id_length", "message_id_control", "topic_length", "topic_chars", "ordering_key_length", "ordering_key_control", "headers_object"} {
 			stmts = append(stmts, "ALTER TABLE txbox_outbox DROP CONSTRAINT txbox_outbox_"+r)

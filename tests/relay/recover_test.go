@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -176,7 +176,7 @@ func TestRelayResumesSoonAfterAFullStreamIsPurged(t *testing.T) {
 		mk   func(t *testing.T) fixture
 	}{
 		{"pgx", func(t *testing.T) fixture { return pgxFixture(t, 8) }},
-		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite) }},
+		{"sqlite", func(t *testing.T) fixture { return sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -226,7 +226,7 @@ func TestRelayResumesSoonAfterAFullStreamIsPurged(t *testing.T) {
 // reminder at most once a minute; each round's failure goes to debug.
 func TestRelayLogsABrokerOutageInFewLines(t *testing.T) {
 	t.Parallel()
-	f := sqlFixture(t, "sqlite", testenv.SQLite(t), driver.SQLite)
+	f := sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite)
 	dir := t.TempDir()
 	srv, err := natsembed.Start(natsembed.Config{Dir: dir})
 	testenv.Must(t, err, "start nats")

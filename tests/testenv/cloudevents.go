@@ -14,9 +14,9 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -60,9 +60,9 @@ func RelayCERows(t *testing.T, pub txbox.Publisher, rows []CERow) {
 	t.Helper()
 	ctx := context.Background()
 	db := SQLite(t)
-	drv := txboxsql.New(db, driver.SQLite)
-	m, err := migrate.New(drv, migrate.Config{})
-	Must(t, err, "migrate.New")
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	Must(t, err, "migrate up")
 	for _, r := range rows {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/rabbitmq"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // EnvRabbitMQ points tests at RabbitMQ; default amqp://guest:guest@127.0.0.1:5672/.
@@ -133,12 +133,12 @@ func (p *Proxy) Resume() {
 	p.mu.Unlock()
 }
 
-// RabbitMQConn returns a rabbitmq.Conn to url (which it dials on first
+// RabbitMQConn returns a txboxrabbitmq.Conn to url (which it dials on first
 // use), closed when the test ends.
-func RabbitMQConn(t testing.TB, url string) *rabbitmq.Conn {
+func RabbitMQConn(t testing.TB, url string) *txboxrabbitmq.Conn {
 	t.Helper()
-	conn, err := rabbitmq.NewConn(url, rabbitmq.ConnConfig{})
-	Must(t, err, "rabbitmq.NewConn")
+	conn, err := txboxrabbitmq.NewConn(url, txboxrabbitmq.ConnConfig{})
+	Must(t, err, "txboxrabbitmq.NewConn")
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
 }

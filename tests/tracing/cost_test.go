@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxotel"
 	"github.com/txbox/txbox/txboxpgx"
 )
@@ -36,8 +36,8 @@ func TestTracingAllocationsPerRound(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		pool, _ := testenv.Postgres(t, 4)
 		drv := txboxpgx.New(pool)
-		mg, err := migrate.New(drv, migrate.Config{})
-		testenv.Must(t, err, "migrate.New")
+		mg, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+		testenv.Must(t, err, "txboxmigrate.New")
 		_, err = mg.Up(ctx)
 		testenv.Must(t, err, "migrate up")
 		ob, err := txbox.New(drv, txbox.Config{Propagate: tracing.Propagate})

@@ -11,10 +11,10 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxotel"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
@@ -32,9 +32,9 @@ func TestTracerFromObserver(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tracing := txboxotel.New(txboxotel.Config{TracerProvider: tp})
 
-	drv := txboxsql.New(testenv.SQLite(t), driver.SQLite)
-	mg, err := migrate.New(drv, migrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
-	testenv.Must(t, err, "migrate.New")
+	drv := txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite)
+	mg, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = mg.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{Propagate: tracing.Propagate})

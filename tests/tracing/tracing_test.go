@@ -19,10 +19,10 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxotel"
 	"github.com/txbox/txbox/txboxpgx"
 )
@@ -53,8 +53,8 @@ func traceOneMessage(t *testing.T, asChild bool) {
 	// PostgreSQL: an outbox and an inbox in a schema of the test's own.
 	pool, _ := testenv.Postgres(t, 8)
 	drv := txboxpgx.New(pool)
-	mg, err := migrate.New(drv, migrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
-	testenv.Must(t, err, "migrate.New")
+	mg, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = mg.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{Propagate: tracing.Propagate})

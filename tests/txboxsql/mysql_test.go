@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -27,8 +27,8 @@ func (e *MySQLError) Error() string { return fmt.Sprintf("Error %d", e.Number) }
 // are rejections, and nothing else is any of these.
 func TestMySQLClassifier(t *testing.T) {
 	t.Parallel()
-	drv := txboxsql.New(nil, driver.MySQL)
-	sqlite := txboxsql.New(nil, driver.SQLite)
+	drv := txboxsql.New(nil, txboxdriver.MySQL)
+	sqlite := txboxsql.New(nil, txboxdriver.SQLite)
 	type want struct{ transient, rejected, conflict bool }
 	for _, c := range []struct {
 		name string
@@ -81,7 +81,7 @@ func TestMySQLClassifier(t *testing.T) {
 func TestMySQLServerErrors(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
-	drv := txboxsql.New(db, driver.MySQL)
+	drv := txboxsql.New(db, txboxdriver.MySQL)
 	ctx := context.Background()
 	testenv.Must(t, testenv.Err(db.ExecContext(ctx, "CREATE TABLE t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")), "create table")
 	testenv.Must(t, testenv.Err(db.ExecContext(ctx, "INSERT INTO t VALUES (1, 0), (2, 0)")), "insert")
@@ -141,9 +141,9 @@ func TestMySQLServerErrors(t *testing.T) {
 func TestOptionsIsConflict(t *testing.T) {
 	t.Parallel()
 	lost := errors.New("engine: transaction lost a conflict")
-	drv := txboxsql.NewWithOptions(nil, driver.MySQL, txboxsql.Options{IsConflict: func(err error) bool { return errors.Is(err, lost) }})
+	drv := txboxsql.NewWithOptions(nil, txboxdriver.MySQL, txboxsql.Options{IsConflict: func(err error) bool { return errors.Is(err, lost) }})
 	err := fmt.Errorf("charge order: %w", lost)
-	if !drv.IsConflict(err) || !drv.IsTransient(err) || !driver.IsConflictFor[*sql.Tx](drv, err) {
+	if !drv.IsConflict(err) || !drv.IsTransient(err) || !txboxdriver.IsConflictFor[*sql.Tx](drv, err) {
 		t.Errorf("%v: conflict %t, transient %t; want a transient conflict", err, drv.IsConflict(err), drv.IsTransient(err))
 	}
 	if other := errors.New("cannot ship"); drv.IsConflict(other) || drv.IsTransient(other) {

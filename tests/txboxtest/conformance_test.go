@@ -12,8 +12,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/brokertest"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
@@ -116,6 +116,6 @@ func TestRelayConformance(t *testing.T) {
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		brokertest.TestRelay(t, txboxsql.New(testenv.SQLite(t), driver.SQLite), newPub, features)
+		brokertest.TestRelay(t, txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite), newPub, features)
 	})
 }

@@ -14,9 +14,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
@@ -29,8 +29,8 @@ func exampleOutbox() (*sql.DB, *txbox.Outbox[*sql.Tx], func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	drv := txboxsql.New(db, driver.SQLite)
-	m, _ := migrate.New(drv, migrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	m, _ := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
 	if _, err := m.Up(context.Background()); err != nil {
 		log.Fatal(err)
 	}

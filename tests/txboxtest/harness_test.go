@@ -15,9 +15,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
@@ -25,7 +25,7 @@ import (
 var quiet = slog.New(slog.DiscardHandler)
 
 func sqliteOutbox(t *testing.T) *txbox.Outbox[*sql.Tx] {
-	return newOutbox(t, txboxsql.New(testenv.SQLite(t), driver.SQLite))
+	return newOutbox(t, txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite))
 }
 
 // TestDrainRelay drains a backlog in many rounds, keeps per-key order,

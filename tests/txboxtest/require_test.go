@@ -8,9 +8,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 )
@@ -65,11 +65,11 @@ func wantFailure(t *testing.T, got string, parts ...string) {
 
 // newOutbox migrates drv's database (the outbox and the default inbox
 // table) and returns an Outbox on it.
-func newOutbox[TTx any](t *testing.T, drv driver.Driver[TTx]) *txbox.Outbox[TTx] {
+func newOutbox[TTx any](t *testing.T, drv txboxdriver.Driver[TTx]) *txbox.Outbox[TTx] {
 	t.Helper()
 	ctx := context.Background()
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})
@@ -87,11 +87,11 @@ func TestRequire(t *testing.T) {
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		testRequire(t, newOutbox(t, txboxsql.New(testenv.SQLite(t), driver.SQLite)))
+		testRequire(t, newOutbox(t, txboxsql.New(testenv.SQLite(t), txboxdriver.SQLite)))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
-		testRequire(t, newOutbox(t, txboxsql.New(testenv.MySQL(t), driver.MySQL)))
+		testRequire(t, newOutbox(t, txboxsql.New(testenv.MySQL(t), txboxdriver.MySQL)))
 	})
 }
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxui"
 )
@@ -32,18 +32,18 @@ func TestDeadPagesBounded(t *testing.T) {
 	const rows, payload = 100, 1 << 20
 	type db struct {
 		name    string
-		dialect driver.Dialect
+		dialect txboxdriver.Dialect
 		errLen  int
 		insert  string // args: message id, error prefix, error length, payload length (MySQL: see below)
 	}
 	for _, d := range []db{
-		{"postgres", driver.Postgres, 1 << 20,
+		{"postgres", txboxdriver.Postgres, 1 << 20,
 			`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, attempts, last_error, dead_at)
 			 VALUES ($1, 'big', $1, convert_to(repeat('p', $4), 'UTF8'), 10, $2 || repeat('e', $3), now())`},
-		{"mysql", driver.MySQL, 60000,
+		{"mysql", txboxdriver.MySQL, 60000,
 			`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, attempts, last_error, dead_at)
 			 VALUES (?, 'big', ?, REPEAT('p', ?), 10, CONCAT(?, REPEAT('e', ?)), UTC_TIMESTAMP(6))`},
-		{"sqlite", driver.SQLite, 1 << 20,
+		{"sqlite", txboxdriver.SQLite, 1 << 20,
 			`INSERT INTO txbox_outbox (message_id, topic, ordering_key, payload, attempts, last_error, dead_at)
 			 VALUES (?1, 'big', ?1, CAST(replace(hex(zeroblob(?4 / 2)), '0', 'p') AS BLOB), 10, ?2 || replace(hex(zeroblob(?3 / 2)), '0', 'e'), 1)`},
 	} {
@@ -51,14 +51,14 @@ func TestDeadPagesBounded(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			var letters *dead.Letters
-			var pool driver.Pool
+			var pool txboxdriver.Pool
 			switch d.dialect {
-			case driver.Postgres:
+			case txboxdriver.Postgres:
 				drv := testenv.PgxDriver(t, 4)
 				pool, letters = drv.Pool(), migrated(t, drv, dead.New[pgx.Tx])
 			default:
 				var sdb *sql.DB
-				if d.dialect == driver.MySQL {
+				if d.dialect == txboxdriver.MySQL {
 					sdb = testenv.MySQL(t)
 				} else {
 					sdb = testenv.SQLite(t)
@@ -70,7 +70,7 @@ func TestDeadPagesBounded(t *testing.T) {
 			for i := range rows {
 				id := fmt.Sprintf("m-%03d", i)
 				args := []any{id, "\u202eboom\x1b[31m ", d.errLen, payload}
-				if d.dialect == driver.MySQL {
+				if d.dialect == txboxdriver.MySQL {
 					args = []any{id, id, payload, "\u202eboom\x1b[31m ", d.errLen}
 				}
 				testenv.Must(t, exec(d.insert, args...), "insert dead row %d", i)
@@ -118,10 +118,10 @@ func TestDeadPagesBounded(t *testing.T) {
 }
 
 // migrated migrates drv's outbox table and returns its dead letters.
-func migrated[TTx any](t *testing.T, drv driver.Driver[TTx], newLetters func(driver.Driver[TTx], txbox.Config) (*dead.Letters, error)) *dead.Letters {
+func migrated[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], newLetters func(txboxdriver.Driver[TTx], txbox.Config) (*dead.Letters, error)) *dead.Letters {
 	t.Helper()
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
 	letters, err := newLetters(drv, txbox.Config{})

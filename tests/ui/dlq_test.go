@@ -17,10 +17,10 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 	"github.com/txbox/txbox/txboxui"
 )
 
@@ -94,21 +94,21 @@ func TestDLQPanelAndBulkInBrowser(t *testing.T) {
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(50*time.Millisecond))
 	testenv.Must(t, err, "kgo client")
 	t.Cleanup(kcl.Close)
-	kpub, err := kafka.NewPublisher(kcl, kafka.PublisherConfig{})
+	kpub, err := txboxkafka.NewPublisher(kcl, txboxkafka.PublisherConfig{})
 	testenv.Must(t, err, "kafka publisher")
 	for _, err := range kpub.Publish(ctx, []txbox.Message{{ID: "kletter-1", Topic: "orders", Key: "k1", Payload: []byte(`{"order":2}`)}}) {
 		testenv.Must(t, err, "publish to kafka")
 	}
-	ksub, err := kafka.NewSubscriber(kcl, kafka.SubscriberConfig{})
+	ksub, err := txboxkafka.NewSubscriber(kcl, txboxkafka.SubscriberConfig{})
 	testenv.Must(t, err, "kafka subscriber")
-	kbinding := kafka.Binding("orders", "shipping")
+	kbinding := txboxkafka.Binding("orders", "shipping")
 	ks, err := ksub.Subscribe(ctx, kbinding, 1)
 	testenv.Must(t, err, "kafka subscribe")
 	t.Cleanup(func() { _ = ks.Close(context.Background()) })
 	kd, err := ks.Next(ctx)
 	testenv.Must(t, err, "kafka next")
 	testenv.Must(t, kd.DeadLetter(ctx, errors.New("kafka handler <i>failed</i>")), "kafka dead-letter")
-	kstore, err := kafka.NewDeadLetters(kcl, "")
+	kstore, err := txboxkafka.NewDeadLetters(kcl, "")
 	testenv.Must(t, err, "kafka dead letters")
 
 	const token = "t0ken-for-the-dlq-test"

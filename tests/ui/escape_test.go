@@ -16,9 +16,9 @@ import (
 	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inspect"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxui"
 )
@@ -43,8 +43,8 @@ func TestDashboardEscapesAndParkedKeys(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := testenv.Postgres(t, 4)
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})

@@ -25,10 +25,10 @@ import (
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxui"
 )
@@ -66,8 +66,8 @@ func newFixture(t *testing.T) *fixture {
 	ctx := context.Background()
 	pool, _ := testenv.Postgres(t, 8)
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{"ui_inbox"}, ClaimCheckTables: []string{"ui_claims"}})
-	testenv.Must(t, err, "migrate.New")
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{"ui_inbox"}, ClaimCheckTables: []string{"ui_claims"}})
+	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up")
 	ob, err := txbox.New(drv, txbox.Config{})

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/sqlname"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Defaults of Config.
@@ -108,7 +108,7 @@ type names struct {
 
 func (c *Config) names() (names, error) {
 	var n names
-	qt, err := txbox.Config{Schema: c.Schema, Table: c.Table}.TableName(driver.Postgres)
+	qt, err := txbox.Config{Schema: c.Schema, Table: c.Table}.TableName(txboxdriver.Postgres)
 	if err != nil {
 		return n, err
 	}

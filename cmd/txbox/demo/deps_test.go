@@ -22,7 +22,7 @@ func TestDemoCompilesOnlySQLiteAndNATS(t *testing.T) {
 	}
 	for _, banned := range []string{"github.com/jackc/pgx", "github.com/go-sql-driver/mysql", "github.com/twmb/franz-go",
 		"github.com/hibiken/asynq", "github.com/redis/go-redis", "github.com/rabbitmq/amqp091-go", "github.com/prometheus/",
-		"github.com/txbox/txbox/kafka", "github.com/txbox/txbox/rabbitmq", "github.com/txbox/txbox/redisstream",
+		"github.com/txbox/txbox/txboxkafka", "github.com/txbox/txbox/txboxrabbitmq", "github.com/txbox/txbox/redisstream",
 		"github.com/txbox/txbox/txboxasynq", "github.com/txbox/txbox/txboxpgx", "github.com/txbox/txbox/txboxprom"} {
 		if strings.Contains(mods, banned) {
 			t.Errorf("the demo compiles %s, which it does not run", banned)

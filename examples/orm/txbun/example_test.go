@@ -15,7 +15,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxtest"
 
 	"github.com/txbox/txbox/examples/orm/internal/ormtest"
@@ -32,14 +32,14 @@ type Order struct {
 }
 
 // open returns Bun on the caller's *sql.DB.
-func open(db *sql.DB, d driver.Dialect) *bun.DB {
+func open(db *sql.DB, d txboxdriver.Dialect) *bun.DB {
 	var dial schema.Dialect
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		dial = pgdialect.New()
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		dial = sqlitedialect.New()
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		dial = mysqldialect.New()
 	default:
 		log.Fatalf("no Bun dialect for %s here", d)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxtest"
 
 	"github.com/txbox/txbox/examples/orm/internal/ormtest"
@@ -21,7 +21,7 @@ import (
 // placeOrder writes the order and its event in one transaction, through
 // the generated ent client; then runs last, inside it, and its error rolls
 // both back.
-func placeOrder(ctx context.Context, db *sql.DB, d driver.Dialect, ob *txbox.Outbox[*sql.Tx], c shop.Checkout, then func(*sql.Tx) error) error {
+func placeOrder(ctx context.Context, db *sql.DB, d txboxdriver.Dialect, ob *txbox.Outbox[*sql.Tx], c shop.Checkout, then func(*sql.Tx) error) error {
 	return txent.InTx(ctx, db, d, func(ctx context.Context, client *ent.Client, tx *sql.Tx) error {
 		if _, err := client.Order.Create().SetID(c.OrderID).SetCustomer(c.Customer).SetTotal(c.Total).Save(ctx); err != nil {
 			return err
@@ -35,7 +35,7 @@ func placeOrder(ctx context.Context, db *sql.DB, d driver.Dialect, ob *txbox.Out
 
 // checkoutHandler is an inbox handler writing through ent in the
 // transaction the consumer began, with the receipt of the message.
-func checkoutHandler(d driver.Dialect, ob *txbox.Outbox[*sql.Tx]) func(context.Context, *sql.Tx, consumer.Message) error {
+func checkoutHandler(d txboxdriver.Dialect, ob *txbox.Outbox[*sql.Tx]) func(context.Context, *sql.Tx, consumer.Message) error {
 	return func(ctx context.Context, tx *sql.Tx, msg consumer.Message) error {
 		c, err := shop.DecodeCheckout(msg.Payload)
 		if err != nil {

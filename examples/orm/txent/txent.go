@@ -5,7 +5,7 @@
 // Client, which wraps it in ent's database/sql driver (entgo.io/ent/dialect/sql).
 // InTx does that for a function, and commits or rolls back:
 //
-//	err := txent.InTx(ctx, db, driver.Postgres, func(ctx context.Context, client *ent.Client, tx *sql.Tx) error {
+//	err := txent.InTx(ctx, db, txboxdriver.Postgres, func(ctx context.Context, client *ent.Client, tx *sql.Tx) error {
 //		if _, err := client.Order.Create().SetID("o-1").SetCustomer("c-7").SetTotal(1200).Save(ctx); err != nil {
 //			return err
 //		}
@@ -30,7 +30,7 @@ import (
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 
 	"github.com/txbox/txbox/examples/orm/txent/ent"
 )
@@ -38,7 +38,7 @@ import (
 // Client returns an ent client whose queries run in tx, a transaction on a
 // database of dialect d. Committing or rolling back tx is its owner's
 // business: the client's Tx and Close must not be called (Tx fails).
-func Client(tx *sql.Tx, d driver.Dialect) (*ent.Client, error) {
+func Client(tx *sql.Tx, d txboxdriver.Dialect) (*ent.Client, error) {
 	name, err := entDialect(d)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func Client(tx *sql.Tx, d driver.Dialect) (*ent.Client, error) {
 // an ent client in it (Client) and the *sql.Tx itself for Outbox.Add, and
 // commits if fn returns nil; otherwise it rolls back and returns fn's
 // error.
-func InTx(ctx context.Context, db *sql.DB, d driver.Dialect, fn func(ctx context.Context, client *ent.Client, tx *sql.Tx) error) (err error) {
+func InTx(ctx context.Context, db *sql.DB, d txboxdriver.Dialect, fn func(ctx context.Context, client *ent.Client, tx *sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -77,13 +77,13 @@ func ignoreDone(err error) error {
 	return err
 }
 
-func entDialect(d driver.Dialect) (string, error) {
+func entDialect(d txboxdriver.Dialect) (string, error) {
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		return dialect.Postgres, nil
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		return dialect.SQLite, nil
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		return dialect.MySQL, nil
 	}
 	return "", fmt.Errorf("txent: no ent dialect for %q", d)

@@ -9,7 +9,7 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 
 	"github.com/txbox/txbox/examples/orm/internal/ormtest"
 	"github.com/txbox/txbox/examples/orm/internal/shop"
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { ormtest.Main(m) }
 // entDriver is ent's driver on env's pool, for reading back outside a
 // transaction.
 func entDriver(env ormtest.Env) *entsql.Driver {
-	names := map[driver.Dialect]string{driver.Postgres: dialect.Postgres, driver.SQLite: dialect.SQLite, driver.MySQL: dialect.MySQL}
+	names := map[txboxdriver.Dialect]string{txboxdriver.Postgres: dialect.Postgres, txboxdriver.SQLite: dialect.SQLite, txboxdriver.MySQL: dialect.MySQL}
 	return entsql.OpenDB(names[env.Dialect], env.DB)
 }
 
@@ -65,7 +65,7 @@ func TestClientRunsInTx(t *testing.T) {
 }
 
 func TestClientUnknownDialect(t *testing.T) {
-	if _, err := txent.Client(nil, driver.Dialect("oracle")); err == nil {
+	if _, err := txent.Client(nil, txboxdriver.Dialect("oracle")); err == nil {
 		t.Fatal("Client on an unknown dialect: no error")
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxtest"
 
 	"github.com/txbox/txbox/examples/orm/internal/ormtest"
@@ -30,12 +30,12 @@ type Order struct {
 }
 
 // open returns GORM on the caller's *sql.DB.
-func open(db *sql.DB, d driver.Dialect) *gorm.DB {
+func open(db *sql.DB, d txboxdriver.Dialect) *gorm.DB {
 	var dial gorm.Dialector
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		dial = postgres.New(postgres.Config{Conn: db})
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		dial = mysql.New(mysql.Config{Conn: db})
 	default:
 		log.Fatalf("no GORM dialector for %s here", d)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 
 	"github.com/txbox/txbox/examples/orm/internal/ormtest"
 	"github.com/txbox/txbox/examples/orm/internal/shop"
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { ormtest.Main(m) }
 // GORM on SQLite needs a cgo driver (gorm.io/driver/sqlite) or
 // glebarez/sqlite, which registers the database/sql name "sqlite" that
 // modernc.org/sqlite, the engine of txbox's tests, holds already.
-var dialects = []driver.Dialect{driver.Postgres, driver.MySQL}
+var dialects = []txboxdriver.Dialect{txboxdriver.Postgres, txboxdriver.MySQL}
 
 func TestGORM(t *testing.T) {
 	ormtest.Run(t, dialects, ormtest.ORM{
@@ -33,7 +33,7 @@ func TestGORM(t *testing.T) {
 
 // SQLTx refuses a *gorm.DB outside a transaction rather than return nil.
 func TestSQLTxOutsideTransaction(t *testing.T) {
-	env := ormtest.Open(t, driver.Postgres)
+	env := ormtest.Open(t, txboxdriver.Postgres)
 	if tx, err := txgorm.SQLTx(open(env.DB, env.Dialect)); err == nil {
 		t.Fatalf("SQLTx outside a transaction: %v, want an error", tx)
 	}
@@ -42,7 +42,7 @@ func TestSQLTxOutsideTransaction(t *testing.T) {
 // WithTx leaves the *gorm.DB it was given on its pool: a write through it
 // after the handler's transaction rolled back is its own, and stays.
 func TestWithTxLeavesDBAlone(t *testing.T) {
-	env := ormtest.Open(t, driver.Postgres)
+	env := ormtest.Open(t, txboxdriver.Postgres)
 	ctx := context.Background()
 	db := open(env.DB, env.Dialect)
 	tx, err := env.DB.BeginTx(ctx, nil)

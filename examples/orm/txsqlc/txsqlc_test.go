@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 
 	"github.com/txbox/txbox/examples/orm/internal/ormtest"
 	"github.com/txbox/txbox/examples/orm/internal/shop"
@@ -20,11 +20,11 @@ import (
 func TestMain(m *testing.M) { ormtest.Main(m) }
 
 // createOrder is the generated CreateOrder of d's package, on tx.
-func createOrder(ctx context.Context, d driver.Dialect, tx *sql.Tx, c shop.Checkout) error {
+func createOrder(ctx context.Context, d txboxdriver.Dialect, tx *sql.Tx, c shop.Checkout) error {
 	switch d {
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		return shopdblite.New(tx).CreateOrder(ctx, shopdblite.CreateOrderParams{ID: c.OrderID, Customer: c.Customer, Total: c.Total})
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		return shopdbmysql.New(tx).CreateOrder(ctx, shopdbmysql.CreateOrderParams{ID: c.OrderID, Customer: c.Customer, Total: c.Total})
 	default:
 		return shopdb.New(tx).CreateOrder(ctx, shopdb.CreateOrderParams{ID: c.OrderID, Customer: c.Customer, Total: c.Total})

@@ -12,8 +12,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 
@@ -32,8 +32,8 @@ const insertOrder = `INSERT INTO orders (id, customer, total) VALUES (:id, :cust
 
 // open returns sqlx on the caller's *sql.DB, with the driver name that
 // picks the dialect's bind variables ($1 or ?).
-func open(db *sql.DB, d driver.Dialect) *sqlx.DB {
-	names := map[driver.Dialect]string{driver.Postgres: "pgx", driver.SQLite: "sqlite3", driver.MySQL: "mysql"}
+func open(db *sql.DB, d txboxdriver.Dialect) *sqlx.DB {
+	names := map[txboxdriver.Dialect]string{txboxdriver.Postgres: "pgx", txboxdriver.SQLite: "sqlite3", txboxdriver.MySQL: "mysql"}
 	return sqlx.NewDb(db, names[d])
 }
 

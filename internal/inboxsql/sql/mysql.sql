@@ -1,5 +1,5 @@
 -- Queries of the inbox on MySQL 8 / MariaDB. {{table}} is the quoted inbox
--- table (see migrate/sql/mysql/inbox). Times are UTC; durations are passed
+-- table (see txboxmigrate/sql/mysql/inbox). Times are UTC; durations are passed
 -- in microseconds, so the session's time zone never matters.
 --
 -- The receipt is insert-first: a second transaction inserting the same key

@@ -1,5 +1,5 @@
 -- Queries of the inbox on PostgreSQL. {{table}} is the quoted,
--- schema-qualified inbox table (see migrate/sql/postgres/inbox).
+-- schema-qualified inbox table (see txboxmigrate/sql/postgres/inbox).
 --
 -- The receipt is insert-first: under READ COMMITTED, a second transaction
 -- inserting the same key waits for the first one's uncommitted row, then

@@ -1,5 +1,5 @@
 -- Queries of the inbox on SQLite (3.35 or later, for RETURNING). {{table}}
--- is the quoted inbox table (see migrate/sql/sqlite/inbox). Times are unix
+-- is the quoted inbox table (see txboxmigrate/sql/sqlite/inbox). Times are unix
 -- microseconds, passed in by the caller.
 --
 -- The receipt is insert-first with ON CONFLICT on the primary key only,

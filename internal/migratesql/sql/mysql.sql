@@ -1,4 +1,4 @@
--- Statements of package migrate on MySQL and MariaDB. {{table}} is the
+-- Statements of package txboxmigrate on MySQL and MariaDB. {{table}} is the
 -- quoted tracking table, txbox_migrations.
 
 -- name: create_tracking

@@ -1,4 +1,4 @@
--- Statements of package migrate on PostgreSQL. {{table}} is the quoted,
+-- Statements of package txboxmigrate on PostgreSQL. {{table}} is the quoted,
 -- schema-qualified tracking table, txbox_migrations.
 
 -- Concurrent Ups on a fresh database would race to create the schema and

@@ -1,4 +1,4 @@
--- Statements of package migrate on SQLite. {{table}} is the quoted tracking
+-- Statements of package txboxmigrate on SQLite. {{table}} is the quoted tracking
 -- table, txbox_migrations. applied_at is RFC 3339 text. SQLite has one
 -- writer at a time: concurrent Ups need no lock of their own.
 

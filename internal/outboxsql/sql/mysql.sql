@@ -161,10 +161,10 @@ INSERT INTO {{table}} (message_id, topic, ordering_key, payload, headers) VALUES
 -- name: lock_keys
 -- Before a multi-row insert, the key-order locks of its rows' keys, one
 -- placeholder per distinct key, in bucket order (see Inserter.lockKeys and
--- migrate/sql/mysql/outbox/002_key_order.sql).
+-- txboxmigrate/sql/mysql/outbox/002_key_order.sql).
 SELECT bucket FROM {{name "keys"}} WHERE bucket IN ({{list "CRC32(?) & 4095"}}) ORDER BY bucket FOR UPDATE
 
--- The claim transaction's READ COMMITTED for a driver.Pool that cannot
+-- The claim transaction's READ COMMITTED for a txboxdriver.Pool that cannot
 -- begin a transaction at a level (see mysql.beginClaim): SET TRANSACTION is
 -- refused inside a transaction, so the empty one just begun is committed,
 -- the level set for the next one, and that one started on the same

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/crash/internal/crashdb"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -66,7 +66,7 @@ func main() {
 
 // produce commits key's next version: the business row and its message in
 // one transaction.
-func produce(ctx context.Context, db *sql.DB, d driver.Dialect, ob *txbox.Outbox[*sql.Tx], topic, key string) error {
+func produce(ctx context.Context, db *sql.DB, d txboxdriver.Dialect, ob *txbox.Outbox[*sql.Tx], topic, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	tx, err := db.BeginTx(ctx, nil)

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -23,7 +23,7 @@ import (
 func Add(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	drv := txboxpgx.New(cfg.Pool)
-	m, err := migrate.New(drv, migrate.Config{})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
 	if err != nil {
 		return err
 	}

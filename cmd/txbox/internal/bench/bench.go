@@ -22,9 +22,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/wire"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 )
 
@@ -430,7 +430,7 @@ func relayDrain(ctx context.Context, drv *txboxpgx.Driver, nc *nats.Conn, batch,
 // returns its driver and outbox.
 func migrated(ctx context.Context, pool *pgxpool.Pool) (*txboxpgx.Driver, *txbox.Outbox[pgx.Tx], error) {
 	drv := txboxpgx.New(pool)
-	m, err := migrate.New(drv, migrate.Config{})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,13 +17,13 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/relaytest"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxasynq"
+	"github.com/txbox/txbox/txboxkafka"
 	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // BrokersConfig says where the broker benchmark runs.
@@ -115,12 +115,12 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 			return fmt.Errorf("rabbitmq: declare %s: %w", queue, err)
 		}
 		defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-		pconn, err := rabbitmq.NewConn(cfg.RabbitMQURL, rabbitmq.ConnConfig{})
+		pconn, err := txboxrabbitmq.NewConn(cfg.RabbitMQURL, txboxrabbitmq.ConnConfig{})
 		if err != nil {
 			return err
 		}
 		defer pconn.Close()
-		pub, err := rabbitmq.NewPublisher(pconn, rabbitmq.PublisherConfig{})
+		pub, err := txboxrabbitmq.NewPublisher(pconn, txboxrabbitmq.PublisherConfig{})
 		if err != nil {
 			return err
 		}
@@ -140,7 +140,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 			return err
 		}
 		defer kcl.Close()
-		kpub, err := kafka.NewPublisher(kcl, kafka.PublisherConfig{})
+		kpub, err := txboxkafka.NewPublisher(kcl, txboxkafka.PublisherConfig{})
 		if err != nil {
 			return err
 		}

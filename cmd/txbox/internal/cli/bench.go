@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox/cmd/txbox/internal/bench"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Bounds of the bench flags (the values are checked at start, not after a
@@ -119,7 +119,7 @@ machine are noisy: read the ratios, and the paired medians.`,
 			if err != nil {
 				return err
 			}
-			if t.dialect != driver.Postgres {
+			if t.dialect != txboxdriver.Postgres {
 				return fmt.Errorf("txbox bench needs PostgreSQL: %s is a %s database (want postgres://…)", dbFlag, t.dialect)
 			}
 			ctx := cmd.Context()

@@ -22,12 +22,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/txboxasynq"
+	"github.com/txbox/txbox/txboxkafka"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // Defaults of the broker flags.
@@ -272,13 +272,13 @@ func checkBrokerURL(name, raw string) (string, error) {
 	case "nats", "tls":
 		_, err = natsjs.ParseURL(raw)
 	case "amqp", "amqps":
-		_, err = rabbitmq.ParseURL(raw)
+		_, err = txboxrabbitmq.ParseURL(raw)
 	case "redis", "rediss":
 		_, _, err = redisstream.ParseURL(raw)
 	case "asynq+redis", "asynq+rediss":
 		_, _, err = txboxasynq.ParseURL(raw)
 	case "kafka":
-		_, err = kafka.ParseURL(raw)
+		_, err = txboxkafka.ParseURL(raw)
 	default:
 		return "", fmt.Errorf("%s %q: unsupported broker (want nats://host:port, amqp://user:pass@host:5672/vhost, redis://host:6379/0, asynq+redis://host:6379/0 or kafka://host:9092)", name, redact(raw, raw))
 	}
@@ -501,7 +501,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 	}
 	b := &broker{desc: redact(f.url, f.url)}
 	if scheme == "kafka" {
-		seeds, err := kafka.ParseURL(f.url)
+		seeds, err := txboxkafka.ParseURL(f.url)
 		if err != nil {
 			return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
 		}
@@ -520,7 +520,7 @@ func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broke
 			return nil, &unreachableError{fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))}
 		}
 		b.closer = cl.Close
-		if b.pub, err = kafka.NewPublisher(cl, kafka.PublisherConfig{Prefix: f.subjectPrefix, CloudEventsSource: f.ceSource}); err != nil {
+		if b.pub, err = txboxkafka.NewPublisher(cl, txboxkafka.PublisherConfig{Prefix: f.subjectPrefix, CloudEventsSource: f.ceSource}); err != nil {
 			b.Close()
 			return nil, err
 		}

@@ -8,7 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/pflag"
 
-	"github.com/txbox/txbox/rabbitmq"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // Environment variables of the RabbitMQ flags.
@@ -69,7 +69,7 @@ func brokerKind(scheme string) string {
 // mandatory routing unless --allow-unroutable.
 func openRabbitMQ(f *brokerFlags, out io.Writer) (*broker, error) {
 	b := &broker{desc: redact(f.url, f.url)}
-	conn, err := rabbitmq.NewConn(f.url, rabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox relay"}}})
+	conn, err := txboxrabbitmq.NewConn(f.url, txboxrabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox relay"}}})
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func openRabbitMQ(f *brokerFlags, out io.Writer) (*broker, error) {
 		}
 	}
 	_ = ch.Close()
-	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{
+	pub, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{
 		Exchange: f.amqp.exchange, Prefix: f.subjectPrefix, AllowUnroutable: f.amqp.allowUnroutable,
 		CloudEventsSource: f.ceSource, CloudEventsSeparator: f.amqp.ceSeparator})
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // With no broker and no stream named, the embedded server gets the stream
@@ -154,7 +154,7 @@ func TestKafkaTransactionalID(t *testing.T) {
 	}
 	pub, err := b.publisher(f.subjectPrefix)
 	testenv.Must(t, err, "publisher")
-	if kp, ok := pub.(*kafka.Publisher); !ok || kp.TransactionalID() != id {
+	if kp, ok := pub.(*txboxkafka.Publisher); !ok || kp.TransactionalID() != id {
 		t.Fatalf("publisher %T is not transactional with id %s", pub, id)
 	}
 	if errs := pub.Publish(ctx, []txbox.Message{{ID: "m1", Topic: "orders", Payload: []byte("{}")}}); errs != nil {

@@ -18,16 +18,16 @@ import (
 	_ "modernc.org/sqlite" // the SQLite engine behind sqlite:// URLs
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 // dbTarget is a parsed --db URL.
 type dbTarget struct {
-	dialect driver.Dialect
+	dialect txboxdriver.Dialect
 	url     string // postgres, mysql: the URL as given
 	path    string // sqlite: the file
 	dsn     string // mysql: the go-sql-driver DSN
@@ -46,12 +46,12 @@ func parseDBFrom(name, raw string) (dbTarget, error) {
 		if err != nil {
 			return dbTarget{}, err
 		}
-		return dbTarget{dialect: driver.MySQL, url: raw, dsn: dsn}, nil
+		return dbTarget{dialect: txboxdriver.MySQL, url: raw, dsn: dsn}, nil
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		if _, err := parseURL(name, raw); err != nil {
 			return dbTarget{}, err
 		}
-		return dbTarget{dialect: driver.Postgres, url: raw}, nil
+		return dbTarget{dialect: txboxdriver.Postgres, url: raw}, nil
 	case strings.HasPrefix(raw, "sqlite:"):
 		p := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
 		if p == "" {
@@ -60,7 +60,7 @@ func parseDBFrom(name, raw string) (dbTarget, error) {
 		if strings.Contains(p, "?") {
 			return dbTarget{}, fmt.Errorf("%s %q: query parameters are not supported: txbox sets the SQLite pragmas itself", name, raw)
 		}
-		return dbTarget{dialect: driver.SQLite, path: p}, nil
+		return dbTarget{dialect: txboxdriver.SQLite, path: p}, nil
 	case raw == "":
 		return dbTarget{}, fmt.Errorf("%s is empty (want postgres://…, mysql://… or sqlite://path)", name)
 	}
@@ -117,7 +117,7 @@ func mysqlDSNFrom(name, raw string) (string, error) {
 
 // String is the target for messages, without a password.
 func (t dbTarget) String() string {
-	if t.dialect == driver.SQLite {
+	if t.dialect == txboxdriver.SQLite {
 		return "sqlite:" + t.path
 	}
 	return redact(t.url, t.url)
@@ -126,8 +126,8 @@ func (t dbTarget) String() string {
 // onDriver builds a tool (dead.New, inspect.New) over d's driver, whichever
 // of the two it is.
 func onDriver[T any](d *database, cfg txbox.Config,
-	withPgx func(driver.Driver[pgx.Tx], txbox.Config) (T, error),
-	withSQL func(driver.Driver[*sql.Tx], txbox.Config) (T, error)) (T, error) {
+	withPgx func(txboxdriver.Driver[pgx.Tx], txbox.Config) (T, error),
+	withSQL func(txboxdriver.Driver[*sql.Tx], txbox.Config) (T, error)) (T, error) {
 	if d.pgx != nil {
 		return withPgx(d.pgx, cfg)
 	}
@@ -137,8 +137,8 @@ func onDriver[T any](d *database, cfg txbox.Config,
 // openTool opens f's database and builds a tool over it with onDriver; the
 // returned func closes the database.
 func openTool[T any](cmd *cobra.Command, f *tableFlags,
-	withPgx func(driver.Driver[pgx.Tx], txbox.Config) (T, error),
-	withSQL func(driver.Driver[*sql.Tx], txbox.Config) (T, error)) (T, func(), error) {
+	withPgx func(txboxdriver.Driver[pgx.Tx], txbox.Config) (T, error),
+	withSQL func(txboxdriver.Driver[*sql.Tx], txbox.Config) (T, error)) (T, func(), error) {
 	var zero T
 	db, err := f.open(cmd.Context())
 	if err != nil {
@@ -183,7 +183,7 @@ func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	switch t.dialect {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		pool, err := pgxpool.New(ctx, t.url)
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
@@ -193,7 +193,7 @@ func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error)
 			return nil, fmt.Errorf("connect to %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
 		return &database{target: t, pgx: txboxpgx.New(pool), pool: pool}, nil
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		db, err := sql.Open("mysql", t.dsn)
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
@@ -202,7 +202,7 @@ func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error)
 			_ = db.Close()
 			return nil, fmt.Errorf("connect to %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
-		return &database{target: t, sql: txboxsql.New(db, driver.MySQL), db: db}, nil
+		return &database{target: t, sql: txboxsql.New(db, txboxdriver.MySQL), db: db}, nil
 	default:
 		dsn := txboxsql.SQLiteDSN(t.path)
 		if !create {
@@ -221,18 +221,18 @@ func openTarget(ctx context.Context, t dbTarget, create bool) (*database, error)
 			_ = db.Close()
 			return nil, fmt.Errorf("open %s: %w", t, redactErr(err, t.url, t.dsn))
 		}
-		return &database{target: t, sql: txboxsql.New(db, driver.SQLite), db: db}, nil
+		return &database{target: t, sql: txboxsql.New(db, txboxdriver.SQLite), db: db}, nil
 	}
 }
 
 // transient reports whether err says the database failed (a lost
 // connection, a shutdown, a deadlock) rather than the work asked of it:
-// driver.IsTransientFor, with the driver's own classifier.
+// txboxdriver.IsTransientFor, with the driver's own classifier.
 func (d *database) transient(err error) bool {
 	if d.pgx != nil {
-		return driver.IsTransientFor(d.pgx, err)
+		return txboxdriver.IsTransientFor(d.pgx, err)
 	}
-	return driver.IsTransientFor(d.sql, err)
+	return txboxdriver.IsTransientFor(d.sql, err)
 }
 
 func (d *database) Close() {
@@ -244,11 +244,11 @@ func (d *database) Close() {
 	}
 }
 
-func (d *database) migrator(cfg migrate.Config) (*migrate.Migrator, error) {
+func (d *database) migrator(cfg txboxmigrate.Config) (*txboxmigrate.Migrator, error) {
 	if d.pgx != nil {
-		return migrate.New[pgx.Tx](d.pgx, cfg)
+		return txboxmigrate.New[pgx.Tx](d.pgx, cfg)
 	}
-	return migrate.New[*sql.Tx](d.sql, cfg)
+	return txboxmigrate.New[*sql.Tx](d.sql, cfg)
 }
 
 func (d *database) relay(pub txbox.Publisher, cfg relay.Config) (*relay.Relay, error) {

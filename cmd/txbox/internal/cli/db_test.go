@@ -7,27 +7,27 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 func TestParseDB(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		raw     string
-		dialect driver.Dialect
+		dialect txboxdriver.Dialect
 		path    string
 		err     string
 	}{
-		{raw: "sqlite://txbox.db", dialect: driver.SQLite, path: "txbox.db"},
-		{raw: "sqlite:txbox.db", dialect: driver.SQLite, path: "txbox.db"},
-		{raw: "sqlite:///var/lib/app.db", dialect: driver.SQLite, path: "/var/lib/app.db"},
-		{raw: "postgres://u:secret@h:5432/db?sslmode=disable", dialect: driver.Postgres},
-		{raw: "postgresql://h/db", dialect: driver.Postgres},
+		{raw: "sqlite://txbox.db", dialect: txboxdriver.SQLite, path: "txbox.db"},
+		{raw: "sqlite:txbox.db", dialect: txboxdriver.SQLite, path: "txbox.db"},
+		{raw: "sqlite:///var/lib/app.db", dialect: txboxdriver.SQLite, path: "/var/lib/app.db"},
+		{raw: "postgres://u:secret@h:5432/db?sslmode=disable", dialect: txboxdriver.Postgres},
+		{raw: "postgresql://h/db", dialect: txboxdriver.Postgres},
 		{raw: "sqlite://", err: "no file name"},
 		{raw: "sqlite://a.db?mode=ro", err: "query parameters are not supported"},
-		{raw: "mysql://u:secret@h/db", dialect: driver.MySQL},
+		{raw: "mysql://u:secret@h/db", dialect: txboxdriver.MySQL},
 		{raw: "mysql://u:secret@h:3306/", err: "want one database name"},
 		{raw: "mysql://u:secret@h/db?parseTime=maybe", err: "invalid bool"},
 		{raw: "oracle://u:secret@h/db", err: "unsupported database URL"},
@@ -91,7 +91,7 @@ func TestMySQLURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	m, err := d.migrator(migrate.Config{})
+	m, err := d.migrator(txboxmigrate.Config{})
 	testenv.Must(t, err, "migrator")
 	if _, err := m.Up(context.Background()); err != nil {
 		t.Fatal(err)

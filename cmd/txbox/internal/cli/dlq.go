@@ -20,10 +20,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox/dlq"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
+	"github.com/txbox/txbox/txboxkafka"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // dlqFlags are the flags of every dlq subcommand.
@@ -38,7 +38,7 @@ func (f *dlqFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.binding, "binding", "", "the handler's binding: STREAM/durable (JetStream), the queue (RabbitMQ), STREAM/GROUP (Redis), TOPIC/GROUP (Kafka)")
 	fs.StringVar(&f.prefix, "dead-letter-prefix", natsjs.DefaultDeadLetterPrefix, "JetStream: the subscriber's DeadLetterPrefix")
 	fs.StringVar(&f.suffix, "dead-letter-suffix", "", "Redis, Kafka: the subscriber's DeadLetterSuffix (default "+
-		strconv.Quote(redisstream.DefaultDeadLetterSuffix)+" on Redis, "+strconv.Quote(kafka.DefaultDeadLetterSuffix)+" on Kafka)")
+		strconv.Quote(redisstream.DefaultDeadLetterSuffix)+" on Redis, "+strconv.Quote(txboxkafka.DefaultDeadLetterSuffix)+" on Kafka)")
 }
 
 // open connects to the broker and returns its dead letters.
@@ -67,11 +67,11 @@ func (f *dlqFlags) open(ctx context.Context) (dlq.Store, func(), error) {
 		}
 		return s, nc.Close, nil
 	case "amqp", "amqps":
-		conn, err := rabbitmq.NewConn(f.broker, rabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox dlq"}}})
+		conn, err := txboxrabbitmq.NewConn(f.broker, txboxrabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox dlq"}}})
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := rabbitmq.NewDeadLetters(conn)
+		s, err := txboxrabbitmq.NewDeadLetters(conn)
 		if err != nil {
 			_ = conn.Close()
 			return nil, nil, err
@@ -96,7 +96,7 @@ func (f *dlqFlags) open(ctx context.Context) (dlq.Store, func(), error) {
 		}
 		return s, func() { _ = rdb.Close() }, nil
 	case "kafka":
-		seeds, err := kafka.ParseURL(f.broker)
+		seeds, err := txboxkafka.ParseURL(f.broker)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--broker %q: %w", desc, redactErr(err, f.broker))
 		}
@@ -110,7 +110,7 @@ func (f *dlqFlags) open(ctx context.Context) (dlq.Store, func(), error) {
 			cl.Close()
 			return nil, nil, fmt.Errorf("connect to Kafka at %s: %w", desc, redactErr(err, f.broker))
 		}
-		s, err := kafka.NewDeadLetters(cl, f.suffix)
+		s, err := txboxkafka.NewDeadLetters(cl, f.suffix)
 		if err != nil {
 			cl.Close()
 			return nil, nil, err
@@ -179,8 +179,8 @@ filters of list (--topic, --key, --error, --since), with --dry-run to print
 what they would do; acting on a set (not on REFs) asks for confirmation on a
 terminal, and needs --yes when standard input is not a terminal.
 
-Go: package dlq, and natsjs.NewDeadLetters, rabbitmq.NewDeadLetters,
-redisstream.NewDeadLetters, kafka.NewDeadLetters.`,
+Go: package dlq, and natsjs.NewDeadLetters, txboxrabbitmq.NewDeadLetters,
+redisstream.NewDeadLetters, txboxkafka.NewDeadLetters.`,
 		Example: `  txbox dlq list --broker nats://127.0.0.1:4222 --binding ORDERS/shipping
   txbox dlq show 42 --broker nats://127.0.0.1:4222 --binding ORDERS/shipping
   txbox dlq redrive --error "timeout" --dry-run --broker redis://127.0.0.1:6379 --binding orders/shipping

@@ -15,11 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/natsjs"
-	"github.com/txbox/txbox/rabbitmq"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxkafka"
+	"github.com/txbox/txbox/txboxrabbitmq"
 )
 
 // dlqBroker is a binding on a real broker with a publisher and subscriber,
@@ -71,17 +71,17 @@ func dlqBrokers(t *testing.T, kind string) dlqBroker {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(50*time.Millisecond))
 		testenv.Must(t, err, "kgo client")
 		t.Cleanup(cl.Close)
-		pub, err := kafka.NewPublisher(cl, kafka.PublisherConfig{})
+		pub, err := txboxkafka.NewPublisher(cl, txboxkafka.PublisherConfig{})
 		testenv.Must(t, err, "publisher")
-		sub, err := kafka.NewSubscriber(cl, kafka.SubscriberConfig{})
+		sub, err := txboxkafka.NewSubscriber(cl, txboxkafka.SubscriberConfig{})
 		testenv.Must(t, err, "subscriber")
 		return dlqBroker{pub: pub, sub: sub, topic: "orders",
-			flags: []string{"--broker", "kafka://" + strings.Join(kc.ListenAddrs(), ","), "--binding", kafka.Binding("orders", "shipping")}}
+			flags: []string{"--broker", "kafka://" + strings.Join(kc.ListenAddrs(), ","), "--binding", txboxkafka.Binding("orders", "shipping")}}
 	}
 	url := testenv.RabbitMQ(t)
 	conn := testenv.RabbitMQConn(t, url)
 	q := testenv.Name("txdlq")
-	testenv.Must(t, rabbitmq.DeclareQueue(ctx, conn, rabbitmq.QueueConfig{Name: q}), "declare")
+	testenv.Must(t, txboxrabbitmq.DeclareQueue(ctx, conn, txboxrabbitmq.QueueConfig{Name: q}), "declare")
 	t.Cleanup(func() {
 		c, err := amqp.Dial(url)
 		if err != nil {
@@ -97,10 +97,10 @@ func dlqBrokers(t *testing.T, kind string) dlqBroker {
 		}
 		_ = ch.ExchangeDelete(q+".dlx", false, false)
 	})
-	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherConfig{})
+	pub, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{})
 	testenv.Must(t, err, "publisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	sub, err := rabbitmq.NewSubscriber(conn, rabbitmq.SubscriberConfig{})
+	sub, err := txboxrabbitmq.NewSubscriber(conn, txboxrabbitmq.SubscriberConfig{})
 	testenv.Must(t, err, "subscriber")
 	return dlqBroker{pub: pub, sub: sub, topic: q, flags: []string{"--broker", url, "--binding", q}}
 }

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -35,7 +35,7 @@ func TestInboxCommands(t *testing.T) {
 		('a', 'm1', ?1, ?1), ('a', 'm2', ?1, ?1), ('a', 'm3', ?4, NULL), ('a', 'm4', ?2, ?2), (?3, 'm1', ?1, ?1)`,
 		now-10*day, now, "b\x1b[2J", now-8*day)
 	testenv.Must(t, err, "insert")
-	ib, err := inbox.New(txboxsql.New(conn, driver.SQLite), inbox.Config{Table: "orders_inbox"})
+	ib, err := inbox.New(txboxsql.New(conn, txboxdriver.SQLite), inbox.Config{Table: "orders_inbox"})
 	testenv.Must(t, err, "inbox.New")
 	st, err := ib.Stats(context.Background())
 	testenv.Must(t, err, "stats")

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inspect"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 func openInspector(cmd *cobra.Command, f *tableFlags) (*inspect.Inspector, func(), error) {
@@ -319,8 +319,8 @@ delivered, or no such message (never written, or delivered and deleted by
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			o, closeDB, err := openTool(cmd, f,
-				func(d driver.Driver[pgx.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) },
-				func(d driver.Driver[*sql.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) })
+				func(d txboxdriver.Driver[pgx.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) },
+				func(d txboxdriver.Driver[*sql.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) })
 			if err != nil {
 				return err
 			}

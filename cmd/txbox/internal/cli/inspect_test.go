@@ -12,9 +12,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/cmd/txbox/internal/cli"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxsql"
 )
@@ -50,7 +50,7 @@ func TestInspectCommands(t *testing.T) {
 			('m5', 'u', 'J', x'00', '{}', 0, NULL, NULL, NULL)`,
 			hostileTopic, []byte("pay\x1b]0;pwned\x07load\u202e"), "bad \x1b[2J error")
 		testenv.Must(t, err, "insert")
-		in, err := inspect.New(txboxsql.New(conn, driver.SQLite), txbox.Config{})
+		in, err := inspect.New(txboxsql.New(conn, txboxdriver.SQLite), txbox.Config{})
 		testenv.Must(t, err, "inspect.New")
 		checkInspect(t, inspectDB{args: []string{"--db", db}, in: in, count: func(where string) int64 {
 			var n int64
@@ -73,7 +73,7 @@ func TestInspectCommands(t *testing.T) {
 			('m5', 'u', 'J', x'00', '{}', 0, NULL, NULL, NULL)`,
 			hostileTopic, []byte("pay\x1b]0;pwned\x07load\u202e"), "bad \x1b[2J error")
 		testenv.Must(t, err, "insert")
-		in, err := inspect.New(txboxsql.New(conn, driver.MySQL), txbox.Config{})
+		in, err := inspect.New(txboxsql.New(conn, txboxdriver.MySQL), txbox.Config{})
 		testenv.Must(t, err, "inspect.New")
 		checkInspect(t, inspectDB{args: args, in: in, count: func(where string) int64 {
 			var n int64

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 )
 
 // tableFlags are the flags naming txbox's tables, shared by migrate and relay.
@@ -62,13 +62,13 @@ func (f *tableFlags) register(cmd *cobra.Command, persistent bool) {
 	fs.StringVar(&f.schema, "schema", envOr(EnvSchema, ""),
 		"PostgreSQL schema of txbox's tables, created by migrate up if missing; empty means the connection's search_path (env "+EnvSchema+")")
 	if !f.noTable {
-		fs.StringVar(&f.table, "table", envOr(EnvTable, migrate.DefaultOutboxTable),
+		fs.StringVar(&f.table, "table", envOr(EnvTable, txboxmigrate.DefaultOutboxTable),
 			"outbox table name (env "+EnvTable+")")
 	}
 }
 
-func (f *tableFlags) migrateConfig() migrate.Config {
-	c := migrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, ClaimCheckTables: f.claimTables, NoOutbox: f.noOutbox,
+func (f *tableFlags) migrateConfig() txboxmigrate.Config {
+	c := txboxmigrate.Config{Schema: f.schema, OutboxTable: f.table, InboxTables: f.inboxTables, ClaimCheckTables: f.claimTables, NoOutbox: f.noOutbox,
 		LockTimeout: f.lockTimeout, LockRetries: f.lockRetries, Logger: f.log}
 	if f.lockFlags && f.lockRetries == 0 {
 		c.LockRetries = -1 // --lock-retries 0: none (0 is the default in Config)
@@ -101,9 +101,9 @@ func (f *tableFlags) tablesDesc() string {
 
 func (f *tableFlags) registerLockFlags(cmd *cobra.Command) {
 	f.lockFlags = true
-	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", migrate.DefaultLockTimeout,
+	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", txboxmigrate.DefaultLockTimeout,
 		"how long a migration waits for its table while another session's transaction uses it (writers of the table wait behind it); then it rolls back and tries again; -1s: as long as the database says")
-	cmd.Flags().IntVar(&f.lockRetries, "lock-retries", migrate.DefaultLockRetries,
+	cmd.Flags().IntVar(&f.lockRetries, "lock-retries", txboxmigrate.DefaultLockRetries,
 		"how many more times a migration that timed out tries (1 s apart, doubling, at most 15 s), before the command fails naming the sessions that hold the table")
 }
 
@@ -124,9 +124,9 @@ func (f *tableFlags) checkLockFlags(cmd *cobra.Command) error {
 // TXBOX_SCHEMA) off PostgreSQL.
 func (f *tableFlags) target() (dbTarget, error) {
 	t, err := parseDBFrom(sourceOf(f.fs, "db", EnvDB), f.db)
-	if err == nil && f.schema != "" && t.dialect != driver.Postgres {
+	if err == nil && f.schema != "" && t.dialect != txboxdriver.Postgres {
 		hint := ""
-		if t.dialect == driver.MySQL {
+		if t.dialect == txboxdriver.MySQL {
 			hint = " (on MySQL, name the database in the --db URL)"
 		}
 		err = fmt.Errorf("%w: %s %q: a schema is only supported on PostgreSQL, not %s%s",
@@ -148,13 +148,13 @@ func (f *tableFlags) open(ctx context.Context) (*database, error) {
 // openMigrator opens --db and a Migrator for the configured tables; the
 // caller closes the database. create says whether a missing SQLite file
 // is created (migrate up) or an error (migrate status).
-func (f *tableFlags) openMigrator(ctx context.Context, create bool) (*database, *migrate.Migrator, error) {
+func (f *tableFlags) openMigrator(ctx context.Context, create bool) (*database, *txboxmigrate.Migrator, error) {
 	t, err := f.target()
 	if err != nil {
 		return nil, nil, err
 	}
 	// Bad table names first: they are wrong whatever the database holds.
-	if _, err := migrate.Plan(t.dialect, f.migrateConfig()); err != nil {
+	if _, err := txboxmigrate.Plan(t.dialect, f.migrateConfig()); err != nil {
 		return nil, nil, err
 	}
 	db, err := openTarget(ctx, t, create)
@@ -288,12 +288,12 @@ receipts, unless --force. Rows an up migration parked dead stay dead.
 				return err
 			}
 			defer db.Close()
-			reverted, err := m.Down(ctx, migrate.DownOptions{To: to, Force: force})
+			reverted, err := m.Down(ctx, txboxmigrate.DownOptions{To: to, Force: force})
 			out := cmd.OutOrStdout()
 			for _, mg := range reverted {
 				fmt.Fprintf(out, "reverted %s %03d %s\n", mg.Target, mg.Version, mg.Name)
 			}
-			if errors.Is(err, migrate.ErrDataLoss) {
+			if errors.Is(err, txboxmigrate.ErrDataLoss) {
 				return fmt.Errorf("migrate down on %s: %w; --force drops them anyway", db.target, err)
 			}
 			if err != nil {
@@ -389,8 +389,8 @@ wrong and what to run, and exits 1. It changes nothing in the database.`,
 }
 
 // verify returns an error naming what is wrong with the tables whose
-// migrations are all recorded (migrate.Migrator.Verify), or nil.
-func verify(ctx context.Context, m *migrate.Migrator) error {
+// migrations are all recorded (txboxmigrate.Migrator.Verify), or nil.
+func verify(ctx context.Context, m *txboxmigrate.Migrator) error {
 	problems, err := m.Verify(ctx)
 	if err != nil {
 		return err
@@ -435,7 +435,7 @@ statement between StatementBegin and StatementEnd.`,
   txbox migrate sql --dialect postgres --no-begin > flyway/sql/V1__txbox.sql`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var d driver.Dialect
+			var d txboxdriver.Dialect
 			switch dialect {
 			case "":
 				t, err := f.target()
@@ -444,11 +444,11 @@ statement between StatementBegin and StatementEnd.`,
 				}
 				d = t.dialect
 			case "postgres", "postgresql":
-				d = driver.Postgres
+				d = txboxdriver.Postgres
 			case "sqlite":
-				d = driver.SQLite
+				d = txboxdriver.SQLite
 			case "mysql", "mariadb":
-				d = driver.MySQL
+				d = txboxdriver.MySQL
 			default:
 				return fmt.Errorf("--dialect %q: want postgres, sqlite or mysql", dialect)
 			}
@@ -458,7 +458,7 @@ statement between StatementBegin and StatementEnd.`,
 			if err := f.checkLockFlags(cmd); err != nil {
 				return err
 			}
-			ms, err := migrate.Plan(d, f.migrateConfig())
+			ms, err := txboxmigrate.Plan(d, f.migrateConfig())
 			if err != nil {
 				return err
 			}
@@ -471,20 +471,20 @@ statement between StatementBegin and StatementEnd.`,
 			if from < 0 || (from > 0 && down) {
 				return fmt.Errorf("%w: --from %d: want 0 or more, and not with --down (whose --to says where it stops)", txbox.ErrInvalidConfig, from)
 			}
-			ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= from })
+			ms = slices.DeleteFunc(ms, func(m txboxmigrate.Migration) bool { return m.Version <= from })
 			if down {
-				ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version <= to })
+				ms = slices.DeleteFunc(ms, func(m txboxmigrate.Migration) bool { return m.Version <= to })
 			} else if cmd.Flags().Changed("to") {
-				ms = slices.DeleteFunc(ms, func(m migrate.Migration) bool { return m.Version > to })
+				ms = slices.DeleteFunc(ms, func(m txboxmigrate.Migration) bool { return m.Version > to })
 			}
 			var script string
-			switch opts := (migrate.ScriptOptions{NoBegin: noBegin}); {
+			switch opts := (txboxmigrate.ScriptOptions{NoBegin: noBegin}); {
 			case goose:
-				script, err = migrate.GooseScript(d, f.schema, ms)
+				script, err = txboxmigrate.GooseScript(d, f.schema, ms)
 			case down:
-				script, err = migrate.DownScript(d, f.schema, ms, opts)
+				script, err = txboxmigrate.DownScript(d, f.schema, ms, opts)
 			default:
-				script, err = migrate.UpScript(d, f.schema, ms, opts)
+				script, err = txboxmigrate.UpScript(d, f.schema, ms, opts)
 			}
 			if err != nil {
 				return err

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -26,7 +26,7 @@ func TestPendingScheduledAndCancel(t *testing.T) {
 	conn, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
 	testenv.Must(t, err, "open")
 	defer conn.Close()
-	ob, err := txbox.New(txboxsql.New(conn, driver.SQLite), txbox.Config{})
+	ob, err := txbox.New(txboxsql.New(conn, txboxdriver.SQLite), txbox.Config{})
 	testenv.Must(t, err, "txbox.New")
 	due := time.Date(2999, 1, 2, 3, 4, 5, 0, time.UTC)
 	_, err = ob.AddNoTx(context.Background(),

@@ -16,10 +16,10 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/claimcheck"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/internal/backoff"
-	"github.com/txbox/txbox/kafka"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxkafka"
 )
 
 // DefaultStatsInterval is how often the relay command prints a stats line.
@@ -255,7 +255,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	if _, err := (txbox.Config{Schema: cfg.Schema, Table: cfg.Table}).TableName(target.dialect); err != nil {
 		return err
 	}
-	if f.noNotify && target.dialect != driver.Postgres {
+	if f.noNotify && target.dialect != txboxdriver.Postgres {
 		log.Warn("--no-notify has no effect: only a PostgreSQL relay is woken by LISTEN/NOTIFY; this one polls every --poll-interval", "db", target.String())
 	}
 	if err := f.broker.check(); err != nil {
@@ -304,7 +304,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 // each time the connection closes for good (txbox.ErrPublisherClosed),
 // after a pause that grows while connections keep closing soon after they
 // were made. It returns run's other errors, a Kafka publisher's fencing
-// (kafka.ErrFenced: another relay took over the transactional id, which a
+// (txboxkafka.ErrFenced: another relay took over the transactional id, which a
 // new connection would take back), and nil once ctx ends.
 func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, run func(br *broker) error) error {
 	var pause time.Duration
@@ -326,7 +326,7 @@ func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relay
 		if !errors.Is(err, txbox.ErrPublisherClosed) || ctx.Err() != nil {
 			return err
 		}
-		if errors.Is(err, kafka.ErrFenced) {
+		if errors.Is(err, txboxkafka.ErrFenced) {
 			// Another relay started with the same transactional id; a new
 			// connection with it would fence that one in turn.
 			return fmt.Errorf("another relay took over --kafka-transactional-id %s: %w", cell(f.broker.kafkaTxnID), err)

@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx/cdc"
 )
 
@@ -40,7 +40,7 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 	if err != nil {
 		return err
 	}
-	if target.dialect != driver.Postgres {
+	if target.dialect != txboxdriver.Postgres {
 		return fmt.Errorf("%w: --cdc reads PostgreSQL's write-ahead log; --db is %s", txbox.ErrInvalidConfig, target.dialect)
 	}
 	ccfg := cdc.Config{Schema: cfg.Schema, Table: cfg.Table, Slot: f.slot.slot, Publication: f.slot.publication,

@@ -20,8 +20,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // repeatedDB is the --db of relay and ui: the first value replaces the
@@ -170,18 +170,18 @@ func tableKey(t dbTarget, schema, table string) string {
 	table = cmp.Or(table, txbox.DefaultTable)
 	db := t.path
 	switch t.dialect {
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		if abs, err := filepath.Abs(t.path); err == nil {
 			db = abs
 		}
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		schema = cmp.Or(schema, "public")
 		fallthrough
 	default:
 		if u, err := url.Parse(t.url); err == nil {
 			port := u.Port()
 			if port == "" {
-				port = map[driver.Dialect]string{driver.Postgres: "5432", driver.MySQL: "3306"}[t.dialect]
+				port = map[txboxdriver.Dialect]string{txboxdriver.Postgres: "5432", txboxdriver.MySQL: "3306"}[t.dialect]
 			}
 			db = net.JoinHostPort(strings.ToLower(u.Hostname()), port) + u.Path
 		}

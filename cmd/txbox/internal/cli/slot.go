@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx/cdc"
 )
 
@@ -56,7 +56,7 @@ owns the outbox table.`,
 		if err != nil {
 			return nil, err
 		}
-		if t.dialect != driver.Postgres {
+		if t.dialect != txboxdriver.Postgres {
 			return nil, fmt.Errorf("%w: --db is %s: replication slots are PostgreSQL's", txbox.ErrInvalidConfig, t.dialect)
 		}
 		return openTarget(cmd.Context(), t, mustExist)

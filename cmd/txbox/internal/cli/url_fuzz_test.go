@@ -8,7 +8,7 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // FuzzParseURLs feeds any text to the CLI's URL parsers: the database URL
@@ -50,14 +50,14 @@ func checkDBURL(t *testing.T, raw string) {
 	}
 	switch {
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		if target.dialect != driver.Postgres || target.url != raw {
+		if target.dialect != txboxdriver.Postgres || target.url != raw {
 			t.Fatalf("parseDBFrom(%q) = %+v, want PostgreSQL with the URL as given", raw, target)
 		}
 		if _, err := url.Parse(raw); err != nil {
 			t.Fatalf("parseDBFrom(%q) accepted a URL that url.Parse refuses: %v", raw, err)
 		}
 	case strings.HasPrefix(raw, "mysql://"), strings.HasPrefix(raw, "mariadb://"):
-		if target.dialect != driver.MySQL {
+		if target.dialect != txboxdriver.MySQL {
 			t.Fatalf("parseDBFrom(%q) = %+v, want MySQL", raw, target)
 		}
 		u, err := url.Parse(raw)
@@ -83,7 +83,7 @@ func checkDBURL(t *testing.T, raw string) {
 		}
 	case strings.HasPrefix(raw, "sqlite:"):
 		want := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
-		if target.dialect != driver.SQLite || target.path != want || want == "" || strings.Contains(want, "?") {
+		if target.dialect != txboxdriver.SQLite || target.path != want || want == "" || strings.Contains(want, "?") {
 			t.Fatalf("parseDBFrom(%q) = %+v, want SQLite file %q", raw, target, want)
 		}
 	default:

@@ -19,11 +19,11 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 )
 
@@ -125,8 +125,8 @@ func (d *demo) openDatabase() (err error) {
 		return err
 	}
 	d.onClose(func() error { d.db.Close(); return nil })
-	d.drv = txboxsql.New(d.db, driver.SQLite)
-	m, err := migrate.New[*sql.Tx](d.drv, migrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
+	d.drv = txboxsql.New(d.db, txboxdriver.SQLite)
+	m, err := txboxmigrate.New[*sql.Tx](d.drv, txboxmigrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
 	if err != nil {
 		return err
 	}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
-	"github.com/txbox/txbox/migrate"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxsql"
 	"github.com/txbox/txbox/txboxtest"
 
@@ -33,17 +33,17 @@ const Binding = "checkout"
 
 // Env is one migrated database.
 type Env struct {
-	Dialect driver.Dialect
+	Dialect txboxdriver.Dialect
 	DB      *sql.DB
 	Outbox  *txbox.Outbox[*sql.Tx]
 }
 
 // All is every dialect txboxsql speaks.
-var All = []driver.Dialect{driver.Postgres, driver.SQLite, driver.MySQL}
+var All = []txboxdriver.Dialect{txboxdriver.Postgres, txboxdriver.SQLite, txboxdriver.MySQL}
 
 // Each runs fn as a subtest per dialect, in parallel, each on a database of
 // its own.
-func Each(t *testing.T, dialects []driver.Dialect, fn func(t *testing.T, env Env)) {
+func Each(t *testing.T, dialects []txboxdriver.Dialect, fn func(t *testing.T, env Env)) {
 	t.Helper()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
@@ -56,15 +56,15 @@ func Each(t *testing.T, dialects []driver.Dialect, fn func(t *testing.T, env Env
 // Open returns a database of dialect d of t's own (a PostgreSQL schema, a
 // SQLite file, a MySQL database), migrated. A service that is down skips t,
 // or fails it under CI=true.
-func Open(t testing.TB, d driver.Dialect) Env {
+func Open(t testing.TB, d txboxdriver.Dialect) Env {
 	t.Helper()
 	var db *sql.DB
 	switch d {
-	case driver.Postgres:
+	case txboxdriver.Postgres:
 		db, _ = testenv.PostgresDB(t, 4)
-	case driver.SQLite:
+	case txboxdriver.SQLite:
 		db = testenv.SQLite(t)
-	case driver.MySQL:
+	case txboxdriver.MySQL:
 		db = testenv.MySQL(t)
 	default:
 		t.Fatalf("dialect %q", d)
@@ -76,9 +76,9 @@ func Open(t testing.TB, d driver.Dialect) Env {
 	return env
 }
 
-func setUp(ctx context.Context, db *sql.DB, d driver.Dialect) (Env, error) {
+func setUp(ctx context.Context, db *sql.DB, d txboxdriver.Dialect) (Env, error) {
 	drv := txboxsql.New(db, d)
-	m, err := migrate.New(drv, migrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
+	m, err := txboxmigrate.New(drv, txboxmigrate.Config{InboxTables: []string{consumer.DefaultInboxTable}})
 	if err != nil {
 		return Env{}, err
 	}
@@ -154,7 +154,7 @@ func ExamplePostgres() (Env, func()) {
 		_, _ = admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE")
 		_ = admin.Close()
 	}
-	env, err := setUp(ctx, db, driver.Postgres)
+	env, err := setUp(ctx, db, txboxdriver.Postgres)
 	if err != nil {
 		done()
 		log.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox/consumer"
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxtest"
 
 	"github.com/txbox/txbox/examples/orm/internal/shop"
@@ -40,7 +40,7 @@ var errDeclined = errors.New("payment declined")
 //     twice; a handler failing after its ORM write (the order exists
 //     already) leaves nothing of that delivery; a bad payload is
 //     dead-lettered.
-func Run(t *testing.T, dialects []driver.Dialect, orm ORM) {
+func Run(t *testing.T, dialects []txboxdriver.Dialect, orm ORM) {
 	t.Helper()
 	ctx := context.Background()
 	Each(t, dialects, func(t *testing.T, env Env) {

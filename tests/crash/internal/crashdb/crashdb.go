@@ -13,27 +13,27 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL through database/sql
 	_ "modernc.org/sqlite"             // the SQLite engine
 
-	"github.com/txbox/txbox/driver"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxsql"
 )
 
 // Open opens url: postgres://… (pgx through database/sql; unknown query
 // parameters such as search_path become session settings) or sqlite:PATH
 // (WAL, a busy timeout and immediate transactions, as txbox recommends).
-func Open(url string) (*sql.DB, driver.Dialect, error) {
+func Open(url string) (*sql.DB, txboxdriver.Dialect, error) {
 	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
 		path = strings.TrimPrefix(path, "//")
 		db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
-		return db, driver.SQLite, err
+		return db, txboxdriver.SQLite, err
 	}
 	db, err := sql.Open("pgx", url)
-	return db, driver.Postgres, err
+	return db, txboxdriver.Postgres, err
 }
 
 // Q rewrites the ? placeholders of query for dialect d ($1, $2, … on
 // PostgreSQL).
-func Q(d driver.Dialect, query string) string {
-	if d != driver.Postgres {
+func Q(d txboxdriver.Dialect, query string) string {
+	if d != txboxdriver.Postgres {
 		return query
 	}
 	var b strings.Builder
@@ -54,9 +54,9 @@ func Q(d driver.Dialect, query string) string {
 // written in the transaction of the message's Add), and crash_effects, the
 // consumer's effects (one row per handler run that committed; no unique
 // constraint, so a double effect is visible; id orders them).
-func CreateTables(ctx context.Context, db *sql.DB, d driver.Dialect) error {
+func CreateTables(ctx context.Context, db *sql.DB, d txboxdriver.Dialect) error {
 	id := "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
-	if d == driver.SQLite {
+	if d == txboxdriver.SQLite {
 		id = "id INTEGER PRIMARY KEY AUTOINCREMENT"
 	}
 	for _, s := range []string{
