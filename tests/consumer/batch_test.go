@@ -225,7 +225,9 @@ func TestCommitFailureCountsAgainstTheMessage(t *testing.T) {
 				if got := d.count(t, "SELECT count(*) FROM applied WHERE id LIKE 'm%'"); got != 19 {
 					t.Fatalf("%d neighbour rows, want 19", got)
 				}
-				if dl := b.deadLetters(t, "orders"); len(dl) != 1 || dl["bad"] == nil {
+				var dl map[string]map[string]string // the count moves before the dead letter is readable
+				eventually(t, "the dead letter stored", func() bool { dl = b.deadLetters(t, "orders"); return len(dl) > 0 })
+				if len(dl) != 1 || dl["bad"] == nil {
 					t.Fatalf("dead letters %v, want bad alone", dl)
 				}
 				wantRuns := 2 // its own 2 failures
