@@ -31,6 +31,14 @@ var errNotCommitted = errors.New("kafka: not committed: another message of its t
 // PublishTimeout + 10 s for the round in flight) from outwaiting it.
 const abortTimeout = 10 * time.Second
 
+// commitTimeout bounds the wait for the broker's answer to a commit
+// (EndTxn), which begins once every record of the transaction is
+// acknowledged and does not end with the publish's context. A commit
+// unanswered in that time has an unknown outcome: the transaction is
+// aborted, which changes nothing if it committed, and its messages are
+// sent again.
+const commitTimeout = 5 * time.Second
+
 // publishTxn publishes msgs in one transaction: it begins it, produces
 // every message, waits for the acks, and commits. A message the cluster
 // refuses (txbox.Reject) aborts the transaction; the others are produced
@@ -112,13 +120,21 @@ func (p *Publisher) transact(ctx context.Context, msgs []txbox.Message) []error 
 	if errs == nil {
 		err := p.cl.Flush(ctx) // nothing is buffered once every record is acknowledged
 		if err == nil {
-			if err = p.cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
+			// Every record is acknowledged: the commit is not cut short
+			// by ctx (the publish timeout, which also ran while this call
+			// waited for its turn), whose end would leave its outcome
+			// unknown and its messages sent again although committed.
+			// commitTimeout bounds it instead.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+			err = p.cl.EndTransaction(cctx, kgo.TryCommit)
+			cancel()
+			if err == nil {
 				return nil
 			}
 		}
-		// The commit's outcome may be unknown (its answer lost, ctx
-		// ended): the abort ends the transaction if it is still open, and
-		// changes nothing if it committed.
+		// The commit's outcome may be unknown (its answer lost): the
+		// abort ends the transaction if it is still open, and changes
+		// nothing if it committed.
 		err = fmt.Errorf("kafka: commit transaction %q: %w", p.txnID, err)
 		if isFenced(err) {
 			p.broken = p.fatal(err)
