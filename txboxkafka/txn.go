@@ -28,8 +28,17 @@ var errNotCommitted = errors.New("txboxkafka: not committed: another message of 
 // in flight to be answered, then for the broker's answer to EndTxn. An
 // abort that did not get through in that time is tried again before the
 // next transaction; the bound keeps a relay's stop (which waits
-// PublishTimeout + 10 s for the round in flight) from outwaiting it.
+// PublishTimeout + 10 s for the round in flight) from outwaiting it. A
+// commit and the abort after it share this bound.
 const abortTimeout = 10 * time.Second
+
+// commitTimeout bounds the wait for the broker's answer to a commit
+// (EndTxn), which begins once every record of the transaction is
+// acknowledged and does not end with the publish's context. A commit
+// unanswered in that time has an unknown outcome: the transaction is
+// aborted (in what is left of abortTimeout), which changes nothing if it
+// committed, and its messages are sent again.
+const commitTimeout = 5 * time.Second
 
 // publishTxn publishes msgs in one transaction: it begins it, produces
 // every message, waits for the acks, and commits. A message the cluster
@@ -110,21 +119,34 @@ func (p *Publisher) transact(ctx context.Context, msgs []txbox.Message) []error 
 	}
 	errs := p.produce(ctx, msgs)
 	if errs == nil {
+		var end time.Time      // a commit and the abort after it share abortTimeout
 		err := p.cl.Flush(ctx) // nothing is buffered once every record is acknowledged
 		if err == nil {
-			if err = p.cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
+			// Every record is acknowledged: the commit is not cut short
+			// by ctx (the publish timeout, which also ran while this call
+			// waited for its turn), whose end would leave its outcome
+			// unknown and its messages sent again although committed.
+			// commitTimeout bounds it instead.
+			end = time.Now().Add(abortTimeout)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+			err = p.cl.EndTransaction(cctx, kgo.TryCommit)
+			cancel()
+			if err == nil {
 				return nil
 			}
 		}
-		// The commit's outcome may be unknown (its answer lost, ctx
-		// ended): the abort ends the transaction if it is still open, and
-		// changes nothing if it committed.
+		// The commit's outcome may be unknown (its answer lost): the
+		// abort ends the transaction if it is still open, and changes
+		// nothing if it committed.
 		err = fmt.Errorf("txboxkafka: commit transaction %q: %w", p.txnID, err)
 		if isFenced(err) {
 			p.broken = p.fatal(err)
 			return fill(p.broken)
 		}
-		if aerr := p.abort(); aerr != nil {
+		if end.IsZero() {
+			end = time.Now().Add(abortTimeout)
+		}
+		if aerr := p.abortBy(end); aerr != nil {
 			err = errors.Join(err, aerr)
 		}
 		return fill(err)
@@ -151,8 +173,11 @@ func (p *Publisher) transact(ctx context.Context, msgs []txbox.Message) []error 
 // abort waits for the records in flight to be answered and aborts the
 // open transaction, if any. An abort that did not get through is tried
 // again before the next transaction begins (abortPending).
-func (p *Publisher) abort() error {
-	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+func (p *Publisher) abort() error { return p.abortBy(time.Now().Add(abortTimeout)) }
+
+// abortBy is abort, bounded by end.
+func (p *Publisher) abortBy(end time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	p.abortPending = true
 	err := p.cl.AbortBufferedRecords(ctx)

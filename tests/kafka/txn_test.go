@@ -192,3 +192,48 @@ func TestTransactionalFailedCommitIsAborted(t *testing.T) {
 		t.Fatalf("read_committed saw %v, want a and b once each", seen)
 	}
 }
+
+// A Publish whose context ends while its commit is on its way (the
+// publish timeout, which counts the wait for the publisher's turn) still
+// learns the commit's outcome: the commit is not cut short by it. Cut
+// short, the commit would land while Publish reported the messages as
+// failed, and the relay would send them again: duplicates from every
+// publish timeout, not only from a lost connection.
+func TestTransactionalCommitOutlivesContext(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	prefix := testenv.Name("t") + "."
+	p, err := txboxkafka.NewPublisher(newClient(t, c, kgo.TransactionalID(testenv.Name("txn"))), txboxkafka.PublisherConfig{Prefix: prefix})
+	testenv.Must(t, err, "publisher")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var held atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if held.CompareAndSwap(false, true) {
+			// The commit reached the cluster: the publish's context ends
+			// before the answer leaves.
+			cancel()
+			c.SleepControl(func() { time.Sleep(500 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	msgs := []txbox.Message{
+		{ID: "a", Topic: "orders", Key: "k", Payload: []byte("a")},
+		{ID: "b", Topic: "orders", Key: "k2", Payload: []byte("b")},
+	}
+	errs := p.Publish(ctx, msgs)
+	if !held.Load() {
+		t.Fatal("no commit reached the cluster")
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer rcancel()
+	ds, err := reader{c: c, prefix: prefix, committed: true}.Read(rctx, "orders", 2)
+	testenv.Must(t, err, "read")
+	if errs != nil {
+		t.Fatalf("Publish: %v, although its transaction committed (read_committed saw %d messages): the relay would send them again", errs, len(ds))
+	}
+	if len(ds) != 2 {
+		t.Fatalf("read_committed saw %d messages, want 2", len(ds))
+	}
+}
