@@ -278,17 +278,7 @@ func TestRejectedToDead(t *testing.T) {
 	_, pool := logicalCluster(t)
 	ctx := context.Background()
 	cfg := cdc.Config{MaxAttempts: 3}
-	_, err := cdc.CreateSlot(ctx, pool, cfg)
-	testenv.Must(t, err, "create slot")
-	l := &ledger{}
-	l.setFail(func(m txbox.Message) error {
-		if string(m.Payload) == "k01:3" {
-			return txbox.Reject(errors.New("poison"))
-		}
-		return nil
-	})
-	r := newRelay(t, pool, l, cfg)
-	start(t, r)
+	l, r := poisoned(t, pool, cfg, "k01:3", "poison")
 	writers(t, pool, 2, 20, keysOf(3))
 	var attempts int
 	var lastErr string
@@ -329,19 +319,8 @@ func TestRejectedToDead(t *testing.T) {
 func TestRejectedKeyParksAlone(t *testing.T) {
 	t.Parallel()
 	_, pool := logicalCluster(t)
-	ctx := context.Background()
 	cfg := cdc.Config{BatchSize: 5, MaxAttempts: 1 << 20}
-	_, err := cdc.CreateSlot(ctx, pool, cfg)
-	testenv.Must(t, err, "create slot")
-	l := &ledger{}
-	l.setFail(func(m txbox.Message) error {
-		if string(m.Payload) == "k01:2" {
-			return txbox.Reject(errors.New("poison for now"))
-		}
-		return nil
-	})
-	r := newRelay(t, pool, l, cfg)
-	start(t, r)
+	l, r := poisoned(t, pool, cfg, "k01:2", "poison for now")
 	writers(t, pool, 2, 30, keysOf(4))
 	want := committed(t, pool)
 	others := 0

@@ -6,6 +6,7 @@ package cdc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -246,4 +247,29 @@ func confirmedPast(t *testing.T, pool *pgxpool.Pool, cfg cdc.Config, what string
 		testenv.Must(t, pool.QueryRow(context.Background(), `SELECT $1::pg_lsn >= $2::pg_lsn`, st.ConfirmedFlushLSN, now).Scan(&past), "compare")
 		return past, fmt.Sprintf("confirmed %s, WAL was at %s", st.ConfirmedFlushLSN, now)
 	})
+}
+
+// poisoned creates cfg's slot on pool and starts a relay into a ledger
+// that rejects the message whose payload is payload (reason as the error)
+// until the test calls l.setFail(nil).
+func poisoned(t *testing.T, pool *pgxpool.Pool, cfg cdc.Config, payload, reason string) (*ledger, *cdc.Relay) {
+	t.Helper()
+	_, err := cdc.CreateSlot(context.Background(), pool, cfg)
+	testenv.Must(t, err, "create slot")
+	l := &ledger{}
+	l.setFail(rejecting(payload, reason))
+	r := newRelay(t, pool, l, cfg)
+	start(t, r)
+	return l, r
+}
+
+// rejecting fails the message whose payload is payload with a rejection
+// (reason as the error) and lets every other message through.
+func rejecting(payload, reason string) func(txbox.Message) error {
+	return func(m txbox.Message) error {
+		if string(m.Payload) == payload {
+			return txbox.Reject(errors.New(reason))
+		}
+		return nil
+	}
 }

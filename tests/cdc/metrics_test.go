@@ -1,15 +1,12 @@
 package cdc_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx/cdc"
 	"github.com/txbox/txbox/txboxprom"
@@ -41,22 +38,11 @@ func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 func TestSlotLagMetrics(t *testing.T) {
 	t.Parallel()
 	_, pool := logicalCluster(t, "max_slot_wal_keep_size=1GB")
-	ctx := context.Background()
 	m := txboxprom.New(txboxprom.Config{})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 	cfg := cdc.Config{MaxAttempts: 1 << 20, SampleInterval: 50 * time.Millisecond, Observer: m.Relay()}
-	_, err := cdc.CreateSlot(ctx, pool, cfg)
-	testenv.Must(t, err, "create slot")
-	l := &ledger{}
-	l.setFail(func(m txbox.Message) error {
-		if string(m.Payload) == "k00:1" {
-			return txbox.Reject(errors.New("poison for now"))
-		}
-		return nil
-	})
-	r := newRelay(t, pool, l, cfg)
-	start(t, r)
+	l, _ := poisoned(t, pool, cfg, "k00:1", "poison for now")
 	writers(t, pool, 2, 10, keysOf(2))
 	eventually(t, "the lag of the parked key in the gauges", func() (bool, string) {
 		g := gauges(t, reg)

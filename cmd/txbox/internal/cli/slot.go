@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
 	"github.com/dustin/go-humanize"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -61,21 +63,28 @@ owns the outbox table.`,
 		}
 		return openTarget(cmd.Context(), t, mustExist)
 	}
-	status := &cobra.Command{
-		Use:   "status",
-		Short: "Show the slot and publication; exit 1 when the slot is missing or lost",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	// withSlot runs do on the slot of --db, prints what it returns, and
+	// then check's verdict on it.
+	withSlot := func(do func(context.Context, *pgxpool.Pool, cdc.Config) (*cdc.SlotStatus, error), check func(*cdc.SlotStatus) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
 			db, err := open(cmd)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			st, err := cdc.Status(cmd.Context(), db.pool, s.config(&f))
+			st, err := do(cmd.Context(), db.pool, s.config(&f))
 			if err != nil {
 				return err
 			}
 			printSlot(cmd, st)
+			return check(st)
+		}
+	}
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the slot and publication; exit 1 when the slot is missing or lost",
+		Args:  cobra.NoArgs,
+		RunE: withSlot(cdc.Status, func(st *cdc.SlotStatus) error {
 			switch {
 			case !st.Exists:
 				return fmt.Errorf("%w: slot %s does not exist: txbox slot create", cdc.ErrSlotMissing, st.Slot)
@@ -83,25 +92,13 @@ owns the outbox table.`,
 				return fmt.Errorf("%w: slot %s is %s (docs/guide/cdc.md, A lost slot)", cdc.ErrSlotLost, st.Slot, st.Lost())
 			}
 			return nil
-		},
+		}),
 	}
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create the publication and the slot where missing (the slot starts at the current WAL position)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open(cmd)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			st, err := cdc.CreateSlot(cmd.Context(), db.pool, s.config(&f))
-			if err != nil {
-				return err
-			}
-			printSlot(cmd, st)
-			return nil
-		},
+		RunE:  withSlot(cdc.CreateSlot, func(*cdc.SlotStatus) error { return nil }),
 	}
 	var yes bool
 	drop := &cobra.Command{
