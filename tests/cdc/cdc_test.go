@@ -160,6 +160,7 @@ func TestServerCrash(t *testing.T) {
 	})
 	c.Crash()
 	c.Start()
+	pool.Reset() // the writers' connections died with the server
 	writers(t, pool, 4, 30, keys)
 	delivered(t, l, pool)
 	dups := verdict(t, l.snapshot(), committed(t, pool))
