@@ -395,8 +395,8 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 	case err == nil && n == 0 && m.rounds > 0:
 		// It found nothing beside a round still in flight, which claimed
 		// after or before it: that round decides (it queues m again, as it
-		// began before this one ended).
-		g.recovered(m)
+		// began before this one ended), also whether an outage ended: an
+		// empty claim published nothing, so it proves no broker is back.
 		return
 	case err != nil:
 		now := time.Now()
