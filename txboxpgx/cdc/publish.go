@@ -262,23 +262,6 @@ func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts i
 	}
 }
 
-// redriveLoop publishes, every RedriveInterval, the rows `txbox dead
-// redrive` made pending again (see Redriven).
-func (r *Relay) redriveLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.RedriveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if _, err := r.Redriven(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("cdc redrive", "err", err)
-		}
-	}
-}
-
 // Redriven publishes the rows that were recorded dead and then redriven
 // (`txbox dead redrive` clears dead_at and keeps last_error; an UPDATE
 // is not in the insert-only stream): rows with last_error, no dead_at and

@@ -260,11 +260,11 @@ func (r *Relay) session(ctx context.Context) error {
 	}()
 	go func() {
 		defer helpers.Done()
-		r.cleanupLoop(sctx)
+		r.every(sctx, r.cfg.CleanupInterval, "cleanup", func(ctx context.Context) error { _, err := r.Cleanup(ctx); return err })
 	}()
 	go func() {
 		defer helpers.Done()
-		r.redriveLoop(sctx)
+		r.every(sctx, r.cfg.RedriveInterval, "redrive", func(ctx context.Context) error { _, err := r.Redriven(ctx); return err })
 	}()
 	go func() {
 		defer helpers.Done()
@@ -414,12 +414,10 @@ func (r *Relay) receive(ctx context.Context, conn *pgconn.PgConn, pipe chan<- tx
 	}
 }
 
-// cleanupLoop deletes, every CleanupInterval, rows older than Retention
-// whose id is at most the highest one the broker acknowledged, in batches.
-// A row deleted before its transaction was relayed (an older, concurrent
-// transaction) is still relayed: the relay reads the log, not the table.
-func (r *Relay) cleanupLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.CleanupInterval)
+// every runs fn every interval until ctx ends, logging what failed
+// (cleanup: Cleanup; redrive: Redriven).
+func (r *Relay) every(ctx context.Context, interval time.Duration, what string, fn func(context.Context) error) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -427,8 +425,8 @@ func (r *Relay) cleanupLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("cdc cleanup", "err", err)
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("cdc "+what, "err", err)
 		}
 	}
 }
