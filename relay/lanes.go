@@ -121,6 +121,11 @@ func (k *laneKeeper) beat(ctx context.Context) error {
 		return err
 	}
 	k.mu.Lock()
+	// A lease that lapsed (by this relay's clock: a beat was late) made
+	// its claims read no keyed row; the relay may have gone idle since.
+	// Renewed, it is woken, as when it takes a lane (fence).
+	now := time.Now()
+	revived := !k.validUntil.IsZero() && now.After(k.validUntil) && now.Before(sent.Add(k.lease)) && len(k.active) > 0
 	k.validUntil = sent.Add(k.lease)
 	k.relays = relays
 	k.active = keep(k.active, owned)
@@ -144,7 +149,11 @@ func (k *laneKeeper) beat(ctx context.Context) error {
 		}
 	}
 	need := target - len(k.active) - len(k.pending)
+	revived = revived && len(k.active) > 0
 	k.mu.Unlock()
+	if revived {
+		k.r.Wake()
+	}
 	if len(surplus) > 0 {
 		// Claims no longer read these lanes; the claims in flight keep
 		// their locks, which the next owner's fence waits for.
