@@ -356,8 +356,10 @@ func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Dura
 
 // settle ends a turn t of m and decides when m's next turn comes (next:
 // after an idle round). m waits only after a round that claimed nothing
-// from the table's start, alone (t.alone), with no round started after it
-// and no Wake since (woken); after any other round its next comes at once.
+// from the table's start, alone (t.alone), read it all (its claim left no
+// lane unread: m.fromStart still holds after it), with no round started
+// after it and no Wake since (woken); after any other round its next
+// comes at once.
 // After a failed round m backs off, its turns meanwhile probing every
 // probeEvery (probed: this turn was such a probe, and it failed), and
 // while its publisher says it is not connected, a full round comes as
@@ -403,7 +405,7 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.test.BackoffMax)
 		m.failed, m.retryAt = err, now.Add(m.backoff)
 		m.r.outage.failed(m.r.log, err, m.backoff, conn != nil && !conn.Connected(), now)
-	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || !t.alone || t.id != m.started:
+	case n > 0 || m.again || m.woken || next == 0 || m.cleaning || !t.alone || t.id != m.started || !m.fromStart():
 		g.recovered(m)
 		m.full = n >= m.r.cfg.BatchSize
 		if !m.queued {

@@ -55,7 +55,7 @@ type Lanes struct {
 	many    bool           // the last read met many keys per lane (perLane)
 	idle    [NumLanes]bool // the lane gave no row at its last read, holds no key in flight
 	full    int            // the limit of the last claim if it came full, else 0
-	backlog atomic.Bool    // full != 0 (FromStart)
+	partial atomic.Bool    // full != 0, or the last read left lanes unread (FromStart)
 	from    int64          // where the next claim's read of rows without a key starts (unkeyedFrom)
 	scanned time.Time      // when a claim last read rows without a key from the start
 	mu      sync.Mutex
@@ -176,12 +176,21 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	}
 	if err == nil {
 		// The next claim starts at the last lane this one read rows of
-		// when the limit cut its read short, else at the next lane.
-		if w.reached < len(read) {
-			l.turn = at[max(w.reached-1, 0)]
+		// when the limit cut its read short (past it when none of its
+		// rows could be taken: its keys wait behind a held row), else at
+		// the next lane. A read cut short did not read every lane: the
+		// next claim comes at once (FromStart).
+		cut := w.reached < len(read)
+		if cut {
+			i := max(w.reached-1, 0)
+			l.turn = at[i]
+			if !w.took[read[i].Lane] {
+				l.turn = (at[i] + 1) % len(leases)
+			}
 		} else if len(leases) > 0 {
 			l.turn = (l.turn + 1) % len(leases)
 		}
+		l.partial.Store(l.full != 0 || cut)
 		// In a backlog, the next claim reads rows without a key from
 		// past the last one this one took.
 		l.from = 0
@@ -198,13 +207,15 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	return b, nil
 }
 
-// FromStart reports whether the next claim, unless another begins first,
-// reads from the table's start: every lane of its leases, each from its
-// first undelivered row, and rows without a key from the first. Only a
-// claim that follows a full one on PostgreSQL does not (a backlog: see
-// lanesToRead and unkeyedFrom).
+// FromStart reports whether the last claim, and the next one unless
+// another begins first, read from the table's start: every lane of its
+// leases, each from its first undelivered row, and rows without a key
+// from the first. On PostgreSQL a claim that follows a full one does not
+// (a backlog: see lanesToRead and unkeyedFrom), nor one that follows a
+// read the limit cut short before its last lane (rows of keys that wait
+// behind a held row can fill a read).
 func (l *Lanes) FromStart() bool {
-	return l.my != nil || !l.backlog.Load()
+	return l.my != nil || !l.partial.Load()
 }
 
 // walk is what a claim picked: its rows in id order (a keyed row that
@@ -213,9 +224,10 @@ func (l *Lanes) FromStart() bool {
 type walk struct {
 	rows    []Claimed
 	keys    []string
-	lanes   []int16 // the lane of each of keys
-	reached int     // how many lanes of the read's order it reached
-	unkeyed int64   // the last row without a key it took, or 0
+	lanes   []int16        // the lane of each of keys
+	reached int            // how many lanes of the read's order it reached
+	took    map[int16]bool // the lanes it took rows of
+	unkeyed int64          // the last row without a key it took, or 0
 }
 
 // laneRow is a row lane_claim returned: a keyed row of a lane (lane >= 0),
@@ -256,7 +268,7 @@ func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, err
 		return walk{}, err
 	}
 	slices.SortFunc(all, func(a, b laneRow) int { return cmp.Compare(a.c.Seq, b.c.Seq) })
-	var w walk
+	w := walk{took: map[int16]bool{}}
 	last := map[string]int64{} // a key's last picked row; -1: the key stopped
 	lanes := map[int16]struct{}{}
 	keyed, held := 0, false
@@ -304,6 +316,7 @@ func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, err
 		r.c.Prev = max(p, 0)
 		last[key] = r.c.Seq
 		w.rows = append(w.rows, r.c)
+		w.took[r.lane] = true
 	}
 	for i := range w.keys {
 		l.heldIn[w.lanes[i]]++
@@ -323,7 +336,6 @@ func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, err
 	if len(w.rows) >= limit {
 		l.full = limit
 	}
-	l.backlog.Store(l.full != 0)
 	return w, nil
 }
 

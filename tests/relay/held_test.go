@@ -106,6 +106,46 @@ func TestRelayGoesOnPastAHeldOrDeadHead(t *testing.T) {
 	}
 }
 
+// A key whose head is held fills a claim's read of its lane with rows
+// that cannot be taken (with a batch of one row, that head alone); the
+// lanes after it in the read, unread then, are read by the next claim at
+// once, not at the next poll.
+func TestRelayReadsPastALaneFilledByAHeldKey(t *testing.T) {
+	t.Parallel()
+	const batch, others = 1, 5
+	f := pgxFixture(t, 8)
+	// a's lane comes before b's in a claim that reads the lanes from the
+	// first: the first claim reads a's rows up to its limit, then stops.
+	a, b := "a", ""
+	for i := 0; b == ""; i++ {
+		if k := fmt.Sprintf("o%d", i); laneOf(t, f, k) > laneOf(t, f, a) {
+			b = k
+		}
+		if i > 1000 {
+			a, i = fmt.Sprintf("a%d", i), 0
+		}
+	}
+	addKeyed(t, f, "fill", []string{a}, 3)
+	addKeyed(t, f, "fill", []string{b}, others)
+	holder := holdRow(t, f, a+":1")
+
+	log := newRunLog(nil)
+	r := f.newRelay(t, log, relay.Config{BatchSize: batch, PollInterval: time.Hour, DisableNotify: true})
+	startRelay(t, r)
+	testenv.Await(t, "the rows of "+b+" published", func() (bool, string) {
+		n := r.Counters().Published
+		return n == others, fmt.Sprintf("%d published", n)
+	})
+	log.check(t, []string{b}, others)
+	testenv.Must(t, holder.Rollback(context.Background()), "release %s:1", a)
+	r.Wake()
+	testenv.Await(t, "every message published", func() (bool, string) {
+		n := r.Counters().Published
+		return n == others+3, fmt.Sprintf("%d published", n)
+	})
+	log.check(t, []string{a}, 3)
+}
+
 // A row locked by hand by another transaction holds at most its own key
 // (of rows without a key: only itself): every other row is published while
 // it is held, and once it is free, its key drains in order.
