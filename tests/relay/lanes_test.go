@@ -110,8 +110,9 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 			return ctx.Err()
 		}
 	}}
-	// Long leases: a renews every 3s, so it keeps believing.
-	cfg := relay.Config{LaneLease: time.Minute, PublishTimeout: 30 * time.Second, ClaimLease: 40 * time.Second, BatchSize: 50}
+	// Long leases: a renews every 30s, so it keeps believing it holds
+	// every lane while b joins, whatever the machine's speed.
+	cfg := relay.Config{LaneLease: 10 * time.Minute, PublishTimeout: 30 * time.Second, ClaimLease: 40 * time.Second, BatchSize: 50}
 	adder := &keyedAdder{f: f}
 	for i := 0; i < 20; i++ {
 		keys := make([]string, 40)
