@@ -76,14 +76,24 @@ func TestURLPasswordsNeverPrinted(t *testing.T) {
 	} {
 		// The relay waits for an unreachable broker, logging each try,
 		// until its context ends; then it exits 0.
+		// It runs for 500ms, then twice as long each time until it has
+		// logged a try, however slow the machine.
 		waits := tc.args[0] == "relay" && strings.HasPrefix(tc.want, "connect to ")
 		limit := time.Minute
 		if waits {
 			limit = 500 * time.Millisecond
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), limit)
-		out, code := mainOutput(ctx, tc.args...)
-		cancel()
+		var out string
+		var code int
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
+			out, code = mainOutput(ctx, tc.args...)
+			cancel()
+			if !waits || strings.Contains(out, tc.want) || limit >= time.Minute {
+				break
+			}
+			limit *= 2
+		}
 		if code == 0 && !waits {
 			t.Errorf("txbox %v succeeded:\n%s", tc.args, out)
 		}
