@@ -148,10 +148,11 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	for i, ls := range read {
 		lanes32[i], lanes[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
 	}
-	lock := txboxdriver.Statement{SQL: l.q.lockActive, Args: []any{leaseMillis(s.lease), lanes32}}
-	if l.full >= limit {
-		// A backlog: lanesToRead chose a few lanes that had rows.
-		lock.SQL = l.q.lock
+	lock := txboxdriver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes32}}
+	if len(read) > 0 && l.full < limit {
+		// Not a backlog (in one, lanesToRead chose a few lanes that had
+		// rows): lock and read the lanes that have rows.
+		lock.SQL = l.q.lockActive
 	}
 	from := l.unkeyedFrom(b.Started, l.full >= limit)
 	claim := txboxdriver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, limit, from}}

@@ -61,7 +61,9 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 -- most $3 rows of each and $7 in all, less the rows of the keys $5 (keys
 -- the relay knows are parked or retrying later; it does not read a lane
 -- with keys in flight in another batch of its own). Then the rows read are
--- locked FOR UPDATE SKIP LOCKED, by id, still undelivered; locked says
+-- locked FOR UPDATE SKIP LOCKED, by the ctid read (a TID scan: no index
+-- probe; a row updated since is followed to its latest version and
+-- rechecked, as a lock by id would), still undelivered; locked says
 -- which were. A row read but not locked is held by another transaction
 -- (someone locked an outbox row by hand, or two relays own one lane: a
 -- fencing failure): the relay's pick stops its key there, so the key is
@@ -92,7 +94,7 @@ v AS MATERIALIZED (
   ORDER BY w.ord),
 k AS MATERIALIZED (
   SELECT r.* FROM v CROSS JOIN LATERAL (
-    SELECT o.id, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
+    SELECT o.id, o.ctid, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
            o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
     FROM {{table}} o
     WHERE (hashtext(o.ordering_key) & 63) = v.lane::int AND o.ordering_key IS NOT NULL AND o.published_at IS NULL
@@ -102,7 +104,7 @@ k AS MATERIALIZED (
   LIMIT $7),
 x AS MATERIALIZED (
   SELECT o.id FROM {{table}} o
-  WHERE o.id = ANY(ARRAY(SELECT k.id FROM k)) AND o.published_at IS NULL
+  WHERE o.ctid = ANY(ARRAY(SELECT k.ctid FROM k)) AND o.published_at IS NULL
   FOR UPDATE OF o SKIP LOCKED)
 SELECT k.id, k.message_id, k.topic, k.ordering_key, k.payload, k.headers, k.attempts, k.created_at,
        k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), x.id IS NOT NULL
