@@ -105,9 +105,10 @@ func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 // holds a shared lock on each lane until Finish or Release, which a
 // takeover waits for (Fence).
 //
-// On PostgreSQL it is one round trip: the lane locks (outside a backlog
-// only of the lanes that have undelivered keyed rows, found by a loose
-// scan of the lane index: lane_lock_active), then one statement
+// On PostgreSQL it is one round trip: the lane locks (outside a backlog,
+// while most lanes had no rows at the last claim, only of the lanes that
+// have undelivered keyed rows, found by a loose scan of the lane index:
+// lane_lock_active), then one statement
 // (lane_claim): rows without a key SKIP LOCKED, and the owner's read of
 // the lanes it locked, each from its first
 // undelivered row in id order, then the rows read locked SKIP LOCKED. A
@@ -149,9 +150,11 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 		lanes32[i], lanes[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
 	}
 	lock := txboxdriver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes32}}
-	if len(read) > 0 && l.full < limit {
+	if len(read) > 0 && l.full < limit && 2*l.active < len(read) {
 		// Not a backlog (in one, lanesToRead chose a few lanes that had
-		// rows): lock and read the lanes that have rows.
+		// rows), and most lanes had no rows at the last claim: lock and
+		// read the lanes that have rows. When most have, finding them
+		// costs a probe of each for nothing.
 		lock.SQL = l.q.lockActive
 	}
 	from := l.unkeyedFrom(b.Started, l.full >= limit)
