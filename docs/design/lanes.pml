@@ -208,10 +208,12 @@ proctype keeper(byte r) {
 
 proctype worker(byte r) {
 	do
-	/* One round trip (pgx: BEGIN, lane_lock, lane_claim): leases() (the
-	 * active lanes while validUntil holds), Started, the shared advisory
-	 * locks of those lanes, then lane_claim with a snapshot taken after
-	 * them: rows of the lanes still owned at the epochs known, each lane
+	/* One round trip (pgx: BEGIN, lane_lock_active or lane_lock,
+	 * lane_claim): leases() (the active lanes while validUntil holds),
+	 * Started, the shared advisory locks of those of them that have
+	 * undelivered rows (any other may be locked too: lane_lock in a
+	 * backlog), then lane_claim with a snapshot taken after them: rows of
+	 * the lanes locked and still owned at the epochs known, each lane
 	 * read in id order, the rows read locked SKIP LOCKED, and the pick: a
 	 * row only behind every earlier pending row of its key in this batch
 	 * (a key stops at its first row locked elsewhere); the limits (a
@@ -222,12 +224,31 @@ proctype worker(byte r) {
 		:: validLeft[r] > 0 ->
 			l = 0;
 			do
-			:: l < NL -> if :: has(act[r], l) -> lanes = lanes | bit(l) :: else fi; l++
+			:: l < NL ->
+				if
+				:: has(act[r], l) ->
+					ok = false; j = 0;
+					do
+					:: j < NROWS -> if :: rowLane(j) == l && committed[j] && !marked[j] -> ok = true :: else fi; j++
+					:: else -> break
+					od;
+					if
+					:: ok -> lanes = lanes | bit(l)
+#ifndef NOCALM
+					:: !ok && !calm -> lanes = lanes | bit(l)
+#else
+					:: !ok -> lanes = lanes | bit(l)
+#endif
+					:: !ok
+					fi
+				:: else
+				fi;
+				l++
 			:: else -> break
 			od
 		:: else
 		fi;
-		shLock[r] = act[r] * (validLeft[r] > 0);
+		shLock[r] = lanes;
 		n = 0; j = 0;
 		do
 		:: j < NROWS && n < BATCH ->

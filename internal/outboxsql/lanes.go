@@ -38,7 +38,7 @@ type Lanes struct {
 	owner string
 	my    *mysqlLanes // MySQL, MariaDB; nil on PostgreSQL
 	q     struct {
-		lock, claim, unkeyed, join, renew, acquire, fence, release, leave string
+		lock, lockActive, claim, unkeyed, join, renew, acquire, fence, release, leave string
 	}
 	// Rescan is how long a key found parked is left out of the lane reads
 	// (Claim). Default: a second.
@@ -81,7 +81,7 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(txboxdriver.Postgres, schema, name)
 	err := sqltext.Load("outbox/postgres_lanes", postgresLanesSQL, funcs, map[string]*string{
-		"lane_lock": &l.q.lock, "lane_claim": &l.q.claim, "claim_unkeyed": &l.q.unkeyed, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
+		"lane_lock": &l.q.lock, "lane_lock_active": &l.q.lockActive, "lane_claim": &l.q.claim, "claim_unkeyed": &l.q.unkeyed, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
 		"lane_acquire": &l.q.acquire, "lane_fence": &l.q.fence, "lane_release": &l.q.release, "lane_leave": &l.q.leave,
 	})
 	if err != nil {
@@ -105,8 +105,12 @@ func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 // holds a shared lock on each lane until Finish or Release, which a
 // takeover waits for (Fence).
 //
-// On PostgreSQL it is one statement (lane_claim): rows without a key
-// SKIP LOCKED, and the owner's read of its lanes, each from its first
+// On PostgreSQL it is one round trip: the lane locks (outside a backlog,
+// while most lanes had no rows at the last claim, only of the lanes that
+// have undelivered keyed rows, found by a loose scan of the lane index:
+// lane_lock_active), then one statement
+// (lane_claim): rows without a key SKIP LOCKED, and the owner's read of
+// the lanes it locked, each from its first
 // undelivered row in id order, then the rows read locked SKIP LOCKED. A
 // row read but held by another transaction stops its key there for this
 // claim (counted in Conflicts): only a lane's owner locks its rows, so that
@@ -146,6 +150,13 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 		lanes32[i], lanes[i], epochs[i] = int32(ls.Lane), ls.Lane, ls.Epoch
 	}
 	lock := txboxdriver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes32}}
+	if len(read) > 0 && l.full < limit && 2*l.active < len(read) {
+		// Not a backlog (in one, lanesToRead chose a few lanes that had
+		// rows), and most lanes had no rows at the last claim: lock and
+		// read the lanes that have rows. When most have, finding them
+		// costs a probe of each for nothing.
+		lock.SQL = l.q.lockActive
+	}
 	from := l.unkeyedFrom(b.Started, l.full >= limit)
 	claim := txboxdriver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, limit, from}}
 	if len(read) == 0 {

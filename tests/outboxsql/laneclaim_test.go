@@ -322,3 +322,80 @@ func TestLaneClaimSkipsScheduledRows(t *testing.T) {
 		t.Logf("%s: %d rows claimed, %d fetched", c.name, n, read)
 	}
 }
+
+// Outside a backlog a claim locks and reads only the lanes of its leases
+// that have undelivered keyed rows (found in the lock statement's
+// snapshot), and reads no lane it did not lock. The claim here takes that
+// snapshot while lane Y, which has a row, is held exclusively (a fence in
+// progress); meanwhile K1 commits in lane X, which had no row. The claim
+// then takes Y's row, not K1: it did not lock X (another relay's fence of
+// X would pass) and did not read it. The next claim finds X and takes K1,
+// then K2 behind it.
+func TestLaneClaimLocksOnlyLanesWithRows(t *testing.T) {
+	t.Parallel()
+	pool, drv, store := pgClaims(t, 8)
+	ctx := context.Background()
+	var laneX, laneY int16
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT hashtext('K') & 63, hashtext('Y') & 63").Scan(&laneX, &laneY), "lanes of K and Y")
+	if laneX == laneY {
+		t.Fatalf("K and Y share lane %d; the test needs two", laneX)
+	}
+	ins := outboxsql.NewInserter(txboxdriver.Postgres, `"txbox_outbox"`)
+	row := func(id, key string) []outboxsql.Row {
+		return []outboxsql.Row{{ID: id, Topic: "t", Key: key, Payload: []byte(id), Headers: "{}"}}
+	}
+	testenv.Must(t, ins.Insert(ctx, drv.Pool(), row("Y1", "Y")), "insert Y1")
+	lanes, err := outboxsql.NewLanes(store, `"txbox_outbox"`, "relay-active")
+	testenv.Must(t, err, "lanes")
+	leases, err := lanes.Acquire(ctx, time.Minute, outboxsql.NumLanes)
+	testenv.Must(t, err, "acquire")
+
+	// Lane Y held exclusively, as a fence holds it for an instant.
+	fence, err := pool.Acquire(ctx)
+	testenv.Must(t, err, "connection")
+	defer fence.Release()
+	_, err = fence.Exec(ctx, "SELECT pg_advisory_lock('txbox_outbox'::regclass::oid::int, $1)", int32(laneY))
+	testenv.Must(t, err, "hold lane Y")
+	type claimed struct {
+		b   *outboxsql.Batch
+		err error
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		b, err := lanes.Claim(ctx, 100, leases)
+		done <- claimed{b, err}
+	}()
+	// The claim waits for Y's lock, its lanes chosen.
+	testenv.Await(t, "the claim waits for lane Y", func() (bool, string) {
+		var n int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 'txbox_outbox'::regclass::oid AND objid = $1", int32(laneY)).Scan(&n)
+		testenv.Must(t, err, "pg_locks")
+		return n > 0, fmt.Sprintf("%d waiting", n)
+	})
+	testenv.Must(t, ins.Insert(ctx, drv.Pool(), row("K1", "K")), "insert K1")
+	_, err = fence.Exec(ctx, "SELECT pg_advisory_unlock('txbox_outbox'::regclass::oid::int, $1)", int32(laneY))
+	testenv.Must(t, err, "free lane Y")
+	c := <-done
+	testenv.Must(t, c.err, "claim")
+	var got []string
+	for _, r := range c.b.Rows {
+		got = append(got, r.ID)
+	}
+	free, err := lanes.Fence(ctx, []int16{laneX, laneY})
+	if err != nil {
+		_ = c.b.Release(ctx)
+		t.Fatalf("fence: %v", err)
+	}
+	testenv.Must(t, c.b.Finish(ctx, []int64{c.b.Rows[0].Seq}, nil, 10), "finish")
+	if !slices.Equal(got, []string{"Y1"}) || !slices.Equal(free, []int16{laneX}) {
+		t.Fatalf("the claim took %v with lanes %v free of its locks; want Y1, with X (%d) free and Y (%d) locked", got, free, laneX, laneY)
+	}
+
+	testenv.Must(t, ins.Insert(ctx, drv.Pool(), row("K2", "K")), "insert K2")
+	b, err := lanes.Claim(ctx, 100, leases)
+	testenv.Must(t, err, "claim")
+	defer func() { _ = b.Release(ctx) }()
+	if len(b.Rows) != 2 || b.Rows[0].ID != "K1" || b.Rows[1].ID != "K2" || b.Rows[1].Prev != b.Rows[0].Seq {
+		t.Fatalf("claimed %+v, want K1, then K2 behind it", b.Rows)
+	}
+}

@@ -3,10 +3,11 @@
 -- share them. Durations are in milliseconds.
 --
 -- A claim transaction first takes a shared transaction-scoped advisory
--- lock (class: the table's OID) on each lane it will read (lane_lock), then
--- reads the lanes with their owner and epoch checked against the table in a
--- later statement, so with a snapshot taken after the locks (lane_claim).
--- A relay that takes a lane over
+-- lock (class: the table's OID) on each lane it will read (lane_lock or
+-- lane_lock_active), and names those lanes in the transaction's setting
+-- txbox.lanes; then it reads those lanes, and no other, with their owner
+-- and epoch checked against the table in a later statement, so with a
+-- snapshot taken after the locks (lane_claim). A relay that takes a lane over
 -- raises its epoch, then may claim from it only once an exclusive lock on
 -- it can be had (fence): every claim transaction of the lane's previous
 -- owner has then ended (committed its marks, rolled back, or been ended by
@@ -22,7 +23,28 @@
 -- a sort of all the keyed rows would do as well on an empty table).
 SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_indexonlyscan', 'off', true), set_config('jit', 'off', true), set_config('enable_sort', 'off', true),
-       (SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared('{{table}}'::regclass::oid::int, l) FROM unnest($2::int[]) l) x)
+       set_config('txbox.lanes', coalesce((SELECT array_agg(x.l)::text FROM (
+         SELECT l, pg_advisory_xact_lock_shared('{{table}}'::regclass::oid::int, l) FROM unnest($2::int[]) l) x), '{}'), true)
+
+-- name: lane_lock_active
+-- lane_lock of the lanes of $2 that have undelivered keyed rows (dead ones
+-- included) in this statement's snapshot, found by a loose scan of the
+-- lane index: one index probe per lane with rows, and one more. A lane
+-- whose first row commits after this snapshot is not read by this claim;
+-- its commit wakes the relay (or its poll comes), and the next claim finds
+-- it and reads it from its first undelivered row, as every read does.
+WITH RECURSIVE a(lane) AS (
+  SELECT min(hashtext(o.ordering_key) & 63) FROM {{table}} o
+  WHERE o.ordering_key IS NOT NULL AND o.published_at IS NULL
+  UNION ALL
+  SELECT (SELECT min(hashtext(o.ordering_key) & 63) FROM {{table}} o
+          WHERE (hashtext(o.ordering_key) & 63) > a.lane AND o.ordering_key IS NOT NULL AND o.published_at IS NULL)
+  FROM a WHERE a.lane IS NOT NULL)
+SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_indexonlyscan', 'off', true), set_config('jit', 'off', true), set_config('enable_sort', 'off', true),
+       set_config('txbox.lanes', coalesce((SELECT array_agg(x.l)::text FROM (
+         SELECT l, pg_advisory_xact_lock_shared('{{table}}'::regclass::oid::int, l)
+         FROM unnest($2::int[]) l WHERE l IN (SELECT a.lane FROM a WHERE a.lane IS NOT NULL)) x), '{}'), true)
 
 -- name: lane_claim
 -- The claim, in the claim transaction after lane_lock, in one statement.
@@ -33,13 +55,15 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 -- meets a row not yet due, however many are scheduled ahead, and with no
 -- row due d reads nothing. The pick takes the oldest of them; the rest
 -- stay locked until the batch ends. And the owner's read of its
--- keyed rows: the lanes of $1 whose epoch is still the one in $2 and whose
+-- keyed rows: the lanes of $1 this transaction locked (txbox.lanes) whose epoch is still the one in $2 and whose
 -- owner is still $4, in the order given, each read from its first
 -- undelivered row (dead ones included) in id order from the lane index, at
 -- most $3 rows of each and $7 in all, less the rows of the keys $5 (keys
 -- the relay knows are parked or retrying later; it does not read a lane
 -- with keys in flight in another batch of its own). Then the rows read are
--- locked FOR UPDATE SKIP LOCKED, by id, still undelivered; locked says
+-- locked FOR UPDATE SKIP LOCKED, by the ctid read (a TID scan: no index
+-- probe; a row updated since is followed to its latest version and
+-- rechecked, as a lock by id would), still undelivered; locked says
 -- which were. A row read but not locked is held by another transaction
 -- (someone locked an outbox row by hand, or two relays own one lane: a
 -- fencing failure): the relay's pick stops its key there, so the key is
@@ -66,10 +90,11 @@ v AS MATERIALIZED (
   SELECT w.lane, w.ord
   FROM unnest($1::smallint[], $2::bigint[]) WITH ORDINALITY w(lane, epoch, ord)
   JOIN {{name "lanes"}} l ON l.lane = w.lane AND l.epoch = w.epoch AND l.owner = $4
+  WHERE w.lane = ANY(current_setting('txbox.lanes')::smallint[])
   ORDER BY w.ord),
 k AS MATERIALIZED (
   SELECT r.* FROM v CROSS JOIN LATERAL (
-    SELECT o.id, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
+    SELECT o.id, o.ctid, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
            o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
     FROM {{table}} o
     WHERE (hashtext(o.ordering_key) & 63) = v.lane::int AND o.ordering_key IS NOT NULL AND o.published_at IS NULL
@@ -79,7 +104,7 @@ k AS MATERIALIZED (
   LIMIT $7),
 x AS MATERIALIZED (
   SELECT o.id FROM {{table}} o
-  WHERE o.id = ANY(ARRAY(SELECT k.id FROM k)) AND o.published_at IS NULL
+  WHERE o.ctid = ANY(ARRAY(SELECT k.ctid FROM k)) AND o.published_at IS NULL
   FOR UPDATE OF o SKIP LOCKED)
 SELECT k.id, k.message_id, k.topic, k.ordering_key, k.payload, k.headers, k.attempts, k.created_at,
        k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), x.id IS NOT NULL
