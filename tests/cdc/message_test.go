@@ -53,7 +53,8 @@ func TestMessageModeCommitOrderPerKey(t *testing.T) {
 }
 
 // A message-mode event of a rolled-back transaction is never published,
-// and a table-mode relay on the same server passes the events over.
+// one a plain-SQL writer emits is, and a table-mode relay on the same
+// server passes the events over. Cancel and DeliverAt are refused.
 func TestMessageModeRollbackAndTableMode(t *testing.T) {
 	t.Parallel()
 	_, pool := logicalCluster(t)
@@ -79,13 +80,20 @@ func TestMessageModeRollbackAndTableMode(t *testing.T) {
 			txbox.Message{Topic: "cdc.test", Key: "k", Payload: []byte("committed too"), Headers: map[string]string{"X-A": "b"}})
 		return err
 	}), "commit")
+	// A plain-SQL writer, as docs/guide/cdc.md shows it (a payload over
+	// 76 bytes: PostgreSQL's base64 breaks its lines).
+	long := strings.Repeat("plain SQL ", 10)
+	_, err = pool.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, json_build_object('id', 'sql-1',
+	    'topic', 'cdc.test', 'key', 'k', 'payload', encode(convert_to($2, 'UTF8'), 'base64'))::text)`, prefix, long)
+	testenv.Must(t, err, "plain SQL")
 	eventually(t, "the committed events published", func() (bool, string) {
-		return len(l.snapshot()) >= 2, fmt.Sprint(len(l.snapshot()))
+		return len(l.snapshot()) >= 3, fmt.Sprint(len(l.snapshot()))
 	})
 	confirmedPast(t, pool, cfg, "the commit")
 	confirmedPast(t, pool, tableCfg, "the commit")
 	got := l.snapshot()
-	if len(got) != 2 || string(got[0].Payload) != "committed" || string(got[1].Payload) != "committed too" || got[1].Headers["X-A"] != "b" {
+	if len(got) != 3 || string(got[0].Payload) != "committed" || string(got[1].Payload) != "committed too" || got[1].Headers["X-A"] != "b" ||
+		got[2].ID != "sql-1" || string(got[2].Payload) != long {
 		t.Fatalf("published %+v", got)
 	}
 	if n := len(lt.snapshot()); n != 0 {
