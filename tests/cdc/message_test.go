@@ -13,8 +13,10 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxpgx/cdc"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // prefix is the message mode's prefix of these tests.
@@ -54,7 +56,8 @@ func TestMessageModeCommitOrderPerKey(t *testing.T) {
 
 // A message-mode event of a rolled-back transaction is never published,
 // one a plain-SQL writer emits is, and a table-mode relay on the same
-// server passes the events over. Cancel and DeliverAt are refused.
+// server passes the events over. Cancel, DeliverAt and message mode on
+// another database are refused.
 func TestMessageModeRollbackAndTableMode(t *testing.T) {
 	t.Parallel()
 	_, pool := logicalCluster(t)
@@ -101,6 +104,9 @@ func TestMessageModeRollbackAndTableMode(t *testing.T) {
 	}
 	if _, err := ob.Cancel(ctx, nil, got[0].ID); !errors.Is(err, txbox.ErrInvalidConfig) {
 		t.Fatalf("cancel in message mode: %v", err)
+	}
+	if _, err := txbox.New(txboxsql.New(nil, txboxdriver.SQLite), txbox.Config{MessagePrefix: prefix}); !errors.Is(err, txbox.ErrInvalidConfig) {
+		t.Fatalf("message mode on SQLite: %v", err)
 	}
 	_, err = ob.AddNoTx(ctx, txbox.Message{Topic: "cdc.test", Payload: []byte("later"), DeliverAt: time.Now().Add(time.Hour)})
 	var invalid *txbox.InvalidMessageError
