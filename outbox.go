@@ -61,6 +61,15 @@ type Config struct {
 	// ClaimCheck is set; it must be below MaxMessageBytes. Default:
 	// DefaultClaimCheckThreshold (256 KiB).
 	ClaimCheckThreshold int
+	// MessagePrefix, when set (PostgreSQL only), puts the outbox in
+	// message mode: Add writes each message into the write-ahead log as a
+	// transactional logical decoding message with this prefix
+	// (pg_logical_emit_message(true, prefix, event)), in the caller's
+	// transaction, and into no table. Only the log-based relay reading
+	// the same prefix (txboxpgx/cdc, Config.MessagePrefix) delivers them;
+	// Cancel and Message.DeliverAt need the table and fail. See
+	// docs/guide/cdc.md, Message mode. Default: "", rows in the table.
+	MessagePrefix string
 }
 
 // TableName validates the schema and table of cfg and returns them quoted
@@ -99,6 +108,7 @@ type Outbox[TTx any] struct {
 	propagate     func(context.Context, map[string]string)
 	claims        ClaimCheck
 	threshold     int
+	emits         bool // message mode (Config.MessagePrefix)
 }
 
 // claim is a payload Add puts into the ClaimCheck store.
@@ -184,8 +194,15 @@ func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Outbox[TTx], error)
 	if cfg.ClaimCheck != nil && (threshold < 0 || (max > 0 && threshold >= max)) {
 		return nil, fmt.Errorf("%w: ClaimCheckThreshold %d must be positive and below MaxMessageBytes %d", ErrInvalidConfig, threshold, max)
 	}
-	return &Outbox[TTx]{drv: drv, ins: outboxsql.NewInserter(drv.Dialect(), table), maxPayload: max, schema: cfg.Schema, table: name,
-		propagate: cfg.Propagate, claims: cfg.ClaimCheck, threshold: threshold}, nil
+	ins := outboxsql.NewInserter(drv.Dialect(), table)
+	if cfg.MessagePrefix != "" {
+		if drv.Dialect() != txboxdriver.Postgres {
+			return nil, fmt.Errorf("%w: MessagePrefix (message mode) needs PostgreSQL's write-ahead log; the dialect is %s", ErrInvalidConfig, drv.Dialect())
+		}
+		ins = outboxsql.NewEmitter(cfg.MessagePrefix)
+	}
+	return &Outbox[TTx]{drv: drv, ins: ins, maxPayload: max, schema: cfg.Schema, table: name,
+		propagate: cfg.Propagate, claims: cfg.ClaimCheck, threshold: threshold, emits: cfg.MessagePrefix != ""}, nil
 }
 
 // Add writes msgs in tx, the caller's transaction: they are delivered if and
@@ -256,6 +273,9 @@ func (o *Outbox[TTx]) CancelNoTx(ctx context.Context, id string) (int, error) {
 func (o *Outbox[TTx]) cancel(ctx context.Context, ex txboxdriver.Executor, id string) (int, error) {
 	if id == "" {
 		return 0, fmt.Errorf("%w: cancel: the message id is empty", ErrMessageNotFound)
+	}
+	if o.emits {
+		return 0, fmt.Errorf("%w: cancel %q: in message mode (Config.MessagePrefix) a message is in the write-ahead log, which nothing can take back", ErrInvalidConfig, id)
 	}
 	c, err := o.ins.Cancel(ctx, ex, id)
 	switch {
@@ -330,6 +350,9 @@ func (o *Outbox[TTx]) rows(ctx context.Context, msgs []Message) ([]outboxsql.Row
 		if err := msgs[i].Validate(o.maxPayload); err != nil {
 			err.(*InvalidMessageError).Index = i
 			return nil, nil, nil, err
+		}
+		if o.emits && !msgs[i].DeliverAt.IsZero() {
+			return nil, nil, nil, &InvalidMessageError{Index: i, ID: msgs[i].ID, Field: "DeliverAt", Reason: "needs the outbox table: message mode (Config.MessagePrefix) writes to the write-ahead log"}
 		}
 	}
 	now := time.Now()

@@ -30,7 +30,8 @@ const maxRowsPerInsert = 1000
 type Inserter struct {
 	table string // quoted
 	d     dialect
-	err   error // no SQL for the dialect: every Insert fails with it
+	err   error  // no SQL for the dialect: every Insert fails with it
+	emit  string // NewEmitter's prefix: rows go into the log, not a table
 
 	mu    sync.Mutex
 	cache map[int]string // row count → statement; negative: insert_at's
@@ -43,7 +44,8 @@ func NewInserter(d txboxdriver.Dialect, table string) *Inserter {
 	return &Inserter{table: table, d: dl, err: err, cache: map[int]string{}}
 }
 
-// Table returns the quoted table name the Inserter writes to.
+// Table returns the quoted table name the Inserter writes to (an
+// Emitter's: its prefix, marked as not a table).
 func (in *Inserter) Table() string { return in.table }
 
 // Insert writes rows through ex in as few statements as the parameter
@@ -51,6 +53,9 @@ func (in *Inserter) Table() string { return in.table }
 func (in *Inserter) Insert(ctx context.Context, ex txboxdriver.Executor, rows []Row) error {
 	if in.err != nil {
 		return in.err
+	}
+	if in.emit != "" {
+		return in.emitRows(ctx, ex, rows)
 	}
 	for len(rows) > 0 {
 		n := min(len(rows), maxRowsPerInsert)

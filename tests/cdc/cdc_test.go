@@ -24,7 +24,13 @@ import (
 // three random keys, and waits for them.
 func writers(t *testing.T, pool *pgxpool.Pool, n, txs int, keys []string) {
 	t.Helper()
-	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{})
+	writersWith(t, pool, txbox.Config{}, n, txs, keys)
+}
+
+// writersWith is writers with the outbox configured by ocfg.
+func writersWith(t *testing.T, pool *pgxpool.Pool, ocfg txbox.Config, n, txs int, keys []string) {
+	t.Helper()
+	ob, err := txbox.New(txboxpgx.New(pool), ocfg)
 	testenv.Must(t, err, "txbox.New")
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

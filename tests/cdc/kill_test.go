@@ -86,11 +86,26 @@ func (s *syncBuffer) String() string {
 // drops those copies by Nats-Msg-Id.
 func TestRelayKilledMidStream(t *testing.T) {
 	t.Parallel()
+	killedMidStream(t, "")
+}
+
+// TestRelayKilledMidStream in message mode: the writers' events are in
+// the WAL only (txbox.Config.MessagePrefix), the relay reads them with
+// --message-prefix.
+func TestMessageModeRelayKilledMidStream(t *testing.T) {
+	t.Parallel()
+	killedMidStream(t, prefix)
+}
+
+// killedMidStream kills txbox relay --cdc again and again while writers
+// commit, in table mode (prefix "") or in message mode, and checks the
+// stream.
+func killedMidStream(t *testing.T, prefix string) {
 	bin := buildTxbox(t)
 	_, pool := logicalCluster(t)
 	url := pool.Config().ConnString()
 	ctx := context.Background()
-	_, err := cdc.CreateSlot(ctx, pool, cdc.Config{})
+	_, err := cdc.CreateSlot(ctx, pool, cdc.Config{MessagePrefix: prefix})
 	testenv.Must(t, err, "create slot")
 	ns := testenv.EmbeddedNATS(t)
 	nc, err := ns.Connect()
@@ -101,7 +116,7 @@ func TestRelayKilledMidStream(t *testing.T) {
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
 	testenv.Must(t, err, "stream")
 
-	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{})
+	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{MessagePrefix: prefix})
 	testenv.Must(t, err, "txbox.New")
 	keys := keysOf(12)
 	var stop atomic.Bool
@@ -122,7 +137,11 @@ func TestRelayKilledMidStream(t *testing.T) {
 	}
 	run := func() (*exec.Cmd, *syncBuffer) {
 		log := &syncBuffer{}
-		cmd := exec.Command(bin, "relay", "--cdc", "--db", url, "--broker", ns.ClientURL(), "--batch-size", "20", "--stats-interval", "0")
+		args := []string{"relay", "--cdc", "--db", url, "--broker", ns.ClientURL(), "--batch-size", "20", "--stats-interval", "0"}
+		if prefix != "" {
+			args = append(args, "--message-prefix", prefix)
+		}
+		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), "TXBOX_LOG_LEVEL=info")
 		cmd.Stdout, cmd.Stderr = log, log
 		testenv.Must(t, cmd.Start(), "start relay")

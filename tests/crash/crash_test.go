@@ -11,8 +11,9 @@
 // 40s), TXBOX_CRASH_MIN_KILLS (per scenario, default 30: the run goes on
 // past the duration until that many SIGKILLs), TXBOX_CRASH_SEED (default:
 // from the clock; printed), TXBOX_CRASH_SCENARIOS (default
-// "postgres,sqlite,ordered"; ordered runs for three quarters of the
-// duration and two thirds of the kills), TXBOX_CRASH_DRAIN (how long the end may take to
+// "postgres,sqlite,ordered,cdc"; ordered runs for three quarters of the
+// duration and two thirds of the kills, cdc for half the duration and two
+// thirds of the kills), TXBOX_CRASH_DRAIN (how long the end may take to
 // deliver the backlog, default 2m plus a quarter of the duration), TXBOX_CRASH_REPORT (a file the ledger
 // is appended to), TXBOX_CRASH_FAULTS (the fault kinds to draw from, a
 // comma-separated subset of relay, producer, consumer, nats, pg; default
@@ -65,7 +66,7 @@ type settings struct {
 
 func loadSettings(t *testing.T) settings {
 	s := settings{duration: 40 * time.Second, minKills: 30, seed: uint64(time.Now().UnixNano()),
-		scenarios: []string{"postgres", "sqlite", "ordered"}, drain: 2 * time.Minute, report: os.Getenv("TXBOX_CRASH_REPORT")}
+		scenarios: []string{"postgres", "sqlite", "ordered", "cdc"}, drain: 2 * time.Minute, report: os.Getenv("TXBOX_CRASH_REPORT")}
 	dur := func(name string, into *time.Duration) {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -118,7 +119,9 @@ func loadSettings(t *testing.T) settings {
 // TestCrash runs each scenario (PostgreSQL through a fault proxy, SQLite on
 // a file, and "ordered": PostgreSQL with an Ordered consumer whose handler
 // applies whatever arrives, its process killed again and again, so that
-// the ledger's order check is the consumer runtime's) side by side and fails unless the ledger holds no lost, phantom,
+// the ledger's order check is the consumer runtime's; "cdc": the log-based
+// relay, txbox relay --cdc, on a private cluster with wal_level=logical,
+// killed mid-stream above all) side by side and fails unless the ledger holds no lost, phantom,
 // doubly applied or out-of-order message and no row stuck pending.
 func TestCrash(t *testing.T) {
 	st := loadSettings(t)
@@ -133,13 +136,16 @@ func TestCrash(t *testing.T) {
 			t.Parallel()
 			switch name {
 			case "postgres", "sqlite":
-			case "ordered":
+			case "ordered", "cdc":
 				st := st // this scenario's settings only
 				st.duration, st.minKills = st.duration*3/4, st.minKills*2/3
+				if name == "cdc" {
+					st.duration = st.duration * 2 / 3
+				}
 				total.add(run(t, bin, st, name))
 				return
 			default:
-				t.Fatalf("unknown scenario %q (want postgres, sqlite or ordered)", name)
+				t.Fatalf("unknown scenario %q (want postgres, sqlite, ordered or cdc)", name)
 			}
 			total.add(run(t, bin, st, name))
 		})
@@ -230,10 +236,16 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	// The database: a schema of its own behind a fault proxy, or a file.
 	var procDB, relayDB, directDB string
 	var relayArgs []string
+	serverURL := testenv.PostgresURL()
+	if name == "cdc" {
+		// The log-based relay needs wal_level=logical: a cluster of the
+		// scenario's own.
+		serverURL = testenv.PrivatePostgres(t, "wal_level=logical", "max_replication_slots=4", "max_wal_senders=4").URL
+	}
 	if name != "sqlite" {
 		e.dialect = txboxdriver.Postgres
 		schema := testenv.Name("crash")
-		admin, err := sql.Open("pgx", testenv.PostgresURL())
+		admin, err := sql.Open("pgx", serverURL)
 		testenv.Must(t, err, "open")
 		if err := admin.PingContext(ctx); err != nil {
 			testenv.Unavailable(t, "PostgreSQL", err)
@@ -246,10 +258,14 @@ func run(t *testing.T, bin string, st settings, name string) int {
 			}
 			_ = admin.Close()
 		})
-		u, err := url.Parse(testenv.PostgresURL())
+		u, err := url.Parse(serverURL)
 		testenv.Must(t, err, "postgres url")
-		e.proxy, err = newFaultProxy(u.Host, 10*time.Second)
-		testenv.Must(t, err, "proxy")
+		host := u.Host
+		if name != "cdc" {
+			e.proxy, err = newFaultProxy(u.Host, 10*time.Second)
+			testenv.Must(t, err, "proxy")
+			host = e.proxy.Addr()
+		}
 		with := func(host string, params map[string]string) string {
 			v := *u
 			v.Host = host
@@ -264,10 +280,10 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		// The programs set what a careful service sets behind an unreliable
 		// network: a connect timeout and an idle-in-transaction timeout, so
 		// that a session whose client vanished gives up its locks.
-		procDB = with(e.proxy.Addr(), map[string]string{"search_path": schema, "connect_timeout": "2", "idle_in_transaction_session_timeout": "10000"})
-		relayDB = with(e.proxy.Addr(), map[string]string{"connect_timeout": "2", "pool_max_conns": "4"})
+		procDB = with(host, map[string]string{"search_path": schema, "connect_timeout": "2", "idle_in_transaction_session_timeout": "10000"})
+		relayDB = with(host, map[string]string{"connect_timeout": "2", "pool_max_conns": "4"})
 		relayArgs = []string{"--schema", schema}
-		t.Logf("crash %s: schema %s, proxy %s", name, schema, e.proxy.Addr())
+		t.Logf("crash %s: schema %s, database %s", name, schema, host)
 	} else {
 		e.dialect = txboxdriver.SQLite
 		path := filepath.Join(dir, "crash.db")
@@ -275,10 +291,16 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	}
 	migrateArgs := append([]string{"migrate", "up", "--db", directDB, "--inbox-table", "txbox_inbox"}, relayArgs...)
 	if name != "sqlite" {
-		migrateArgs = append([]string{"migrate", "up", "--db", testenv.PostgresURL(), "--inbox-table", "txbox_inbox"}, relayArgs...)
+		migrateArgs = append([]string{"migrate", "up", "--db", serverURL, "--inbox-table", "txbox_inbox"}, relayArgs...)
 	}
 	if out, err := exec.Command(filepath.Join(bin, "txbox"), migrateArgs...).CombinedOutput(); err != nil {
 		t.Fatalf("txbox migrate up: %v\n%s", err, out)
+	}
+	if name == "cdc" {
+		slotArgs := append([]string{"slot", "create", "--db", serverURL}, relayArgs...)
+		if out, err := exec.Command(filepath.Join(bin, "txbox"), slotArgs...).CombinedOutput(); err != nil {
+			t.Fatalf("txbox slot create: %v\n%s", err, out)
+		}
 	}
 	e.ledger, _, err = crashdb.Open(directDB)
 	testenv.Must(t, err, "open ledger db")
@@ -305,9 +327,14 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	cancel()
 
 	// The relay (the txbox binary), the consumer and the producer.
-	e.add("relay", append([]string{filepath.Join(bin, "txbox"), "relay", "--db", relayDB, "--broker", e.natsURL,
-		"--stream", "CRASH", "--subject-prefix", "crash.", "--poll-interval", "100ms", "--publish-timeout", "2s",
-		"--claim-lease", "4s", "--stats-interval", "2s", "--log-level", "warn"}, relayArgs...)...)
+	relayArgs = append([]string{filepath.Join(bin, "txbox"), "relay", "--db", relayDB, "--broker", e.natsURL,
+		"--stream", "CRASH", "--subject-prefix", "crash.", "--publish-timeout", "2s", "--stats-interval", "2s", "--log-level", "warn"}, relayArgs...)
+	if name == "cdc" {
+		relayArgs = append(relayArgs, "--cdc")
+	} else {
+		relayArgs = append(relayArgs, "--poll-interval", "100ms", "--claim-lease", "4s")
+	}
+	e.add("relay", relayArgs...)
 	consumerArgs := []string{filepath.Join(bin, "consumer"), "-db", procDB, "-nats", e.natsURL, "-binding", "CRASH/apply", "-dlq", "crashdlq."}
 	if name == "ordered" {
 		consumerArgs = append(consumerArgs, "-ordered")
@@ -334,6 +361,11 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		// The consumer's kills: what an ordered consumer must survive
 		// without running a key's later message first.
 		kinds = []string{killConsumer, killConsumer, killConsumer, killConsumer, killRelay}
+	}
+	if name == "cdc" {
+		// The log-based relay's kills mid-stream, above all: each new
+		// process streams from the slot's confirmed LSN.
+		kinds = []string{killRelay, killRelay, killRelay, killRelay, killRelay, killProducer, killConsumer, killConsumer, killNATS}
 	}
 	if len(st.faults) > 0 {
 		var only []string
@@ -385,7 +417,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	e.procs["producer"].Stop()
 	drainStart := time.Now()
 	drained := waitUntil(st.drain, func() bool {
-		return e.count("SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL") == 0 &&
+		return e.count(e.pendingQuery()) == 0 &&
 			e.count("SELECT count(DISTINCT msg_id) FROM crash_effects") >= e.count("SELECT count(*) FROM crash_orders")
 	})
 	drain := time.Since(drainStart)
@@ -415,6 +447,17 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		t.Errorf("crash %s: %d kills, want at least %d", name, kills, st.minKills)
 	}
 	return kills
+}
+
+// pendingQuery counts the outbox rows not yet delivered: the log-based
+// relay marks no row (its slot's confirmed LSN is the mark), so there only
+// a row it recorded dead and that was redriven, still unpublished, is
+// pending.
+func (e *env) pendingQuery() string {
+	if e.name == "cdc" {
+		return "SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL AND last_error IS NOT NULL AND dead_at IS NULL"
+	}
+	return "SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL AND dead_at IS NULL"
 }
 
 // note appends a line to faults.log in the work dir: what the harness did

@@ -126,7 +126,7 @@ func (e *env) buildLedger(stream []streamMsg, deadLetters int) *ledger {
 	for _, id := range lost {
 		l.example("lost %s", id)
 	}
-	l.stuck = e.count("SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL AND dead_at IS NULL")
+	l.stuck = e.count(e.pendingQuery())
 	l.dead = e.count("SELECT count(*) FROM txbox_outbox WHERE dead_at IS NOT NULL")
 	return l
 }

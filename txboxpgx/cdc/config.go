@@ -42,6 +42,13 @@ type Config struct {
 	Slot string
 	// Publication publishes the table's inserts. Default: the slot's name.
 	Publication string
+	// MessagePrefix, when set, reads message mode: the logical decoding
+	// messages with this prefix that txbox.Outbox.Add writes with the same
+	// txbox.Config.MessagePrefix, instead of the table's inserts (which it
+	// then passes over). The table still holds the dead letters: a message
+	// recorded dead is inserted into it with dead_at set (txbox dead lists,
+	// redrives and discards it). Default: "", table mode.
+	MessagePrefix string
 
 	// BatchSize is the most messages one Publish call carries. Default: 500.
 	BatchSize int

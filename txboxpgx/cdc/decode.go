@@ -4,18 +4,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/outboxsql"
 )
 
 // errBadRow: a row the relay cannot read at all (no id): it stops rather
 // than pass over an event it cannot even record as dead.
 var errBadRow = errors.New("txbox cdc: undecodable outbox row")
 
-// row is one inserted outbox row.
+// row is one inserted outbox row, or one message of message mode (id 0).
 type row struct {
 	id      int64
 	msg     txbox.Message
@@ -121,4 +123,27 @@ func (rel *relation) decode(t *pglogrepl.TupleData) (row, error) {
 		rw.invalid = &txbox.InvalidMessageError{Field: "id", Reason: "message_id is NULL or empty"}
 	}
 	return rw, nil
+}
+
+// decodeMessage reads a logical decoding message of message mode (an
+// outboxsql.Event as JSON) into a row, committed at commit. Content that
+// is not an event is a row to record dead, identified by its LSN.
+func decodeMessage(m *pglogrepl.LogicalDecodingMessage, commit time.Time) row {
+	var ev outboxsql.Event
+	rw := row{msg: txbox.Message{CreatedAt: commit}}
+	if err := json.Unmarshal(m.Content, &ev); err != nil {
+		rw.msg.ID, rw.msg.Topic, rw.msg.Payload = "lsn:"+m.LSN.String(), m.Prefix, m.Content
+		rw.invalid = &txbox.InvalidMessageError{ID: rw.msg.ID, Field: "event", Reason: "is not a txbox event (JSON): " + err.Error()}
+		return rw
+	}
+	rw.msg.ID, rw.msg.Topic, rw.msg.Key, rw.msg.Payload, rw.msg.Headers = ev.ID, ev.Topic, ev.Key, ev.Payload, ev.Headers
+	if rw.msg.Payload == nil {
+		rw.msg.Payload = []byte{}
+	}
+	if err := rw.msg.Validate(0); err != nil {
+		rw.invalid = err
+	} else if rw.msg.ID == "" {
+		rw.invalid = &txbox.InvalidMessageError{Field: "id", Reason: "the event has no id"}
+	}
+	return rw
 }

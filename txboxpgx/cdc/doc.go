@@ -11,6 +11,10 @@
 // One relay per slot reads at a time; others wait on a lease and take over
 // when it lapses.
 //
+// In message mode (Config.MessagePrefix, with txbox.Config.MessagePrefix
+// on the writers' side) the events are logical decoding messages that Add
+// wrote into the WAL, and the table holds only the dead letters.
+//
 //	pool, _ := pgxpool.New(ctx, url) // the caller owns and closes it
 //	if err := cdc.CreateSlot(ctx, pool, cfg); err != nil { … } // once
 //	r, err := cdc.New(pool, pub, cfg)

@@ -234,13 +234,20 @@ func (r *Relay) settle(done []entry, acked *atomic.Uint64) {
 }
 
 // recordDead marks the row dead in the table, with the error, as the
-// polling relay does (txbox dead lists, redrives and discards it). It
-// retries while the database is unreachable, until ctx ends.
+// polling relay does (txbox dead lists, redrives and discards it); a
+// message of message mode (no row) is inserted into the table as a dead
+// row, once per message id. It retries while the database is unreachable,
+// until ctx ends.
 func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts int, outcome txbox.Outcome) error {
 	var wait time.Duration
 	for {
-		_, err := r.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET dead_at = now(), last_error = $2, attempts = $3 WHERE id = $1 AND dead_at IS NULL`, r.n.table),
-			rw.id, cause.Error(), attempts)
+		var err error
+		if rw.id != 0 {
+			_, err = r.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET dead_at = now(), last_error = $2, attempts = $3 WHERE id = $1 AND dead_at IS NULL`, r.n.table),
+				rw.id, cause.Error(), attempts)
+		} else {
+			err = r.insertDead(ctx, rw, cause, attempts)
+		}
 		if err == nil {
 			r.dead.Add(1)
 			if o := r.cfg.Observer; o != nil {
@@ -372,4 +379,30 @@ func (r *Relay) Sample(ctx context.Context) txbox.SlotSample {
 		s.LagSeconds = max(s.At.Sub(time.Unix(0, o)).Seconds(), 0)
 	}
 	return s
+}
+
+// insertDead records a message of message mode dead: a row of the table
+// with dead_at set, unless a row of its message id is there (a replay
+// after a restart records it once).
+func (r *Relay) insertDead(ctx context.Context, rw *row, cause error, attempts int) error {
+	headers := []byte("{}")
+	if len(rw.msg.Headers) > 0 {
+		headers, _ = json.Marshal(rw.msg.Headers) // a map of strings
+	}
+	var key any
+	if rw.msg.Key != "" {
+		key = rw.msg.Key
+	}
+	topic := rw.msg.Topic
+	if topic == "" {
+		topic = r.cfg.MessagePrefix // the table's topic is never empty
+	}
+	created := rw.msg.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	_, err := r.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (message_id, topic, ordering_key, payload, headers, created_at, attempts, last_error, dead_at)
+	    SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, now() WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE message_id = $1)`, r.n.table),
+		rw.msg.ID, topic, key, rw.msg.Payload, string(headers), created, attempts, cause.Error())
+	return err
 }

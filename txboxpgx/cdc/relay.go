@@ -169,8 +169,9 @@ func fatal(err error) bool {
 // txn is one committed transaction's outbox rows, with the LSN to confirm
 // once they are all settled.
 type txn struct {
-	rows []row
-	end  pglogrepl.LSN
+	rows   []row
+	end    pglogrepl.LSN
+	commit time.Time // the transaction's commit time
 }
 
 // session holds the lease for one replication connection.
@@ -218,6 +219,12 @@ func (r *Relay) session(ctx context.Context) error {
 	args := []string{"proto_version '1'", "publication_names '" + quote(r.n.publication) + "'"}
 	if version >= 140000 {
 		args = append(args, "binary 'true'")
+	}
+	if r.cfg.MessagePrefix != "" {
+		if version < 140000 {
+			return fmt.Errorf("%w: message mode needs PostgreSQL 14 or later (pgoutput's messages option); the server is %d", txbox.ErrInvalidConfig, version)
+		}
+		args = append(args, "messages 'true'")
 	}
 	err = pglogrepl.StartReplication(ctx, conn, r.n.slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
@@ -377,10 +384,17 @@ func (r *Relay) receive(ctx context.Context, conn *pgconn.PgConn, pipe chan<- tx
 			case *pglogrepl.RelationMessage:
 				rels[m.RelationID] = r.relation(m)
 			case *pglogrepl.BeginMessage:
-				cur = &txn{}
+				cur = &txn{commit: m.CommitTime}
+			case *pglogrepl.LogicalDecodingMessage:
+				// Message mode's events: transactional ones only (Add's),
+				// each delivered with its transaction.
+				if cur == nil || !m.Transactional || r.cfg.MessagePrefix == "" || m.Prefix != r.cfg.MessagePrefix {
+					continue
+				}
+				cur.rows = append(cur.rows, decodeMessage(m, cur.commit))
 			case *pglogrepl.InsertMessage:
 				rel := rels[m.RelationID]
-				if cur == nil || rel == nil || !rel.ours {
+				if cur == nil || rel == nil || !rel.ours || r.cfg.MessagePrefix != "" {
 					continue
 				}
 				rw, err := rel.decode(m.Tuple)
@@ -431,11 +445,19 @@ func (r *Relay) every(ctx context.Context, interval time.Duration, what string, 
 	}
 }
 
-// Cleanup deletes delivered rows older than Retention, in batches of
+// Cleanup deletes delivered rows older than Retention (in message mode:
+// redriven dead letters published more than Retention ago), in batches of
 // 1000: rows, not dead nor redriven and waiting (Redriven), whose id is at most the highest id the broker
 // acknowledged to this relay. It returns how many it deleted.
 func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	upto := r.maxAckedID.Load()
+	if r.cfg.MessagePrefix != "" {
+		// Message mode: the table holds dead letters only; a redriven
+		// one that was published is what there is to delete.
+		tag, err := r.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE published_at < now() - $1::interval`, r.n.table),
+			fmt.Sprintf("%d microseconds", r.cfg.Retention.Microseconds()))
+		return tag.RowsAffected(), err
+	}
 	if upto == 0 {
 		return 0, nil
 	}

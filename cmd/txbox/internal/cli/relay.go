@@ -44,8 +44,9 @@ type relayFlags struct {
 	statsInterval time.Duration
 
 	// --cdc (relay_cdc.go)
-	cdc  bool
-	slot slotFlags
+	cdc     bool
+	slot    slotFlags
+	cdcOpts cdcFlags
 
 	// several stores (relay_group.go)
 	storesFile string
@@ -119,6 +120,7 @@ or changed join or leave without a restart.`,
 	fs.DurationVar(&f.claimRetention, "claim-check-retention", claimcheck.DefaultRetention, "with --claim-check-table: how long a payload is kept once its message was delivered, at least 1s")
 	fs.BoolVar(&f.cdc, "cdc", false, "PostgreSQL: read the outbox table's inserts from the write-ahead log through a logical replication slot (txbox slot create) instead of claiming rows; one relay reads, others wait as standbys (docs/guide/cdc.md)")
 	f.slot.register(fs)
+	f.cdcOpts.register(fs)
 	fs.BoolVar(&f.noNotify, "no-notify", false, "PostgreSQL only: poll only, without LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction mode)")
 	fs.DurationVar(&f.statsInterval, "stats-interval", DefaultStatsInterval, "how often to print a stats line to stdout, at least 100ms; 0 turns it off")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations (as migrate up) before relaying")
@@ -229,9 +231,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	if f.cdc {
 		return runCDC(cmd, f, log, cfg)
 	}
-	if fs := cmd.Flags(); fs.Changed("slot") || fs.Changed("publication") {
-		log.Warn("--slot and --publication have no effect without --cdc")
-	}
+	warnCDCOnly(cmd.Flags(), log)
 	if len(f.tables.moreDBs) > 0 || f.storesFile != "" {
 		return runRelayGroup(cmd, f, log, cfg)
 	}
