@@ -38,7 +38,7 @@ func FromURL(ctx context.Context, url string, cfg PublisherConfig, opts ...nats.
 		nats.MaxReconnects(-1), nats.ReconnectWait(DefaultReconnectWait)}, opts...)
 	nc, err := nats.Connect(strings.Join(servers, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: connect to %s: %w", desc, brokerurl.Error(err, url))
+		return nil, fmt.Errorf("natsjs: connect to NATS at %s: %w", desc, brokerurl.Error(err, url))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -47,7 +47,7 @@ func FromURL(ctx context.Context, url string, cfg PublisherConfig, opts ...nats.
 	}
 	if err := nc.FlushWithContext(ctx); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("natsjs: connect to %s: %w", desc, brokerurl.Error(err, url))
+		return nil, fmt.Errorf("natsjs: connect to NATS at %s: %w", desc, brokerurl.Error(err, url))
 	}
 	p, err := NewPublisher(nc, cfg)
 	if err != nil {
