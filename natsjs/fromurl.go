@@ -29,6 +29,48 @@ const DefaultReconnectWait = 250 * time.Millisecond
 //	pub, err := natsjs.FromURL(ctx, os.Getenv("NATS_URL"), natsjs.PublisherConfig{Prefix: "shop."})
 //	defer pub.Close()
 func FromURL(ctx context.Context, url string, cfg PublisherConfig, opts ...nats.Option) (*Publisher, error) {
+	nc, err := dial(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewPublisher(nc, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p.owned = true
+	return p, nil
+}
+
+// DeadLettersFromURL connects to the NATS servers of url as FromURL does
+// and returns the dead letters of the bindings of a Subscriber configured
+// with prefix as its DeadLetterPrefix ("": the default), which own the
+// connection: Close closes it.
+func DeadLettersFromURL(ctx context.Context, url, prefix string, opts ...nats.Option) (*DeadLetters, error) {
+	nc, err := dial(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	d, err := NewDeadLetters(nc, prefix)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	d.nc = nc
+	return d, nil
+}
+
+// Close closes the connection of DeadLetters that DeadLettersFromURL
+// made; those from NewDeadLetters leave it to its creator.
+func (d *DeadLetters) Close() error {
+	if d.nc != nil {
+		d.nc.Close()
+	}
+	return nil
+}
+
+// dial connects to url for FromURL and DeadLettersFromURL.
+func dial(ctx context.Context, url string, opts []nats.Option) (*nats.Conn, error) {
 	servers, err := ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
@@ -49,13 +91,7 @@ func FromURL(ctx context.Context, url string, cfg PublisherConfig, opts ...nats.
 		nc.Close()
 		return nil, fmt.Errorf("natsjs: connect to NATS at %s: %w", desc, brokerurl.Error(err, url))
 	}
-	p, err := NewPublisher(nc, cfg)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	p.owned = true
-	return p, nil
+	return nc, nil
 }
 
 // Conn returns the connection the Publisher publishes on (to ensure a

@@ -19,6 +19,48 @@ import (
 //	pub, err := txboxkafka.FromURL(ctx, "kafka://127.0.0.1:9092", txboxkafka.PublisherConfig{Prefix: "shop."})
 //	defer pub.Close()
 func FromURL(ctx context.Context, url string, cfg PublisherConfig, opts ...kgo.Opt) (*Publisher, error) {
+	cl, err := dial(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewPublisher(cl, cfg)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	p.owned = true
+	return p, nil
+}
+
+// DeadLettersFromURL makes a client for url as FromURL does and returns
+// the dead letters of the bindings of a Subscriber configured with suffix
+// as its DeadLetterSuffix ("": the default), which own the client: Close
+// closes it.
+func DeadLettersFromURL(ctx context.Context, url, suffix string, opts ...kgo.Opt) (*DeadLetters, error) {
+	cl, err := dial(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	d, err := NewDeadLetters(cl, suffix)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	d.owned = true
+	return d, nil
+}
+
+// Close closes the client of DeadLetters that DeadLettersFromURL made;
+// those from NewDeadLetters leave it to its creator.
+func (d *DeadLetters) Close() error {
+	if d.owned {
+		d.cl.Close()
+	}
+	return nil
+}
+
+// dial makes a client for url and checks that a broker answers.
+func dial(ctx context.Context, url string, opts []kgo.Opt) (*kgo.Client, error) {
 	seeds, err := ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
@@ -27,17 +69,11 @@ func FromURL(ctx context.Context, url string, cfg PublisherConfig, opts ...kgo.O
 	if err != nil {
 		return nil, fmt.Errorf("%w: txboxkafka: %w", txbox.ErrInvalidConfig, err)
 	}
-	p, err := NewPublisher(cl, cfg)
-	if err != nil {
-		cl.Close()
-		return nil, err
-	}
-	p.owned = true
 	if err := cl.Ping(ctx); err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("txboxkafka: connect to Kafka at %s: %w", brokerurl.Redact(url), err)
 	}
-	return p, nil
+	return cl, nil
 }
 
 // Close closes the client of a Publisher that FromURL made; a Publisher

@@ -40,6 +40,49 @@ func FromURL(ctx context.Context, url string, cfg PublisherConfig, conn ConnConf
 	return p, nil
 }
 
+// DeadLettersFromURL connects to RabbitMQ at url with conn's settings, as
+// FromURL does, and returns the dead letters of the queues there, over a
+// Conn of their own, which Close closes.
+func DeadLettersFromURL(ctx context.Context, url string, conn ConnConfig) (*DeadLetters, error) {
+	c, err := NewConn(url, conn)
+	if err != nil {
+		return nil, err
+	}
+	d, err := NewDeadLetters(c)
+	if err != nil {
+		return nil, err
+	}
+	d.owned = true
+	done := make(chan error, 1)
+	go func() {
+		ch, err := c.Channel()
+		if err == nil {
+			_ = ch.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		go c.Close() // once the dial in flight ends
+		return nil, fmt.Errorf("txboxrabbitmq: connect to RabbitMQ at %s: %w", brokerurl.Redact(url), ctx.Err())
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("txboxrabbitmq: connect to RabbitMQ at %s: %w", brokerurl.Redact(url), brokerurl.Error(err, url))
+	}
+	return d, nil
+}
+
+// Close closes the Conn of DeadLetters that DeadLettersFromURL made;
+// those from NewDeadLetters leave it to its creator.
+func (d *DeadLetters) Close() error {
+	if d.owned {
+		return d.conn.Close()
+	}
+	return nil
+}
+
 // checkExchange connects and checks that the exchange exists.
 func (p *Publisher) checkExchange() error {
 	ch, err := p.conn.Channel()

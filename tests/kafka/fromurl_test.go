@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dlq"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxkafka"
 )
@@ -58,5 +60,25 @@ func TestFromURLErrors(t *testing.T) {
 	_, err = txboxkafka.FromURL(ctx, "kafka://"+addr, txboxkafka.PublisherConfig{})
 	if err == nil || errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "connect to Kafka at kafka://"+addr) {
 		t.Errorf("no broker: %v; want a connect error naming the URL", err)
+	}
+}
+
+// DeadLettersFromURL reads a binding's dead letters with a client of its
+// own, made with the options given, which its Close closes.
+func TestDeadLettersFromURL(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Name("dl")
+	c := cluster(t, kfake.SeedTopics(1, topic+txboxkafka.DefaultDeadLetterSuffix))
+	ctx := context.Background()
+	d, err := txboxkafka.DeadLettersFromURL(ctx, "kafka://"+strings.Join(c.ListenAddrs(), ","), "", kgo.AllowAutoTopicCreation())
+	testenv.Must(t, err, "DeadLettersFromURL")
+	binding := txboxkafka.Binding(topic, "g")
+	page, err := d.List(ctx, binding, dlq.Query{})
+	if err != nil || len(page.Letters) != 0 {
+		t.Fatalf("List = %v, %v; want no dead letters", page.Letters, err)
+	}
+	testenv.Must(t, d.Close(), "Close")
+	if _, err := d.List(ctx, binding, dlq.Query{}); err == nil {
+		t.Fatal("List after Close succeeded: the client is still open")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dlq"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -80,5 +81,35 @@ func TestFromURLErrorsQuoteNoPassword(t *testing.T) {
 	}
 	if !errors.Is(err, nats.ErrNoServers) {
 		t.Errorf("error %v does not wrap nats.ErrNoServers", err)
+	}
+}
+
+// DeadLettersFromURL reads a binding's dead letters on a connection of
+// its own, which its Close closes; its connect error quotes no password.
+func TestDeadLettersFromURL(t *testing.T) {
+	t.Parallel()
+	testenv.NATS(t)
+	ctx := context.Background()
+	prefix := testenv.Subject()
+	stream := strings.TrimSuffix(prefix, ".")
+	d, err := natsjs.DeadLettersFromURL(ctx, testenv.NATSURL(), prefix)
+	testenv.Must(t, err, "DeadLettersFromURL")
+	js, err := jetstream.New(testenv.NATS(t))
+	testenv.Must(t, err, "jetstream")
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ">"}})
+	testenv.Must(t, err, "stream")
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	page, err := d.List(ctx, "S/durable", dlq.Query{})
+	if err != nil || len(page.Letters) != 0 {
+		t.Fatalf("List = %v, %v; want no dead letters", page.Letters, err)
+	}
+	testenv.Must(t, d.Close(), "Close")
+	if _, err := d.List(ctx, "S/durable", dlq.Query{}); err == nil {
+		t.Fatal("List after Close succeeded: the connection is still open")
+	}
+	const secret = "s3cr3tQZJ"
+	_, err = natsjs.DeadLettersFromURL(ctx, "nats://u:"+secret+"@"+closedAddr(t), "", nats.Timeout(time.Second))
+	if err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("nothing listening: %v; want an error without the password", err)
 	}
 }

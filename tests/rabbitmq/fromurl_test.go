@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dlq"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxrabbitmq"
 )
@@ -61,5 +62,31 @@ func TestFromURLRefusesMissingExchangeAndBadLogin(t *testing.T) {
 	_, err = txboxrabbitmq.FromURL(ctx, "amqp://u:"+secret+"@h:bad/", txboxrabbitmq.PublisherConfig{}, txboxrabbitmq.ConnConfig{})
 	if !errors.Is(err, txbox.ErrInvalidConfig) || strings.Contains(err.Error(), secret) {
 		t.Errorf("bad port: %v; want txbox.ErrInvalidConfig without the password", err)
+	}
+}
+
+// DeadLettersFromURL reads a queue's dead letters on a connection of its
+// own, which its Close closes; its errors quote no password.
+func TestDeadLettersFromURL(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ(t)
+	q := queue(t, url)
+	ctx := context.Background()
+	d, err := txboxrabbitmq.DeadLettersFromURL(ctx, url, txboxrabbitmq.ConnConfig{})
+	testenv.Must(t, err, "DeadLettersFromURL")
+	page, err := d.List(ctx, q, dlq.Query{})
+	if err != nil || len(page.Letters) != 0 {
+		t.Fatalf("List = %v, %v; want no dead letters", page.Letters, err)
+	}
+	testenv.Must(t, d.Close(), "Close")
+	if _, err := d.List(ctx, q, dlq.Query{}); err == nil {
+		t.Fatal("List after Close succeeded: the connection is still open")
+	}
+	const secret = "s3cr3tQZJ"
+	user, rest, _ := strings.Cut(strings.TrimPrefix(url, "amqp://"), "@")
+	name, _, _ := strings.Cut(user, ":")
+	_, err = txboxrabbitmq.DeadLettersFromURL(ctx, "amqp://"+name+":"+secret+"@"+rest, txboxrabbitmq.ConnConfig{})
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), ":xxxxx@") {
+		t.Errorf("bad password: %v; want an error quoting the URL without the password", err)
 	}
 }

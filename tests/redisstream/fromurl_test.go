@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/dlq"
 	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -49,5 +50,30 @@ func TestFromURLErrorsQuoteNoPassword(t *testing.T) {
 	_, err = redisstream.FromURL(ctx, "redis://:"+secret+"@h:bad/0", redisstream.PublisherConfig{})
 	if !errors.Is(err, txbox.ErrInvalidConfig) || strings.Contains(err.Error(), secret) {
 		t.Errorf("bad port: %v; want txbox.ErrInvalidConfig without the password", err)
+	}
+}
+
+// DeadLettersFromURL reads a binding's dead letters with a client of its
+// own, which its Close closes; its errors quote no password.
+func TestDeadLettersFromURL(t *testing.T) {
+	t.Parallel()
+	testenv.Redis(t)
+	ctx := context.Background()
+	binding := redisstream.Binding(testenv.Name("dl"), "g")
+	d, err := redisstream.DeadLettersFromURL(ctx, testenv.RedisURL(), "")
+	testenv.Must(t, err, "DeadLettersFromURL")
+	page, err := d.List(ctx, binding, dlq.Query{})
+	if err != nil || len(page.Letters) != 0 {
+		t.Fatalf("List = %v, %v; want no dead letters", page.Letters, err)
+	}
+	testenv.Must(t, d.Close(), "Close")
+	if _, err := d.List(ctx, binding, dlq.Query{}); err == nil {
+		t.Fatal("List after Close succeeded: the client is still open")
+	}
+	const secret = "s3cr3tQZJ"
+	url := strings.Replace(testenv.RedisURL(), "redis://", "redis://"+testenv.Name("nouser")+":"+secret+"@", 1)
+	_, err = redisstream.DeadLettersFromURL(ctx, url, "")
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), ":xxxxx@") {
+		t.Errorf("AUTH refused: %v; want an error quoting the URL without the password", err)
 	}
 }
