@@ -32,6 +32,7 @@ const redriveIDPrefix = "redrive:"
 type DeadLetters struct {
 	js     jetstream.JetStream
 	prefix string
+	nc     *nats.Conn // made by DeadLettersFromURL: Close closes it
 }
 
 var _ dlq.Store = (*DeadLetters)(nil)

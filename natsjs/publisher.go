@@ -95,6 +95,7 @@ type Publisher struct {
 	dups     atomic.Int64
 	// maxPayload is the server's max payload (nc.MaxPayload).
 	maxPayload func() int64
+	owned      bool // made by FromURL: Close closes nc
 }
 
 var (

@@ -36,6 +36,7 @@ const (
 type DeadLetters struct {
 	rdb    redis.UniversalClient
 	suffix string
+	owned  bool // made by DeadLettersFromURL: Close closes rdb
 }
 
 var _ dlq.Store = (*DeadLetters)(nil)

@@ -36,8 +36,9 @@ type PublisherConfig struct {
 
 // Publisher appends messages to Redis streams; see the package doc.
 type Publisher struct {
-	rdb redis.UniversalClient
-	cfg PublisherConfig
+	rdb   redis.UniversalClient
+	cfg   PublisherConfig
+	owned bool // made by FromURL: Close closes rdb
 }
 
 var _ txbox.Publisher = (*Publisher)(nil)

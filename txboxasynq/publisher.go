@@ -47,6 +47,7 @@ type PublisherConfig struct {
 type Publisher struct {
 	client *asynq.Client
 	cfg    PublisherConfig
+	rdb    *redis.Client // made by FromURL: Close closes it
 }
 
 var _ txbox.Publisher = (*Publisher)(nil)

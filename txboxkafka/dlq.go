@@ -49,6 +49,7 @@ const (
 type DeadLetters struct {
 	cl     *kgo.Client
 	suffix string
+	owned  bool // made by DeadLettersFromURL: Close closes cl
 }
 
 var _ dlq.Store = (*DeadLetters)(nil)

@@ -51,6 +51,7 @@ type Publisher struct {
 	txnMu        sync.Mutex
 	broken       error // under txnMu: the client can never commit again
 	abortPending bool  // under txnMu: the last abort did not get through
+	owned        bool  // made by FromURL: Close closes cl
 }
 
 var (

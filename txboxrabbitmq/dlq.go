@@ -29,7 +29,8 @@ const maxScan = 100000
 // in their places when the channel closes. A dead letter read meanwhile
 // by another client is not seen.
 type DeadLetters struct {
-	conn *Conn
+	conn  *Conn
+	owned bool // made by DeadLettersFromURL: Close closes conn
 }
 
 var _ dlq.Store = (*DeadLetters)(nil)

@@ -76,6 +76,7 @@ type Publisher struct {
 	mu      sync.Mutex
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	owned   bool // made by FromURL: Close closes conn
 }
 
 var (
@@ -142,11 +143,15 @@ func (p *Publisher) reset() {
 	p.ch, p.returns = nil, nil
 }
 
-// Close closes the Publisher's channel; the connection stays open.
+// Close closes the Publisher's channel, and the Conn of a Publisher that
+// FromURL made; a Publisher from NewPublisher leaves the Conn open.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reset()
+	if p.owned {
+		return p.conn.Close()
+	}
 	return nil
 }
 

@@ -155,3 +155,20 @@ func Scrub(msg, raw string) string {
 	}
 	return msg
 }
+
+// Error returns err with raw's password masked in its message (see Scrub);
+// errors.Is and errors.As see err through it. Nil for a nil err.
+func Error(err error, raw string) error {
+	if err == nil {
+		return nil
+	}
+	return &scrubbed{msg: Scrub(err.Error(), raw), err: err}
+}
+
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }

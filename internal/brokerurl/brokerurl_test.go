@@ -1,6 +1,8 @@
 package brokerurl
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -61,5 +63,21 @@ func TestScrub(t *testing.T) {
 	got := Scrub(`dial "p@ss": p@ss and p%40ss`, "redis://u:p%40ss@h/0")
 	if strings.Contains(got, "p@ss") || strings.Contains(got, "p%40ss") {
 		t.Errorf("Scrub left the password: %s", got)
+	}
+}
+
+// Error masks the password in the message and keeps the chain.
+func TestError(t *testing.T) {
+	t.Parallel()
+	base := errors.New("dial nats://u:s3cr%2Ft@h:4222: refused for s3cr/t")
+	err := Error(fmt.Errorf("connect: %w", base), "nats://u:s3cr%2Ft@h:4222")
+	if strings.Contains(err.Error(), "s3cr") {
+		t.Errorf("Error kept the password: %q", err)
+	}
+	if !errors.Is(err, base) {
+		t.Errorf("Error lost the chain: %v", err)
+	}
+	if Error(nil, "nats://u:p@h") != nil {
+		t.Error("Error(nil) is not nil")
 	}
 }

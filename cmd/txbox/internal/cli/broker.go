@@ -92,11 +92,6 @@ func natsRetryable(err error) bool {
 	return true
 }
 
-// NATSReconnectWait is the wait of the CLI's NATS connections between
-// reconnect attempts (nats.go's default is 2s): a relay is back within about
-// this long of its server.
-const NATSReconnectWait = 250 * time.Millisecond
-
 func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	f.fs = fs
@@ -303,48 +298,27 @@ func splitHostPort(hp string) (string, int, error) {
 	return host, port, nil
 }
 
-// broker is a NATS connection, to an embedded server or a remote one.
+// broker is the publisher of --broker, or of the embedded NATS server.
 type broker struct {
-	nc   *nats.Conn
-	srv  *natsembed.Server // nil for a remote server
-	desc string
-	// pub and closer are set for the brokers other than NATS; see
-	// openOtherBroker.
-	pub    txbox.Publisher
-	closer func()
-	log    *slog.Logger // for the NATS publisher's debug lines; nil logs none
-	// ceSource is the NATS publisher's CloudEventsSource.
-	ceSource string
-	// closed is closed when the NATS connection is closed for good; nil
-	// for the other brokers.
+	pub   txbox.Publisher
+	close func() error      // the publisher's Close
+	srv   *natsembed.Server // the embedded server; nil for a remote one
+	desc  string
+	// nc is the NATS connection, closed is closed when it is closed for
+	// good; nil for the other brokers.
+	nc     *nats.Conn
 	closed chan struct{}
-	// maxControlLine is natsjs.PublisherConfig.MaxControlLine; natsPub the
-	// NATS publisher made, whose learned MaxControlLine outlives the
-	// connection (see reconnecting).
-	maxControlLine int
-	natsPub        *natsjs.Publisher
-}
-
-// publisher returns the broker's publisher; on NATS, topics get prefix.
-func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
-	if b.pub != nil {
-		return b.pub, nil
-	}
-	p, err := natsjs.NewPublisher(b.nc, natsjs.PublisherConfig{Prefix: prefix, Logger: b.log, CloudEventsSource: b.ceSource, MaxControlLine: b.maxControlLine})
-	if err != nil {
-		return nil, err
-	}
-	b.natsPub = p
-	return p, nil
+	// natsPub is the NATS publisher, whose learned MaxControlLine outlives
+	// the connection (see reconnecting).
+	natsPub *natsjs.Publisher
 }
 
 // openBroker connects to the broker (starting the embedded server if asked)
-// and ensures the stream. Progress lines go to out.
+// and builds its publisher with the adapter's FromURL; on NATS, it ensures
+// the stream. Progress lines go to out. A failure that trying again may
+// cure is an unreachableError.
 func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
-	if f.url != "" && otherBroker(f.url[:strings.Index(f.url, "://")]) {
-		return openOtherBroker(ctx, f, out)
-	}
-	b := &broker{log: f.events, closed: make(chan struct{}), ceSource: f.ceSource}
+	b := &broker{}
 	url := f.url
 	if url == "" {
 		host, port, err := splitHostPort(f.natsListen)
@@ -366,16 +340,43 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 	} else {
 		b.desc = redact(url, url)
 	}
-	closed := b.closed
-	opts := []nats.Option{nats.Name("txbox"), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(NATSReconnectWait),
-		nats.ClosedHandler(func(nc *nats.Conn) {
-			close(closed)
-			if err := nc.LastError(); err != nil && f.events != nil {
-				f.events.Warn("NATS connection closed", "broker", b.desc, "err", redactErr(err, url))
-			}
-		})}
+	scheme, _, _ := strings.Cut(url, "://")
+	retryable := func(error) bool { return true }
+	var err error
+	switch scheme {
+	case "amqp", "amqps":
+		retryable = amqpRetryable
+		err = b.openRabbitMQ(ctx, f, out)
+	case "kafka":
+		err = b.openKafka(ctx, f, out)
+	case "redis", "rediss", "asynq+redis", "asynq+rediss":
+		err = b.openRedis(ctx, f, out)
+	default:
+		retryable = natsRetryable
+		err = b.openNATS(ctx, f, url, out)
+	}
+	if err != nil {
+		b.Close()
+		if !errors.Is(err, txbox.ErrInvalidConfig) && retryable(err) {
+			err = &unreachableError{err}
+		}
+		return nil, redactErr(err, url)
+	}
+	return b, nil
+}
+
+// openNATS connects to the NATS server at url, logging the connection's
+// events to f.events, and ensures the stream.
+func (b *broker) openNATS(ctx context.Context, f *brokerFlags, url string, out io.Writer) error {
+	b.closed = make(chan struct{})
+	closed, desc := b.closed, b.desc
+	opts := []nats.Option{nats.ClosedHandler(func(nc *nats.Conn) {
+		close(closed)
+		if err := nc.LastError(); err != nil && f.events != nil {
+			f.events.Warn("NATS connection closed", "broker", desc, "err", redactErr(err, url))
+		}
+	})}
 	if log := f.events; log != nil {
-		desc := b.desc
 		opts = append(opts,
 			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 				if err == nil || nc.IsClosed() {
@@ -394,24 +395,13 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 				log.Warn("NATS asynchronous error", args...)
 			}))
 	}
-	nc, err := nats.Connect(url, opts...)
+	p, err := natsjs.FromURL(ctx, url, natsjs.PublisherConfig{Prefix: f.subjectPrefix, Logger: f.events,
+		CloudEventsSource: f.ceSource, MaxControlLine: f.maxControlLine}, opts...)
 	if err != nil {
-		b.Close()
-		err = fmt.Errorf("connect to NATS at %s: %w", b.desc, redactErr(err, url))
-		if natsRetryable(err) {
-			err = &unreachableError{err}
-		}
-		return nil, err
+		return err
 	}
-	b.nc = nc
-	if err := ensureStream(ctx, nc, f, out); err != nil {
-		b.Close()
-		if natsRetryable(err) {
-			err = &unreachableError{err}
-		}
-		return nil, err
-	}
-	return b, nil
+	b.pub, b.close, b.nc, b.natsPub = p, p.Close, p.Conn(), p
+	return ensureStream(ctx, b.nc, f, out)
 }
 
 func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Writer) error {
@@ -465,115 +455,63 @@ func uncaptured(want, have []string) []string {
 	return missing
 }
 
-// Close closes the connection and stops the embedded server.
+// Close closes the publisher and its connection and stops the embedded
+// server.
 func (b *broker) Close() {
-	if b.closer != nil {
-		b.closer()
-	}
-	if b.nc != nil {
-		b.nc.Close()
+	if b.close != nil {
+		_ = b.close()
 	}
 	if b.srv != nil {
 		b.srv.Shutdown()
 	}
 }
 
-// otherBroker reports whether scheme names a broker other than NATS:
-// amqp:// (RabbitMQ), redis:// (Redis Streams), asynq+redis:// (asynq tasks)
-// and kafka://, with amqps://, rediss:// and asynq+rediss:// for TLS.
-func otherBroker(scheme string) bool {
-	switch scheme {
-	case "amqp", "amqps", "redis", "rediss", "asynq+redis", "asynq+rediss", "kafka":
-		return true
+// openKafka builds the Kafka publisher: --subject-prefix is put before
+// topics to name Kafka topics; --kafka-transactional-id makes it
+// transactional.
+func (b *broker) openKafka(ctx context.Context, f *brokerFlags, out io.Writer) error {
+	var opts []kgo.Opt
+	if f.kafkaTxnID != "" {
+		opts = append(opts, kgo.TransactionalID(f.kafkaTxnID))
 	}
-	return false
+	p, err := txboxkafka.FromURL(ctx, f.url, txboxkafka.PublisherConfig{Prefix: f.subjectPrefix, CloudEventsSource: f.ceSource}, opts...)
+	if err != nil {
+		return err
+	}
+	b.pub, b.close = p, p.Close
+	if f.kafkaTxnID != "" {
+		fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>; one transaction per batch, transactional id %s\n", b.desc, f.subjectPrefix, cell(f.kafkaTxnID))
+	} else {
+		fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>\n", b.desc, f.subjectPrefix)
+	}
+	return nil
 }
 
-// openOtherBroker connects to RabbitMQ, Redis or Kafka and builds the
-// publisher. --subject-prefix is put before topics to name routing keys,
-// streams and Kafka topics.
-// Query parameters: redis:// takes maxlen=N (XADD MAXLEN ~ N); asynq+redis://
-// takes queue=NAME (default "default") and reads TXBOX_TASK_RETENTION.
-func openOtherBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
-	scheme, _, _ := strings.Cut(f.url, "://")
-	if scheme == "amqp" || scheme == "amqps" {
-		return openRabbitMQ(f, out)
-	}
-	b := &broker{desc: redact(f.url, f.url)}
-	if scheme == "kafka" {
-		seeds, err := txboxkafka.ParseURL(f.url)
-		if err != nil {
-			return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
-		}
-		opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ClientID("txbox")}
-		if f.kafkaTxnID != "" {
-			opts = append(opts, kgo.TransactionalID(f.kafkaTxnID))
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
-		}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := cl.Ping(pctx); err != nil {
-			cl.Close()
-			return nil, &unreachableError{fmt.Errorf("connect to Kafka at %s: %w", b.desc, redactErr(err, f.url))}
-		}
-		b.closer = cl.Close
-		if b.pub, err = txboxkafka.NewPublisher(cl, txboxkafka.PublisherConfig{Prefix: f.subjectPrefix, CloudEventsSource: f.ceSource}); err != nil {
-			b.Close()
-			return nil, err
-		}
-		if f.kafkaTxnID != "" {
-			fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>; one transaction per batch, transactional id %s\n", b.desc, f.subjectPrefix, cell(f.kafkaTxnID))
-		} else {
-			fmt.Fprintf(out, "Kafka at %s: topics are %s<topic>\n", b.desc, f.subjectPrefix)
-		}
-		return b, nil
-	}
-	asynqTarget := strings.HasPrefix(scheme, "asynq+")
-	var (
-		opt      *redis.Options
-		asynqCfg txboxasynq.PublisherConfig
-		redisCfg redisstream.PublisherConfig
-		err      error
-	)
-	if asynqTarget {
-		opt, asynqCfg, err = txboxasynq.ParseURL(f.url)
-	} else {
-		opt, redisCfg, err = redisstream.ParseURL(f.url)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("--broker %q: %w", b.desc, redactErr(err, f.url))
-	}
+// openRedis builds the Redis Streams publisher (--subject-prefix names
+// the streams; the URL's maxlen=N trims them) or, for asynq+redis://, the
+// asynq one (the URL's queue=NAME, TXBOX_TASK_RETENTION).
+func (b *broker) openRedis(ctx context.Context, f *brokerFlags, out io.Writer) error {
 	if f.events != nil {
 		redis.SetLogger(redisstream.Logger(f.events)) // go-redis logs to stderr by itself
 	}
-	rdb := redis.NewClient(opt)
-	b.closer = func() { _ = rdb.Close() }
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		b.Close()
-		return nil, &unreachableError{fmt.Errorf("connect to Redis at %s: %w", b.desc, redactErr(err, f.url))}
-	}
-	if asynqTarget {
-		asynqCfg.Retention, err = taskRetentionFromEnv()
-		if err == nil {
-			b.pub, err = txboxasynq.NewPublisher(rdb, asynqCfg)
-		}
+	if strings.HasPrefix(f.url, "asynq+") {
+		retention, err := taskRetentionFromEnv()
 		if err != nil {
-			b.Close()
-			return nil, err
+			return err
 		}
-		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, cell(asynqCfg.Queue))
-		return b, nil
+		p, err := txboxasynq.FromURL(ctx, f.url, txboxasynq.PublisherConfig{Retention: retention})
+		if err != nil {
+			return err
+		}
+		b.pub, b.close = p, p.Close
+		fmt.Fprintf(out, "asynq on Redis at %s: tasks of type <topic> go to queue %s\n", b.desc, cell(p.Queue()))
+		return nil
 	}
-	redisCfg.Prefix = f.subjectPrefix
-	if b.pub, err = redisstream.NewPublisher(rdb, redisCfg); err != nil {
-		b.Close()
-		return nil, err
+	p, err := redisstream.FromURL(ctx, f.url, redisstream.PublisherConfig{Prefix: f.subjectPrefix})
+	if err != nil {
+		return err
 	}
+	b.pub, b.close = p, p.Close
 	fmt.Fprintf(out, "Redis Streams at %s: streams are %s<topic>\n", b.desc, f.subjectPrefix)
-	return b, nil
+	return nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -63,47 +64,19 @@ func brokerKind(scheme string) string {
 	return scheme + "://"
 }
 
-// openRabbitMQ connects to RabbitMQ, checks the exchange and builds the
-// publisher: persistent messages, publisher confirms (always: without them
-// a row would be marked published that the broker may never have taken),
-// mandatory routing unless --allow-unroutable.
-func openRabbitMQ(f *brokerFlags, out io.Writer) (*broker, error) {
-	b := &broker{desc: redact(f.url, f.url)}
-	conn, err := txboxrabbitmq.NewConn(f.url, txboxrabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox relay"}}})
-	if err != nil {
-		return nil, err
-	}
-	b.closer = func() { _ = conn.Close() }
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Close()
-		err = fmt.Errorf("connect to RabbitMQ at %s: %w", b.desc, redactErr(err, f.url))
-		if amqpRetryable(err) {
-			err = &unreachableError{err}
-		}
-		return nil, err
-	}
-	if x := f.amqp.exchange; x != "" {
-		if err := ch.ExchangeDeclarePassive(x, "topic", true, false, false, false, nil); err != nil {
-			b.Close()
-			err = fmt.Errorf("--exchange %q: %w (declare it first, e.g. rabbitmqadmin declare exchange name=%s type=topic durable=true)", x, redactErr(err, f.url), x)
-			if amqpRetryable(err) {
-				err = &unreachableError{err}
-			}
-			return nil, err
-		}
-	}
-	_ = ch.Close()
-	pub, err := txboxrabbitmq.NewPublisher(conn, txboxrabbitmq.PublisherConfig{
+// openRabbitMQ builds the RabbitMQ publisher: persistent messages,
+// publisher confirms (always: without them a row would be marked
+// published that the broker may never have taken), mandatory routing
+// unless --allow-unroutable.
+func (b *broker) openRabbitMQ(ctx context.Context, f *brokerFlags, out io.Writer) error {
+	p, err := txboxrabbitmq.FromURL(ctx, f.url, txboxrabbitmq.PublisherConfig{
 		Exchange: f.amqp.exchange, Prefix: f.subjectPrefix, AllowUnroutable: f.amqp.allowUnroutable,
-		CloudEventsSource: f.ceSource, CloudEventsSeparator: f.amqp.ceSeparator})
+		CloudEventsSource: f.ceSource, CloudEventsSeparator: f.amqp.ceSeparator},
+		txboxrabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox relay"}}})
 	if err != nil {
-		b.Close()
-		return nil, err
+		return err
 	}
-	b.pub = pub
-	closer := b.closer
-	b.closer = func() { _ = pub.Close(); closer() }
+	b.pub, b.close = p, p.Close
 	exchange, routing := "the default exchange", "mandatory"
 	if f.amqp.exchange != "" {
 		exchange = "exchange " + cell(f.amqp.exchange)
@@ -112,7 +85,7 @@ func openRabbitMQ(f *brokerFlags, out io.Writer) (*broker, error) {
 		routing = "not mandatory: unroutable messages are dropped"
 	}
 	fmt.Fprintf(out, "RabbitMQ at %s: %s, routing key %s<topic>, publisher confirms, %s\n", b.desc, exchange, cell(f.subjectPrefix), routing)
-	return b, nil
+	return nil
 }
 
 // amqpRetryable reports whether a RabbitMQ error may go away by itself:

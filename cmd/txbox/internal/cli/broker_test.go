@@ -116,9 +116,7 @@ func TestOtherBrokers(t *testing.T) {
 			b, err := openBroker(ctx, &f, &out)
 			testenv.Must(t, err, "open %s", c.url)
 			defer b.Close()
-			pub, err := b.publisher(f.subjectPrefix)
-			testenv.Must(t, err, "publisher")
-			if errs := pub.Publish(ctx, []txbox.Message{{ID: testenv.Name("id"), Topic: "orders", Payload: []byte("{}")}}); errs != nil {
+			if errs := b.pub.Publish(ctx, []txbox.Message{{ID: testenv.Name("id"), Topic: "orders", Payload: []byte("{}")}}); errs != nil {
 				t.Fatalf("publish: %v", errs)
 			}
 			c.check(t)
@@ -152,8 +150,7 @@ func TestKafkaTransactionalID(t *testing.T) {
 	if want := "transactional id " + id; !strings.Contains(out.String(), want) {
 		t.Fatalf("output lacks %q: %s", want, out.String())
 	}
-	pub, err := b.publisher(f.subjectPrefix)
-	testenv.Must(t, err, "publisher")
+	pub := b.pub
 	if kp, ok := pub.(*txboxkafka.Publisher); !ok || kp.TransactionalID() != id {
 		t.Fatalf("publisher %T is not transactional with id %s", pub, id)
 	}

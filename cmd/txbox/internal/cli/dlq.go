@@ -15,7 +15,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -53,71 +52,26 @@ func (f *dlqFlags) open(ctx context.Context) (dlq.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	desc := redact(f.broker, f.broker)
+	var st interface {
+		dlq.Store
+		Close() error
+	}
 	switch scheme {
 	case "nats":
-		nc, err := nats.Connect(f.broker, nats.Name("txbox dlq"), nats.Timeout(5*time.Second))
-		if err != nil {
-			return nil, nil, fmt.Errorf("connect to NATS at %s: %w", desc, redactErr(err, f.broker))
-		}
-		s, err := natsjs.NewDeadLetters(nc, f.prefix)
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-		return s, nc.Close, nil
+		st, err = natsjs.DeadLettersFromURL(ctx, f.broker, f.prefix, nats.Name("txbox dlq"))
 	case "amqp", "amqps":
-		conn, err := txboxrabbitmq.NewConn(f.broker, txboxrabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox dlq"}}})
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := txboxrabbitmq.NewDeadLetters(conn)
-		if err != nil {
-			_ = conn.Close()
-			return nil, nil, err
-		}
-		return s, func() { _ = conn.Close() }, nil
+		st, err = txboxrabbitmq.DeadLettersFromURL(ctx, f.broker, txboxrabbitmq.ConnConfig{AMQP: amqp.Config{Properties: amqp.Table{"connection_name": "txbox dlq"}}})
 	case "redis", "rediss":
-		opt, _, err := redisstream.ParseURL(f.broker) // maxlen=N, the publisher's, is the relay's
-		if err != nil {
-			return nil, nil, fmt.Errorf("--broker %q: %w", desc, redactErr(err, f.broker))
-		}
-		rdb := redis.NewClient(opt)
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := rdb.Ping(pctx).Err(); err != nil {
-			_ = rdb.Close()
-			return nil, nil, fmt.Errorf("connect to Redis at %s: %w", desc, redactErr(err, f.broker))
-		}
-		s, err := redisstream.NewDeadLetters(rdb, f.suffix)
-		if err != nil {
-			_ = rdb.Close()
-			return nil, nil, err
-		}
-		return s, func() { _ = rdb.Close() }, nil
+		st, err = redisstream.DeadLettersFromURL(ctx, f.broker, f.suffix)
 	case "kafka":
-		seeds, err := txboxkafka.ParseURL(f.broker)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--broker %q: %w", desc, redactErr(err, f.broker))
-		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("txbox dlq"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("--broker %q: %w", desc, redactErr(err, f.broker))
-		}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := cl.Ping(pctx); err != nil {
-			cl.Close()
-			return nil, nil, fmt.Errorf("connect to Kafka at %s: %w", desc, redactErr(err, f.broker))
-		}
-		s, err := txboxkafka.NewDeadLetters(cl, f.suffix)
-		if err != nil {
-			cl.Close()
-			return nil, nil, err
-		}
-		return s, cl.Close, nil
+		st, err = txboxkafka.DeadLettersFromURL(ctx, f.broker, f.suffix, kgo.ClientID("txbox dlq"))
+	default:
+		return nil, nil, fmt.Errorf("--broker %s: txbox dlq reads the dead letters of NATS JetStream, RabbitMQ, Redis Streams and Kafka; not of %s", redact(f.broker, f.broker), scheme)
 	}
-	return nil, nil, fmt.Errorf("--broker %s: txbox dlq reads the dead letters of NATS JetStream, RabbitMQ, Redis Streams and Kafka; not of %s", desc, scheme)
+	if err != nil {
+		return nil, nil, redactErr(err, f.broker)
+	}
+	return st, func() { _ = st.Close() }, nil
 }
 
 // filterFlags are the filters of dlq list, redrive and discard.

@@ -315,7 +315,6 @@ func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relay
 			return err
 		}
 		began := time.Now()
-		br.maxControlLine = f.broker.maxControlLine
 		err = run(br)
 		if br.natsPub != nil {
 			// The server's max control line, if a closed connection taught
@@ -415,10 +414,7 @@ func dbRetryable(err error) bool {
 // stops by itself (its error, txbox.ErrPublisherClosed). An outbox table
 // that is missing or not migrated is a *txbox.StartupError.
 func relayWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, db *database, br *broker, cfg relay.Config) error {
-	pub, err := br.publisher(f.broker.subjectPrefix)
-	if err != nil {
-		return err
-	}
+	pub := br.pub
 	r, err := db.relay(pub, cfg)
 	if err != nil {
 		return err

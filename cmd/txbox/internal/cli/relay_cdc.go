@@ -118,10 +118,7 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 // cdcWith runs a log-based relay with br until ctx ends (nil) or the relay
 // stops by itself (its error).
 func cdcWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, db *database, br *broker, ccfg cdc.Config, current *atomic.Pointer[cdc.Relay]) error {
-	pub, err := br.publisher(f.broker.subjectPrefix)
-	if err != nil {
-		return err
-	}
+	pub := br.pub
 	r, err := cdc.New(db.pool, pub, ccfg)
 	if err != nil {
 		return err

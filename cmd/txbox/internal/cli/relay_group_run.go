@@ -22,10 +22,7 @@ import (
 // from reload, load lists the stores again (see groupRun.reload).
 func groupWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags,
 	starts *storeStarts, br *broker, base relay.Config, budget int, reload <-chan os.Signal, load func() ([]storeSpec, error)) error {
-	pub, err := br.publisher(f.broker.subjectPrefix)
-	if err != nil {
-		return err
-	}
+	pub := br.pub
 	g, err := relay.NewGroup(relay.GroupConfig{DatabaseBudget: budget, Logger: log})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package cli
 import (
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -100,7 +101,7 @@ func checkBroker(t *testing.T, raw string) {
 		return
 	}
 	given, rest, _ := strings.Cut(raw, "://")
-	if scheme != given || !(scheme == "nats" || scheme == "tls" || otherBroker(scheme)) {
+	if scheme != given || !slices.Contains([]string{"nats", "tls", "amqp", "amqps", "redis", "rediss", "asynq+redis", "asynq+rediss", "kafka"}, scheme) {
 		t.Fatalf("checkBrokerURL(%q) = %q, want a supported scheme, the URL's", raw, scheme)
 	}
 	switch scheme {
