@@ -114,10 +114,11 @@ func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 // way the key is not published out of order while the rest of the lane,
 // the other lanes and the rows without a key go on. Each lane gives at
 // most limit divided by the number of lanes that had rows at the last
-// claim (activeLanes), and all
+// claim (activeLanes), and in a backlog all
 // lanes limit in all (perLane), the lanes taken round robin from where the
 // last claim stopped (lanesToRead): one claim reads about one batch,
-// whatever the lanes. A key's first row the owner meets is its head: only
+// whatever the lanes. Out of a backlog it reads every lane, so that rows
+// behind heads held elsewhere do not fill its read short of a lane. A key's first row the owner meets is its head: only
 // the lane's owner publishes the lane's rows, and the insert-time key lock
 // makes a key's id order its commit order, so a key's rows that are not
 // yet visible all come after the visible ones. The pick, in Go, takes each
@@ -147,7 +148,14 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	}
 	lock := txboxdriver.Statement{SQL: l.q.lock, Args: []any{leaseMillis(s.lease), lanes32}}
 	from := l.unkeyedFrom(b.Started, l.full >= limit)
-	claim := txboxdriver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, limit, from}}
+	// Out of a backlog the read reaches every lane (FromStart): a claim
+	// that finds nothing proves them empty, though lanes whose heads
+	// another transaction holds give rows it cannot pick.
+	most := limit
+	if l.full < limit {
+		most = perLane * len(read)
+	}
+	claim := txboxdriver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, most, from}}
 	if len(read) == 0 {
 		// No lane to read (a backlog without keys): the plain SKIP LOCKED
 		// claim (lanes32 is empty: no lane lock).
@@ -172,7 +180,7 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	}
 	var w walk
 	if err == nil {
-		w, err = l.walk(rows, limit, lanes)
+		w, err = l.walk(rows, limit, most, lanes)
 	}
 	if err == nil {
 		// The next claim starts at the last lane this one read rows of
@@ -229,9 +237,9 @@ type laneRow struct {
 }
 
 // walk reads lane_claim's rows and picks, in id order, up to limit rows in
-// all (see Claim). Rows it does not pick stay locked, unpublished, until
+// all (see Claim); the read stopped at most keyed rows. Rows it does not pick stay locked, unpublished, until
 // the batch ends.
-func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, error) {
+func (l *Lanes) walk(rows txboxdriver.Rows, limit, most int, order []int16) (walk, error) {
 	all := make([]laneRow, 0, 2*limit)
 	// One row's destinations, reused for every row (as scanClaimed).
 	var r laneRow
@@ -312,7 +320,7 @@ func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, err
 		l.conflicts.Add(1)
 	}
 	var reached int
-	l.active, reached = activeLanes(lanes, keyed >= limit, order)
+	l.active, reached = activeLanes(lanes, keyed >= most, order)
 	l.many = 2*len(w.keys) >= keyed
 	w.reached = reached
 	for _, ln := range order[:reached] {
