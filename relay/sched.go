@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -149,11 +150,11 @@ func (g *Group) park(m *member) {
 	}
 }
 
-// wake queues m for a round now, and makes m owe a round from the table's
-// start (woken) until one starts: a store woken while its rounds run or
-// its turn is queued gets one after them. A wake while m backs off ends
-// the wait: the round it gets is a full one, not a probe. Called with g.mu
-// held.
+// wake queues m for a round now, ahead of the stores queued before it,
+// and makes m owe a round from the table's start (woken) until one starts:
+// a store woken while its rounds run or its turn is queued gets one after
+// them, in its place in the queue. A wake while m backs off ends the wait:
+// the round it gets is a full one, not a probe. Called with g.mu held.
 func (g *Group) wake(m *member) {
 	if m.r.rec != nil {
 		m.r.rec.RelayWake(time.Now(), m.queued || m.rounds > 0)
@@ -167,6 +168,11 @@ func (g *Group) wake(m *member) {
 	}
 	g.park(m)
 	g.enqueue(m)
+	// A store that was idle goes first: the stores queued are looks of
+	// idle stores and rounds of stores at work, each of which is ahead of
+	// it at most once per wake.
+	copy(g.queue[1:], g.queue)
+	g.queue[0] = m
 	g.dispatch()
 }
 
@@ -178,8 +184,11 @@ func (g *Group) enqueue(m *member) {
 
 // dispatch starts the turns of the queued stores whose database has budget
 // left, in queue order, and queues another round of those whose backlog
-// lets rounds run side by side (see more): such a round starts only while
-// it leaves a unit of the budget free. Called with g.mu held.
+// lets rounds run side by side (see more). Such a round, and a look (a
+// round of a store whose last claim found nothing, with no wake since),
+// starts only while it leaves a unit of the budget free, or none is in
+// use: the looks of many idle stores do not hold the budget a store with
+// work waits for. Called with g.mu held.
 func (g *Group) dispatch() {
 	for g.running {
 		q := g.queue
@@ -194,7 +203,7 @@ func (g *Group) dispatch() {
 				m.queued, m.again = false, true
 				continue
 			}
-			if m.db.busy >= m.db.budget {
+			if m.db.busy >= m.db.budget || m.db.busy > 0 && m.db.busy+1 >= m.db.budget && !m.woken && !m.r.busy.Load() {
 				g.queue = append(g.queue, m)
 				continue
 			}
@@ -424,7 +433,10 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		g.enqueue(m)
 		return
 	}
-	wait := next
+	// An idle store's wait is drawn from its second half, so that stores
+	// that went idle together look again at different times, not in one
+	// burst that queues ahead of a store with work.
+	wait := next/2 + rand.N(next/2+1)
 	if m.failed != nil {
 		wait = min(probeEvery, time.Until(m.retryAt))
 	}
