@@ -41,11 +41,11 @@ var (
 // round of its own: the other store, once queued, is ahead of the
 // backlog's next round. A turn starts only while the store's database has
 // budget left (GroupConfig.DatabaseBudget), and a database without budget
-// does not hold up the stores of others. A look (a turn of a store whose
-// last claim found nothing, not woken since) starts only while it leaves
-// a unit of the budget free, or none is in use: a store with work passes
-// the looks of idle stores in the queue instead of waiting for them. A
-// store runs up to its relay's
+// does not hold up the stores of others. A look (a turn of an idle store
+// whose doorbell is armed, not woken since: its writers' commits ring)
+// starts only while it leaves a unit of the budget free, or none is in
+// use: a store with work passes the looks of idle stores in the queue
+// instead of waiting for them. A store runs up to its relay's
 // Concurrency rounds at once while its batches come full, and with
 // Concurrency 1 three while its batches come full (one claims while one
 // publishes and one is marked) and two while its claims find rows (the

@@ -6,8 +6,9 @@ import (
 )
 
 // scriptedGroup runs a Group of the named scripted stores on one
-// database of the given budget; the stores are queued in name order.
-func scriptedGroup(t *testing.T, budget int, names ...string) (*Group, map[string]*scripted) {
+// database of the given budget; the stores are queued in name order,
+// those of armed with their doorbells armed (idle: their rows ring).
+func scriptedGroup(t *testing.T, budget int, armed []string, names ...string) (*Group, map[string]*scripted) {
 	g, err := NewGroup(GroupConfig{DatabaseBudget: budget})
 	if err != nil {
 		t.Fatal(err)
@@ -22,20 +23,22 @@ func scriptedGroup(t *testing.T, budget int, names ...string) (*Group, map[strin
 		}
 		g.stores[name].round, g.stores[name].fromStart = s.round, s.fromStart
 	}
+	for _, name := range armed {
+		g.stores[name].armed = true
+	}
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return g, ss
 }
 
-// The looks of idle stores (rounds of stores whose last claim found
-// nothing) leave a unit of the budget to a store with work, which passes
-// them in the queue: with a budget of 2 and one look running, the store
-// with work, queued behind two more looks, starts before them.
+// The looks of idle stores (rounds of stores whose doorbell is armed)
+// leave a unit of the budget to a store with work, which passes them in
+// the queue: with a budget of 2 and one look running, the store with
+// work, queued behind two more looks, starts before them.
 func TestLooksLeaveTheBudgetToAStoreWithWork(t *testing.T) {
 	t.Parallel()
-	_, ss := scriptedGroup(t, 2, "a", "b", "c", "work")
-	ss["work"].r.busy.Store(true) // its last claim found rows
+	_, ss := scriptedGroup(t, 2, []string{"a", "b", "c"}, "a", "b", "c", "work")
 	<-ss["a"].started
 	select {
 	case <-ss["work"].started:
@@ -48,7 +51,7 @@ func TestLooksLeaveTheBudgetToAStoreWithWork(t *testing.T) {
 // of 1 held by a, the woken store c starts before b, queued before it.
 func TestAWokenStoreGoesFirst(t *testing.T) {
 	t.Parallel()
-	g, ss := scriptedGroup(t, 1, "a", "b", "c")
+	g, ss := scriptedGroup(t, 1, nil, "a", "b", "c")
 	<-ss["a"].started
 	ss["a"].end <- ss["a"].empty // a goes idle for its poll interval (an hour)
 	<-ss["b"].started
