@@ -172,9 +172,8 @@ func (g *Group) wake(m *member) {
 	}
 	g.park(m)
 	g.enqueue(m)
-	// A store that was idle goes first: the stores queued are looks of
-	// idle stores and rounds of stores at work, each of which is ahead of
-	// it at most once per wake.
+	// A store that was idle goes first, once per wake: a store queued
+	// meanwhile waits for at most one round of each store woken.
 	copy(g.queue[1:], g.queue)
 	g.queue[0] = m
 	g.dispatch()
