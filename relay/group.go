@@ -27,18 +27,25 @@ var (
 // group gets what a lone relay does, and the other way round.
 //
 // Scheduling: a store with work waits in one queue, first come first
-// served; a turn runs one Round of the store, then the store goes to the
-// back of the queue if the round claimed rows (it may have more), or sleeps
-// for its relay's PollInterval if it claimed none (or until Wake), or for
-// its backoff if the round failed (probing meanwhile, see below). It
-// sleeps only after a round that claimed from the table's start with no
-// other round of it in flight, and no Wake since that round began; else it
-// looks once more. So a
-// store with a large backlog delays another store's rows by at most one
+// served, but for a store woken from idle (its doorbell rang, or Wake),
+// which goes to the front; a turn runs one Round of the store, then the
+// store goes to the back of the queue if the round claimed rows (it may
+// have more), or sleeps if it claimed none (until Wake), or for its
+// backoff if the round failed (probing meanwhile, see below). An idle
+// store's sleeps are its doorbell's looks, then its relay's PollInterval,
+// each shortened by a random part of up to half, so that stores gone idle
+// together do not queue their looks in one burst. It sleeps only after a
+// round that claimed from the table's start with no other round of it in
+// flight, and no Wake since that round began; else it looks once more. So
+// a store with a large backlog delays another store's rows by at most one
 // round of its own: the other store, once queued, is ahead of the
 // backlog's next round. A turn starts only while the store's database has
 // budget left (GroupConfig.DatabaseBudget), and a database without budget
-// does not hold up the stores of others. A store runs up to its relay's
+// does not hold up the stores of others. A look (a turn of an idle store
+// whose doorbell is armed, not woken since: its writers' commits ring)
+// starts only while it leaves a unit of the budget free, or none is in
+// use: a store with work passes the looks of idle stores in the queue
+// instead of waiting for them. A store runs up to its relay's
 // Concurrency rounds at once while its batches come full, and with
 // Concurrency 1 three while its batches come full (one claims while one
 // publishes and one is marked) and two while its claims find rows (the

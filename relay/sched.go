@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -37,6 +38,10 @@ type member struct {
 	// a few lanes at a time), so the store does not go idle while it is
 	// owed one.
 	woken bool
+	// armed: its last round found nothing and left its doorbell armed
+	// while it listens: its next round, unless woken, is a look for rows
+	// whose commit did not ring (see dispatch).
+	armed bool
 	// started counts m's rounds; a turn knows its own (turnOf).
 	started uint64
 	full    bool // its last round claimed a full batch
@@ -149,11 +154,11 @@ func (g *Group) park(m *member) {
 	}
 }
 
-// wake queues m for a round now, and makes m owe a round from the table's
-// start (woken) until one starts: a store woken while its rounds run or
-// its turn is queued gets one after them. A wake while m backs off ends
-// the wait: the round it gets is a full one, not a probe. Called with g.mu
-// held.
+// wake queues m for a round now, ahead of the stores queued before it,
+// and makes m owe a round from the table's start (woken) until one starts:
+// a store woken while its rounds run or its turn is queued gets one after
+// them, in its place in the queue. A wake while m backs off ends the wait:
+// the round it gets is a full one, not a probe. Called with g.mu held.
 func (g *Group) wake(m *member) {
 	if m.r.rec != nil {
 		m.r.rec.RelayWake(time.Now(), m.queued || m.rounds > 0)
@@ -167,6 +172,10 @@ func (g *Group) wake(m *member) {
 	}
 	g.park(m)
 	g.enqueue(m)
+	// A store that was idle goes first, once per wake: a store queued
+	// meanwhile waits for at most one round of each store woken.
+	copy(g.queue[1:], g.queue)
+	g.queue[0] = m
 	g.dispatch()
 }
 
@@ -178,8 +187,11 @@ func (g *Group) enqueue(m *member) {
 
 // dispatch starts the turns of the queued stores whose database has budget
 // left, in queue order, and queues another round of those whose backlog
-// lets rounds run side by side (see more): such a round starts only while
-// it leaves a unit of the budget free. Called with g.mu held.
+// lets rounds run side by side (see more). Such a round, and a look (a
+// round of a store whose doorbell is armed, not woken since: its rows
+// ring), starts only while it leaves a unit of the budget free, or none is
+// in use: the looks of many idle stores do not hold the budget a store
+// with work waits for. Called with g.mu held.
 func (g *Group) dispatch() {
 	for g.running {
 		q := g.queue
@@ -194,7 +206,7 @@ func (g *Group) dispatch() {
 				m.queued, m.again = false, true
 				continue
 			}
-			if m.db.busy >= m.db.budget {
+			if m.db.busy >= m.db.budget || m.db.busy > 0 && m.db.busy+1 >= m.db.budget && m.armed && !m.woken {
 				g.queue = append(g.queue, m)
 				continue
 			}
@@ -300,9 +312,13 @@ func (g *Group) turn(m *member, t turnOf) {
 	}
 	n, err := m.round(ctx)
 	var next time.Duration
+	armed := false
 	if n > 0 || err != nil || !g.beside(m) {
-		next = g.ring(ctx, m, n, err)
+		next, armed = g.ring(ctx, m, n, err)
 	}
+	g.mu.Lock()
+	m.armed = armed
+	g.mu.Unlock()
 	g.settle(ctx, m, t, n, err, next, false)
 }
 
@@ -333,25 +349,28 @@ func graceful(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // ring keeps m's doorbell (armed while idle, disarmed at work) and returns
-// how long m, idle, waits before its next round: 0 for at once.
-func (g *Group) ring(ctx context.Context, m *member, n int, err error) time.Duration {
+// how long m, idle, waits before its next round: 0 for at once; and
+// whether the doorbell is armed.
+func (g *Group) ring(ctx context.Context, m *member, n int, err error) (time.Duration, bool) {
 	switch {
 	case err != nil || ctx.Err() != nil:
-		return m.r.cfg.PollInterval
+		return m.r.cfg.PollInterval, false
 	case !m.r.Listening() && n == 0:
-		return m.r.cfg.PollInterval
+		return m.r.cfg.PollInterval, false
 	}
 	m.bellMu.Lock()
 	defer m.bellMu.Unlock()
 	if n > 0 {
 		m.bell.worked(ctx)
-		return 0
+		return 0, false
 	}
 	wait, err := m.bell.quiet(ctx, m.r.cfg.PollInterval)
 	if err != nil && ctx.Err() == nil {
 		m.r.log.Warn("txbox relay: cannot arm the wake-up doorbell; polling", "err", err)
 	}
-	return wait
+	// The look at once after arming is for a commit that came before:
+	// it did not ring.
+	return wait, err == nil && m.bell.armed && wait > 0
 }
 
 // settle ends a turn t of m and decides when m's next turn comes (next:
@@ -426,7 +445,10 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		g.enqueue(m)
 		return
 	}
-	wait := next
+	// An idle store's wait is drawn from its second half, so that stores
+	// that went idle together look again at different times, not in one
+	// burst that queues ahead of a store with work.
+	wait := next/2 + rand.N(next/2+1)
 	if m.failed != nil {
 		wait = min(probeEvery, time.Until(m.retryAt))
 	}

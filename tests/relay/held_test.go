@@ -205,3 +205,53 @@ func TestRelayHandLockedRow(t *testing.T) {
 		})
 	}
 }
+
+// A claim whose read of the lanes reaches its limit in lanes whose heads
+// another transaction holds finds nothing, yet has not read the other
+// lanes: the relay looks again instead of going idle. Every lane but
+// key b's holds a key whose head is held, with a batch of rows behind it;
+// only a read past those reaches b's rows. The relay polls once an hour
+// and has no notifications.
+func TestRelayReadsPastHeldLanesThatFillItsRead(t *testing.T) {
+	t.Parallel()
+	const batch = 10
+	f := pgxFixture(t, 8)
+	b := keyInLane(t, f, 63)
+	var held []string
+	for lane := range 63 {
+		held = append(held, keyInLane(t, f, lane))
+	}
+	addKeyed(t, f, "fill", held, batch)
+	addKeyed(t, f, "fill", []string{b}, batch)
+	ctx := context.Background()
+	holder, err := f.pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	heads := make([]string, len(held))
+	for i, k := range held {
+		heads[i] = k + ":1"
+	}
+	tag, err := holder.Exec(ctx, "SELECT 1 FROM txbox_outbox WHERE convert_from(payload, 'UTF8') = ANY($1) FOR UPDATE", heads)
+	testenv.Must(t, err, "hold the heads")
+	if tag.RowsAffected() != int64(len(heads)) {
+		t.Fatalf("held %d heads, want %d", tag.RowsAffected(), len(heads))
+	}
+
+	log := newRunLog(nil)
+	r := f.newRelay(t, log, relay.Config{BatchSize: batch, PollInterval: time.Hour, DisableNotify: true})
+	startRelay(t, r)
+	testenv.Await(t, "key b's rows published", func() (bool, string) {
+		n := r.Counters().Published
+		return n == batch, fmt.Sprintf("%d published", n)
+	})
+	log.check(t, []string{b}, batch)
+}
+
+// keyInLane returns a key whose lane is lane.
+func keyInLane(t *testing.T, f fixture, lane int) string {
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("k%d", i); laneOf(t, f, k) == lane {
+			return k
+		}
+	}
+}
