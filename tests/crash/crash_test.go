@@ -307,7 +307,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	// The relay (the txbox binary), the consumer and the producer.
 	e.add("relay", append([]string{filepath.Join(bin, "txbox"), "relay", "--db", relayDB, "--broker", e.natsURL,
 		"--stream", "CRASH", "--subject-prefix", "crash.", "--poll-interval", "100ms", "--publish-timeout", "2s",
-		"--claim-lease", "4s", "--stats-interval", "2s", "--log-level", "warn"}, relayArgs...)...)
+		"--stats-interval", "2s", "--log-level", "warn"}, relayArgs...)...)
 	consumerArgs := []string{filepath.Join(bin, "consumer"), "-db", procDB, "-nats", e.natsURL, "-binding", "CRASH/apply", "-dlq", "crashdlq."}
 	if name == "ordered" {
 		consumerArgs = append(consumerArgs, "-ordered")
