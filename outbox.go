@@ -132,34 +132,6 @@ func (o *Outbox[TTx]) OutboxTable() (schema, table string) { return o.schema, o.
 // capabilities, such as txboxdriver.Listener).
 func (o *Outbox[TTx]) Driver() txboxdriver.Driver[TTx] { return o.drv }
 
-// Tabled is implemented by a driver that knows its outbox table, as an
-// Outbox does. See TableOf.
-type Tabled interface {
-	OutboxTable() (schema, table string)
-}
-
-// TableOf returns the outbox table that cfgSchema and cfgTable name, or the
-// one drv knows (drv is an Outbox) when they are empty; both set and
-// different is an error. Relay, dead and migrate use it.
-func TableOf(drv any, cfgSchema, cfgTable string) (schema, table string, err error) {
-	t, ok := drv.(Tabled)
-	if !ok {
-		return cfgSchema, cfgTable, nil
-	}
-	schema, table = t.OutboxTable()
-	if (cfgSchema != "" && cfgSchema != schema) || (cfgTable != "" && cfgTable != table) {
-		return "", "", fmt.Errorf("%w: the outbox is %s, the config names %s", ErrInvalidConfig, dotted(schema, table), dotted(cfgSchema, cfgTable))
-	}
-	return schema, table, nil
-}
-
-func dotted(schema, table string) string {
-	if schema == "" {
-		return table
-	}
-	return schema + "." + table
-}
-
 // New returns an Outbox writing through drv. The table must exist (see
 // package txboxmigrate); New does not touch the database.
 func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {

@@ -44,6 +44,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/outboxtable"
 	"github.com/txbox/txbox/internal/roundtimes"
 	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxmigrate"
@@ -116,7 +117,7 @@ func New[TTx any](drv txboxdriver.Driver[TTx], pub txbox.Publisher, cfg Config) 
 	if err != nil {
 		return nil, err
 	}
-	if c.Schema, c.Table, err = txbox.TableOf(drv, c.Schema, c.Table); err != nil {
+	if c.Schema, c.Table, err = outboxtable.Of(drv, c.Schema, c.Table); err != nil {
 		return nil, err
 	}
 	table, err := txbox.Config{Schema: c.Schema, Table: c.Table}.TableName(drv.Dialect())

@@ -25,9 +25,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/migratesql"
+	"github.com/txbox/txbox/internal/outboxtable"
 	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/internal/sqltext"
 	"github.com/txbox/txbox/txboxdriver"
@@ -132,7 +132,7 @@ type Migrator struct {
 func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Migrator, error) {
 	if !cfg.NoOutbox {
 		var err error
-		if cfg.Schema, cfg.OutboxTable, err = txbox.TableOf(drv, cfg.Schema, cfg.OutboxTable); err != nil {
+		if cfg.Schema, cfg.OutboxTable, err = outboxtable.Of(drv, cfg.Schema, cfg.OutboxTable); err != nil {
 			return nil, err
 		}
 	}
