@@ -45,6 +45,7 @@ import (
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/internal/outboxtable"
+	"github.com/txbox/txbox/internal/pubtrace"
 	"github.com/txbox/txbox/internal/roundtimes"
 	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxmigrate"
@@ -68,7 +69,7 @@ type Relay struct {
 	// held the message already, told by trace (txbox.DuplicateCounter);
 	// trace is nil for a publisher that does not count them.
 	dups  atomic.Int64
-	trace *txbox.PublishTrace
+	trace *pubtrace.Trace
 
 	// backlog is true while the last claim came full, busy while it
 	// claimed rows: the scheduler then runs a second round, whose claim
@@ -134,7 +135,7 @@ func New[TTx any](drv txboxdriver.Driver[TTx], pub txbox.Publisher, cfg Config) 
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onClaim: make(chan struct{}, 1),
 		obs: c.Observer, tracer: c.Tracer}
 	if _, ok := pub.(txbox.DuplicateCounter); ok {
-		r.trace = &txbox.PublishTrace{Duplicate: func(int) { r.dups.Add(1) }}
+		r.trace = &pubtrace.Trace{Duplicate: func(int) { r.dups.Add(1) }}
 	}
 	if r.tracer == nil {
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
