@@ -150,7 +150,7 @@ type Inspector struct {
 func New[TTx any](drv txboxdriver.Driver[TTx], cfg txbox.Config) (*Inspector, error) {
 	var err error
 	if cfg.Schema, cfg.Table, err = outboxtable.Of(drv, cfg.Schema, cfg.Table); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 	}
 	table, err := cfg.TableName(drv.Dialect())
 	if err != nil {

@@ -119,7 +119,7 @@ func New[TTx any](drv txboxdriver.Driver[TTx], pub txbox.Publisher, cfg Config) 
 		return nil, err
 	}
 	if c.Schema, c.Table, err = outboxtable.Of(drv, c.Schema, c.Table); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 	}
 	table, err := txbox.Config{Schema: c.Schema, Table: c.Table}.TableName(drv.Dialect())
 	if err != nil {

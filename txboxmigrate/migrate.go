@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/migratesql"
 	"github.com/txbox/txbox/internal/outboxtable"
@@ -133,7 +134,7 @@ func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Migrator, error) {
 	if !cfg.NoOutbox {
 		var err error
 		if cfg.Schema, cfg.OutboxTable, err = outboxtable.Of(drv, cfg.Schema, cfg.OutboxTable); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 		}
 	}
 	migrations, err := Plan(drv.Dialect(), cfg)

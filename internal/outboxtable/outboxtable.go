@@ -2,15 +2,11 @@
 // txboxmigrate works on, from its config and the driver it was given.
 package outboxtable
 
-import (
-	"fmt"
-
-	"github.com/txbox/txbox"
-)
+import "fmt"
 
 // Of returns the outbox table that cfgSchema and cfgTable name, or the
 // one drv knows (drv is a txbox.Outbox) when they are empty; both set and
-// different is an error.
+// different is an error (which callers wrap in txbox.ErrInvalidConfig).
 func Of(drv any, cfgSchema, cfgTable string) (schema, table string, err error) {
 	t, ok := drv.(interface {
 		OutboxTable() (schema, table string)
@@ -20,7 +16,7 @@ func Of(drv any, cfgSchema, cfgTable string) (schema, table string, err error) {
 	}
 	schema, table = t.OutboxTable()
 	if (cfgSchema != "" && cfgSchema != schema) || (cfgTable != "" && cfgTable != table) {
-		return "", "", fmt.Errorf("%w: the outbox is %s, the config names %s", txbox.ErrInvalidConfig, dotted(schema, table), dotted(cfgSchema, cfgTable))
+		return "", "", fmt.Errorf("the outbox is %s, the config names %s", dotted(schema, table), dotted(cfgSchema, cfgTable))
 	}
 	return schema, table, nil
 }
