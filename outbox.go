@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/txbox/txbox/internal/addbuf"
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/txboxdriver"
@@ -141,34 +142,6 @@ func (o *Outbox[TTx]) OutboxTable() (schema, table string) { return o.schema, o.
 // capabilities, such as txboxdriver.Listener).
 func (o *Outbox[TTx]) Driver() txboxdriver.Driver[TTx] { return o.drv }
 
-// Tabled is implemented by a driver that knows its outbox table, as an
-// Outbox does. See TableOf.
-type Tabled interface {
-	OutboxTable() (schema, table string)
-}
-
-// TableOf returns the outbox table that cfgSchema and cfgTable name, or the
-// one drv knows (drv is an Outbox) when they are empty; both set and
-// different is an error. Relay, dead and migrate use it.
-func TableOf(drv any, cfgSchema, cfgTable string) (schema, table string, err error) {
-	t, ok := drv.(Tabled)
-	if !ok {
-		return cfgSchema, cfgTable, nil
-	}
-	schema, table = t.OutboxTable()
-	if (cfgSchema != "" && cfgSchema != schema) || (cfgTable != "" && cfgTable != table) {
-		return "", "", fmt.Errorf("%w: the outbox is %s, the config names %s", ErrInvalidConfig, dotted(schema, table), dotted(cfgSchema, cfgTable))
-	}
-	return schema, table, nil
-}
-
-func dotted(schema, table string) string {
-	if schema == "" {
-		return table
-	}
-	return schema + "." + table
-}
-
 // New returns an Outbox writing through drv. The table must exist (see
 // package txboxmigrate); New does not touch the database.
 func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
@@ -210,7 +183,7 @@ func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Outbox[TTx], error)
 // message without an ID gets a new UUIDv7 (msgs itself is not changed). Up
 // to 1000 messages go in one round trip. If any message is invalid, Add
 // returns an *InvalidMessageError and writes nothing. Within a batch of the
-// consumer (an AddBuffer in ctx for tx), the rows are inserted with the
+// consumer (an addbuf.Buffer in ctx for tx), the rows are inserted with the
 // batch's others just before its commit. With Config.ClaimCheck, a payload
 // over the threshold is put into the store first, in tx.
 func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]string, error) {
@@ -221,8 +194,8 @@ func (o *Outbox[TTx]) Add(ctx context.Context, tx TTx, msgs ...Message) ([]strin
 	if err := o.putClaims(ctx, o.drv.UnwrapTx(tx), claims); err != nil {
 		return nil, err
 	}
-	if b := AddBufferFrom(ctx); b.holds(tx) && len(rows) > 0 {
-		b.add(o.ins, rows) // see AddBuffer
+	if b := addbuf.From(ctx); b.Holds(tx) && len(rows) > 0 {
+		b.Add(o.ins, rows) // see addbuf.Buffer
 		return ids, nil
 	}
 	if err := o.ins.Insert(ctx, o.drv.UnwrapTx(tx), rows); err != nil {
@@ -258,7 +231,7 @@ func (o *Outbox[TTx]) AddNoTx(ctx context.Context, msgs ...Message) ([]string, e
 // ErrMessageNotFound. Dead rows are left to package dead. Rows that
 // share an id (a reused message id) are all cancelled. Cancel reads the
 // pending rows; when it finds none there it reads the whole table, which
-// has no index on message_id. Within a consumer's batch (an AddBuffer in
+// has no index on message_id. Within a consumer's batch (an addbuf.Buffer in
 // ctx), a message Add buffered is written only at the batch's commit, and
 // Cancel does not see it.
 func (o *Outbox[TTx]) Cancel(ctx context.Context, tx TTx, id string) (int, error) {

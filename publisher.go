@@ -45,32 +45,9 @@ type ConnectionChecker interface {
 // says, in its ack, that it already held a message with the same id and
 // dropped this copy (NATS JetStream's PubAck.Duplicate): Duplicates returns
 // how many acks said so since the publisher was made. Such a message counts
-// as acknowledged. A DuplicateCounter also tells the PublishTrace of the
-// Publish call's context (WithPublishTrace) of each such ack: that is what
-// the relay counts in its Stats, its own messages only, also when one
-// publisher serves several relays (a relay.Group).
+// as acknowledged. txbox's own publishers also tell the relay which
+// messages of a Publish call those were, so that a relay counts its own
+// only, also when one publisher serves several relays (a relay.Group).
 type DuplicateCounter interface {
 	Duplicates() int64
-}
-
-// PublishTrace is told, by a publisher that can, what the broker said of
-// single messages of one Publish call beyond their errors. Its funcs are
-// called before Publish returns, possibly from several goroutines.
-type PublishTrace struct {
-	// Duplicate is called with the index in msgs of a message that the
-	// broker acknowledged as one it already held (DuplicateCounter).
-	Duplicate func(i int)
-}
-
-type publishTraceKey struct{}
-
-// WithPublishTrace returns ctx carrying t, for a Publish call.
-func WithPublishTrace(ctx context.Context, t *PublishTrace) context.Context {
-	return context.WithValue(ctx, publishTraceKey{}, t)
-}
-
-// ContextPublishTrace returns the PublishTrace of ctx, or nil.
-func ContextPublishTrace(ctx context.Context) *PublishTrace {
-	t, _ := ctx.Value(publishTraceKey{}).(*PublishTrace)
-	return t
 }

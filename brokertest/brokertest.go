@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/pubtrace"
 )
 
 // Features says what a broker supports.
@@ -133,7 +134,7 @@ func publish(t *testing.T, p txbox.Publisher, msgs ...txbox.Message) {
 	publishCtx(t, context.Background(), p, msgs...)
 }
 
-// publishCtx is publish with ctx (a txbox.PublishTrace, say).
+// publishCtx is publish with ctx (a pubtrace.Trace, say).
 func publishCtx(t *testing.T, ctx context.Context, p txbox.Publisher, msgs ...txbox.Message) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -184,7 +185,7 @@ func testDedupe(t *testing.T, newPub NewFunc, f Features) {
 	read(t, f, r, tp, 1)
 	// The relay's crash-after-publish re-send, which a publisher that
 	// counts duplicates (txbox.DuplicateCounter) counts, and tells the
-	// call's PublishTrace of: the relay counts only what the trace hears.
+	// call's pubtrace.Trace of: the relay counts only what the trace hears.
 	dc, counts := p.(txbox.DuplicateCounter)
 	var before int64
 	if counts {
@@ -192,15 +193,15 @@ func testDedupe(t *testing.T, newPub NewFunc, f Features) {
 	}
 	var told []int
 	var mu sync.Mutex
-	trace := &txbox.PublishTrace{Duplicate: func(i int) { mu.Lock(); told = append(told, i); mu.Unlock() }}
-	publishCtx(t, txbox.WithPublishTrace(context.Background(), trace), p, m)
+	trace := &pubtrace.Trace{Duplicate: func(i int) { mu.Lock(); told = append(told, i); mu.Unlock() }}
+	publishCtx(t, pubtrace.With(context.Background(), trace), p, m)
 	if counts && f.Dedupe {
 		if got := dc.Duplicates() - before; got != 1 {
 			t.Errorf("Duplicates() rose by %d on a re-publish, want 1", got)
 		}
 		mu.Lock()
 		if len(told) != 1 || told[0] != 0 {
-			t.Errorf("the re-publish's PublishTrace heard of duplicates %v, want [0]: a DuplicateCounter must tell the trace of each duplicate", told)
+			t.Errorf("the re-publish's pubtrace.Trace heard of duplicates %v, want [0]: a DuplicateCounter must tell the trace of each duplicate", told)
 		}
 		mu.Unlock()
 	}

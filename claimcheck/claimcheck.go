@@ -1,6 +1,7 @@
 package claimcheck
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,9 +20,7 @@ const (
 	DefaultTable = "txbox_claim_check"
 	// DefaultSweepBatch is how many rows one statement of Sweep deletes.
 	DefaultSweepBatch = 1000
-	// DefaultRetention is the retention `txbox claimcheck sweep` and the
-	// relay's cleanup (relay.Config.ClaimCheckRetention) apply unless told
-	// otherwise: a week.
+	// DefaultRetention is the default of Config.Retention: a week.
 	DefaultRetention = 7 * 24 * time.Hour
 )
 
@@ -38,6 +37,10 @@ type Config struct {
 	// of them that refers to it is still to deliver or dead. Default:
 	// txbox.DefaultTable ("txbox_outbox").
 	OutboxTables []string
+	// Retention is how long a payload is kept once its message was
+	// delivered (see Sweep): longer than a consumer may take to handle
+	// it. Default: DefaultRetention (168h).
+	Retention time.Duration
 }
 
 // Store keeps payloads in a table of the database of drv. It is safe for
@@ -52,6 +55,7 @@ type Store struct {
 	due, rehold         string
 	sweep, stats        string
 	migrator            *txboxmigrate.Migrator
+	retention           time.Duration
 }
 
 var _ txbox.ClaimCheck = (*Store)(nil)
@@ -81,7 +85,10 @@ func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: drv.Pool(), dialect: d, table: t, migrator: m}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("%w: claimcheck: retention %v is negative", txbox.ErrInvalidConfig, cfg.Retention)
+	}
+	s := &Store{pool: drv.Pool(), dialect: d, table: t, migrator: m, retention: cmp.Or(cfg.Retention, DefaultRetention)}
 	outboxes := cfg.OutboxTables
 	if len(outboxes) == 0 {
 		outboxes = []string{txbox.DefaultTable}
@@ -256,10 +263,12 @@ const refChunk = 500
 // still to deliver or dead refers to it again (a plain-SQL writer that
 // reused it; it is then held again). A message whose payload was swept is
 // dead-lettered when it arrives. Sweep reads the outbox tables' rows still
-// to deliver or dead once per call. The relay's cleanup runs it
-// (relay.Config.ClaimCheckTables), and `txbox claimcheck sweep`.
+// to deliver or dead once per call. A retention of 0 is Config.Retention.
+// A relay's cleanup runs it for the stores of relay.Config.ClaimChecks,
+// and `txbox claimcheck sweep`.
 func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int64, error) {
-	if retention <= 0 {
+	retention = cmp.Or(retention, s.retention)
+	if retention < 0 {
 		return 0, fmt.Errorf("%w: claimcheck: retention %v must be positive", txbox.ErrInvalidConfig, retention)
 	}
 	// The payloads not yet released are read before the outbox rows: a
@@ -267,11 +276,11 @@ func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int64, erro
 	// or its message was delivered.
 	unreleased, err := s.refs(ctx, s.unreleased)
 	if err != nil {
-		return 0, fmt.Errorf("claimcheck: sweep: %w", err)
+		return 0, fmt.Errorf("claimcheck: sweep %s: %w", s.table, err)
 	}
 	held, err := s.Held(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("claimcheck: sweep: %w", err)
+		return 0, fmt.Errorf("claimcheck: sweep %s: %w", s.table, err)
 	}
 	var free []any
 	for _, ref := range unreleased {
@@ -283,14 +292,14 @@ func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int64, erro
 		chunk := free[:min(len(free), refChunk)]
 		free = free[len(chunk):]
 		if _, err := s.pool.Exec(ctx, s.release+s.in(1, len(chunk)), chunk...); err != nil {
-			return 0, fmt.Errorf("claimcheck: sweep: release: %w", err)
+			return 0, fmt.Errorf("claimcheck: sweep %s: release: %w", s.table, err)
 		}
 	}
 	var total int64
 	for {
 		due, err := s.refs(ctx, s.due, append(s.agoArgs(retention, 1), DefaultSweepBatch)...)
 		if err != nil {
-			return total, fmt.Errorf("claimcheck: sweep: %w", err)
+			return total, fmt.Errorf("claimcheck: sweep %s: %w", s.table, err)
 		}
 		var del, again []any
 		for _, ref := range due {
@@ -302,7 +311,7 @@ func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int64, erro
 		}
 		if len(again) > 0 {
 			if _, err := s.pool.Exec(ctx, s.rehold+s.in(1, len(again)), again...); err != nil {
-				return total, fmt.Errorf("claimcheck: sweep: hold: %w", err)
+				return total, fmt.Errorf("claimcheck: sweep %s: hold: %w", s.table, err)
 			}
 		}
 		for len(del) > 0 {
@@ -312,7 +321,7 @@ func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int64, erro
 			n, err := s.pool.Exec(ctx, s.sweep+s.in(2, len(chunk)), args...)
 			total += n
 			if err != nil {
-				return total, fmt.Errorf("claimcheck: sweep: %w", err)
+				return total, fmt.Errorf("claimcheck: sweep %s: %w", s.table, err)
 			}
 		}
 		if len(due) < DefaultSweepBatch {
@@ -379,9 +388,11 @@ type Stats struct {
 	DueBytes int64
 }
 
-// Stats reads the table's figures, as Sweep with retention sees them. It
-// reads every row's size: one scan of the table.
+// Stats reads the table's figures, as Sweep with retention (0:
+// Config.Retention) sees them. It reads every row's size: one scan of the
+// table.
 func (s *Store) Stats(ctx context.Context, retention time.Duration) (Stats, error) {
+	retention = cmp.Or(retention, s.retention)
 	var st Stats
 	var oldest int64
 	rows, err := s.pool.Query(ctx, s.stats, s.agoArgs(retention, 2)...)

@@ -4,8 +4,8 @@
 // caller's transaction, so that it commits with its message or not at all;
 // the consumer reads it by reference before the handler runs; Sweep
 // deletes the payloads both sides are done with: kept while their message
-// is still to deliver or dead, then for a retention period (the relay's
-// cleanup runs it: relay.Config.ClaimCheckTables). Stats reads the
+// is still to deliver or dead, then for Config.Retention (a relay's
+// cleanup runs it for the stores of relay.Config.ClaimChecks). Stats reads the
 // figures the dashboard shows.
 //
 // The table is created by migrations (package txboxmigrate, ClaimCheckTables;

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/addbuf"
 	"github.com/txbox/txbox/txboxdriver"
 )
 
@@ -253,7 +254,7 @@ func (c *Consumer[TTx]) runBatch(ctx context.Context, batch []batchJob[TTx], pro
 					defer progress()
 					// The message's own context (its trace span), with the
 					// batch's deferred Adds, if any.
-					return c.timed(txbox.WithAddBuffer(j.ctx, txbox.AddBufferFrom(ictx)), j.h, func(ctx context.Context) error {
+					return c.timed(addbuf.With(j.ctx, addbuf.From(ictx)), j.h, func(ctx context.Context) error {
 						return callTx(ctx, j.h, tx, j.msg)
 					})
 				}})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/outboxtable"
 	"github.com/txbox/txbox/internal/printable"
 	"github.com/txbox/txbox/txboxdriver"
 )
@@ -60,8 +61,8 @@ type Letters struct {
 // when drv is a *txbox.Outbox and cfg names none, for that outbox's table.
 func New[TTx any](drv txboxdriver.Driver[TTx], cfg txbox.Config) (*Letters, error) {
 	var err error
-	if cfg.Schema, cfg.Table, err = txbox.TableOf(drv, cfg.Schema, cfg.Table); err != nil {
-		return nil, err
+	if cfg.Schema, cfg.Table, err = outboxtable.Of(drv, cfg.Schema, cfg.Table); err != nil {
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 	}
 	table, err := cfg.TableName(drv.Dialect())
 	if err != nil {

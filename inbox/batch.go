@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/addbuf"
 	"github.com/txbox/txbox/txboxdriver"
 
 	"github.com/txbox/txbox/internal/inboxsql"
@@ -38,7 +38,7 @@ type ItemResult struct {
 // BatchOptions are HandleBatch's options; nil means the defaults.
 type BatchOptions struct {
 	// DeferAdds defers the INSERTs of the handlers' Outbox.Add calls on the
-	// batch's transaction (see txbox.AddBuffer): each Add validates its
+	// batch's transaction (see internal/addbuf): each Add validates its
 	// messages and returns their ids without a round trip, and the rows of
 	// the whole batch are inserted together just before the COMMIT (those
 	// of a handler that failed are dropped with its savepoint). The cost:
@@ -123,10 +123,10 @@ func (ib *Inbox[TTx]) HandleBatch(ctx context.Context, items []Item[TTx], opts *
 	}()
 	fresh := make([]bool, len(items))
 	fnCtx := ctx
-	var adds *txbox.AddBuffer
+	var adds *addbuf.Buffer
 	if opts != nil && opts.DeferAdds {
-		adds = txbox.NewAddBuffer(tx)
-		fnCtx = txbox.WithAddBuffer(ctx, adds)
+		adds = addbuf.New(tx)
+		fnCtx = addbuf.With(ctx, adds)
 	}
 	doom := func(op string, err error) ([]ItemResult, error) {
 		done = true

@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/pubtrace"
 	"github.com/txbox/txbox/internal/wire"
 )
 
@@ -379,7 +380,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []txbox.Message) []error {
 	if d, ok := ctx.Deadline(); ok {
 		stall = max(time.Until(d), time.Millisecond)
 	}
-	trace := txbox.ContextPublishTrace(ctx)
+	trace := pubtrace.From(ctx)
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	opts := []jetstream.PublishOpt{jetstream.WithStallWait(stall)} // one slice for the batch
 	for i := range msgs {

@@ -2,31 +2,13 @@ package relay
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/txbox/txbox/claimcheck"
-	"github.com/txbox/txbox/txboxdriver"
 )
-
-// claimChecks builds the stores of c.ClaimCheckTables, each swept against
-// the relay's own outbox table.
-func claimChecks[TTx any](drv txboxdriver.Driver[TTx], c Config) ([]*claimcheck.Store, error) {
-	var out []*claimcheck.Store
-	for _, table := range c.ClaimCheckTables {
-		s, err := claimcheck.New(drv, claimcheck.Config{Schema: c.Schema, Table: table, OutboxTables: []string{c.Table}})
-		if err != nil {
-			return nil, fmt.Errorf("relay: claim check table %q: %w", table, err)
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
 
 // withClaimChecks adds the claim check tables' problems (missing, not
 // migrated) to the outbox table's start-up check.
 func (r *Relay) withClaimChecks(check func(ctx context.Context, retry bool) ([]string, error)) func(ctx context.Context, retry bool) ([]string, error) {
-	if len(r.claimChecks) == 0 {
+	if len(r.cfg.ClaimChecks) == 0 {
 		return check
 	}
 	return func(ctx context.Context, retry bool) ([]string, error) {
@@ -34,38 +16,35 @@ func (r *Relay) withClaimChecks(check func(ctx context.Context, retry bool) ([]s
 		if err != nil || len(problems) > 0 {
 			return problems, err
 		}
-		for i, s := range r.claimChecks {
-			for _, p := range s.Check(ctx) {
-				problems = append(problems, fmt.Sprintf("claim check table %s: %s", r.cfg.ClaimCheckTables[i], p))
-			}
+		for _, s := range r.cfg.ClaimChecks {
+			problems = append(problems, s.Check(ctx)...)
 		}
 		return problems, ctx.Err()
 	}
 }
 
-// SweepClaimChecks deletes the payloads of Config.ClaimCheckTables that
-// both sides are done with (claimcheck.Store.Sweep against the relay's
-// outbox table, with Config.ClaimCheckRetention) and returns how many it
-// deleted. A running relay calls it every CleanupInterval.
+// SweepClaimChecks sweeps the stores of Config.ClaimChecks
+// (claimcheck.Store.Sweep with each store's retention) and returns how
+// many payloads it deleted. A running relay calls it at each cleanup.
 func (r *Relay) SweepClaimChecks(ctx context.Context) (int64, error) {
 	var total int64
-	for i, s := range r.claimChecks {
-		n, err := s.Sweep(ctx, r.cfg.ClaimCheckRetention)
+	for _, s := range r.cfg.ClaimChecks {
+		n, err := s.Sweep(ctx, 0)
 		total += n
 		r.ccSwept.Add(n)
 		if err != nil {
-			return total, fmt.Errorf("claim check table %s: %w", r.cfg.ClaimCheckTables[i], err)
+			return total, err
 		}
 	}
 	r.ccSweeps.Add(1)
 	return total, nil
 }
 
-// claimCheckLoop sweeps the claim check tables every CleanupInterval,
+// claimCheckLoop sweeps the claim check tables at each cleanup interval,
 // beside the rounds (a sweep reads the outbox's undelivered rows once and
 // deletes in statements of claimcheck.DefaultSweepBatch rows).
 func (r *Relay) claimCheckLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.CleanupInterval)
+	t := time.NewTicker(r.cfg.test.CleanupInterval)
 	defer t.Stop()
 	for {
 		select {

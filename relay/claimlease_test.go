@@ -6,31 +6,32 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 )
 
-// A zero ClaimLease follows PublishTimeout; one that does not exceed it is
-// an error.
-func TestClaimLeaseDefaultsAndBound(t *testing.T) {
+// The claim lease follows PublishTimeout; one that does not exceed it (a
+// test's), or that is over the SQLite limit, is an error of New.
+func TestClaimLeaseDerivedAndBound(t *testing.T) {
 	for _, c := range []struct {
-		publish, lease, want time.Duration
+		publish, want time.Duration
 	}{
-		{0, 0, 15 * time.Second},
-		{2 * time.Second, 0, 7 * time.Second},
-		{time.Minute, 0, time.Minute + ClaimLeaseMargin},
-		{0, 11 * time.Second, 11 * time.Second},
+		{0, 15 * time.Second},
+		{2 * time.Second, 7 * time.Second},
+		{time.Minute, time.Minute + ClaimLeaseMargin},
 	} {
-		d, err := (&Config{PublishTimeout: c.publish, ClaimLease: c.lease}).withDefaults()
+		d, err := (&Config{PublishTimeout: c.publish}).withDefaults()
 		must(t, err, "defaults")
-		if d.ClaimLease != c.want {
-			t.Errorf("PublishTimeout %s, ClaimLease %s: lease %s, want %s", c.publish, c.lease, d.ClaimLease, c.want)
+		if d.test.ClaimLease != c.want {
+			t.Errorf("PublishTimeout %s: lease %s, want %s", c.publish, d.test.ClaimLease, c.want)
 		}
-	}
-	if DefaultClaimLease != 15*time.Second {
-		t.Errorf("DefaultClaimLease = %s, want 15s", DefaultClaimLease)
 	}
 	for _, lease := range []time.Duration{5 * time.Second, 10 * time.Second} {
-		if _, err := (&Config{ClaimLease: lease}).withDefaults(); !errors.Is(err, txbox.ErrInvalidConfig) {
-			t.Errorf("ClaimLease %s with PublishTimeout 10s: %v, want ErrInvalidConfig", lease, err)
+		cfg := relaytest.With(Config{}, relaytest.Config{ClaimLease: lease})
+		if _, err := cfg.withDefaults(); !errors.Is(err, txbox.ErrInvalidConfig) {
+			t.Errorf("claim lease %s with PublishTimeout 10s: %v, want ErrInvalidConfig", lease, err)
 		}
+	}
+	if _, err := (&Config{PublishTimeout: 2 * time.Hour}).withDefaults(); !errors.Is(err, txbox.ErrInvalidConfig) {
+		t.Errorf("PublishTimeout 2h (a lease over the limit): %v, want ErrInvalidConfig", err)
 	}
 }

@@ -13,23 +13,30 @@ import (
 
 // Defaults of Config, as in the reference outbox relay.
 const (
-	DefaultPollInterval    = time.Second
-	DefaultBatchSize       = 100
-	DefaultRetention       = 168 * time.Hour
-	DefaultCleanupInterval = time.Hour
-	DefaultMaxAttempts     = 10
-	DefaultPublishTimeout  = 10 * time.Second
-	// DefaultClaimLease is the claim lease with the default
-	// PublishTimeout: PublishTimeout + ClaimLeaseMargin.
-	DefaultClaimLease = DefaultPublishTimeout + ClaimLeaseMargin
-	// ClaimLeaseMargin is what a ClaimLease left zero adds to
+	DefaultPollInterval   = time.Second
+	DefaultBatchSize      = 100
+	DefaultRetention      = 168 * time.Hour
+	DefaultMaxAttempts    = 10
+	DefaultPublishTimeout = 10 * time.Second
+	// ClaimLeaseMargin is what a relay's claim lease adds to
 	// PublishTimeout: the time a round spends outside the publish (claim,
 	// prepare, marks).
 	ClaimLeaseMargin = 5 * time.Second
+	// DeletePublished, as Config.Retention, deletes each row in the
+	// transaction that records its delivery.
+	DeletePublished time.Duration = -1
 )
 
 // Config configures a Relay. Zero fields take their defaults; negative
-// values are an error from New.
+// values are an error from New (but Retention DeletePublished).
+//
+// Derived from them: the claim lease, PublishTimeout + ClaimLeaseMargin,
+// bounds how long a claim holds its rows when the relay that took them is
+// gone (on SQLite the lease after which another relay claims the rows of a
+// relay that was killed; on PostgreSQL the claim transaction's
+// idle_in_transaction_session_timeout; MySQL has none, see
+// docs/reference/guarantees.md). Cleanup runs every hour, or every
+// Retention when that is shorter.
 type Config struct {
 	// Schema and Table name the outbox table, as in txbox.Config.
 	Schema string
@@ -38,64 +45,33 @@ type Config struct {
 	// PollInterval is how long an idle relay waits before polling again
 	// after a batch that was not full. A relay woken by LISTEN/NOTIFY
 	// reaches it after looks that double from a few milliseconds (see
-	// docs/reference/guarantees.md, Wake-up latency). Default: 1s. Env
-	// OUTBOX_POLL_INTERVAL.
+	// docs/reference/guarantees.md, Wake-up latency). Default: 1s.
 	PollInterval time.Duration
-	// BatchSize is the most rows one round claims and publishes. A full
-	// batch polls again at once. Default: 100. Env OUTBOX_BATCH_SIZE.
+	// BatchSize is the most rows one round claims and publishes, at most
+	// 10000. A full batch polls again at once. Default: 100.
 	BatchSize int
 	// Retention is how long published rows are kept before cleanup deletes
-	// them. Default: 168h. Env OUTBOX_RETENTION.
+	// them. DeletePublished deletes each row in the transaction that
+	// records its delivery instead: the relay then writes less (no new row
+	// version, no index entries) and drains faster, but delivered messages
+	// can no longer be looked at or replayed from the table. Dead rows are
+	// kept either way. Default: 168h.
 	Retention time.Duration
-	// DeletePublished deletes each row in the transaction that records its
-	// delivery, instead of keeping it for Retention. The relay then writes
-	// less (no new row version, no index entries) and drains faster, but
-	// delivered messages can no longer be looked at or replayed from the
-	// table. Dead rows are kept either way. Env OUTBOX_RETENTION=0.
-	DeletePublished bool
-	// CleanupInterval is how often cleanup runs. Default: 1h.
-	// Env OUTBOX_CLEANUP_INTERVAL.
-	CleanupInterval time.Duration
-	// ClaimCheckTables are claim check tables (package claimcheck, in
-	// Schema) whose payloads the relay deletes once both sides are done
-	// with them: every CleanupInterval, beside its rounds, it runs
-	// claimcheck.Store.Sweep against its own outbox table with
-	// ClaimCheckRetention (a payload is kept while a row of the table
-	// that refers to it is still to deliver or dead, and for
-	// ClaimCheckRetention after). A claim check table that messages of
-	// other outbox tables refer to too must be swept against all of them
-	// (claimcheck.Config.OutboxTables), not here. See
-	// docs/guide/claim-check.md. Default: none.
-	ClaimCheckTables []string
-	// ClaimCheckRetention is how long a payload of ClaimCheckTables is
-	// kept once its message was delivered: longer than a consumer may
-	// take to handle it. Default: claimcheck.DefaultRetention (168h).
-	ClaimCheckRetention time.Duration
 	// MaxAttempts is how many times the broker may reject a message before
 	// it is parked as dead. Outages and timeouts do not count.
-	// Default: 10. Env OUTBOX_MAX_ATTEMPTS.
+	// Default: 10.
 	MaxAttempts int
-	// PublishTimeout bounds the wait for the broker's acks of one batch.
-	// Default: 10s. Env OUTBOX_PUBLISH_TIMEOUT.
+	// PublishTimeout bounds the wait for the broker's acks of one batch; the
+	// claim lease is PublishTimeout + ClaimLeaseMargin, at most 2h (a
+	// longer SQLite lease would count as expired). Default: 10s.
 	PublishTimeout time.Duration
-	// ClaimLease bounds how long a claim holds its rows when the relay
-	// that took them is gone: on SQLite it is the lease, after which
-	// another relay claims the rows of a relay that was killed; on
-	// PostgreSQL it is the claim transaction's
-	// idle_in_transaction_session_timeout, after which the server ends the
-	// transaction of a relay whose connection vanished without the server
-	// noticing. MySQL has no equivalent and ignores it (see
-	// docs/reference/guarantees.md). It must exceed PublishTimeout: a claim that
-	// expires while its relay still publishes lets another relay publish
-	// the same rows, a duplicate (never a loss). Default: PublishTimeout +
-	// ClaimLeaseMargin (15s); at most 2h (a longer SQLite lease would count
-	// as expired). Env OUTBOX_CLAIM_LEASE.
-	ClaimLease time.Duration
 
-	// LaneLease is how long a lane lease lasts unless renewed (every
-	// LaneLease/20): a relay that died loses its lanes, and with them the
-	// delivery of their keyed rows, to the others after it. Default: 10s.
-	LaneLease time.Duration
+	// ClaimChecks are claim check stores (package claimcheck) the relay
+	// sweeps at each cleanup, each against its own
+	// claimcheck.Config.OutboxTables with its own Retention; their tables'
+	// problems join the relay's start-up check. See
+	// docs/guide/claim-check.md. Default: none.
+	ClaimChecks []*claimcheck.Store
 
 	// DisableNotify turns off the LISTEN/NOTIFY wake-up on PostgreSQL
 	// through txboxpgx (the only driver that has it): the relay then
@@ -129,8 +105,8 @@ func init() {
 
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
-	if out.PollInterval < 0 || out.BatchSize < 0 || out.Retention < 0 || out.CleanupInterval < 0 || out.ClaimCheckRetention < 0 ||
-		out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.LaneLease < 0 || out.ClaimLease < 0 || out.test.Negative() {
+	if out.PollInterval < 0 || out.BatchSize < 0 || (out.Retention < 0 && out.Retention != DeletePublished) ||
+		out.MaxAttempts < 0 || out.PublishTimeout < 0 || out.test.Negative() {
 		return out, fmt.Errorf("%w: relay config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -140,29 +116,34 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	def(&out.PollInterval, DefaultPollInterval)
 	def(&out.Retention, DefaultRetention)
-	def(&out.CleanupInterval, DefaultCleanupInterval)
-	def(&out.ClaimCheckRetention, claimcheck.DefaultRetention)
 	def(&out.PublishTimeout, DefaultPublishTimeout)
-	def(&out.ClaimLease, out.PublishTimeout+ClaimLeaseMargin)
-	def(&out.LaneLease, DefaultLaneLease)
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts
 	}
+	cleanup := defaultCleanupInterval
+	if out.Retention > 0 {
+		cleanup = max(min(cleanup, out.Retention), time.Second)
+	}
+	def(&out.test.CleanupInterval, cleanup)
+	def(&out.test.ClaimLease, out.PublishTimeout+ClaimLeaseMargin)
 	out.test = out.test.WithDefaults()
 	if out.BatchSize > 10000 {
 		return out, fmt.Errorf("%w: batch size %d is over 10000", txbox.ErrInvalidConfig, out.BatchSize)
 	}
-	if out.ClaimLease <= out.PublishTimeout {
-		return out, fmt.Errorf("%w: claim lease %s must exceed publish timeout %s", txbox.ErrInvalidConfig, out.ClaimLease, out.PublishTimeout)
+	if out.test.ClaimLease <= out.PublishTimeout {
+		return out, fmt.Errorf("%w: claim lease %s must exceed publish timeout %s", txbox.ErrInvalidConfig, out.test.ClaimLease, out.PublishTimeout)
 	}
-	if out.ClaimLease > outboxsql.MaxClaimLease {
-		return out, fmt.Errorf("%w: claim lease %s is over the limit of %s", txbox.ErrInvalidConfig, out.ClaimLease, outboxsql.MaxClaimLease)
+	if out.test.ClaimLease > outboxsql.MaxClaimLease {
+		return out, fmt.Errorf("%w: publish timeout %s: the claim lease %s is over the limit of %s", txbox.ErrInvalidConfig, out.PublishTimeout, out.test.ClaimLease, outboxsql.MaxClaimLease)
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
 	return out, nil
 }
+
+// defaultCleanupInterval is how often cleanup runs when Retention is longer.
+const defaultCleanupInterval = time.Hour

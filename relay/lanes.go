@@ -15,9 +15,6 @@ import (
 	"github.com/txbox/txbox/txboxdriver"
 )
 
-// DefaultLaneLease is the lane lease of a relay.
-const DefaultLaneLease = 10 * time.Second
-
 // errLeaseStale is a round's error when its claim is too old to publish:
 // the lane lease or the claim transaction may have ended meanwhile.
 var errLeaseStale = errors.New("txbox/relay: the claim outlived its lease; released unpublished")
@@ -57,7 +54,7 @@ func newLaneKeeper(r *Relay, table string) (*laneKeeper, error) {
 		return nil, err
 	}
 	db.Rescan = r.cfg.PollInterval
-	return &laneKeeper{r: r, db: db, lease: r.cfg.LaneLease, outage: outage{texts: &beatTexts}}, nil
+	return &laneKeeper{r: r, db: db, lease: r.cfg.test.LaneLease, outage: outage{texts: &beatTexts}}, nil
 }
 
 // LanesSupported reports whether dialect d has lanes (keyed rows shared

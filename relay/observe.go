@@ -175,7 +175,7 @@ type Health struct {
 	BrokerConnected bool      // true when the publisher does not report a connection
 	LastGoodRound   time.Time // zero before the first
 	// Stale is how old LastGoodRound may be in a ready relay:
-	// PollInterval + 2 × ClaimLease (31s with the defaults).
+	// PollInterval + 2 × the claim lease (31s with the defaults).
 	Stale time.Duration
 	// Listening: LISTEN/NOTIFY wake-ups are active; Notify says the relay
 	// tries to have them (PostgreSQL through txboxpgx, not disabled).
@@ -188,7 +188,7 @@ func (r *Relay) Health(ctx context.Context) Health {
 	h := Health{
 		Running:         r.running.Load(),
 		BrokerConnected: r.brokerConnected(),
-		Stale:           r.cfg.PollInterval + 2*r.cfg.ClaimLease,
+		Stale:           r.cfg.PollInterval + 2*r.cfg.test.ClaimLease,
 		Listening:       r.Listening(),
 		Notify:          r.listen != nil,
 	}

@@ -42,9 +42,10 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/outboxtable"
+	"github.com/txbox/txbox/internal/pubtrace"
 	"github.com/txbox/txbox/internal/roundtimes"
 	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxmigrate"
@@ -68,7 +69,7 @@ type Relay struct {
 	// held the message already, told by trace (txbox.DuplicateCounter);
 	// trace is nil for a publisher that does not count them.
 	dups  atomic.Int64
-	trace *txbox.PublishTrace
+	trace *pubtrace.Trace
 
 	// backlog is true while the last claim came full, busy while it
 	// claimed rows: the scheduler then runs a second round, whose claim
@@ -104,8 +105,7 @@ type Relay struct {
 
 	life lifecycle // Start, Stop, Stopped, Err; held by a Group running it
 
-	claimChecks       []*claimcheck.Store // Config.ClaimCheckTables (claimcheck.go)
-	ccSweeps, ccSwept atomic.Int64
+	ccSweeps, ccSwept atomic.Int64 // SweepClaimChecks (claimcheck.go)
 }
 
 // New returns a Relay reading drv's outbox table and publishing through pub.
@@ -118,24 +118,24 @@ func New[TTx any](drv txboxdriver.Driver[TTx], pub txbox.Publisher, cfg Config) 
 	if err != nil {
 		return nil, err
 	}
-	if c.Schema, c.Table, err = txbox.TableOf(drv, c.Schema, c.Table); err != nil {
-		return nil, err
+	if c.Schema, c.Table, err = outboxtable.Of(drv, c.Schema, c.Table); err != nil {
+		return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 	}
 	table, err := txbox.Config{Schema: c.Schema, Table: c.Table}.TableName(drv.Dialect())
 	if err != nil {
 		return nil, err
 	}
-	store, err := outboxsql.NewStore(drv.Dialect(), drv.Pool(), table, c.ClaimLease)
+	store, err := outboxsql.NewStore(drv.Dialect(), drv.Pool(), table, c.test.ClaimLease)
 	if err != nil {
 		return nil, err
 	}
-	if c.DeletePublished {
+	if c.Retention == DeletePublished {
 		store.DeletePublished()
 	}
 	r := &Relay{cfg: c, store: store, pub: pub, log: c.Logger, onClaim: make(chan struct{}, 1),
 		obs: c.Observer, tracer: c.Tracer}
 	if _, ok := pub.(txbox.DuplicateCounter); ok {
-		r.trace = &txbox.PublishTrace{Duplicate: func(int) { r.dups.Add(1) }}
+		r.trace = &pubtrace.Trace{Duplicate: func(int) { r.dups.Add(1) }}
 	}
 	if r.tracer == nil {
 		r.tracer, _ = c.Observer.(txbox.RelayTracer)
@@ -157,9 +157,6 @@ func New[TTx any](drv txboxdriver.Driver[TTx], pub txbox.Publisher, cfg Config) 
 			r.log.Warn("txbox relay: " + note)
 		}
 		return problems, err
-	}
-	if r.claimChecks, err = claimChecks(drv, c); err != nil {
-		return nil, err
 	}
 	r.check = r.withClaimChecks(r.check)
 	capable := any(drv)
@@ -297,7 +294,7 @@ func nextBackoff(prev, max time.Duration) time.Duration {
 // (transiently); acknowledged messages are marked even then. A relay that
 // does not run (Run, Start, a Group) takes its lanes in its Round, with a
 // heartbeat while its lease runs short; they pass to other relays
-// LaneLease after its last Round.
+// a lane lease (10s) after its last Round.
 func (r *Relay) Round(ctx context.Context) (int, error) { return r.round(ctx, false) }
 
 // round is Round, or with probe a round of at most one row that counts in
@@ -410,12 +407,12 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 
 // mayPublish reports whether batch, claimed from claimedAt on, may still
 // be published: its claim outlives the publish (the claim transaction's
-// server-side idle timeout, or SQLite's lease, is ClaimLease), and the lane
+// server-side idle timeout, or SQLite's lease, is the claim lease), and the lane
 // leases of its keyed rows hold. A relay that stalled between claim and
 // publish (a pause, a frozen connection) longer than that releases the
 // batch instead: another relay may have sent its rows and their successors.
 func (r *Relay) mayPublish(batch *outboxsql.Batch, claimedAt time.Time) bool {
-	if time.Since(claimedAt)+r.cfg.PublishTimeout >= r.cfg.ClaimLease {
+	if time.Since(claimedAt)+r.cfg.PublishTimeout >= r.cfg.test.ClaimLease {
 		return false
 	}
 	return r.lanes == nil || r.lanes.mayPublish(batch)
@@ -686,7 +683,7 @@ type Stats struct {
 	// messages count, also when it shares its publisher (a Group). Such
 	// messages are in Published too.
 	Duplicates int64
-	// ClaimCheckSweeps counts the sweeps of Config.ClaimCheckTables that
+	// ClaimCheckSweeps counts the sweeps of Config.ClaimChecks that
 	// went through, ClaimCheckSwept the payloads they deleted.
 	ClaimCheckSweeps, ClaimCheckSwept int64
 	// LaneConflicts counts the claims that found a keyed row of a lane this

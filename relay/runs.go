@@ -6,6 +6,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/pubtrace"
 )
 
 // errHeldBack is the answer of a message of a run that was not sent: the
@@ -26,7 +27,7 @@ func (r *Relay) publish(ctx context.Context, batch *outboxsql.Batch, out prepare
 // (blameMessages).
 func (r *Relay) publishWave(ctx context.Context, msgs []txbox.Message) []error {
 	if r.trace != nil {
-		ctx = txbox.WithPublishTrace(ctx, r.trace)
+		ctx = pubtrace.With(ctx, r.trace)
 	}
 	errs := r.pub.Publish(ctx, msgs)
 	blameMessages(errs)

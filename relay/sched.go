@@ -117,7 +117,7 @@ func (g *Group) start(m *member) {
 	m.ready = m.services.ready
 	g.bg.Go(func() { g.watchClaims(m) })
 	now := time.Now()
-	m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
+	m.cleanupAt = now.Add(m.r.cfg.test.CleanupInterval)
 	g.enqueue(m)
 	g.subscribe(m)
 }
@@ -538,7 +538,7 @@ func (g *Group) chores(ctx context.Context, m *member) bool {
 		}
 		if !more {
 			m.cleanupCutoff = time.Time{}
-			m.cleanupAt = now.Add(m.r.cfg.CleanupInterval)
+			m.cleanupAt = now.Add(m.r.cfg.test.CleanupInterval)
 		}
 	}
 	return !m.cleanupCutoff.IsZero()

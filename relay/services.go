@@ -46,7 +46,7 @@ func (r *Relay) startServices(ctx context.Context) *services {
 	if r.obs != nil {
 		s.wg.Go(func() { r.sampleLoop(ctx) })
 	}
-	if len(r.claimChecks) > 0 {
+	if len(r.cfg.ClaimChecks) > 0 {
 		s.wg.Go(func() { r.claimCheckLoop(ctx) })
 	}
 	return s

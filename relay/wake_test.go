@@ -18,7 +18,7 @@ type scripted struct {
 }
 
 func newScripted(t *testing.T) *scripted {
-	cfg, err := (&Config{PollInterval: time.Hour, CleanupInterval: time.Hour}).withDefaults()
+	cfg, err := (&Config{PollInterval: time.Hour}).withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // import too.)
 //
 // A task has type = topic, the payload, the headers, TaskID = message id
-// and Retention = PublisherConfig.Retention (OUTBOX_TASK_RETENTION, default
+// and Retention = PublisherConfig.Retention (TXBOX_TASK_RETENTION, default
 // 24h), and is enqueued with asynq's own client. A re-enqueue of a message
 // whose task still exists (pending, running, or retained after completion)
 // fails with asynq.ErrTaskIDConflict, which the publisher counts as

@@ -28,6 +28,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/internal/migratesql"
+	"github.com/txbox/txbox/internal/outboxtable"
 	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/internal/sqltext"
 	"github.com/txbox/txbox/txboxdriver"
@@ -132,8 +133,8 @@ type Migrator struct {
 func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Migrator, error) {
 	if !cfg.NoOutbox {
 		var err error
-		if cfg.Schema, cfg.OutboxTable, err = txbox.TableOf(drv, cfg.Schema, cfg.OutboxTable); err != nil {
-			return nil, err
+		if cfg.Schema, cfg.OutboxTable, err = outboxtable.Of(drv, cfg.Schema, cfg.OutboxTable); err != nil {
+			return nil, fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)
 		}
 	}
 	migrations, err := Plan(drv.Dialect(), cfg)

@@ -150,7 +150,7 @@ type ClaimCheckRef struct {
 }
 
 // StoreClaimCheck shows the claim check table of store, whose sweep (the
-// relay's cleanup, relay.Config.ClaimCheckTables, or txbox claimcheck
+// relay's cleanup, relay.Config.ClaimChecks, or txbox claimcheck
 // sweep) runs with retention.
 func StoreClaimCheck(name string, store *claimcheck.Store, retention time.Duration) ClaimCheckRef {
 	return ClaimCheckRef{Name: name, Retention: retention, Stats: func(ctx context.Context) (claimcheck.Stats, error) {

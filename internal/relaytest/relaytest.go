@@ -13,6 +13,7 @@ const (
 	DefaultBackoffMax         = 30 * time.Second
 	DefaultRetryDelay         = time.Second
 	DefaultConcurrency        = 1
+	DefaultLaneLease          = 10 * time.Second
 )
 
 // Config holds a relay's test-only settings.
@@ -36,6 +37,16 @@ type Config struct {
 	// side by side. With 1, the relay claims the next batch while it waits
 	// for the acks of the last as long as batches come full.
 	Concurrency int
+	// ClaimLease replaces the relay's claim lease (PublishTimeout +
+	// relay.ClaimLeaseMargin); it must exceed PublishTimeout.
+	ClaimLease time.Duration
+	// LaneLease is how long a lane lease lasts unless renewed (every
+	// LaneLease/20): a relay that died loses its lanes, and with them the
+	// delivery of their keyed rows, to the others after it.
+	LaneLease time.Duration
+	// CleanupInterval is how often cleanup runs (and the claim check
+	// sweep). Default: an hour, or Retention when that is shorter.
+	CleanupInterval time.Duration
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -49,6 +60,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.SampleInterval, DefaultSampleInterval)
 	def(&c.BackoffMax, DefaultBackoffMax)
 	def(&c.RetryDelay, DefaultRetryDelay)
+	def(&c.LaneLease, DefaultLaneLease)
 	if c.CleanupBatchSize == 0 {
 		c.CleanupBatchSize = DefaultCleanupBatchSize
 	}
@@ -61,7 +73,7 @@ func (c Config) WithDefaults() Config {
 // Negative reports whether a field of c is negative.
 func (c Config) Negative() bool {
 	return c.NotifyProbeTimeout < 0 || c.SampleInterval < 0 || c.CleanupBatchSize < 0 || c.BackoffMax < 0 ||
-		c.RetryDelay < 0 || c.Concurrency < 0
+		c.RetryDelay < 0 || c.Concurrency < 0 || c.ClaimLease < 0 || c.LaneLease < 0 || c.CleanupInterval < 0
 }
 
 var set func(cfg any, tc Config) any

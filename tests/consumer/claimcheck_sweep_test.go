@@ -15,6 +15,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/consumer"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxdriver"
@@ -22,7 +23,7 @@ import (
 )
 
 // TestClaimCheckSweepByRelay, on each database with NATS JetStream: the
-// relay's cleanup (relay.Config.ClaimCheckTables) deletes a stored payload
+// relay's cleanup (relay.Config.ClaimChecks) deletes a stored payload
 // only once both sides are done with it. Every payload is backdated ten
 // days, so a sweep by age alone would delete them all at once. A payload
 // whose message is still to deliver (due tomorrow) or dead is kept through
@@ -56,7 +57,7 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(ctx)
 	testenv.Must(t, err, "migrate up claim check")
-	store, err := claimcheck.New(d.drv, claimcheck.Config{Table: claims, OutboxTables: []string{outboxTable}})
+	store, err := claimcheck.New(d.drv, claimcheck.Config{Table: claims, OutboxTables: []string{outboxTable}, Retention: time.Hour})
 	testenv.Must(t, err, "claimcheck.New")
 	ob, err := txbox.New(d.drv, txbox.Config{Table: outboxTable, ClaimCheck: store, ClaimCheckThreshold: 1024})
 	testenv.Must(t, err, "outbox")
@@ -109,8 +110,7 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 	testenv.Must(t, c.Start(ctx), "start consumer")
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 
-	r, err := relay.New(d.drv, b.pub, relay.Config{Table: outboxTable, PollInterval: 20 * time.Millisecond, DisableNotify: true,
-		CleanupInterval: 20 * time.Millisecond, ClaimCheckTables: []string{claims}, ClaimCheckRetention: time.Hour, Logger: quiet})
+	r, err := relay.New(d.drv, b.pub, relaytest.With(relay.Config{Table: outboxTable, PollInterval: 20 * time.Millisecond, DisableNotify: true, ClaimChecks: []*claimcheck.Store{store}, Logger: quiet}, relaytest.Config{CleanupInterval: 20 * time.Millisecond}))
 	testenv.Must(t, err, "relay")
 	testenv.Must(t, r.Start(ctx), "start relay")
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })

@@ -332,7 +332,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	if name == "cdc" {
 		relayArgs = append(relayArgs, "--cdc")
 	} else {
-		relayArgs = append(relayArgs, "--poll-interval", "100ms", "--claim-lease", "4s")
+		relayArgs = append(relayArgs, "--poll-interval", "100ms")
 	}
 	e.add("relay", relayArgs...)
 	consumerArgs := []string{filepath.Join(bin, "consumer"), "-db", procDB, "-nats", e.natsURL, "-binding", "CRASH/apply", "-dlq", "crashdlq."}

@@ -181,7 +181,7 @@ func newEOS(t *testing.T, txnID string, batch, keys int) *eosEnv {
 	e := &eosEnv{t: t, c: c, topic: topic, pool: pool, ob: ob, keys: keys, next: map[string]int{}, txnID: txnID, batch: batch, prefix: prefix}
 	argv := []string{bin, "relay", "--db", testenv.PostgresURL(), "--schema", schema,
 		"--broker", "kafka://" + strings.Join(c.ListenAddrs(), ","), "--subject-prefix", prefix,
-		"--batch-size", strconv.Itoa(batch), "--poll-interval", "50ms", "--publish-timeout", "2s", "--claim-lease", "4s",
+		"--batch-size", strconv.Itoa(batch), "--poll-interval", "50ms", "--publish-timeout", "2s",
 		"--stats-interval", "0", "--log-level", cmp.Or(os.Getenv("TXBOX_EOS_LOG_LEVEL"), "warn")}
 	if txnID != "" {
 		argv = append(argv, "--kafka-transactional-id", txnID)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/pubtrace"
 	"github.com/txbox/txbox/natsembed"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/tests/testenv"
@@ -237,7 +238,7 @@ func TestReconnectingFailsFastTransiently(t *testing.T) {
 
 // A message JetStream acknowledges as a duplicate (same Nats-Msg-Id inside
 // the duplicate window) counts as published, is counted by Duplicates and
-// logged at debug with its id, and told to the call's PublishTrace.
+// logged at debug with its id, and told to the call's pubtrace.Trace.
 func TestDuplicateAcksAreCounted(t *testing.T) {
 	t.Parallel()
 	_, nc := privateNATS(t)
@@ -252,12 +253,12 @@ func TestDuplicateAcksAreCounted(t *testing.T) {
 	var told [2][]int
 	var mu sync.Mutex
 	for call := range 2 {
-		trace := &txbox.PublishTrace{Duplicate: func(i int) {
+		trace := &pubtrace.Trace{Duplicate: func(i int) {
 			mu.Lock()
 			defer mu.Unlock()
 			told[call] = append(told[call], i)
 		}}
-		if errs := p.Publish(txbox.WithPublishTrace(ctx, trace), msgs); errs != nil {
+		if errs := p.Publish(pubtrace.With(ctx, trace), msgs); errs != nil {
 			t.Fatalf("publish: %v", errs)
 		}
 	}

@@ -54,7 +54,7 @@ func TestGroupCleanupDoesNotHoldUpItsStore(t *testing.T) {
 	pub := &leftPublisher{count: oldRows}
 	g, err := relay.NewGroup(relay.GroupConfig{})
 	testenv.Must(t, err, "NewGroup")
-	r := tn.newRelay(t, pub, relaytest.With(relay.Config{Retention: time.Hour, CleanupInterval: time.Millisecond, PollInterval: 10 * time.Millisecond}, relaytest.Config{CleanupBatchSize: 1}))
+	r := tn.newRelay(t, pub, relaytest.With(relay.Config{Retention: time.Hour, PollInterval: 10 * time.Millisecond}, relaytest.Config{CleanupBatchSize: 1, CleanupInterval: time.Millisecond}))
 	testenv.Must(t, g.Add(ctx, relay.Store{Name: tn.name, Relay: r}), "add")
 	runGroup(t, g)
 

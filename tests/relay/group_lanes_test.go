@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -18,7 +19,7 @@ func TestGroupWithLanesDeliversKeyedRows(t *testing.T) {
 	t.Parallel()
 	eachLaneDialect(t, 8, func(t *testing.T, e laneEnv) {
 		log := &sendLog{}
-		r := e.laneRelay(t, nil, &logPublisher{name: "g", log: log}, relay.Config{LaneLease: 2 * time.Second})
+		r := e.laneRelay(t, nil, &logPublisher{name: "g", log: log}, relaytest.With(relay.Config{}, relaytest.Config{LaneLease: 2 * time.Second}))
 		g, err := relay.NewGroup(relay.GroupConfig{})
 		testenv.Must(t, err, "NewGroup")
 		testenv.Must(t, g.Add(context.Background(), relay.Store{Name: "lanes", Relay: r}), "add")

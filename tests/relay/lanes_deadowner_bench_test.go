@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -132,7 +133,7 @@ func TestDeadOwnerStallsItsLanes(t *testing.T) {
 		close(stop)
 		testenv.Must(t, <-written, "writer")
 	}()
-	cfg := relay.Config{LaneLease: lease}
+	cfg := relaytest.With(relay.Config{}, relaytest.Config{LaneLease: lease})
 	var all, firsts, lasts []time.Duration
 	for kill := range kills {
 		proxy := testenv.NewProxy(t, e.target)

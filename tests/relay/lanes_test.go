@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -52,7 +53,7 @@ func TestLanesJoinLeaveDie(t *testing.T) {
 func testLanesJoinLeaveDie(t *testing.T, e laneEnv) {
 	f := e.f
 	log := &sendLog{}
-	cfg := relay.Config{LaneLease: time.Second, PublishTimeout: 500 * time.Millisecond, ClaimLease: time.Second}
+	cfg := relaytest.With(relay.Config{PublishTimeout: 500 * time.Millisecond}, relaytest.Config{LaneLease: time.Second, ClaimLease: time.Second})
 	a := e.laneRelay(t, nil, &logPublisher{name: "a", log: log}, cfg)
 	b := e.laneRelay(t, nil, &logPublisher{name: "b", log: log}, cfg)
 	proxy := testenv.NewProxy(t, e.target)
@@ -112,7 +113,7 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 	}}
 	// Long leases: a renews every 30s, so it keeps believing it holds
 	// every lane while b joins, whatever the machine's speed.
-	cfg := relay.Config{LaneLease: 10 * time.Minute, PublishTimeout: 30 * time.Second, ClaimLease: 40 * time.Second, BatchSize: 50}
+	cfg := relaytest.With(relay.Config{PublishTimeout: 30 * time.Second, BatchSize: 50}, relaytest.Config{LaneLease: 10 * time.Minute, ClaimLease: 40 * time.Second})
 	adder := &keyedAdder{f: f}
 	for i := 0; i < 20; i++ {
 		keys := make([]string, 40)
@@ -220,7 +221,7 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 	f := pgxFixture(t, 8)
 	e := pgLanes(t, f)
 	log := &sendLog{}
-	cfg := relay.Config{LaneLease: time.Second, PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second, BatchSize: 20}
+	cfg := relaytest.With(relay.Config{PublishTimeout: 300 * time.Millisecond, BatchSize: 20}, relaytest.Config{LaneLease: time.Second, ClaimLease: time.Second})
 	fr := newFreezer(t)
 	var b *relay.Relay
 	aPub := &stallingPublisher{logPublisher: &logPublisher{name: "a", log: log}}
@@ -283,7 +284,7 @@ func testLanesOwnerDiedMidBatch(t *testing.T, e laneEnv) {
 		<-ctx.Done() // never acknowledged: the relay dies first
 		return ctx.Err()
 	}}
-	cfg := relay.Config{LaneLease: time.Second, PublishTimeout: 2 * time.Second, ClaimLease: 3 * time.Second, BatchSize: 50}
+	cfg := relaytest.With(relay.Config{PublishTimeout: 2 * time.Second, BatchSize: 50}, relaytest.Config{LaneLease: time.Second, ClaimLease: 3 * time.Second})
 	adder := &keyedAdder{f: f}
 	for i := 0; i < 10; i++ {
 		keys := make([]string, 40)

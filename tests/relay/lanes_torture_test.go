@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -40,8 +41,8 @@ func testLanesOrderingTorture(t *testing.T, e laneEnv) {
 	nc := testenv.NATS(t)
 	prefix := testenv.Subject()
 	s := stream(t, nc, prefix, jetstream.StreamConfig{})
-	cfg := relay.Config{PollInterval: 2 * time.Millisecond, BatchSize: 20, LaneLease: time.Second,
-		PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second}
+	cfg := relaytest.With(relay.Config{PollInterval: 2 * time.Millisecond, BatchSize: 20,
+		PublishTimeout: 300 * time.Millisecond}, relaytest.Config{LaneLease: time.Second, ClaimLease: time.Second})
 
 	stopRelays := make(chan struct{})
 	var relaysWG sync.WaitGroup

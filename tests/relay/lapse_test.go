@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 )
@@ -20,7 +21,7 @@ func TestRelayWakesWhenItsLapsedLeaseIsRenewed(t *testing.T) {
 	const lease, keyed = 2 * time.Second, 30
 	f := pgxFixture(t, 8)
 	log := newRunLog(nil)
-	r := f.newRelay(t, log, relay.Config{LaneLease: lease, PollInterval: time.Hour, DisableNotify: true, BatchSize: 10})
+	r := f.newRelay(t, log, relaytest.With(relay.Config{PollInterval: time.Hour, DisableNotify: true, BatchSize: 10}, relaytest.Config{LaneLease: lease}))
 	var emptyRounds atomic.Int64
 	g, err := relay.NewGroup(relay.GroupConfig{DisableNotify: true, OnEvent: func(e relay.GroupEvent) {
 		if e.Kind == relay.EventFinished && e.Err == nil && e.Rows == 0 {

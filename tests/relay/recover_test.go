@@ -370,8 +370,7 @@ func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	e := pgLanes(t, f)
 	proxy := testenv.NewProxy(t, e.target)
 	logs := newLogLines()
-	r := e.laneRelay(t, proxy, &recordingPublisher{}, relaytest.With(relay.Config{LaneLease: time.Second, PublishTimeout: 500 * time.Millisecond,
-		ClaimLease: time.Second, DisableNotify: true, Logger: logs.logger()}, relaytest.Config{BackoffMax: 20 * time.Millisecond}))
+	r := e.laneRelay(t, proxy, &recordingPublisher{}, relaytest.With(relay.Config{PublishTimeout: 500 * time.Millisecond, DisableNotify: true, Logger: logs.logger()}, relaytest.Config{BackoffMax: 20 * time.Millisecond, LaneLease: time.Second, ClaimLease: time.Second}))
 	startRelay(t, r)
 	f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("0")})
 	eventually(t, "first message delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })

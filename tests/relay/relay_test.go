@@ -289,7 +289,7 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 		}
 		f.add(t, true, msgs...)
 
-		cfg := relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, BatchSize: 20, ClaimLease: 11 * time.Second}, relaytest.Config{BackoffMax: 50 * time.Millisecond})
+		cfg := relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, BatchSize: 20}, relaytest.Config{BackoffMax: 50 * time.Millisecond, ClaimLease: 11 * time.Second})
 		pub := &crashAfterPublish{Publisher: publisher(t, nc)}
 		r := f.newRelay(t, pub, cfg)
 		startRelay(t, r)
@@ -415,14 +415,14 @@ func TestDeletePublished(t *testing.T) {
 		f.add(t, true, msgs...)
 
 		crashing := &crashAfterPublish{Publisher: publisher(t, nc)}
-		if _, err := f.newRelay(t, crashing, relay.Config{DeletePublished: true}).Round(context.Background()); err == nil {
+		if _, err := f.newRelay(t, crashing, relay.Config{Retention: relay.DeletePublished}).Round(context.Background()); err == nil {
 			t.Fatal("a round that crashed before marking returned no error")
 		}
 		if n := f.count(t, "1=1"); n != 31 {
 			t.Fatalf("%d rows left after a crash before marking, want all 31", n)
 		}
 
-		r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{DeletePublished: true, PollInterval: 5 * time.Millisecond, MaxAttempts: 2}, relaytest.Config{RetryDelay: 5 * time.Millisecond}))
+		r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{Retention: relay.DeletePublished, PollInterval: 5 * time.Millisecond, MaxAttempts: 2}, relaytest.Config{RetryDelay: 5 * time.Millisecond}))
 		startRelay(t, r)
 		eventually(t, "poison parked and the rest delivered", func() bool {
 			st, err := r.Stats(context.Background())
@@ -458,7 +458,7 @@ func TestBrokerOutageBurnsNoAttempts(t *testing.T) {
 		_ = s
 
 		r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, MaxAttempts: 2,
-			PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second}, relaytest.Config{BackoffMax: 200 * time.Millisecond}))
+			PublishTimeout: 300 * time.Millisecond}, relaytest.Config{BackoffMax: 200 * time.Millisecond, ClaimLease: time.Second}))
 		startRelay(t, r)
 		f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
 		eventually(t, "first message delivered", func() bool { return pending(t, r) == 0 })
@@ -564,7 +564,7 @@ func TestStopMidBatchLosesNothing(t *testing.T) {
 		slow := &halfPublisher{started: make(chan struct{})}
 		// The publish ends at its timeout; the claim's lease outlasts it by
 		// far, so that a slow mark on a loaded machine is not fenced off.
-		r := f.newRelay(t, slow, relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: 2 * time.Second, ClaimLease: time.Minute})
+		r := f.newRelay(t, slow, relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: 2 * time.Second}, relaytest.Config{ClaimLease: time.Minute}))
 		testenv.Must(t, r.Start(context.Background()), "start")
 		<-slow.started
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -660,7 +660,7 @@ func TestOverlapOfFullBatches(t *testing.T) {
 			f.add(t, true, msgs...)
 			hold := make(chan struct{})
 			pub := &gatePublisher{hold: hold, release: sync.OnceFunc(func() { close(hold) }), got: map[string]int{}}
-			r := f.newRelay(t, pub, relay.Config{BatchSize: 10, PollInterval: 5 * time.Millisecond, PublishTimeout: 5 * time.Minute, ClaimLease: 6 * time.Minute})
+			r := f.newRelay(t, pub, relaytest.With(relay.Config{BatchSize: 10, PollInterval: 5 * time.Millisecond, PublishTimeout: 5 * time.Minute}, relaytest.Config{ClaimLease: 6 * time.Minute}))
 			startRelay(t, r)
 			t.Cleanup(pub.release) // before the relay's Stop, should the test fail while it holds
 			eventually(t, "a second batch published while the first awaits its acks", func() bool {

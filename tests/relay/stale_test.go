@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -24,7 +25,7 @@ func TestStalledRelayWithoutLanesSendsNothingStale(t *testing.T) {
 	// One batch holds every row. a's rounds beside the stalled one (a relay
 	// whose claim found rows claims again while that batch is out) stall
 	// with it (stallingAll).
-	cfg := relay.Config{PublishTimeout: 300 * time.Millisecond, ClaimLease: time.Second, BatchSize: 500, PollInterval: 5 * time.Millisecond}
+	cfg := relaytest.With(relay.Config{PublishTimeout: 300 * time.Millisecond, BatchSize: 500, PollInterval: 5 * time.Millisecond}, relaytest.Config{ClaimLease: time.Second})
 	const n = 300
 	msgs := make([]txbox.Message, n)
 	for i := range msgs {

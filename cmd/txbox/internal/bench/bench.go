@@ -40,7 +40,7 @@ type Config struct {
 	Shapes  []string      // the backlogs of Scale (unordered, 1000-keys, skewed, 20-keys); all when empty
 	Relays  []int         // the numbers of relays of Scale; 1, 2 and 4 when empty
 	// DeletePublished makes Scale's relays delete each delivered row
-	// (relay.Config.DeletePublished, txbox relay --retention 0) instead
+	// (relay.DeletePublished, txbox relay --retention 0) instead
 	// of marking it.
 	DeletePublished bool
 	// Scheduled is how many rows Scale writes scheduled an hour ahead

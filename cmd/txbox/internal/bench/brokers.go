@@ -168,9 +168,9 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		{"1 relay, defaults (batch 100)", relay.Config{}, 1},
 		{"1 relay, batch 1000", relay.Config{BatchSize: 1000}, 1},
 		{"4 relays, batch 1000", relay.Config{BatchSize: 1000}, 4},
-		{"1 relay, batch 1000, delete", relay.Config{BatchSize: 1000, DeletePublished: true}, 1},
-		{"4 relays, batch 1000, delete", relay.Config{BatchSize: 1000, DeletePublished: true}, 4},
-		{"1 relay, batch 5000, delete, 2 loops", relaytest.With(relay.Config{BatchSize: 5000, DeletePublished: true}, relaytest.Config{Concurrency: 2}), 1},
+		{"1 relay, batch 1000, delete", relay.Config{BatchSize: 1000, Retention: relay.DeletePublished}, 1},
+		{"4 relays, batch 1000, delete", relay.Config{BatchSize: 1000, Retention: relay.DeletePublished}, 4},
+		{"1 relay, batch 5000, delete, 2 loops", relaytest.With(relay.Config{BatchSize: 5000, Retention: relay.DeletePublished}, relaytest.Config{Concurrency: 2}), 1},
 	}
 	perTarget := 1 + len(variants)
 	for _, tg := range targets {
@@ -210,7 +210,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 	for i := 2; i < len(rows); i += perTarget {
 		for j, v := range variants {
 			db := 0
-			if v.rc.DeletePublished {
+			if v.rc.Retention == relay.DeletePublished {
 				db = 1
 			}
 			r := med.rate[i+1+j]

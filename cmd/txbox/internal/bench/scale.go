@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
 )
@@ -227,7 +228,11 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (_, _ float6
 			return 0, 0, nil, err
 		}
 		pools = append(pools, p)
-		r, err := relay.New(txboxpgx.New(p), nopPublisher{}, relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, LaneLease: 2 * time.Second, DisableNotify: true, DeletePublished: cfg.DeletePublished})
+		rc := relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, DisableNotify: true}
+		if cfg.DeletePublished {
+			rc.Retention = relay.DeletePublished
+		}
+		r, err := relay.New(txboxpgx.New(p), nopPublisher{}, relaytest.With(rc, relaytest.Config{LaneLease: 2 * time.Second}))
 		if err != nil {
 			return 0, 0, nil, err
 		}

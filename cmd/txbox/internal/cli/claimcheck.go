@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
@@ -78,12 +76,7 @@ delivered message (broker redelivery and replay, a consumer that is down).`,
 			out := cmd.OutOrStdout()
 			for _, table := range f.tables {
 				cfg := claimcheck.Config{Schema: f.schema, Table: table, OutboxTables: []string{f.table}}
-				var st *claimcheck.Store
-				if db.pgx != nil {
-					st, err = claimcheck.New[pgx.Tx](db.pgx, cfg)
-				} else {
-					st, err = claimcheck.New[*sql.Tx](db.sql, cfg)
-				}
+				st, err := db.claimCheck(cfg)
 				if err != nil {
 					return fmt.Errorf("--claim-check-table %s: %w", table, err)
 				}

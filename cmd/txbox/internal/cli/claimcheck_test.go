@@ -59,7 +59,7 @@ func TestClaimCheckSweep(t *testing.T) {
 }
 
 // txbox relay with TXBOX_CLAIM_CHECK_TABLE sweeps the claim check table
-// every --cleanup-interval: a payload released longer than
+// at each cleanup (every --retention, 1s here): a payload released longer than
 // --claim-check-retention ago is deleted; one that a row still to deliver
 // refers to is kept (and held again) however long ago it was released; a
 // payload no row refers to is released.
@@ -91,7 +91,7 @@ func TestRelayClaimCheckSweep(t *testing.T) {
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 	go func() {
 		done <- cli.Run(ctx, []string{"relay", "--db", db, "--broker", testenv.NATSURL(), "--stream", stream, "--stream-subjects", prefix + ">",
-			"--cleanup-interval", "1s", "--claim-check-retention", "1h", "--stats-interval", "100ms"}, &out, &errOut)
+			"--retention", "1s", "--claim-check-retention", "1h", "--stats-interval", "100ms"}, &out, &errOut)
 	}()
 	state := func() (refs []string, released map[string]bool) {
 		rows, err := conn.Query("SELECT ref, released_at IS NOT NULL FROM txbox_claim_check ORDER BY ref")

@@ -76,9 +76,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.add(os.Getenv(EnvDB), os.Getenv(EnvBroker))
 	root := newRoot(r, stdout, stderr)
 	root.SetArgs(args)
-	for _, line := range deprecatedEnv() {
-		fmt.Fprintln(stderr, line)
-	}
 	if err := root.ExecuteContext(ctx); err != nil {
 		return &redactedError{msg: r.redact(err.Error()), err: err}
 	}

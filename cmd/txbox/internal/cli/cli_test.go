@@ -293,13 +293,13 @@ func TestRelayBadConfig(t *testing.T) {
 	}
 }
 
-// TestRelayBadEnv: OUTBOX_* values that do not parse fail at start, naming
+// TestRelayBadEnv: TXBOX_* values that do not parse fail at start, naming
 // the variable; flags override the environment.
 func TestRelayBadEnv(t *testing.T) {
 	for _, tc := range []struct{ env, val, want string }{
-		{"OUTBOX_POLL_INTERVAL", "abc", `OUTBOX_POLL_INTERVAL="abc": not a duration`},
-		{"OUTBOX_BATCH_SIZE", "-5", `OUTBOX_BATCH_SIZE="-5": want a positive integer`},
-		{"OUTBOX_RETENTION", "-2h", `OUTBOX_RETENTION="-2h": must be positive`},
+		{"TXBOX_POLL_INTERVAL", "abc", `TXBOX_POLL_INTERVAL="abc": not a duration`},
+		{"TXBOX_BATCH_SIZE", "-5", `TXBOX_BATCH_SIZE="-5": want a positive integer`},
+		{"TXBOX_RETENTION", "-2h", `TXBOX_RETENTION="-2h": must be positive`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.val)

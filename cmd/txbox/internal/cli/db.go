@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	_ "modernc.org/sqlite" // the SQLite engine behind sqlite:// URLs
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/claimcheck"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxmigrate"
@@ -244,6 +246,13 @@ func (d *database) Close() {
 	}
 }
 
+func (d *database) claimCheck(cfg claimcheck.Config) (*claimcheck.Store, error) {
+	if d.pgx != nil {
+		return claimcheck.New[pgx.Tx](d.pgx, cfg)
+	}
+	return claimcheck.New[*sql.Tx](d.sql, cfg)
+}
+
 func (d *database) migrator(cfg txboxmigrate.Config) (*txboxmigrate.Migrator, error) {
 	if d.pgx != nil {
 		return txboxmigrate.New[pgx.Tx](d.pgx, cfg)
@@ -251,7 +260,17 @@ func (d *database) migrator(cfg txboxmigrate.Config) (*txboxmigrate.Migrator, er
 	return txboxmigrate.New[*sql.Tx](d.sql, cfg)
 }
 
-func (d *database) relay(pub txbox.Publisher, cfg relay.Config) (*relay.Relay, error) {
+// relay returns a relay of cfg that also sweeps the claim check tables
+// claims (in cfg.Schema, against cfg.Table) with retention.
+func (d *database) relay(pub txbox.Publisher, cfg relay.Config, claims []string, retention time.Duration) (*relay.Relay, error) {
+	cfg.ClaimChecks = nil
+	for _, table := range claims {
+		st, err := d.claimCheck(claimcheck.Config{Schema: cfg.Schema, Table: table, OutboxTables: []string{cmp.Or(cfg.Table, txbox.DefaultTable)}, Retention: retention})
+		if err != nil {
+			return nil, fmt.Errorf("claim check table %q: %w", table, err)
+		}
+		cfg.ClaimChecks = append(cfg.ClaimChecks, st)
+	}
 	if d.pgx != nil {
 		return relay.New[pgx.Tx](d.pgx, pub, cfg)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,62 +13,33 @@ import (
 	"github.com/txbox/txbox"
 )
 
-// The relay's environment variables. Each is also read under its
-// deprecated name OUTBOX_* when the TXBOX_ one is not set, with a
-// deprecation line (see lookupEnv). A flag given on the command line wins
-// over its variable.
+// The relay's environment variables. Every variable of txbox has the
+// prefix TXBOX_. A flag given on the command line wins over its variable.
 const (
-	EnvPollInterval    = "TXBOX_POLL_INTERVAL"
-	EnvBatchSize       = "TXBOX_BATCH_SIZE"
-	EnvRetention       = "TXBOX_RETENTION"
-	EnvCleanupInterval = "TXBOX_CLEANUP_INTERVAL"
-	EnvMaxAttempts     = "TXBOX_MAX_ATTEMPTS"
-	EnvPublishTimeout  = "TXBOX_PUBLISH_TIMEOUT"
-	EnvClaimLease      = "TXBOX_CLAIM_LEASE"
-	EnvLaneLease       = "TXBOX_LANE_LEASE"
-	EnvTable           = "TXBOX_TABLE"
-	EnvSchema          = "TXBOX_SCHEMA"
+	EnvPollInterval   = "TXBOX_POLL_INTERVAL"
+	EnvBatchSize      = "TXBOX_BATCH_SIZE"
+	EnvRetention      = "TXBOX_RETENTION"
+	EnvMaxAttempts    = "TXBOX_MAX_ATTEMPTS"
+	EnvPublishTimeout = "TXBOX_PUBLISH_TIMEOUT"
+	EnvTable          = "TXBOX_TABLE"
+	EnvSchema         = "TXBOX_SCHEMA"
 	// EnvTaskRetention is asynq's retention of completed tasks (the window
 	// in which a re-enqueue of the same task id is dropped).
 	EnvTaskRetention = "TXBOX_TASK_RETENTION"
 )
 
-// legacyEnv are the variables that had the prefix OUTBOX_ instead of TXBOX_.
-var legacyEnv = []string{EnvPollInterval, EnvBatchSize, EnvRetention, EnvCleanupInterval, EnvMaxAttempts, EnvPublishTimeout,
-	EnvClaimLease, EnvLaneLease, EnvTable, EnvSchema, EnvTaskRetention}
-
-// legacyName is the old name of the variable name, or "".
-func legacyName(name string) string {
-	if slices.Contains(legacyEnv, name) {
-		return "OUTBOX_" + strings.TrimPrefix(name, "TXBOX_")
-	}
-	return ""
-}
+// settingEnv are the variables their commands read themselves when they
+// resolve a setting (settings.go).
+var settingEnv = []string{EnvPollInterval, EnvBatchSize, EnvRetention, EnvMaxAttempts, EnvPublishTimeout,
+	EnvTable, EnvSchema, EnvTaskRetention}
 
 // lookupEnv returns the value of the variable name when set and not
-// empty, else of its old OUTBOX_ name; from is the name it was read from.
+// empty; from is name.
 func lookupEnv(name string) (value, from string, ok bool) {
 	if v, set := os.LookupEnv(name); set && v != "" {
 		return v, name, true
 	}
-	if old := legacyName(name); old != "" {
-		if v, set := os.LookupEnv(old); set && v != "" {
-			return v, old, true
-		}
-	}
 	return "", name, false
-}
-
-// deprecatedEnv returns a line for each old OUTBOX_ variable that is set
-// while its TXBOX_ name is not.
-func deprecatedEnv() []string {
-	var out []string
-	for _, name := range legacyEnv {
-		if _, from, ok := lookupEnv(name); ok && from != name {
-			out = append(out, fmt.Sprintf("txbox: warning: %s is deprecated, set %s instead (the old name is read until v1)", from, name))
-		}
-	}
-	return out
 }
 
 // taskRetentionFromEnv returns TXBOX_TASK_RETENTION, or 0 when unset.
@@ -110,13 +80,13 @@ var envOverride = map[string]string{
 }
 
 // ownEnv are the variables whose commands read them themselves (as the
-// flags' defaults, or when they resolve a setting, with the OUTBOX_ names
-// too); applyEnv leaves their flags alone.
+// flags' defaults, or when they resolve a setting); applyEnv leaves their
+// flags alone.
 var ownEnv = map[string]bool{EnvDB: true, EnvBroker: true, EnvStream: true, EnvStreamSubjects: true, EnvSubjectPrefix: true,
 	EnvExchange: true, EnvCloudEventsSource: true, EnvUIToken: true}
 
 func init() {
-	for _, name := range legacyEnv {
+	for _, name := range settingEnv {
 		ownEnv[name] = true
 	}
 }

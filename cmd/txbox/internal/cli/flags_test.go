@@ -22,7 +22,6 @@ func TestFlagBounds(t *testing.T) {
 		{append(relay, "--batch-size", "0"), "--batch-size 0: must be a positive integer"},
 		{append(relay, "--poll-interval", "1ns"), "--poll-interval 1ns: must be at least 10ms"},
 		{append(relay, "--poll-interval", "2h"), "--poll-interval 2h0m0s: must be at most 1h0m0s"},
-		{append(relay, "--cleanup-interval", "1ns"), "--cleanup-interval 1ns: must be at least 1s"},
 		{append(relay, "--retention", "1ns"), "--retention 1ns: must be at least 1s"},
 		{append(relay, "--max-attempts", "1000000"), "--max-attempts 1000000: must be at most 1000"},
 		{append(relay, "--publish-timeout", "1ns"), "--publish-timeout 1ns: must be at least 100ms"},
@@ -84,13 +83,12 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		flag     []string // overriding the variable
 		want     string   // the error without the flag
 	}{
-		{"OUTBOX_BATCH_SIZE", "abc", []string{"--batch-size", "50"}, `OUTBOX_BATCH_SIZE="abc": want a positive integer`},
-		{"OUTBOX_BATCH_SIZE", "100000000", []string{"--batch-size", "50"}, `OUTBOX_BATCH_SIZE="100000000": must be at most 10000`},
-		{"OUTBOX_POLL_INTERVAL", "1ns", []string{"--poll-interval", "1s"}, `OUTBOX_POLL_INTERVAL="1ns": must be at least 10ms`},
-		{"OUTBOX_CLEANUP_INTERVAL", "1ns", []string{"--cleanup-interval", "1h"}, `OUTBOX_CLEANUP_INTERVAL="1ns": must be at least 1s`},
-		{"OUTBOX_RETENTION", "soon", []string{"--retention", "0"}, `OUTBOX_RETENTION="soon": not a duration`},
-		{"OUTBOX_MAX_ATTEMPTS", "0", []string{"--max-attempts", "3"}, `OUTBOX_MAX_ATTEMPTS="0": want a positive integer`},
-		{"OUTBOX_PUBLISH_TIMEOUT", "2h", []string{"--publish-timeout", "5s"}, `OUTBOX_PUBLISH_TIMEOUT="2h": must be at most 1h0m0s`},
+		{"TXBOX_BATCH_SIZE", "abc", []string{"--batch-size", "50"}, `TXBOX_BATCH_SIZE="abc": want a positive integer`},
+		{"TXBOX_BATCH_SIZE", "100000000", []string{"--batch-size", "50"}, `TXBOX_BATCH_SIZE="100000000": must be at most 10000`},
+		{"TXBOX_POLL_INTERVAL", "1ns", []string{"--poll-interval", "1s"}, `TXBOX_POLL_INTERVAL="1ns": must be at least 10ms`},
+		{"TXBOX_RETENTION", "soon", []string{"--retention", "0"}, `TXBOX_RETENTION="soon": not a duration`},
+		{"TXBOX_MAX_ATTEMPTS", "0", []string{"--max-attempts", "3"}, `TXBOX_MAX_ATTEMPTS="0": want a positive integer`},
+		{"TXBOX_PUBLISH_TIMEOUT", "2h", []string{"--publish-timeout", "5s"}, `TXBOX_PUBLISH_TIMEOUT="2h": must be at most 1h0m0s`},
 		{"TXBOX_SUBJECT_PREFIX", "a b.", []string{"--subject-prefix", "ok."}, `TXBOX_SUBJECT_PREFIX "a b."`},
 		{"TXBOX_STREAM", "a.b", []string{"--stream", "OK", "--stream-subjects", "ok.>"}, `TXBOX_STREAM "a.b"`},
 		{"TXBOX_DB", "postgres://h:bad/db", []string{"--db", db}, `TXBOX_DB "postgres://h:bad/db": malformed URL`},

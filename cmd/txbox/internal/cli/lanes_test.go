@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,32 +10,9 @@ import (
 	"github.com/txbox/txbox/tests/testenv"
 )
 
-// --lane-lease and its variable: bad values are refused with the source
-// named, and on PostgreSQL the relay takes the table's lanes (every one, alone) and gives them up when
-// it stops.
-func TestRelayLanesFlags(t *testing.T) {
-	db := "sqlite://" + filepath.Join(t.TempDir(), "l.db")
-	for _, tc := range []struct {
-		env  [2]string // variable, value
-		args []string
-		want string
-	}{
-		{[2]string{}, []string{"--lane-lease", "100ms"}, "--lane-lease 100ms: must be at least 1s"},
-		{[2]string{}, []string{"--lane-lease", "1h"}, "--lane-lease 1h0m0s: must be at most 10m0s"},
-		{[2]string{"OUTBOX_LANE_LEASE", "soon"}, nil, `OUTBOX_LANE_LEASE="soon": not a duration`},
-	} {
-		t.Run(strings.Join(append([]string{tc.env[0] + "=" + tc.env[1]}, tc.args...), " "), func(t *testing.T) {
-			if tc.env[0] != "" {
-				t.Setenv(tc.env[0], tc.env[1])
-			}
-			args := append([]string{"relay", "--db", db, "--broker", "nats://127.0.0.1:1"}, tc.args...)
-			_, _, err := run(context.Background(), args...)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("%v: err = %v, want %q", args, err, tc.want)
-			}
-		})
-	}
-
+// On PostgreSQL the relay takes the table's lanes (every one, alone) and
+// gives them up when it stops.
+func TestRelayLanes(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		admin, schema := pgSchema(t)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -46,7 +22,7 @@ func TestRelayLanesFlags(t *testing.T) {
 		go func() {
 			done <- cli.Run(ctx, []string{"relay", "--migrate", "--db", testenv.PostgresURL(), "--schema", schema,
 				"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("LANES")), "--stream-subjects", testenv.Subject() + ">",
-				"--lane-lease", "3s", "--stats-interval", "0"}, &out, &errOut)
+				"--stats-interval", "0"}, &out, &errOut)
 		}()
 		owned := func() (owners, lanes int) {
 			err := admin.QueryRow(ctx, "SELECT count(DISTINCT owner), count(owner) FROM "+schema+".txbox_outbox_lanes WHERE expires_at > now()").Scan(&owners, &lanes)

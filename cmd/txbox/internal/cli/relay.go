@@ -29,16 +29,13 @@ type relayFlags struct {
 	tables tableFlags
 	broker brokerFlags
 
-	pollInterval    time.Duration
-	batchSize       int
-	retention       time.Duration
-	cleanupInterval time.Duration
-	maxAttempts     int
-	publishTimeout  time.Duration
-	claimLease      time.Duration
-	laneLease       time.Duration
-	claimTables     []string      // --claim-check-table
-	claimRetention  time.Duration // --claim-check-retention
+	pollInterval   time.Duration
+	batchSize      int
+	retention      time.Duration
+	maxAttempts    int
+	publishTimeout time.Duration
+	claimTables    []string      // --claim-check-table
+	claimRetention time.Duration // --claim-check-retention
 
 	noNotify      bool
 	statsInterval time.Duration
@@ -110,13 +107,10 @@ or changed join or leave without a restart.`,
 	registerGroupFlags(fs, &f)
 	fs.DurationVar(&f.pollInterval, "poll-interval", relay.DefaultPollInterval, "wait of an idle relay before polling again, 10ms to 1h (env "+EnvPollInterval+")")
 	fs.IntVar(&f.batchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and published per round, 1 to 10000 (env "+EnvBatchSize+")")
-	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them; 0 deletes each row as its delivery is recorded (env "+EnvRetention+")")
-	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", relay.DefaultCleanupInterval, "how often cleanup runs, 1s to 24h (env "+EnvCleanupInterval+")")
+	fs.DurationVar(&f.retention, "retention", relay.DefaultRetention, "how long delivered rows are kept before cleanup deletes them (cleanup runs every hour, or every --retention when shorter); 0 deletes each row as its delivery is recorded (env "+EnvRetention+")")
 	fs.IntVar(&f.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "broker rejections before a message is parked as dead; outages do not count; 1 to 1000 (env "+EnvMaxAttempts+")")
-	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h (env "+EnvPublishTimeout+")")
-	fs.DurationVar(&f.claimLease, "claim-lease", relay.DefaultClaimLease, "how long a claim holds its rows once its relay is gone (killed, or its connection vanished; SQLite and PostgreSQL), 1s to 2h and more than --publish-timeout; unset, it is --publish-timeout + 5s (env "+EnvClaimLease+")")
-	fs.DurationVar(&f.laneLease, "lane-lease", relay.DefaultLaneLease, "how long a relay's lane lease lasts unless renewed; a relay that died loses its lanes to the others after it; 1s to 10m (env "+EnvLaneLease+")")
-	fs.StringSliceVar(&f.claimTables, "claim-check-table", nil, "claim check tables (in --schema) whose payloads cleanup deletes, every --cleanup-interval, once both sides are done with them (repeat or comma-separate; docs/guide/claim-check.md)")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on the wait for the broker's acks of one batch, 100ms to 1h; a claim holds its rows for --publish-timeout + 5s once its relay is gone (env "+EnvPublishTimeout+")")
+	fs.StringSliceVar(&f.claimTables, "claim-check-table", nil, "claim check tables (in --schema) whose payloads cleanup deletes once both sides are done with them (repeat or comma-separate; docs/guide/claim-check.md)")
 	fs.DurationVar(&f.claimRetention, "claim-check-retention", claimcheck.DefaultRetention, "with --claim-check-table: how long a payload is kept once its message was delivered, at least 1s")
 	fs.BoolVar(&f.cdc, "cdc", false, "PostgreSQL: read the outbox table's inserts from the write-ahead log through a logical replication slot (txbox slot create) instead of claiming rows; one relay reads, others wait as standbys (docs/guide/cdc.md)")
 	f.slot.register(fs)
@@ -139,15 +133,12 @@ or changed join or leave without a restart.`,
 // lower bounds a relay spins a core (polls, cleanups or stats queries without
 // pause), above the upper ones it holds more than a database gives.
 var (
-	pollIntervalSetting    = setting[time.Duration]{flag: "poll-interval", env: EnvPollInterval, min: 10 * time.Millisecond, max: time.Hour}
-	batchSizeSetting       = setting[int]{flag: "batch-size", env: EnvBatchSize, min: 1, max: 10000}
-	retentionSetting       = setting[time.Duration]{flag: "retention", env: EnvRetention, min: time.Second, zero: true}
-	cleanupIntervalSetting = setting[time.Duration]{flag: "cleanup-interval", env: EnvCleanupInterval, min: time.Second, max: 24 * time.Hour}
-	maxAttemptsSetting     = setting[int]{flag: "max-attempts", env: EnvMaxAttempts, min: 1, max: 1000}
-	publishTimeoutSetting  = setting[time.Duration]{flag: "publish-timeout", env: EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
-	claimLeaseSetting      = setting[time.Duration]{flag: "claim-lease", env: EnvClaimLease, min: time.Second, max: 2 * time.Hour}
-	laneLeaseSetting       = setting[time.Duration]{flag: "lane-lease", env: EnvLaneLease, min: time.Second, max: 10 * time.Minute}
-	statsIntervalSetting   = setting[time.Duration]{flag: "stats-interval", min: 100 * time.Millisecond, zero: true}
+	pollIntervalSetting   = setting[time.Duration]{flag: "poll-interval", env: EnvPollInterval, min: 10 * time.Millisecond, max: time.Hour}
+	batchSizeSetting      = setting[int]{flag: "batch-size", env: EnvBatchSize, min: 1, max: 10000}
+	retentionSetting      = setting[time.Duration]{flag: "retention", env: EnvRetention, min: time.Second, zero: true}
+	maxAttemptsSetting    = setting[int]{flag: "max-attempts", env: EnvMaxAttempts, min: 1, max: 1000}
+	publishTimeoutSetting = setting[time.Duration]{flag: "publish-timeout", env: EnvPublishTimeout, min: 100 * time.Millisecond, max: time.Hour}
+	statsIntervalSetting  = setting[time.Duration]{flag: "stats-interval", min: 100 * time.Millisecond, zero: true}
 )
 
 // relayConfig builds the relay's config from the flags the user set, else
@@ -160,11 +151,8 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		pollIntervalSetting.resolve(fs, f.pollInterval, &cfg.PollInterval),
 		batchSizeSetting.resolve(fs, f.batchSize, &cfg.BatchSize),
 		retentionSetting.resolve(fs, f.retention, &retention),
-		cleanupIntervalSetting.resolve(fs, f.cleanupInterval, &cfg.CleanupInterval),
 		maxAttemptsSetting.resolve(fs, f.maxAttempts, &cfg.MaxAttempts),
 		publishTimeoutSetting.resolve(fs, f.publishTimeout, &cfg.PublishTimeout),
-		claimLeaseSetting.resolve(fs, f.claimLease, &cfg.ClaimLease),
-		laneLeaseSetting.resolve(fs, f.laneLease, &cfg.LaneLease),
 		statsIntervalSetting.resolve(fs, f.statsInterval, &f.statsInterval),
 	} {
 		if err != nil {
@@ -172,28 +160,14 @@ func relayConfig(cmd *cobra.Command, f *relayFlags) (relay.Config, error) {
 		}
 	}
 	if retention == 0 {
-		cfg.DeletePublished = true
+		cfg.Retention = relay.DeletePublished
 	} else if retention > 0 {
 		cfg.Retention = retention
 	}
 	cfg.Schema, cfg.Table = f.tables.schema, f.tables.table
 	cfg.DisableNotify = f.noNotify
-	if len(f.claimTables) > 0 {
-		if f.claimRetention < time.Second {
-			return cfg, fmt.Errorf("%w: --claim-check-retention %v: want 1s or more", txbox.ErrInvalidConfig, f.claimRetention)
-		}
-		cfg.ClaimCheckTables, cfg.ClaimCheckRetention = f.claimTables, f.claimRetention
-	}
-	// A lease that does not outlast a publish would let a second relay
-	// publish rows the first still publishes. Unset, it follows the
-	// publish timeout (relay.ClaimLeaseMargin more).
-	if publish := cmp.Or(cfg.PublishTimeout, relay.DefaultPublishTimeout); cfg.ClaimLease != 0 && cfg.ClaimLease <= publish {
-		src := fmt.Sprintf("--%s %v", claimLeaseSetting.flag, cfg.ClaimLease)
-		if !fs.Changed(claimLeaseSetting.flag) {
-			v, from, _ := lookupEnv(EnvClaimLease)
-			src = fmt.Sprintf("%s=%q", from, v)
-		}
-		return cfg, fmt.Errorf("%w: %s: must exceed the publish timeout %v", txbox.ErrInvalidConfig, src, publish)
+	if len(f.claimTables) > 0 && f.claimRetention < time.Second {
+		return cfg, fmt.Errorf("%w: --claim-check-retention %v: want 1s or more", txbox.ErrInvalidConfig, f.claimRetention)
 	}
 	return cfg, nil
 }
@@ -415,7 +389,7 @@ func dbRetryable(err error) bool {
 // that is missing or not migrated is a *txbox.StartupError.
 func relayWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, db *database, br *broker, cfg relay.Config) error {
 	pub := br.pub
-	r, err := db.relay(pub, cfg)
+	r, err := db.relay(pub, cfg, f.claimTables, f.claimRetention)
 	if err != nil {
 		return err
 	}
@@ -426,8 +400,8 @@ func relayWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFla
 		return err
 	}
 	log.Info("relay started", "db", db.target.String(), "broker", br.desc, "schema", cmp.Or(cfg.Schema, "(the connection's default)"), "table", cfg.Table,
-		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention, "delete_published", cfg.DeletePublished,
-		"cleanup_interval", cfg.CleanupInterval, "max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout, "claim_lease", cfg.ClaimLease)
+		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention, "delete_published", cfg.Retention == relay.DeletePublished,
+		"max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
 
 	var tick <-chan time.Time
 	if f.statsInterval > 0 {

@@ -53,10 +53,10 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 		return fmt.Errorf("%w: --cdc relays one database: one --db, no --stores", txbox.ErrInvalidConfig)
 	case f.ui:
 		return fmt.Errorf("%w: --cdc does not serve --ui (see docs/guide/cdc.md, What it does not do)", txbox.ErrInvalidConfig)
-	case cfg.DeletePublished:
+	case cfg.Retention == relay.DeletePublished:
 		return fmt.Errorf("%w: --cdc and --retention 0: the log-based relay never writes a delivered row; cleanup deletes delivered rows after --retention", txbox.ErrInvalidConfig)
 	}
-	for _, name := range []string{"poll-interval", "claim-lease", "lane-lease", "no-notify"} {
+	for _, name := range []string{"poll-interval", "no-notify"} {
 		if fs.Changed(name) {
 			log.Warn("--" + name + " has no effect with --cdc")
 		}
@@ -70,7 +70,7 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 	}
 	ccfg := cdc.Config{Schema: cfg.Schema, Table: cfg.Table, Slot: f.slot.slot, Publication: f.slot.publication,
 		BatchSize: cfg.BatchSize, PublishTimeout: cfg.PublishTimeout, MaxAttempts: cfg.MaxAttempts,
-		Retention: cfg.Retention, CleanupInterval: cfg.CleanupInterval, Logger: log, MessagePrefix: f.cdcOpts.messagePrefix,
+		Retention: cfg.Retention, Logger: log, MessagePrefix: f.cdcOpts.messagePrefix,
 		MaxPending: f.cdcOpts.maxPending, RedriveInterval: f.cdcOpts.redriveInterval, SampleInterval: f.cdcOpts.sampleInterval}
 	if ccfg.MaxPending < 1 || ccfg.RedriveInterval <= 0 || ccfg.SampleInterval <= 0 {
 		return fmt.Errorf("%w: --max-pending must be 1 or more, --redrive-interval and --sample-interval above 0", txbox.ErrInvalidConfig)

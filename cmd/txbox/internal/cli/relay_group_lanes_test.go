@@ -19,7 +19,7 @@ func TestRelayGroupWithLanesDeliversKeyedRows(t *testing.T) {
 	t.Parallel()
 	testenv.NATS(t)
 	var dbs []*sql.DB
-	args := []string{"relay", "--migrate", "--lane-lease", "2s",
+	args := []string{"relay", "--migrate",
 		"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GLN")), "--poll-interval", "50ms", "--stats-interval", "0"}
 	prefix := testenv.Subject()
 	args = append(args, "--stream-subjects", prefix+">")

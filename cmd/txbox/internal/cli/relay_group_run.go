@@ -158,7 +158,7 @@ func (r *groupRun) join() (time.Time, error) {
 		if r.f.served != nil {
 			cfg.Observer = r.f.served.storeObserver(s.Name)
 		}
-		rl, err := db.relay(r.pub, cfg)
+		rl, err := db.relay(r.pub, cfg, r.f.claimTables, r.f.claimRetention)
 		if err != nil {
 			return next, fmt.Errorf("store %q: %w", s.Name, err)
 		}

@@ -3,9 +3,11 @@ package cli
 import (
 	"testing"
 	"time"
+
+	"github.com/txbox/txbox/relay"
 )
 
-// A retention of 0, from the flag or OUTBOX_RETENTION, deletes rows as they
+// A retention of 0, from the flag or TXBOX_RETENTION, deletes (relay.DeletePublished) rows as they
 // are delivered; the flag overrides the environment both ways.
 func TestRelayConfigRetention(t *testing.T) {
 	for _, tc := range []struct {
@@ -34,9 +36,12 @@ func TestRelayConfigRetention(t *testing.T) {
 		if err != nil {
 			t.Fatalf("env %q args %v: %v", tc.env, tc.args, err)
 		}
-		if cfg.DeletePublished != tc.deletes || cfg.Retention != tc.keep {
-			t.Errorf("env %q args %v: DeletePublished %v, Retention %s; want %v, %s",
-				tc.env, tc.args, cfg.DeletePublished, cfg.Retention, tc.deletes, tc.keep)
+		want := tc.keep
+		if tc.deletes {
+			want = relay.DeletePublished
+		}
+		if cfg.Retention != want {
+			t.Errorf("env %q args %v: Retention %s; want %s", tc.env, tc.args, cfg.Retention, want)
 		}
 	}
 }

@@ -1,4 +1,7 @@
-package txbox
+// Package addbuf holds the buffer that defers the INSERTs of Outbox.Add
+// within one transaction, carried to Add in a context: the consumer's
+// batched inbox uses one per batch transaction.
+package addbuf
 
 import (
 	"context"
@@ -12,8 +15,8 @@ import (
 	"github.com/txbox/txbox/txboxdriver"
 )
 
-// AddBuffer defers the INSERTs of Outbox.Add in one transaction: an Add
-// whose ctx carries the buffer (WithAddBuffer) and whose tx is the
+// Buffer defers the INSERTs of Outbox.Add in one transaction: an Add
+// whose ctx carries the buffer (With) and whose tx is the
 // buffer's validates its messages, returns their ids and keeps their rows,
 // and Flush later inserts the rows of every such Add together, in one
 // statement per outbox table (up to 1000 rows per round trip). The
@@ -22,8 +25,8 @@ import (
 // own. An Add with another transaction writes at once, as always.
 //
 // Rows held in a buffer are not visible in the transaction until Flush.
-// An AddBuffer is safe for concurrent use.
-type AddBuffer struct {
+// A Buffer is safe for concurrent use.
+type Buffer struct {
 	tx   any
 	mu   sync.Mutex
 	adds []bufferedAdd
@@ -36,23 +39,23 @@ type bufferedAdd struct {
 
 type addBufferKey struct{}
 
-// NewAddBuffer returns an empty buffer for the Adds made with tx.
-func NewAddBuffer(tx any) *AddBuffer { return &AddBuffer{tx: tx} }
+// New returns an empty buffer for the Adds made with tx.
+func New(tx any) *Buffer { return &Buffer{tx: tx} }
 
-// WithAddBuffer returns ctx carrying b (nil: none).
-func WithAddBuffer(ctx context.Context, b *AddBuffer) context.Context {
+// With returns ctx carrying b (nil: none).
+func With(ctx context.Context, b *Buffer) context.Context {
 	return context.WithValue(ctx, addBufferKey{}, b)
 }
 
-// AddBufferFrom returns the buffer ctx carries, or nil.
-func AddBufferFrom(ctx context.Context) *AddBuffer {
-	b, _ := ctx.Value(addBufferKey{}).(*AddBuffer)
+// From returns the buffer ctx carries, or nil.
+func From(ctx context.Context) *Buffer {
+	b, _ := ctx.Value(addBufferKey{}).(*Buffer)
 	return b
 }
 
-// holds reports whether b defers the Adds made with tx: tx is b's (a
+// Holds reports whether b defers the Adds made with tx: tx is b's (a
 // transaction type that cannot be compared never is).
-func (b *AddBuffer) holds(tx any) (same bool) {
+func (b *Buffer) Holds(tx any) (same bool) {
 	if b == nil {
 		return false
 	}
@@ -64,14 +67,15 @@ func (b *AddBuffer) holds(tx any) (same bool) {
 	return b.tx == tx
 }
 
-func (b *AddBuffer) add(ins *outboxsql.Inserter, rows []outboxsql.Row) {
+// Add keeps the rows of one Add, to insert with ins at Flush.
+func (b *Buffer) Add(ins *outboxsql.Inserter, rows []outboxsql.Row) {
 	b.mu.Lock()
 	b.adds = append(b.adds, bufferedAdd{ins: ins, rows: rows})
 	b.mu.Unlock()
 }
 
 // Len returns how many Adds b holds.
-func (b *AddBuffer) Len() int {
+func (b *Buffer) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.adds)
@@ -79,7 +83,7 @@ func (b *AddBuffer) Len() int {
 
 // Truncate forgets the Adds after the first n (those of a handler that
 // failed and was rolled back to its savepoint).
-func (b *AddBuffer) Truncate(n int) {
+func (b *Buffer) Truncate(n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n < len(b.adds) {
@@ -96,7 +100,7 @@ func (b *AddBuffer) Truncate(n int) {
 // order locks of its keyed rows (which the rows' INSERT takes row by row,
 // in order) in one global order, so two of them never wait on each other's
 // keys in a cycle.
-func (b *AddBuffer) Flush(ctx context.Context, ex txboxdriver.Executor) error {
+func (b *Buffer) Flush(ctx context.Context, ex txboxdriver.Executor) error {
 	b.mu.Lock()
 	adds := b.adds
 	b.adds = nil
