@@ -338,6 +338,20 @@ func (b *broker) publisher(prefix string) (txbox.Publisher, error) {
 	return p, nil
 }
 
+// publisherAttrs are the publisher's settings in the relay's startup line:
+// for Kafka, whether the producer is transactional, and its transactional id.
+func publisherAttrs(pub txbox.Publisher) []any {
+	kp, ok := pub.(*txboxkafka.Publisher)
+	switch {
+	case !ok:
+		return nil
+	case kp.TransactionalID() != "":
+		return []any{"kafka_producer", "transactional", "kafka_transactional_id", kp.TransactionalID()}
+	default:
+		return []any{"kafka_producer", "idempotent"}
+	}
+}
+
 // openBroker connects to the broker (starting the embedded server if asked)
 // and ensures the stream. Progress lines go to out.
 func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, error) {
