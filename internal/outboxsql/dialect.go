@@ -136,31 +136,35 @@ const listMark = "\x00"
 // expandList). Each ? in item is one bind parameter.
 func listFunc(item string) string { return listMark + item + listMark }
 
-// expandList returns q with its {{list}} repeated n times, its ?s becoming
-// d's placeholders numbered from 1: a list holds all of its statement's
-// bind parameters.
+// expandList returns q with each {{list}} repeated n times, its ?s becoming
+// d's placeholders numbered from 1 across the lists: the lists hold all of
+// their statement's numbered bind parameters.
 func expandList(d dialect, q string, n int) string {
-	head, rest, _ := strings.Cut(q, listMark)
-	item, tail, _ := strings.Cut(rest, listMark)
 	var b strings.Builder
-	b.Grow(len(head) + len(tail) + n*(len(item)+8))
-	b.WriteString(head)
+	b.Grow(len(q) + n*64)
 	p := 1
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
+	for {
+		head, rest, found := strings.Cut(q, listMark)
+		b.WriteString(head)
+		if !found {
+			return b.String()
 		}
-		for j := 0; j < len(item); j++ {
-			if item[j] != '?' {
-				b.WriteByte(item[j])
-				continue
+		var item string
+		item, q, _ = strings.Cut(rest, listMark)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
 			}
-			b.WriteString(d.placeholder(p))
-			p++
+			for j := 0; j < len(item); j++ {
+				if item[j] != '?' {
+					b.WriteByte(item[j])
+					continue
+				}
+				b.WriteString(d.placeholder(p))
+				p++
+			}
 		}
 	}
-	b.WriteString(tail)
-	return b.String()
 }
 
 // timeCol is a reusable scan destination for one timestamp column. err

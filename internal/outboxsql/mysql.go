@@ -72,7 +72,7 @@ func (m *mysql) beginClaim(ctx context.Context, pool txboxdriver.Pool, _ time.Du
 }
 
 func (m *mysql) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {
-	return m.q.claim, []any{from, limit}
+	return m.q.claim, []any{from, limit, from, limit, limit}
 }
 
 func (m *mysql) markPublished(seqs []int64, _ string, _ time.Time) (string, []any) {

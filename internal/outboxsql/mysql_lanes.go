@@ -73,7 +73,8 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 	// (locked by its other batches), or a claim beside a batch would find
 	// only that batch's rows.
 	inFlight := int(l.inFlight.Load())
-	args := append(append([]any{from}, valid...), limit+inFlight)
+	scan := append(append([]any{from}, valid...), limit+inFlight)
+	args := append(append(scan, scan...), limit+inFlight)
 	ids, err := column[int64](ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
 	if err == nil && len(ids) > 0 {
 		var rows txboxdriver.Rows

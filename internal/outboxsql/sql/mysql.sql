@@ -15,17 +15,33 @@
 -- and locked ones included, so one message per key is in flight). The
 -- subquery is a plain consistent read: FOR UPDATE locks only the outer rows.
 -- The first ? is the scan's start (see Store.Claim); the key check looks
--- below it too.
-SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
-FROM {{table}} o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?
-  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6))
-  AND (o.ordering_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {{table}} p
-        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
-ORDER BY o.id
+-- below it too. Two scans of the pending index read due rows only: the
+-- rows never scheduled nor retried (next_attempt_at NULL) in id order, and
+-- those whose time has come, earliest first; a row scheduled ahead is in
+-- neither. Each takes up to the limit (the second ?); the oldest of both
+-- are returned, and rows locked past the limit stay locked until the batch
+-- ends. Arguments: start, limit, start, limit, limit.
+(SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
+ FROM {{table}} o
+ WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= ?
+   AND (o.ordering_key IS NULL OR NOT EXISTS (
+         SELECT 1 FROM {{table}} p
+         WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+ ORDER BY o.id
+ LIMIT ?
+ FOR UPDATE SKIP LOCKED)
+UNION ALL
+(SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
+ FROM {{table}} o
+ WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= UTC_TIMESTAMP(6) AND o.id >= ?
+   AND (o.ordering_key IS NULL OR NOT EXISTS (
+         SELECT 1 FROM {{table}} p
+         WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+ ORDER BY o.next_attempt_at
+ LIMIT ?
+ FOR UPDATE SKIP LOCKED)
+ORDER BY 1
 LIMIT ?
-FOR UPDATE SKIP LOCKED
 
 -- name: mark_published
 UPDATE {{table}} SET published_at = UTC_TIMESTAMP(6)

@@ -29,17 +29,33 @@ SELECT lane FROM {{name "lanes"}} WHERE owner = ? AND (lane, epoch) IN ({{list "
 -- answer), or that have no key. A key's rows share a lane, so the
 -- head-of-key check is unchanged. A locking scan would lock each row it
 -- reads before the lane condition drops it, for a moment: the other
--- relays' claims would skip their own rows meanwhile. Arguments: the
--- scan's start, the lanes, the limit.
-SELECT o.id
-FROM {{table}} o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?
-  AND (o.ordering_key IS NULL OR o.lane IN ({{list "?"}}))
-  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= UTC_TIMESTAMP(6))
-  AND (o.ordering_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {{table}} p
-        WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
-ORDER BY o.id
+-- relays' claims would skip their own rows meanwhile. As in claim, two
+-- scans of the pending index read due rows only (never scheduled nor
+-- retried, in id order; and come due, earliest first), each up to the
+-- limit, and the oldest of both are kept. Arguments: the scan's start,
+-- the lanes, the limit; the same again; the limit.
+SELECT c.id FROM (
+  (SELECT o.id
+   FROM {{table}} o
+   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= ?
+     AND (o.ordering_key IS NULL OR o.lane IN ({{list "?"}}))
+     AND (o.ordering_key IS NULL OR NOT EXISTS (
+           SELECT 1 FROM {{table}} p
+           WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+   ORDER BY o.id
+   LIMIT ?)
+  UNION ALL
+  (SELECT o.id
+   FROM {{table}} o
+   WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= UTC_TIMESTAMP(6) AND o.id >= ?
+     AND (o.ordering_key IS NULL OR o.lane IN ({{list "?"}}))
+     AND (o.ordering_key IS NULL OR NOT EXISTS (
+           SELECT 1 FROM {{table}} p
+           WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+   ORDER BY o.next_attempt_at
+   LIMIT ?)
+) c
+ORDER BY c.id
 LIMIT ?
 
 -- name: claim_lanes

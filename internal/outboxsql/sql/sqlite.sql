@@ -8,26 +8,44 @@
 -- name: claim
 -- A keyed row is claimable only at the head of its key: no earlier row of
 -- the key is undelivered (dead or leased ones included). ?4 is the scan's
--- start (see Store.Claim); the key check looks below it too. The time that
--- judges leases and retries, and stamps the new lease (?2 microseconds
--- long), is SQLite's clock when the statement runs, after any wait for the
--- write lock (up to busy_timeout): a time read before that wait would find
--- a lease that ran out meanwhile still held, and stamp a lease that much
+-- start (see Store.Claim); the key check looks below it too. Two scans of
+-- the pending index read due rows only: the rows never scheduled nor
+-- retried (next_attempt_at NULL) in id order, and those whose time has
+-- come, earliest first; a row scheduled ahead is in neither. Each takes up
+-- to ?3 rows, and the oldest ?3 of both are leased. The time that judges
+-- leases and retries, and stamps the new lease (?2 microseconds long), is
+-- SQLite's clock when the statement runs, after any wait for the write
+-- lock (up to busy_timeout): a time read before that wait would find a
+-- lease that ran out meanwhile still held, and stamp a lease that much
 -- shorter. A lease that is not an integer, or ends more than MaxClaimLease
 -- (2 h, 7200000000 µs) from now, was not written by a relay: it counts as
--- expired.
+-- expired. The clock is read as a scalar subquery, not joined: joined, it
+-- costs the first scan its id order (a sort of every row due at once).
 WITH clock(now) AS (SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
 UPDATE {{table}} SET claim_token = ?1, claimed_until = (SELECT now FROM clock) + ?2
 WHERE id IN (
-  SELECT o.id FROM {{table}} o, clock
-  WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.id >= ?4
-    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= clock.now)
-    AND (o.claimed_until IS NULL OR o.claimed_until < clock.now
-         OR typeof(o.claimed_until) <> 'integer' OR o.claimed_until > clock.now + 7200000000)
-    AND (o.ordering_key IS NULL OR NOT EXISTS (
-          SELECT 1 FROM {{table}} p
-          WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
-  ORDER BY o.id
+  SELECT id FROM (
+    SELECT o.id FROM {{table}} o
+    WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= ?4
+      AND (o.claimed_until IS NULL OR o.claimed_until < (SELECT now FROM clock)
+           OR typeof(o.claimed_until) <> 'integer' OR o.claimed_until > (SELECT now FROM clock) + 7200000000)
+      AND (o.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {{table}} p
+            WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+    ORDER BY o.id
+    LIMIT ?3)
+  UNION ALL
+  SELECT id FROM (
+    SELECT o.id FROM {{table}} o
+    WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= (SELECT now FROM clock) AND o.id >= ?4
+      AND (o.claimed_until IS NULL OR o.claimed_until < (SELECT now FROM clock)
+           OR typeof(o.claimed_until) <> 'integer' OR o.claimed_until > (SELECT now FROM clock) + 7200000000)
+      AND (o.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {{table}} p
+            WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
+    ORDER BY o.next_attempt_at
+    LIMIT ?3)
+  ORDER BY 1
   LIMIT ?3)
 RETURNING id, message_id, topic, coalesce(ordering_key, ''), payload, headers, attempts, created_at
 

@@ -313,6 +313,20 @@ type broker struct {
 	natsPub *natsjs.Publisher
 }
 
+// publisherAttrs are the publisher's settings in the relay's startup line:
+// for Kafka, whether the producer is transactional, and its transactional id.
+func publisherAttrs(pub txbox.Publisher) []any {
+	kp, ok := pub.(*txboxkafka.Publisher)
+	switch {
+	case !ok:
+		return nil
+	case kp.TransactionalID() != "":
+		return []any{"kafka_producer", "transactional", "kafka_transactional_id", kp.TransactionalID()}
+	default:
+		return []any{"kafka_producer", "idempotent"}
+	}
+}
+
 // openBroker connects to the broker (starting the embedded server if asked)
 // and builds its publisher with the adapter's FromURL; on NATS, it ensures
 // the stream. Progress lines go to out. A failure that trying again may

@@ -399,9 +399,10 @@ func relayWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFla
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("relay started", "db", db.target.String(), "broker", br.desc, "schema", cmp.Or(cfg.Schema, "(the connection's default)"), "table", cfg.Table,
+	log.Info("relay started", append([]any{"db", db.target.String(), "broker", br.desc}, append(publisherAttrs(pub),
+		"schema", cmp.Or(cfg.Schema, "(the connection's default)"), "table", cfg.Table,
 		"poll_interval", cfg.PollInterval, "batch_size", cfg.BatchSize, "retention", cfg.Retention, "delete_published", cfg.Retention == relay.DeletePublished,
-		"max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)
+		"max_attempts", cfg.MaxAttempts, "publish_timeout", cfg.PublishTimeout)...)...)
 
 	var tick <-chan time.Time
 	if f.statsInterval > 0 {

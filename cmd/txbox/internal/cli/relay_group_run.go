@@ -29,7 +29,7 @@ func groupWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFla
 	}
 	run := &groupRun{ctx: ctx, log: log, f: f, starts: starts, base: base, g: g, pub: pub, relays: map[string]*relay.Relay{},
 		j: joiner{retryAt: map[string]time.Time{}, wait: map[string]time.Duration{}}}
-	log.Info("relay started", "stores", len(starts.current()), "broker", br.desc, "db_budget", budget)
+	log.Info("relay started", append([]any{"stores", len(starts.current()), "broker", br.desc}, append(publisherAttrs(pub), "db_budget", budget)...)...)
 	defer run.clear()
 
 	gctx, cancel := context.WithCancel(ctx)

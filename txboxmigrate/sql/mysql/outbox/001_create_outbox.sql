@@ -3,7 +3,9 @@
 -- docs/reference/sql-contract.md and docs/design/relay.md. Times are UTC
 -- (UTC_TIMESTAMP(6)), whatever the session's time zone. MySQL has no partial
 -- indexes: the pending index leads with (published_at, dead_at), so the
--- relay's scan of "both NULL" reads only pending rows. MySQL DDL commits
+-- relay's scan of "both NULL" reads only pending rows, then next_attempt_at,
+-- so that the claim reads the rows due at once (NULL) in id order and the
+-- ones scheduled or retried by due time, never a row whose time is ahead. MySQL DDL commits
 -- implicitly, so every statement is written to be re-runnable (IF NOT
 -- EXISTS): an Up interrupted between the DDL and its bookkeeping row simply
 -- runs again.
@@ -40,7 +42,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     dead_at         DATETIME(6)  NULL,
     lane            TINYINT AS (CRC32(ordering_key) & 63) VIRTUAL,
     CONSTRAINT {{ident "topic_check"}} CHECK (topic <> ''),
-    INDEX {{index "pending"}} (published_at, dead_at, id),
+    INDEX {{index "pending"}} (published_at, dead_at, next_attempt_at, id),
     INDEX {{index "key"}} (ordering_key, published_at, id),
     CONSTRAINT {{ident "message_id_length"}}
         CHECK (published_at IS NOT NULL OR dead_at IS NOT NULL OR LENGTH(message_id) BETWEEN 1 AND 256),

@@ -18,7 +18,10 @@ CREATE TABLE {{table}} (
     claimed_until   INTEGER
 );
 
-CREATE INDEX {{index "pending"}} ON {{table}} (id)
+-- The rows still to deliver, those due at once (next_attempt_at NULL) in id
+-- order, then the ones scheduled or retried by due time: the claim reads
+-- due rows only, never a row whose time is ahead.
+CREATE INDEX {{index "pending"}} ON {{table}} (next_attempt_at, id)
     WHERE published_at IS NULL AND dead_at IS NULL;
 
 CREATE INDEX {{index "key"}} ON {{table}} (ordering_key, id)

@@ -1,0 +1,172 @@
+package outboxsql_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/tests/testenv"
+	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxsql"
+)
+
+// scheduledRows writes 20,000 rows without a key scheduled an hour ahead,
+// then 50 due at once and 10 whose time has come: the claims below take
+// the 60 without reading the 20,000. at renders a time an offset from now
+// in the dialect's SQL.
+func scheduledRows(t *testing.T, db *sql.DB, at func(offset string) string) {
+	t.Helper()
+	insert := func(n int, id, next string) {
+		t.Helper()
+		for done := 0; done < n; {
+			var vals []string
+			for ; done < n && len(vals) < 1000; done++ {
+				vals = append(vals, fmt.Sprintf("('%s%d', 't', 'p', %s)", id, done, next))
+			}
+			_, err := db.Exec("INSERT INTO txbox_outbox (message_id, topic, payload, next_attempt_at) VALUES " + strings.Join(vals, ","))
+			testenv.Must(t, err, "insert %s", id)
+		}
+	}
+	insert(20000, "later", at("+1 hour"))
+	insert(50, "due", "NULL")
+	insert(10, "came", at("-1 minute"))
+}
+
+// On MySQL and MariaDB a claim reads due rows only: 20,000 rows scheduled
+// ahead below 60 due ones are not read (the session's handler reads grow
+// by about the 60, not by 20,000), by the lane claim and by Store.Claim.
+func TestMySQLClaimSkipsScheduledRows(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	db.SetMaxOpenConns(1) // the claims and the status reads share one session
+	drv := txboxsql.New(db, txboxdriver.MySQL)
+	ctx := context.Background()
+	migrated(t, drv)
+	scheduledRows(t, db, func(off string) string {
+		return "UTC_TIMESTAMP(6) + INTERVAL " + strings.TrimPrefix(off, "+")
+	})
+	store, err := outboxsql.NewStore(txboxdriver.MySQL, drv.Pool(), "`txbox_outbox`", time.Minute)
+	testenv.Must(t, err, "store")
+	lanes, err := outboxsql.NewLanes(store, "`txbox_outbox`", "relay-scheduled")
+	testenv.Must(t, err, "lanes")
+	leases, err := lanes.Acquire(ctx, time.Minute, outboxsql.NumLanes)
+	testenv.Must(t, err, "acquire")
+	handlerReads := func() int64 {
+		t.Helper()
+		rows, err := db.Query("SHOW SESSION STATUS LIKE 'Handler_read%'")
+		testenv.Must(t, err, "status")
+		defer rows.Close()
+		var n int64
+		for rows.Next() {
+			var name string
+			var v int64
+			testenv.Must(t, rows.Scan(&name, &v), "scan")
+			switch name {
+			case "Handler_read_next", "Handler_read_prev", "Handler_read_rnd_next":
+				n += v
+			}
+		}
+		testenv.Must(t, rows.Err(), "status")
+		return n
+	}
+	for _, c := range []struct {
+		name  string
+		claim func() (*outboxsql.Batch, error)
+	}{
+		{"lanes", func() (*outboxsql.Batch, error) { return lanes.Claim(ctx, 100, leases) }},
+		{"no lanes", func() (*outboxsql.Batch, error) { return lanes.Claim(ctx, 100, nil) }},
+		{"Store.Claim", func() (*outboxsql.Batch, error) { return store.Claim(ctx, 100, 0) }},
+	} {
+		before := handlerReads()
+		b, err := c.claim()
+		testenv.Must(t, err, "%s", c.name)
+		n := len(b.Rows)
+		testenv.Must(t, b.Release(ctx), "release")
+		read := handlerReads() - before
+		if n != 60 {
+			t.Errorf("%s: the first claim took %d rows, want the 60 due", c.name, n)
+		}
+		if read > 5000 {
+			t.Errorf("%s: the claim read %d index or table entries: it read the 20,000 scheduled rows", c.name, read)
+		}
+		t.Logf("%s: %d rows claimed, %d entries read", c.name, n, read)
+	}
+}
+
+// lastQueryPool remembers the last query run through it.
+type lastQueryPool struct {
+	txboxdriver.Pool
+	sql  string
+	args []any
+}
+
+func (p *lastQueryPool) Query(ctx context.Context, q string, args ...any) (txboxdriver.Rows, error) {
+	p.sql, p.args = q, args
+	return p.Pool.Query(ctx, q, args...)
+}
+
+// On SQLite a claim reads due rows only: SQLite counts no rows read, so
+// the claim's plan is checked: every read of the outbox table is a search
+// of the pending index by next_attempt_at (NULL, or up to now), never by id
+// alone, which would step over every row scheduled ahead.
+func TestSQLiteClaimSkipsScheduledRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.SQLite(t)
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	migrated(t, drv)
+	scheduledRows(t, db, func(off string) string {
+		return "CAST((julianday('now', '" + off + "') - 2440587.5) * 86400000000 AS INTEGER)"
+	})
+	pool := &lastQueryPool{Pool: drv.Pool()}
+	store, err := outboxsql.NewStore(txboxdriver.SQLite, pool, `"txbox_outbox"`, time.Minute)
+	testenv.Must(t, err, "store")
+	b, err := store.Claim(ctx, 100, 0)
+	testenv.Must(t, err, "claim")
+	if len(b.Rows) != 60 {
+		t.Errorf("the first claim took %d rows, want the 60 due", len(b.Rows))
+	}
+	testenv.Must(t, b.Release(ctx), "release")
+
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+pool.sql, pool.args...)
+	testenv.Must(t, err, "explain")
+	defer rows.Close()
+	var plan []string
+	sorts := map[int]bool{} // the nodes that sort their rows
+	var readsIn []int       // the parent of each read of the outbox
+	outbox := regexp.MustCompile(`^(SCAN|SEARCH) o\b`)
+	due := regexp.MustCompile(`USING INDEX txbox_outbox_pending_idx \(next_attempt_at[=<]`)
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		testenv.Must(t, rows.Scan(&id, &parent, &unused, &detail), "scan")
+		plan = append(plan, detail)
+		if detail == "USE TEMP B-TREE FOR ORDER BY" {
+			sorts[parent] = true
+		}
+		if outbox.MatchString(detail) {
+			readsIn = append(readsIn, parent)
+			if !due.MatchString(detail) {
+				t.Errorf("the claim reads the outbox by %q: not by due time", detail)
+			}
+		}
+	}
+	testenv.Must(t, rows.Err(), "plan")
+	reads := len(readsIn)
+	// A read in id order that is then sorted reads every row due at once
+	// before the limit applies.
+	for _, p := range readsIn {
+		if sorts[p] {
+			t.Errorf("the claim sorts the rows of a read of the outbox: it reads them all before its limit")
+		}
+	}
+	if reads == 0 {
+		t.Errorf("no read of the outbox table in the claim's plan:\n%s", strings.Join(plan, "\n"))
+	}
+	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
+}
