@@ -25,7 +25,7 @@ func (p *relayProc) signal(sig syscall.Signal) {
 // The window one transactional id per relay leaves (docs/guide/brokers.md,
 // "Transactional ids and lanes"): relay A stops (SIGSTOP) while its commit
 // is on its way to the cluster, held there; meanwhile its database claim
-// ends (the claim lease), its lane leases run out, and relay B, with an id
+// ends (the claim lease), its lane leases run out (10 s), and relay B, with an id
 // of its own, takes the lanes over, sends A's batch again and commits it.
 // Then A's commit lands: B's id cannot fence A's, so a read_committed
 // consumer sees A's batch twice (the inbox drops the copies), nothing is
@@ -35,7 +35,6 @@ func TestRelayPausedAtCommitWhileItsLanesMove(t *testing.T) {
 	const batch, rows = 50, 400
 	idA, idB := testenv.Name("relay_a"), testenv.Name("relay_b")
 	e := newEOS(t, idA, batch, rows)
-	e.relay.argv = append(e.relay.argv, "--lane-lease", "2s")
 	a := e.relay
 	argvB := slices.Clone(a.argv)
 	argvB[slices.Index(argvB, idA)] = idB
