@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -182,15 +183,86 @@ func killedRelay(t *testing.T, f fixture, cfg relay.Config) *relay.Relay {
 	return r
 }
 
+// headClaims watches the claim leases of the keyed rows' heads (A1, B1)
+// on db: each distinct claim (token and its claimed_until, stamped by the
+// database's clock) in the order they were seen. A hung relay's claim
+// stands for a whole lease, so the watch misses none of those.
+type headClaims struct {
+	mu     sync.Mutex
+	claims []headClaim
+	polls  int
+}
+
+type headClaim struct {
+	token string
+	until int64 // unix µs
+}
+
+func watchHeadClaims(t *testing.T, db *sql.DB) *headClaims {
+	h := &headClaims{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			rows, err := db.QueryContext(ctx, "SELECT DISTINCT claim_token, claimed_until FROM txbox_outbox WHERE claim_token IS NOT NULL AND id IN (SELECT min(id) FROM txbox_outbox GROUP BY ordering_key)")
+			if err == nil {
+				for rows.Next() {
+					var c headClaim
+					if rows.Scan(&c.token, &c.until) == nil {
+						h.add(c)
+					}
+				}
+				_ = rows.Close()
+			}
+			h.mu.Lock()
+			h.polls++
+			h.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return h
+}
+
+func (h *headClaims) add(c headClaim) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, o := range h.claims {
+		if o == c {
+			return
+		}
+	}
+	h.claims = append(h.claims, c)
+}
+
+// seen returns the claims seen up to a poll that began after the call.
+func (h *headClaims) seen(t *testing.T) []headClaim {
+	h.mu.Lock()
+	from := h.polls
+	h.mu.Unlock()
+	eventually(t, "a watch of the heads' claims", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.polls >= from+2
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]headClaim(nil), h.claims...)
+}
+
 // SQLite: relays killed back to back while they publish keyed rows. Each
 // kill costs the rows one lease, counted from its own claim, and no more:
 // a relay killed before the lease expired never held the rows and adds
-// nothing, and one that took them over after the expiry adds one lease.
+// nothing (the rows keep the first lease, unchanged), and one that took
+// them over after the expiry adds one lease, stamped at its claim. The
+// database's lease stamps count the leases; the rows are delivered, in
+// key order, only after the last one expired.
 func TestKilledRelaysCostOneLeaseEachOnSQLite(t *testing.T) {
 	t.Parallel()
 	const publishTimeout = 500 * time.Millisecond
 	cfg := relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, PublishTimeout: publishTimeout}, relaytest.Config{BackoffMax: 100 * time.Millisecond})
-	lease := publishTimeout + relay.ClaimLeaseMargin
+	lease := (publishTimeout + relay.ClaimLeaseMargin).Microseconds()
 	for _, c := range []struct {
 		name string
 		// takeover: the second relay is killed once it has taken the
@@ -203,12 +275,20 @@ func TestKilledRelaysCostOneLeaseEachOnSQLite(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite)
+			db := testenv.SQLite(t)
+			f := sqlFixture(t, "sqlite", db, txboxdriver.SQLite)
 			f.add(t, true, keyedRows()...)
-			start := time.Now()
+			heads := watchHeadClaims(t, db)
+			// Each killed relay's claim is stamped between the times read
+			// before it started and after it claimed: its lease ends
+			// within one lease of those.
+			var after []int64
+			before := time.Now().UnixMicro()
 			killedRelay(t, f, cfg)
+			after = append(after, time.Now().UnixMicro())
 			if c.takeover {
 				killedRelay(t, f, cfg) // returns once it claimed: after the first lease
+				after = append(after, time.Now().UnixMicro())
 			} else {
 				// It polls, finds the rows leased, and dies holding nothing.
 				r2 := f.newRelay(t, newHungPublisher(), cfg)
@@ -216,18 +296,39 @@ func TestKilledRelaysCostOneLeaseEachOnSQLite(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 				testenv.Must(t, r2.Stop(context.Background()), "stop")
 			}
+			hung := heads.seen(t)
 			rec := &recordingPublisher{}
 			r := f.newRelay(t, rec, cfg)
 			startRelay(t, r)
 			eventually(t, "the last relay delivers everything", func() bool { return pending(t, r) == 0 })
-			waited := time.Since(start)
-			t.Logf("%s: delivered %s after the first claim (lease %s)", c.name, waited.Round(time.Millisecond), lease)
 			checkKeyOrder(t, rec.payloads())
-			want := time.Duration(c.leases) * lease
-			// The lease is stamped from the claiming relay's clock just
-			// before start is read here: allow for that skew.
-			if waited < want-500*time.Millisecond || waited > want+10*time.Second {
-				t.Fatalf("delivered %s after the first claim, want %d lease(s) of %s (+ up to 10s)", waited, c.leases, lease)
+
+			// One lease a kill: the killed relays' claims, and no other,
+			// held the heads before the last relay's.
+			if len(hung) != c.leases {
+				t.Fatalf("the heads went through %d leases before the last relay (%v), want %d", len(hung), hung, c.leases)
+			}
+			if all := heads.seen(t); len(all) > c.leases+1 || !slices.Equal(all[:c.leases], hung) {
+				t.Fatalf("the heads' leases %v, want the killed relays' %v, then at most the last relay's", all, hung)
+			}
+			// Each lease is one lease from its claim, and a takeover
+			// claims only after the lease before it expired.
+			for i, h := range hung {
+				from := before
+				if i > 0 {
+					from = hung[i-1].until
+				}
+				if h.until < from+lease || h.until > after[i]+lease {
+					t.Errorf("lease %d ends at %d µs, want one lease (%d µs) after its claim, between %d and %d", i+1, h.until, lease, from+lease, after[i]+lease)
+				}
+			}
+			// Delivered only once the last lease expired.
+			var first int64
+			if err := db.QueryRow("SELECT min(published_at) FROM txbox_outbox").Scan(&first); err != nil {
+				t.Fatalf("published_at: %v", err)
+			}
+			if last := hung[len(hung)-1].until; first < last {
+				t.Fatalf("first row published at %d µs, before the last lease expired at %d µs", first, last)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -58,13 +59,16 @@ func TestGroupCleanupDoesNotHoldUpItsStore(t *testing.T) {
 	testenv.Must(t, g.Add(ctx, relay.Store{Name: tn.name, Relay: r}), "add")
 	runGroup(t, g)
 
-	eventually(t, "the cleanup has begun", func() bool { return oldRows() < old })
+	// The waits show how many old rows are left: a slow machine that goes
+	// on deleting is waited for, a cleanup that stops is not.
+	left := func() string { return fmt.Sprintf("%d old rows left", oldRows()) }
+	testenv.Await(t, "the cleanup has begun", func() (bool, string) { return oldRows() < old, left() })
 	tn.add(t, 1)
-	eventually(t, "the new message is published", func() bool { return len(pub.published()) > 0 })
+	testenv.Await(t, "the new message is published", func() (bool, string) { return len(pub.published()) > 0, left() })
 	if left := pub.published()[0]; left == 0 {
 		t.Fatalf("the new message was published only once the whole cleanup (%d rows, one a statement) was done", old)
 	} else {
 		t.Logf("published with %d of %d rows still to clean up", left, old)
 	}
-	eventually(t, "the cleanup is done", func() bool { return oldRows() == 0 })
+	testenv.Await(t, "the cleanup is done", func() (bool, string) { n := oldRows(); return n == 0, fmt.Sprintf("%d old rows left", n) })
 }
