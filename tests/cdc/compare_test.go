@@ -1,15 +1,22 @@
 package cdc_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
@@ -116,6 +123,16 @@ func TestCompareWithPollingRelay(t *testing.T) {
 	testenv.Must(t, err, "txbox.New")
 	payload := []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999}`)
 
+	fill := func() {
+		var batch []txbox.Message
+		for i := range rows {
+			batch = append(batch, txbox.Message{Topic: "bench.orders", Payload: payload})
+			if len(batch) == 1000 || i == rows-1 {
+				testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, batch...)), "add")
+				batch = batch[:0]
+			}
+		}
+	}
 	drain := map[string][]float64{}
 	p50 := map[string][]time.Duration{}
 	p99 := map[string][]time.Duration{}
@@ -123,23 +140,29 @@ func TestCompareWithPollingRelay(t *testing.T) {
 		for _, m := range modes {
 			// Drain: rows queued first, then the relay started.
 			fresh(t, pool)
-			var batch []txbox.Message
-			for i := range rows {
-				batch = append(batch, txbox.Message{Topic: "bench.orders", Payload: payload})
-				if len(batch) == 1000 || i == rows-1 {
-					testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, batch...)), "add")
-					batch = batch[:0]
-				}
-			}
+			fill()
 			c := &counter{}
 			done := c.reset(rows)
+			cpu := processCPU()
 			began := time.Now()
 			stop := m.start(t, pool, c)
 			<-done
 			el := time.Since(began)
+			cpu = processCPU() - cpu
+			ws := walsenderCPU(t, pool)
 			stop()
 			drain[m.name] = append(drain[m.name], float64(rows)/el.Seconds())
-			t.Logf("rep %d %-7s drain %d rows in %s: %.0f msg/s", rep+1, m.name, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds())
+			t.Logf("rep %d %-7s drain %d rows in %s: %.0f msg/s (CPU: this process %s, walsender %s)", rep+1, m.name, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds(),
+				cpu.Round(10*time.Millisecond), ws)
+			if m.name == "cdc" {
+				// The stream alone: the slot read to its end, nothing decoded
+				// nor published; what the walsender delivers bounds the relay.
+				fresh(t, pool)
+				fill()
+				el, ws := rawStream(t, pool, rows)
+				drain["stream"] = append(drain["stream"], float64(rows)/el.Seconds())
+				t.Logf("rep %d stream  %d inserts in %s: %.0f msg/s (CPU: walsender %s)", rep+1, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds(), ws)
+			}
 
 			// Latency: one message per transaction at the offered rate.
 			fresh(t, pool)
@@ -185,8 +208,65 @@ func TestCompareWithPollingRelay(t *testing.T) {
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
 	medD := func(v []time.Duration) time.Duration { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	fmt.Printf("medians of %d reps: drain polling %.0f msg/s, cdc %.0f msg/s (cdc/polling %.2f); latency p50 polling %s cdc %s, p99 polling %s cdc %s\n",
-		reps, med(drain["polling"]), med(drain["cdc"]), med(drain["cdc"])/med(drain["polling"]),
+	fmt.Printf("medians of %d reps: drain polling %.0f msg/s, cdc %.0f msg/s (cdc/polling %.2f), the stream alone %.0f msg/s (stream/polling %.2f); latency p50 polling %s cdc %s, p99 polling %s cdc %s\n",
+		reps, med(drain["polling"]), med(drain["cdc"]), med(drain["cdc"])/med(drain["polling"]), med(drain["stream"]), med(drain["stream"])/med(drain["polling"]),
 		medD(p50["polling"]).Round(10*time.Microsecond), medD(p50["cdc"]).Round(10*time.Microsecond),
 		medD(p99["polling"]).Round(10*time.Microsecond), medD(p99["cdc"]).Round(10*time.Microsecond))
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// walsenderCPU is the CPU time (user and system) of the cluster's
+// walsenders now, or "n/a" when there is none; the cluster runs on this
+// machine.
+func walsenderCPU(t *testing.T, pool *pgxpool.Pool) string {
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_replication`)
+	testenv.Must(t, err, "walsenders")
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	testenv.Must(t, err, "walsenders")
+	if len(pids) == 0 {
+		return "n/a"
+	}
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return "n/a"
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14
+		s, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
+		ticks += u + s
+	}
+	return (time.Duration(ticks) * 10 * time.Millisecond).String() // USER_HZ 100
+}
+
+// rawStream reads the relay's slot until it has received n inserts,
+// decoding and publishing nothing, and returns the time it took (the
+// replication connection's start included) and the walsender's CPU.
+func rawStream(t *testing.T, pool *pgxpool.Pool, n int) (time.Duration, string) {
+	ctx := context.Background()
+	began := time.Now()
+	rc := pool.Config().ConnConfig.Config.Copy()
+	rc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, rc)
+	testenv.Must(t, err, "replication connection")
+	defer conn.Close(ctx)
+	// The relay's options on PostgreSQL 14 and later, its default slot and publication.
+	args := []string{"proto_version '1'", "publication_names 'txbox_outbox_cdc'", "binary 'true'"}
+	testenv.Must(t, pglogrepl.StartReplication(ctx, conn, "txbox_outbox_cdc", 0, pglogrepl.StartReplicationOptions{PluginArgs: args}), "start replication")
+	for got := 0; got < n; {
+		raw, err := conn.ReceiveMessage(ctx)
+		testenv.Must(t, err, "receive")
+		if d, ok := raw.(*pgproto3.CopyData); ok && len(d.Data) > 25 && d.Data[0] == pglogrepl.XLogDataByteID && d.Data[25] == 'I' {
+			got++
+		}
+	}
+	el := time.Since(began)
+	return el, walsenderCPU(t, pool)
 }
