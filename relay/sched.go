@@ -419,6 +419,10 @@ func (g *Group) settle(ctx context.Context, m *member, t turnOf, n int, err erro
 		// began before this one ended), also whether an outage ended: an
 		// empty claim published nothing, so it proves no broker is back.
 		return
+	case err == nil && n == 0 && m.failed != nil && !t.alone:
+		// It found nothing, begun beside a round that failed since (whose
+		// rows it could not take): it proves no broker is back either; m
+		// goes on backing off.
 	case err != nil:
 		now := time.Now()
 		m.backoff = nextBackoff(m.backoff, m.r.cfg.test.BackoffMax)
