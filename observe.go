@@ -216,7 +216,7 @@ type ConsumerTracer interface {
 
 // SlotObserver is implemented by a RelayObserver that also takes the
 // log-based relay's periodic reading of its replication slot
-// (txboxpgx/cdc, Config.SampleInterval); the relay checks for it with a
+// (txboxpgx/cdc, every 10 s); the relay checks for it with a
 // type assertion. Same rules as RelayObserver: quick, non-blocking.
 type SlotObserver interface {
 	SlotSampled(s SlotSample)

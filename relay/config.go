@@ -96,8 +96,7 @@ type Config struct {
 }
 
 func init() {
-	relaytest.Register(func(cfg any, tc relaytest.Config) any {
-		c := cfg.(Config)
+	relaytest.Register(func(c Config, tc relaytest.Config) Config {
 		c.test = tc
 		return c
 	})

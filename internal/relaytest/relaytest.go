@@ -1,9 +1,14 @@
 // Package relaytest holds the relay settings that only tests and
-// benchmarks change; a relay.Config carries them unexported, set with
-// With. Zero fields take the defaults below.
+// benchmarks change; a relay.Config (and a cdc.Config, of txboxpgx/cdc)
+// carries them unexported, set with With. Zero fields take the defaults
+// below.
 package relaytest
 
-import "time"
+import (
+	"fmt"
+	"reflect"
+	"time"
+)
 
 // The defaults of Config.
 const (
@@ -76,11 +81,20 @@ func (c Config) Negative() bool {
 		c.RetryDelay < 0 || c.Concurrency < 0 || c.ClaimLease < 0 || c.LaneLease < 0 || c.CleanupInterval < 0
 }
 
-var set func(cfg any, tc Config) any
+var setters = map[reflect.Type]func(cfg any, tc Config) any{}
 
-// Register is called by package relay with the func that sets a
-// relay.Config's test settings.
-func Register(f func(cfg any, tc Config) any) { set = f }
+// Register is called by package relay and package cdc (txboxpgx/cdc) with
+// the func that sets their C's test settings.
+func Register[C any](f func(cfg C, tc Config) C) {
+	setters[reflect.TypeFor[C]()] = func(cfg any, tc Config) any { return f(cfg.(C), tc) }
+}
 
-// With returns cfg, a relay.Config, with the test settings tc.
-func With[C any](cfg C, tc Config) C { return set(cfg, tc).(C) }
+// With returns cfg, a relay.Config or a cdc.Config, with the test settings
+// tc (a cdc.Config reads SampleInterval and CleanupInterval only).
+func With[C any](cfg C, tc Config) C {
+	f, ok := setters[reflect.TypeFor[C]()]
+	if !ok {
+		panic(fmt.Sprintf("relaytest: %s takes no test settings (its package is not imported?)", reflect.TypeFor[C]()))
+	}
+	return f(cfg, tc).(C)
+}

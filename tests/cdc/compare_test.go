@@ -19,16 +19,21 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxpgx/cdc"
 )
 
-// counter is a no-op publisher that counts acks and keeps each message's
-// commit-to-ack time (from created_at, the database's clock).
+// counter counts acks and keeps each message's commit-to-ack time (from
+// created_at, the database's clock): of its inner publisher (JetStream),
+// or of none, a no-op publisher.
 type counter struct {
+	inner txbox.Publisher
 	mu    sync.Mutex
 	n     int
 	lat   []time.Duration
@@ -36,19 +41,26 @@ type counter struct {
 	until int
 }
 
-func (c *counter) Publish(_ context.Context, msgs []txbox.Message) []error {
+func (c *counter) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	var errs []error
+	if c.inner != nil {
+		errs = c.inner.Publish(ctx, msgs)
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, m := range msgs {
+	for i, m := range msgs {
+		if errs != nil && errs[i] != nil {
+			continue
+		}
 		c.lat = append(c.lat, now.Sub(m.CreatedAt))
+		c.n++
 	}
-	c.n += len(msgs)
 	if c.done != nil && c.n >= c.until {
 		close(c.done)
 		c.done = nil
 	}
-	return nil
+	return errs
 }
 
 func (c *counter) reset(until int) <-chan struct{} {
@@ -59,25 +71,34 @@ func (c *counter) reset(until int) <-chan struct{} {
 	return c.done
 }
 
-// mode is one relay under comparison.
+// benchPrefix is message mode's prefix in the comparison.
+const benchPrefix = "txbox-bench"
+
+// mode is one relay under comparison, and the outbox its writers add to.
 type mode struct {
-	name  string
-	start func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) (stop func())
+	name   string
+	prefix string // txbox.Config.MessagePrefix: message mode
+	start  func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) (stop func())
+}
+
+func cdcMode(name, prefix string) mode {
+	return mode{name, prefix, func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) func() {
+		r, err := cdc.New(pool, pub, cdc.Config{BatchSize: 500, MessagePrefix: prefix})
+		testenv.Must(t, err, "cdc.New")
+		testenv.Must(t, r.Start(context.Background()), "start")
+		return func() { _ = r.Stop(context.Background()) }
+	}}
 }
 
 var modes = []mode{
-	{"polling", func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) func() {
+	{"polling", "", func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) func() {
 		r, err := relay.New(txboxpgx.New(pool), pub, relay.Config{BatchSize: 500})
 		testenv.Must(t, err, "relay.New")
 		testenv.Must(t, r.Start(context.Background()), "start")
 		return func() { _ = r.Stop(context.Background()) }
 	}},
-	{"cdc", func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) func() {
-		r, err := cdc.New(pool, pub, cdc.Config{BatchSize: 500})
-		testenv.Must(t, err, "cdc.New")
-		testenv.Must(t, r.Start(context.Background()), "start")
-		return func() { _ = r.Stop(context.Background()) }
-	}},
+	cdcMode("cdc", ""),
+	cdcMode("cdc-msg", benchPrefix),
 }
 
 // fresh empties the table and makes a new slot at the current WAL
@@ -95,9 +116,12 @@ func fresh(t *testing.T, pool *pgxpool.Pool) {
 	testenv.Must(t, err, "create slot")
 }
 
-// The log-based relay beside the polling relay on one private server, runs
-// interleaved (polling, cdc, polling, cdc …): the drain of a backlog into
-// a no-op publisher, and commit-to-ack latency at an offered rate. It
+// The log-based relay, in table mode (cdc) and in message mode (cdc-msg),
+// beside the polling relay on one private server, runs interleaved
+// (polling, cdc, cdc-msg, polling …): the drain of a backlog into a no-op
+// publisher and into JetStream (the shared NATS server, a stream of the
+// test's own), with the PostgreSQL server's CPU per event during the no-op
+// drain, and commit-to-ack latency into JetStream at an offered rate. It
 // prints figures and asserts none; it runs only with TXBOX_CDC_BENCH=1:
 //
 //	TXBOX_CDC_BENCH=1 go test -count=1 -run TestCompareWithPollingRelay -v ./cdc/
@@ -119,11 +143,30 @@ func TestCompareWithPollingRelay(t *testing.T) {
 	rate, seconds := env("TXBOX_CDC_BENCH_RATE", 1000), env("TXBOX_CDC_BENCH_SECONDS", 5)
 	_, pool := logicalCluster(t)
 	ctx := context.Background()
-	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{})
-	testenv.Must(t, err, "txbox.New")
+	obs := map[string]*txbox.Outbox[pgx.Tx]{}
+	for _, prefix := range []string{"", benchPrefix} {
+		ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{MessagePrefix: prefix})
+		testenv.Must(t, err, "txbox.New")
+		obs[prefix] = ob
+	}
 	payload := []byte(`{"order_id":123456,"customer":"c-42","items":[{"sku":"tea","qty":2}],"total_cents":1999}`)
 
-	fill := func() {
+	// JetStream: a stream of the test's own on the shared server, purged
+	// before each run.
+	nc := testenv.NATS(t)
+	subject := testenv.Name("cdcbench") + "."
+	stream, err := natsjs.EnsureStream(ctx, nc, natsjs.StreamConfig{Name: strings.ToUpper(strings.TrimSuffix(subject, ".")), Subjects: []string{subject + ">"}})
+	testenv.Must(t, err, "stream")
+	t.Cleanup(func() {
+		if js, err := jetstream.New(nc); err == nil {
+			_ = js.DeleteStream(context.Background(), stream.CachedInfo().Config.Name)
+		}
+	})
+	js, err := natsjs.NewPublisher(nc, natsjs.PublisherConfig{Prefix: subject})
+	testenv.Must(t, err, "publisher")
+	purge := func() { testenv.Must(t, stream.Purge(ctx), "purge") }
+
+	fill := func(ob *txbox.Outbox[pgx.Tx]) {
 		var batch []txbox.Message
 		for i := range rows {
 			batch = append(batch, txbox.Message{Topic: "bench.orders", Payload: payload})
@@ -136,41 +179,59 @@ func TestCompareWithPollingRelay(t *testing.T) {
 	drain := map[string][]float64{}
 	p50 := map[string][]time.Duration{}
 	p99 := map[string][]time.Duration{}
+	perEvent := map[string][]float64{} // the server's CPU per event in µs, no-op drain
 	for rep := range reps {
 		for _, m := range modes {
-			// Drain: rows queued first, then the relay started.
-			fresh(t, pool)
-			fill()
-			c := &counter{}
-			done := c.reset(rows)
-			cpu := processCPU()
-			began := time.Now()
-			stop := m.start(t, pool, c)
-			<-done
-			el := time.Since(began)
-			cpu = processCPU() - cpu
-			ws := walsenderCPU(t, pool)
-			stop()
-			drain[m.name] = append(drain[m.name], float64(rows)/el.Seconds())
-			t.Logf("rep %d %-7s drain %d rows in %s: %.0f msg/s (CPU: this process %s, walsender %s)", rep+1, m.name, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds(),
-				cpu.Round(10*time.Millisecond), ws)
+			ob := obs[m.prefix]
+			// Drain: rows queued first, then the relay started; into the
+			// no-op publisher, then into JetStream.
+			for _, into := range []string{"noop", "nats"} {
+				fresh(t, pool)
+				c := &counter{}
+				if into == "nats" {
+					purge()
+					c.inner = js
+				}
+				fill(ob)
+				done := c.reset(rows)
+				cpu, server := processCPU(), serverCPU(t, pool)
+				began := time.Now()
+				stop := m.start(t, pool, c)
+				<-done
+				el := time.Since(began)
+				cpu = processCPU() - cpu
+				used := serverCPU(t, pool).since(server)
+				stop()
+				key := m.name + " " + into
+				drain[key] = append(drain[key], float64(rows)/el.Seconds())
+				us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rows) }
+				if into == "noop" {
+					perEvent[m.name] = append(perEvent[m.name], us(used.total()))
+				}
+				t.Logf("rep %d %-7s drain into %s %d rows in %s: %.0f msg/s (CPU: this process %s; PostgreSQL %.1f µs/event: backends %.1f, walsender %.1f, background %.1f)",
+					rep+1, m.name, into, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds(), cpu.Round(10*time.Millisecond),
+					us(used.total()), us(used.backends), us(used.walsender), us(used.background))
+			}
 			if m.name == "cdc" {
 				// The stream alone: the slot read to its end, nothing decoded
 				// nor published; what the walsender delivers bounds the relay.
 				fresh(t, pool)
-				fill()
+				fill(ob)
 				el, ws := rawStream(t, pool, rows)
 				drain["stream"] = append(drain["stream"], float64(rows)/el.Seconds())
 				t.Logf("rep %d stream  %d inserts in %s: %.0f msg/s (CPU: walsender %s)", rep+1, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds(), ws)
 			}
 
-			// Latency: one message per transaction at the offered rate.
+			// Latency into JetStream: one message per transaction at the
+			// offered rate.
 			fresh(t, pool)
-			c = &counter{}
+			purge()
+			c := &counter{inner: js}
 			total := rate * seconds / 8 * 8
-			done = c.reset(total)
-			stop = m.start(t, pool, c)
+			done := c.reset(total)
+			stop := m.start(t, pool, c)
 			time.Sleep(200 * time.Millisecond) // the relay's start
+			server := serverCPU(t, pool)
 			// Eight writers, each at an eighth of the rate.
 			const nw = 8
 			wrote := time.Now()
@@ -196,6 +257,7 @@ func TestCompareWithPollingRelay(t *testing.T) {
 			}
 			achieved := float64(total) / time.Since(wrote).Seconds()
 			<-done
+			used := serverCPU(t, pool).since(server)
 			stop()
 			c.mu.Lock()
 			lat := slices.Clone(c.lat)
@@ -203,15 +265,112 @@ func TestCompareWithPollingRelay(t *testing.T) {
 			slices.Sort(lat)
 			a, b := lat[len(lat)/2], lat[len(lat)*99/100]
 			p50[m.name], p99[m.name] = append(p50[m.name], a), append(p99[m.name], b)
-			t.Logf("rep %d %-7s latency at %d/s offered (%.0f/s written): p50 %s p99 %s", rep+1, m.name, rate, achieved, a.Round(10*time.Microsecond), b.Round(10*time.Microsecond))
+			t.Logf("rep %d %-7s latency into nats at %d/s offered (%.0f/s written): p50 %s p99 %s (PostgreSQL CPU, the writers' included: %.1f µs/event)",
+				rep+1, m.name, rate, achieved, a.Round(10*time.Microsecond), b.Round(10*time.Microsecond), float64(used.total().Microseconds())/float64(total))
 		}
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	medD := func(v []time.Duration) time.Duration { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	fmt.Printf("medians of %d reps: drain polling %.0f msg/s, cdc %.0f msg/s (cdc/polling %.2f), the stream alone %.0f msg/s (stream/polling %.2f); latency p50 polling %s cdc %s, p99 polling %s cdc %s\n",
-		reps, med(drain["polling"]), med(drain["cdc"]), med(drain["cdc"])/med(drain["polling"]), med(drain["stream"]), med(drain["stream"])/med(drain["polling"]),
-		medD(p50["polling"]).Round(10*time.Microsecond), medD(p50["cdc"]).Round(10*time.Microsecond),
-		medD(p99["polling"]).Round(10*time.Microsecond), medD(p99["cdc"]).Round(10*time.Microsecond))
+	rng := func(v []float64) string { return fmt.Sprintf("%.0f–%.0f", slices.Min(v), slices.Max(v)) }
+	medD := func(v []time.Duration) time.Duration {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2].Round(10 * time.Microsecond)
+	}
+	fmt.Printf("medians of %d reps (ranges):\n", reps)
+	for _, m := range modes {
+		n, j := drain[m.name+" noop"], drain[m.name+" nats"]
+		pol, polJ := med(drain["polling noop"]), med(drain["polling nats"])
+		fmt.Printf("  %-7s drain noop %.0f msg/s (%s, %.2f of polling), into nats %.0f msg/s (%s, %.2f of polling); PostgreSQL CPU %.1f µs/event (%.1f–%.1f, %.2f of polling); latency into nats p50 %s (%s–%s) p99 %s (%s–%s)\n",
+			m.name, med(n), rng(n), med(n)/pol, med(j), rng(j), med(j)/polJ,
+			med(perEvent[m.name]), slices.Min(perEvent[m.name]), slices.Max(perEvent[m.name]), med(perEvent[m.name])/med(perEvent["polling"]),
+			medD(p50[m.name]), slices.Min(p50[m.name]).Round(10*time.Microsecond), slices.Max(p50[m.name]).Round(10*time.Microsecond),
+			medD(p99[m.name]), slices.Min(p99[m.name]).Round(10*time.Microsecond), slices.Max(p99[m.name]).Round(10*time.Microsecond))
+	}
+	fmt.Printf("  the stream alone %.0f msg/s (%s, %.2f of polling's noop drain)\n", med(drain["stream"]), rng(drain["stream"]), med(drain["stream"])/med(drain["polling noop"]))
+}
+
+// cpuTimes is the CPU time (user and system) of a PostgreSQL server's
+// processes by kind, and by pid to subtract an earlier reading.
+type cpuTimes struct {
+	backends, walsender, background time.Duration
+	pids                            map[int]pidCPU
+}
+
+type pidCPU struct {
+	kind string
+	cpu  time.Duration
+}
+
+func (c cpuTimes) total() time.Duration { return c.backends + c.walsender + c.background }
+
+// since is the CPU the processes spent after earlier: a process that
+// started since counts in full; one that exited since, not at all.
+func (c cpuTimes) since(earlier cpuTimes) cpuTimes {
+	var out cpuTimes
+	for pid, p := range c.pids {
+		d := p.cpu - earlier.pids[pid].cpu
+		switch p.kind {
+		case "walsender":
+			out.walsender += d
+		case "backend":
+			out.backends += d
+		default:
+			out.background += d
+		}
+	}
+	return out
+}
+
+// serverCPU reads the CPU of every process of the pool's server (the
+// postmaster's children, from /proc: the cluster runs on this machine):
+// client backends, walsenders, and the rest (checkpointer, WAL writer,
+// autovacuum …).
+func serverCPU(t *testing.T, pool *pgxpool.Pool) cpuTimes {
+	var backend int
+	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend), "backend pid")
+	f, ok := procStat(backend)
+	if !ok {
+		t.Fatalf("no /proc/%d/stat: the server must run on this machine", backend)
+	}
+	postmaster, _ := strconv.Atoi(f[1]) // ppid, field 4
+	out := cpuTimes{pids: map[int]pidCPU{}}
+	entries, err := os.ReadDir("/proc")
+	testenv.Must(t, err, "/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, ok := procStat(pid)
+		if !ok || f[1] != strconv.Itoa(postmaster) {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)           // utime, field 14
+		s, _ := strconv.ParseInt(f[12], 10, 64)           // stime, field 15
+		cpu := time.Duration(u+s) * 10 * time.Millisecond // USER_HZ 100
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		kind := "backend" // "postgres: user db host state"
+		title := strings.TrimPrefix(string(bytes.TrimRight(cmd, "\x00")), "postgres: ")
+		switch {
+		case strings.HasPrefix(title, "walsender"):
+			kind = "walsender"
+		case slices.ContainsFunc([]string{"checkpointer", "background writer", "walwriter", "autovacuum", "logical replication", "stats", "archiver"},
+			func(p string) bool { return strings.HasPrefix(title, p) }):
+			kind = "background"
+		}
+		out.pids[pid] = pidCPU{kind, cpu}
+	}
+	return out
+}
+
+// procStat returns the fields of /proc/pid/stat after the command name:
+// f[0] is the state (field 3).
+func procStat(pid int) ([]string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, false
+	}
+	return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])), true
 }
 
 // processCPU is the CPU time this process has used (user and system).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxpgx/cdc"
 	"github.com/txbox/txbox/txboxprom"
@@ -41,7 +42,7 @@ func TestSlotLagMetrics(t *testing.T) {
 	m := txboxprom.New(txboxprom.Config{})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	cfg := cdc.Config{MaxAttempts: 1 << 20, SampleInterval: 50 * time.Millisecond, Observer: m.Relay()}
+	cfg := relaytest.With(cdc.Config{MaxAttempts: 1 << 20, Observer: m.Relay()}, relaytest.Config{SampleInterval: 50 * time.Millisecond})
 	l, _ := poisoned(t, pool, cfg, "k00:1", "poison for now")
 	writers(t, pool, 2, 10, keysOf(2))
 	eventually(t, "the lag of the parked key in the gauges", func() (bool, string) {

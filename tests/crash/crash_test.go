@@ -13,7 +13,8 @@
 // from the clock; printed), TXBOX_CRASH_SCENARIOS (default
 // "postgres,sqlite,ordered,cdc"; ordered runs for three quarters of the
 // duration and two thirds of the kills, cdc for half the duration and two
-// thirds of the kills), TXBOX_CRASH_DRAIN (how long the end may take to
+// thirds of the kills, in table mode or message mode as the seed is even
+// or odd; cdc-table and cdc-message name one mode), TXBOX_CRASH_DRAIN (how long the end may take to
 // deliver the backlog, default 2m plus a quarter of the duration), TXBOX_CRASH_REPORT (a file the ledger
 // is appended to), TXBOX_CRASH_FAULTS (the fault kinds to draw from, a
 // comma-separated subset of relay, producer, consumer, nats, pg; default
@@ -121,7 +122,8 @@ func loadSettings(t *testing.T) settings {
 // applies whatever arrives, its process killed again and again, so that
 // the ledger's order check is the consumer runtime's; "cdc": the log-based
 // relay, txbox relay --cdc, on a private cluster with wal_level=logical,
-// killed mid-stream above all) side by side and fails unless the ledger holds no lost, phantom,
+// killed mid-stream above all, in table mode or, its producer writing with
+// txbox.Config.MessagePrefix, in message mode) side by side and fails unless the ledger holds no lost, phantom,
 // doubly applied or out-of-order message and no row stuck pending.
 func TestCrash(t *testing.T) {
 	st := loadSettings(t)
@@ -136,16 +138,16 @@ func TestCrash(t *testing.T) {
 			t.Parallel()
 			switch name {
 			case "postgres", "sqlite":
-			case "ordered", "cdc":
+			case "ordered", "cdc", "cdc-table", "cdc-message":
 				st := st // this scenario's settings only
 				st.duration, st.minKills = st.duration*3/4, st.minKills*2/3
-				if name == "cdc" {
+				if strings.HasPrefix(name, "cdc") {
 					st.duration = st.duration * 2 / 3
 				}
 				total.add(run(t, bin, st, name))
 				return
 			default:
-				t.Fatalf("unknown scenario %q (want postgres, sqlite, ordered or cdc)", name)
+				t.Fatalf("unknown scenario %q (want postgres, sqlite, ordered, cdc, cdc-table or cdc-message)", name)
 			}
 			total.add(run(t, bin, st, name))
 		})
@@ -200,6 +202,7 @@ const recoveryCap = time.Minute
 type env struct {
 	t       *testing.T
 	name    string
+	cdc     string // the log-based relay's mode, "table" or "message"; "" = the polling relay
 	dir     string
 	dialect txboxdriver.Dialect
 	ledger  *sql.DB // direct connection, never faulted
@@ -215,6 +218,15 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	dir, err := os.MkdirTemp("", "txbox-crash-"+name+"-")
 	testenv.Must(t, err, "work dir")
 	e := &env{t: t, name: name, dir: dir, procs: map[string]*proc{}}
+	switch name {
+	case "cdc": // one mode or the other from run to run, both in time
+		e.cdc = []string{"table", "message"}[st.seed%2]
+	case "cdc-table", "cdc-message":
+		e.cdc = strings.TrimPrefix(name, "cdc-")
+	}
+	if e.cdc != "" {
+		t.Logf("crash %s: the log-based relay in %s mode", name, e.cdc)
+	}
 	t.Cleanup(func() {
 		for _, p := range e.procs {
 			p.Stop()
@@ -237,7 +249,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	var procDB, relayDB, directDB string
 	var relayArgs []string
 	serverURL := testenv.PostgresURL()
-	if name == "cdc" {
+	if e.cdc != "" {
 		// The log-based relay needs wal_level=logical: a cluster of the
 		// scenario's own.
 		serverURL = testenv.PrivatePostgres(t, "wal_level=logical", "max_replication_slots=4", "max_wal_senders=4").URL
@@ -261,7 +273,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		u, err := url.Parse(serverURL)
 		testenv.Must(t, err, "postgres url")
 		host := u.Host
-		if name != "cdc" {
+		if e.cdc == "" {
 			e.proxy, err = newFaultProxy(u.Host, 10*time.Second)
 			testenv.Must(t, err, "proxy")
 			host = e.proxy.Addr()
@@ -296,7 +308,9 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	if out, err := exec.Command(filepath.Join(bin, "txbox"), migrateArgs...).CombinedOutput(); err != nil {
 		t.Fatalf("txbox migrate up: %v\n%s", err, out)
 	}
-	if name == "cdc" {
+	// Message mode: Add writes to the WAL, the table holds dead letters only.
+	const messagePrefix = "txbox-crash"
+	if e.cdc != "" {
 		slotArgs := append([]string{"slot", "create", "--db", serverURL}, relayArgs...)
 		if out, err := exec.Command(filepath.Join(bin, "txbox"), slotArgs...).CombinedOutput(); err != nil {
 			t.Fatalf("txbox slot create: %v\n%s", err, out)
@@ -329,8 +343,11 @@ func run(t *testing.T, bin string, st settings, name string) int {
 	// The relay (the txbox binary), the consumer and the producer.
 	relayArgs = append([]string{filepath.Join(bin, "txbox"), "relay", "--db", relayDB, "--broker", e.natsURL,
 		"--stream", "CRASH", "--subject-prefix", "crash.", "--publish-timeout", "2s", "--stats-interval", "2s", "--log-level", "warn"}, relayArgs...)
-	if name == "cdc" {
+	if e.cdc != "" {
 		relayArgs = append(relayArgs, "--cdc")
+		if e.cdc == "message" {
+			relayArgs = append(relayArgs, "--message-prefix", messagePrefix)
+		}
 	} else {
 		relayArgs = append(relayArgs, "--poll-interval", "100ms")
 	}
@@ -346,7 +363,11 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		consumerArgs = append(consumerArgs, "-concurrency", st.workers)
 	}
 	e.add("consumer", consumerArgs...)
-	e.add("producer", filepath.Join(bin, "producer"), "-db", procDB, "-keys", "16", "-interval", "8ms")
+	producerArgs := []string{filepath.Join(bin, "producer"), "-db", procDB, "-keys", "16", "-interval", "8ms"}
+	if e.cdc == "message" {
+		producerArgs = append(producerArgs, "-message-prefix", messagePrefix)
+	}
+	e.add("producer", producerArgs...)
 	for _, n := range []string{"relay", "consumer", "producer"} {
 		testenv.Must(t, e.procs[n].Start(), "start %s", n)
 	}
@@ -362,7 +383,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 		// without running a key's later message first.
 		kinds = []string{killConsumer, killConsumer, killConsumer, killConsumer, killRelay}
 	}
-	if name == "cdc" {
+	if e.cdc != "" {
 		// The log-based relay's kills mid-stream, above all: each new
 		// process streams from the slot's confirmed LSN.
 		kinds = []string{killRelay, killRelay, killRelay, killRelay, killRelay, killProducer, killConsumer, killConsumer, killNATS}
@@ -430,6 +451,9 @@ func run(t *testing.T, bin string, st settings, name string) int {
 
 	l := e.buildLedger(inStream, len(dead))
 	l.scenario, l.seed, l.faulting, l.drain, l.faults = name, st.seed, faulting, drain, faults
+	if e.cdc != "" {
+		l.scenario += " (" + e.cdc + " mode)"
+	}
 	for _, n := range []string{"relay", "producer", "consumer", "natsd"} {
 		_, exits := e.procs[n].counts()
 		l.exits += exits
@@ -454,7 +478,7 @@ func run(t *testing.T, bin string, st settings, name string) int {
 // a row it recorded dead and that was redriven, still unpublished, is
 // pending.
 func (e *env) pendingQuery() string {
-	if e.name == "cdc" {
+	if e.cdc != "" {
 		return "SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL AND last_error IS NOT NULL AND dead_at IS NULL"
 	}
 	return "SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL AND dead_at IS NULL"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/internal/sqlname"
 	"github.com/txbox/txbox/txboxdriver"
 )
@@ -23,11 +24,13 @@ const (
 	DefaultStatusInterval  = time.Second
 	DefaultLeaseTimeout    = 10 * time.Second
 	DefaultRetention       = 168 * time.Hour
-	DefaultCleanupInterval = time.Hour
 	DefaultCleanupBatch    = 1000
 	DefaultRedriveInterval = 5 * time.Second
-	DefaultSampleInterval  = 10 * time.Second
 )
+
+// defaultCleanupInterval is how often cleanup runs when Retention is
+// longer: an hour, or every Retention (at least a second) when shorter.
+const defaultCleanupInterval = time.Hour
 
 // Config configures a Relay and names its slot and publication. Zero
 // fields take their defaults; negative values are an error from New.
@@ -80,25 +83,32 @@ type Config struct {
 	// once. Default: 10s.
 	LeaseTimeout time.Duration
 	// Retention is how long delivered rows are kept before cleanup deletes
-	// them; zero takes the default, negative is an error. Default: 168h.
+	// them; zero takes the default, negative is an error. Cleanup runs
+	// every hour, or every Retention when that is shorter. Default: 168h.
 	Retention time.Duration
-	// CleanupInterval is how often cleanup runs. Default: 1h.
-	CleanupInterval time.Duration
 	// RedriveInterval is how often the reading relay looks for dead rows
 	// that `txbox dead redrive` made pending again, and publishes them
 	// (Relay.Redriven). Default: 5s.
 	RedriveInterval time.Duration
 
-	// SampleInterval is how often the reading relay reads its slot's lag
-	// and WAL figures for an Observer that is also a txbox.SlotObserver
-	// (txboxprom's is). Default: 10s.
-	SampleInterval time.Duration
-
 	// Logger receives the relay's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Observer receives the relay's publishes and settled messages
-	// (txbox.RelayObserver: Published and Settled). Default: nil.
+	// (txbox.RelayObserver: Published and Settled), and, when it is also a
+	// txbox.SlotObserver (txboxprom's is), a reading of the slot's lag and
+	// WAL figures every 10 s. Default: nil.
 	Observer txbox.RelayObserver
+
+	// test holds the settings only tests change (relaytest.With):
+	// SampleInterval and CleanupInterval.
+	test relaytest.Config
+}
+
+func init() {
+	relaytest.Register(func(c Config, tc relaytest.Config) Config {
+		c.test = tc
+		return c
+	})
 }
 
 // slotName is what PostgreSQL accepts as a replication slot's name.
@@ -143,7 +153,7 @@ func (c *Config) names() (names, error) {
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.BatchSize < 0 || out.MaxPending < 0 || out.PublishTimeout < 0 || out.MaxAttempts < 0 || out.RetryDelay < 0 || out.BackoffMax < 0 ||
-		out.StatusInterval < 0 || out.LeaseTimeout < 0 || out.Retention < 0 || out.CleanupInterval < 0 || out.RedriveInterval < 0 || out.SampleInterval < 0 {
+		out.StatusInterval < 0 || out.LeaseTimeout < 0 || out.Retention < 0 || out.RedriveInterval < 0 || out.test.Negative() {
 		return out, fmt.Errorf("%w: cdc config has a negative value: %+v", txbox.ErrInvalidConfig, *c)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -157,9 +167,9 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.StatusInterval, DefaultStatusInterval)
 	def(&out.LeaseTimeout, DefaultLeaseTimeout)
 	def(&out.Retention, DefaultRetention)
-	def(&out.CleanupInterval, DefaultCleanupInterval)
 	def(&out.RedriveInterval, DefaultRedriveInterval)
-	def(&out.SampleInterval, DefaultSampleInterval)
+	def(&out.test.CleanupInterval, max(min(defaultCleanupInterval, out.Retention), time.Second))
+	out.test = out.test.WithDefaults()
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}

@@ -3,8 +3,10 @@ package cdc
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relaytest"
 )
 
 func TestSlotNames(t *testing.T) {
@@ -44,5 +46,33 @@ func TestConfigBounds(t *testing.T) {
 	c, err := (&Config{}).withDefaults()
 	if err != nil || c.BatchSize != DefaultBatchSize || c.LeaseTimeout != DefaultLeaseTimeout || c.Logger == nil {
 		t.Errorf("defaults: %+v %v", c, err)
+	}
+}
+
+// Cleanup runs every hour, or every Retention when that is shorter (at
+// least every second); the slot is sampled every 10 s; tests set both.
+func TestDerivedIntervals(t *testing.T) {
+	for _, c := range []struct {
+		retention, cleanup time.Duration
+	}{
+		{0, time.Hour}, // the default retention, 168h
+		{2 * time.Hour, time.Hour},
+		{10 * time.Minute, 10 * time.Minute},
+		{time.Millisecond, time.Second},
+	} {
+		got, err := (&Config{Retention: c.retention}).withDefaults()
+		if err != nil || got.test.CleanupInterval != c.cleanup || got.test.SampleInterval != 10*time.Second {
+			t.Errorf("retention %s: cleanup every %s, samples every %s (%v), want cleanup every %s, samples every 10s",
+				c.retention, got.test.CleanupInterval, got.test.SampleInterval, err, c.cleanup)
+		}
+	}
+	cfg := relaytest.With(Config{}, relaytest.Config{CleanupInterval: time.Millisecond, SampleInterval: 2 * time.Millisecond})
+	got, err := cfg.withDefaults()
+	if err != nil || got.test.CleanupInterval != time.Millisecond || got.test.SampleInterval != 2*time.Millisecond {
+		t.Errorf("test settings: %+v %v", got.test, err)
+	}
+	cfg = relaytest.With(Config{}, relaytest.Config{SampleInterval: -1})
+	if _, err := cfg.withDefaults(); !errors.Is(err, txbox.ErrInvalidConfig) {
+		t.Errorf("a negative sample interval: %v", err)
 	}
 }

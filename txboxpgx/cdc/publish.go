@@ -344,13 +344,13 @@ func (r *Relay) Redriven(ctx context.Context) (int, error) {
 }
 
 // sampleLoop hands the observer, when it is a txbox.SlotObserver, a
-// reading of the slot every SampleInterval.
+// reading of the slot every 10 s (relaytest.Config.SampleInterval).
 func (r *Relay) sampleLoop(ctx context.Context) {
 	so, ok := r.cfg.Observer.(txbox.SlotObserver)
 	if !ok {
 		return
 	}
-	t := time.NewTicker(r.cfg.SampleInterval)
+	t := time.NewTicker(r.cfg.test.SampleInterval)
 	defer t.Stop()
 	for {
 		so.SlotSampled(r.Sample(ctx))

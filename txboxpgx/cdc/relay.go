@@ -267,7 +267,7 @@ func (r *Relay) session(ctx context.Context) error {
 	}()
 	go func() {
 		defer helpers.Done()
-		r.every(sctx, r.cfg.CleanupInterval, "cleanup", func(ctx context.Context) error { _, err := r.Cleanup(ctx); return err })
+		r.every(sctx, r.cfg.test.CleanupInterval, "cleanup", func(ctx context.Context) error { _, err := r.Cleanup(ctx); return err })
 	}()
 	go func() {
 		defer helpers.Done()

@@ -4,7 +4,7 @@
 // with txbox.Outbox.Add. The database is its only record of what it
 // committed: a transaction cut short by a kill leaves neither.
 //
-//	producer -db URL -keys 16 -interval 5ms
+//	producer -db URL -keys 16 -interval 5ms [-message-prefix P]
 package main
 
 import (
@@ -29,6 +29,7 @@ func main() {
 	keys := flag.Int("keys", 16, "ordering keys k00…")
 	topic := flag.String("topic", "orders", "topic of the messages")
 	interval := flag.Duration("interval", 5*time.Millisecond, "pause between transactions")
+	prefix := flag.String("message-prefix", "", "message mode: Add writes to PostgreSQL's WAL with this prefix (txbox.Config.MessagePrefix)")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix(fmt.Sprintf("producer[%d] ", os.Getpid()))
@@ -38,7 +39,7 @@ func main() {
 		log.Fatal(err)
 	}
 	db.SetMaxOpenConns(2)
-	ob, err := txbox.New(txboxsql.New(db, dialect), txbox.Config{})
+	ob, err := txbox.New(txboxsql.New(db, dialect), txbox.Config{MessagePrefix: *prefix})
 	if err != nil {
 		log.Fatal(err)
 	}

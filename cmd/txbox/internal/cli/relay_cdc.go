@@ -23,19 +23,17 @@ type cdcFlags struct {
 	messagePrefix   string
 	maxPending      int
 	redriveInterval time.Duration
-	sampleInterval  time.Duration
 }
 
 func (c *cdcFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.messagePrefix, "message-prefix", "", "with --cdc: read message mode, the logical decoding messages with this prefix that Add writes with txbox.Config.MessagePrefix, instead of the table's inserts; the table holds their dead letters")
 	fs.IntVar(&c.maxPending, "max-pending", cdc.DefaultMaxPending, "with --cdc: most messages held unsettled while a parked key waits for its retry; at the bound the relay stops reading the stream until the oldest settle")
 	fs.DurationVar(&c.redriveInterval, "redrive-interval", cdc.DefaultRedriveInterval, "with --cdc: how often the reading relay publishes the dead messages txbox dead redrive made pending again")
-	fs.DurationVar(&c.sampleInterval, "sample-interval", cdc.DefaultSampleInterval, "with --cdc: how often the reading relay reads its slot's lag and WAL figures for the metrics")
 }
 
 // warnCDCOnly logs the flags of the log-based relay given without --cdc.
 func warnCDCOnly(fs *pflag.FlagSet, log *slog.Logger) {
-	for _, name := range []string{"slot", "publication", "message-prefix", "max-pending", "redrive-interval", "sample-interval"} {
+	for _, name := range []string{"slot", "publication", "message-prefix", "max-pending", "redrive-interval"} {
 		if fs.Changed(name) {
 			log.Warn("--" + name + " has no effect without --cdc")
 		}
@@ -71,9 +69,9 @@ func runCDC(cmd *cobra.Command, f *relayFlags, log *slog.Logger, cfg relay.Confi
 	ccfg := cdc.Config{Schema: cfg.Schema, Table: cfg.Table, Slot: f.slot.slot, Publication: f.slot.publication,
 		BatchSize: cfg.BatchSize, PublishTimeout: cfg.PublishTimeout, MaxAttempts: cfg.MaxAttempts,
 		Retention: cfg.Retention, Logger: log, MessagePrefix: f.cdcOpts.messagePrefix,
-		MaxPending: f.cdcOpts.maxPending, RedriveInterval: f.cdcOpts.redriveInterval, SampleInterval: f.cdcOpts.sampleInterval}
-	if ccfg.MaxPending < 1 || ccfg.RedriveInterval <= 0 || ccfg.SampleInterval <= 0 {
-		return fmt.Errorf("%w: --max-pending must be 1 or more, --redrive-interval and --sample-interval above 0", txbox.ErrInvalidConfig)
+		MaxPending: f.cdcOpts.maxPending, RedriveInterval: f.cdcOpts.redriveInterval}
+	if ccfg.MaxPending < 1 || ccfg.RedriveInterval <= 0 {
+		return fmt.Errorf("%w: --max-pending must be 1 or more, --redrive-interval above 0", txbox.ErrInvalidConfig)
 	}
 	if _, _, err := ccfg.SlotNames(); err != nil {
 		return err
