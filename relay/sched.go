@@ -355,7 +355,7 @@ func (g *Group) ring(ctx context.Context, m *member, n int, err error) (time.Dur
 	switch {
 	case err != nil || ctx.Err() != nil:
 		return m.r.cfg.PollInterval, false
-	case !m.r.Listening() && n == 0:
+	case !m.r.listening() && n == 0:
 		return m.r.cfg.PollInterval, false
 	}
 	m.bellMu.Lock()

@@ -59,7 +59,7 @@ func (r *Relay) sampleFirst(ctx context.Context) {
 	if r.obs == nil {
 		return
 	}
-	s := r.Sample(ctx, txbox.RelaySample{})
+	s := r.sample(ctx, txbox.RelaySample{})
 	if ctx.Err() == nil {
 		r.obs.Sampled(s)
 	}
@@ -78,7 +78,7 @@ func (r *Relay) sampleLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		last = r.Sample(ctx, last)
+		last = r.sample(ctx, last)
 		if ctx.Err() != nil {
 			return
 		}
