@@ -172,4 +172,9 @@ func init() {
 	relayseam.Sample = func(ctx context.Context, r any) txbox.RelaySample {
 		return r.(*Relay).sample(ctx, txbox.RelaySample{})
 	}
+	relayseam.CountersOf = func(r any) relayseam.Counters {
+		rl := r.(*Relay)
+		return relayseam.Counters{Published: rl.published.Load(), Rejected: rl.rejected.Load(), Dead: rl.dead.Load(),
+			Rounds: rl.rounds.Load(), FailedRounds: rl.failedRounds.Load()}
+	}
 }

@@ -16,8 +16,8 @@ import (
 )
 
 // A relay on a database whose outbox table was never migrated does not
-// start: Start and Run return a StartupError that names the table and the
-// fix, and Stopped stays closed.
+// start: Start returns a StartupError that names the table and the fix,
+// each time it is asked, and Stopped stays closed.
 func TestStartRefusesAnUnmigratedTable(t *testing.T) {
 	t.Parallel()
 	for name, mk := range map[string]func(t *testing.T) (txboxdriver.Driver[*sql.Tx], string){
@@ -48,7 +48,7 @@ func TestStartRefusesAnUnmigratedTable(t *testing.T) {
 func checkStartup(t *testing.T, r *relay.Relay, table string) {
 	t.Helper()
 	ctx := context.Background()
-	for what, err := range map[string]error{"Start": r.Start(ctx), "Run": r.Run(ctx)} {
+	for what, err := range map[string]error{"Start": r.Start(ctx), "Start again": r.Start(ctx)} {
 		var se *txbox.StartupError
 		if !errors.As(err, &se) || !errors.Is(err, txbox.ErrStartup) {
 			t.Fatalf("%s on an unmigrated table: %v, want a *txbox.StartupError", what, err)
