@@ -8,6 +8,13 @@
 // dies releases its rows with its connection; on SQLite the claim is a lease
 // with a token that fences the marks.
 //
+// Lifecycle and state: Start checks the table and returns once the relay
+// runs; Stop stops it, finishing the batch in flight; Stopped is closed
+// while it does not run and Err says why it stopped by itself. A Group has
+// the same four. Stats is the one read of a relay's state: its counters,
+// whether it runs and can deliver (Stats.Ready), the lanes it owns, and the
+// table's backlog.
+//
 // Failures: a round that fails (database or broker down, timeouts, a
 // stream that refuses messages) backs off exponentially up to BackoffMax
 // and costs no message an attempt; the first good round resets the wait.
