@@ -169,7 +169,7 @@ func (r *Relay) brokerConnected() bool {
 }
 
 func init() {
-	relayseam.Sample = func(ctx context.Context, r any) txbox.RelaySample {
+	relayseam.Sample = func(ctx context.Context, r any) any {
 		return r.(*Relay).sample(ctx, txbox.RelaySample{})
 	}
 	relayseam.CountersOf = func(r any) relayseam.Counters {

@@ -108,7 +108,7 @@ func InspectBacklog(in *inspect.Inspector) BacklogFunc {
 // (one query, without top topics); r need not be running.
 func RelayBacklog(r *relay.Relay) BacklogFunc {
 	return func(ctx context.Context) (Backlog, error) {
-		s := relayseam.Sample(ctx, r)
+		s := relayseam.Sample(ctx, r).(txbox.RelaySample)
 		if s.Err != nil {
 			return Backlog{}, s.Err
 		}

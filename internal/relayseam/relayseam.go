@@ -6,16 +6,13 @@
 // initialised.
 package relayseam
 
-import (
-	"context"
+import "context"
 
-	"github.com/txbox/txbox"
-)
-
-// Sample returns r's sample (r is a *relay.Relay): its table's backlog,
-// one query, and its state; a table that cannot be read is in the
-// sample's Err.
-var Sample func(ctx context.Context, r any) txbox.RelaySample
+// Sample returns r's sample (r is a *relay.Relay), a txbox.RelaySample
+// (as any: internal packages sit below the root package): its table's
+// backlog, one query, and its state; a table that cannot be read is in
+// the sample's Err.
+var Sample func(ctx context.Context, r any) any
 
 // Counters are the counters of relay.Stats that package relay's callers
 // in this module poll without a read of the table.

@@ -69,7 +69,7 @@ func drain(t *testing.T, n int, metricsOn bool) (took, sample time.Duration) {
 	testenv.Must(t, err, "relay.New")
 	if metricsOn {
 		began := time.Now()
-		if s := relayseam.Sample(ctx, r); s.Err != nil || s.Pending != int64(n) {
+		if s := relayseam.Sample(ctx, r).(txbox.RelaySample); s.Err != nil || s.Pending != int64(n) {
 			t.Fatalf("sample before the drain: %+v", s)
 		}
 		sample = time.Since(began)

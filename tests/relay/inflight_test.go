@@ -31,7 +31,7 @@ func (o *settledSampler) Settled(string, txbox.Outcome, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.r != nil {
-		o.samples = append(o.samples, relayseam.Sample(context.Background(), o.r))
+		o.samples = append(o.samples, relayseam.Sample(context.Background(), o.r).(txbox.RelaySample))
 	}
 }
 
