@@ -14,7 +14,7 @@ import (
 	"github.com/txbox/txbox/txboxtest"
 )
 
-// Run the relay until SIGINT or SIGTERM: it claims the committed outbox
+// Start the relay and stop it at SIGINT or SIGTERM: it claims the committed outbox
 // rows, publishes them (here to the in-memory broker of txboxtest; in
 // production natsjs, txboxrabbitmq, redisstream, txboxkafka or txboxasynq) and marks
 // each one sent once the broker confirmed it. Any number of replicas may

@@ -25,7 +25,7 @@ type member struct {
 	fromStart func() bool
 	db        *database
 	log       *slog.Logger // the relay's own logger, given back when it leaves
-	own       bool         // the group is the relay's own (Relay.Run, Relay.Start)
+	own       bool         // the group is the relay's own (Relay.Start)
 
 	queued bool
 	rounds int  // rounds in flight

@@ -53,7 +53,7 @@ func (r *Relay) startServices(ctx context.Context) *services {
 }
 
 // sampleFirst hands the Observer a sample at once, as the relay starts
-// serving (Relay.Start and Run, Group.Add): a scrape right after a
+// serving (Relay.Start, Group.Add): a scrape right after a
 // restart sees the sample's gauges, the backlog and the oldest ages.
 func (r *Relay) sampleFirst(ctx context.Context) {
 	if r.obs == nil {
