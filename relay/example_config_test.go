@@ -14,7 +14,7 @@ import (
 // New checks the configuration and touches no database: a setting out of
 // range is an error wrapping txbox.ErrInvalidConfig, at start-up rather than
 // at the first claim. (The *sql.DB is nil here because New never uses it;
-// Run does.) The zero Config is valid: every field has a default.
+// Start does.) The zero Config is valid: every field has a default.
 func ExampleNew_config() {
 	drv := txboxsql.New(nil, txboxdriver.SQLite)
 	broker := txboxtest.NewBroker(txboxtest.BrokerConfig{})

@@ -23,7 +23,7 @@ var (
 // A Group runs the relays of many outbox tables (stores: tenants, schemas,
 // databases) in one process, with one scheduler instead of one set of loops
 // per table. Stores are added and removed while it runs. A Relay run on its
-// own (Relay.Run, Relay.Start) is a Group of one store: every store of a
+// own (Relay.Start) is a Group of one store: every store of a
 // group gets what a lone relay does, and the other way round.
 //
 // Scheduling: a store with work waits in one queue, first come first
@@ -70,8 +70,7 @@ var (
 // while the others flow; while its publisher says it is not connected
 // (txbox.ConnectionChecker), its next round comes as soon as it is again.
 // A publisher that can never publish again (txbox.ErrPublisherClosed)
-// stops the whole group: Run returns its error, and so does Err after
-// Start.
+// stops the whole group: Stopped is closed and Err returns its error.
 type Group struct {
 	cfg    GroupConfig
 	log    *slog.Logger
@@ -289,7 +288,7 @@ func (g *Group) Names() []string {
 	return names
 }
 
-// Relay returns the named store's relay (for its Stats, Health, Sample).
+// Relay returns the named store's relay (for its Stats).
 func (g *Group) Relay(name string) (*Relay, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -300,11 +299,11 @@ func (g *Group) Relay(name string) (*Relay, bool) {
 	return m.r, true
 }
 
-// Run schedules the stores' rounds until ctx ends, then waits for the
+// run schedules the stores' rounds until ctx ends, then waits for the
 // rounds in flight to finish and returns nil; or it returns the error that
-// stopped it (one wrapping txbox.ErrPublisherClosed). Stores may be added
-// before and while it runs. Use Run or Start, not both.
-func (g *Group) Run(ctx context.Context) error {
+// stopped it (one wrapping txbox.ErrPublisherClosed). A Relay on its own
+// runs its Group of one store with it (Relay.Start).
+func (g *Group) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := g.begin(ctx, cancel); err != nil {
@@ -313,22 +312,28 @@ func (g *Group) Run(ctx context.Context) error {
 	return g.serve(ctx)
 }
 
-// Start runs the group in the background until Stop or ctx ends (see Run).
+// Start starts the group's scheduler and returns; the group then runs its
+// stores' rounds in the background until Stop or until ctx ends (ctx
+// bounds the whole run, not only its start). Stores may be added before
+// and while it runs. A publisher that can never publish again stops the
+// group by itself: Stopped is then closed and Err says why. A group runs
+// once at a time: Start on a running group returns ErrAlreadyStarted.
 func (g *Group) Start(ctx context.Context) error {
 	return g.life.start(ctx, g.log, g.prefix, g.begin, g.serve)
 }
 
-// Stop asks a group run with Start to stop and waits until it has (its
-// rounds in flight finished), or until ctx ends.
+// Stop asks the group to stop and waits until it has (its rounds in
+// flight finished: acknowledged messages marked, the rest released), or
+// until ctx ends.
 func (g *Group) Stop(ctx context.Context) error { return g.life.stop(ctx) }
 
-// Stopped is closed whenever the group is not running in the background:
-// before Start, and once it has stopped.
+// Stopped is closed whenever the group is not running: before Start, and
+// once it has stopped (by Stop, by ctx, or by itself; see Err).
 func (g *Group) Stopped() <-chan struct{} { return g.life.done() }
 
-// Err returns the error that stopped a group run with Start by itself (an
-// error wrapping txbox.ErrPublisherClosed), once Stopped is closed; nil
-// while it runs and after a stop asked by Stop or ctx.
+// Err returns the error that stopped the group by itself (an error
+// wrapping txbox.ErrPublisherClosed), once Stopped is closed; nil while it
+// runs and after a stop asked by Stop or ctx.
 func (g *Group) Err() error { return g.life.failure() }
 
 // begin starts the stores' turns; cancel stops the run.

@@ -302,9 +302,9 @@ func (k *laneKeeper) mayPublish(batch *outboxsql.Batch) bool {
 	return time.Now().Before(k.validUntil)
 }
 
-// Lanes returns the lanes this relay claims keyed rows from now, in
-// order; nil on SQLite.
-func (r *Relay) Lanes() []int {
+// ownedLanes returns the lanes this relay claims keyed rows from now, in
+// order (Stats.Lanes); nil on SQLite.
+func (r *Relay) ownedLanes() []int {
 	if r.lanes == nil {
 		return nil
 	}

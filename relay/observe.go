@@ -3,14 +3,13 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/outboxsql"
+	"github.com/txbox/txbox/internal/relayseam"
 )
 
 // errFinish marks a round that failed recording its marks (the database),
@@ -114,11 +113,12 @@ func (f *inFlight) oldest(now time.Time) time.Duration {
 	return age
 }
 
-// Sample reads the table's backlog (one query) and the relay's state. When
+// sample reads the table's backlog (one query) and the relay's state. When
 // the table cannot be read, the sample carries the error and the table
 // figures of prev. A relay with an Observer calls it every SampleInterval
-// and hands the result to Observer.Sampled.
-func (r *Relay) Sample(ctx context.Context, prev txbox.RelaySample) txbox.RelaySample {
+// and hands the result to Observer.Sampled; txboxui reads it through
+// internal/relayseam.
+func (r *Relay) sample(ctx context.Context, prev txbox.RelaySample) txbox.RelaySample {
 	s := prev
 	s.At = time.Now()
 	s.Err = nil
@@ -135,7 +135,7 @@ func (r *Relay) Sample(ctx context.Context, prev txbox.RelaySample) txbox.RelayS
 	// marks it (Relay.round), so a batch whose marks the query saw is
 	// never counted as in flight.
 	s.OldestInFlightAge = r.inFlight.oldest(s.At)
-	s.Listening = r.Listening()
+	s.Listening = r.listening()
 	s.BrokerConnected = r.brokerConnected()
 	s.BrokerDuplicates = r.duplicates()
 	return s
@@ -168,67 +168,13 @@ func (r *Relay) brokerConnected() bool {
 	return true
 }
 
-// Health is what Ready looks at.
-type Health struct {
-	Running         bool      // the relay is running (Start or Run)
-	DatabaseErr     error     // the database did not answer a ping, or nil
-	BrokerConnected bool      // true when the publisher does not report a connection
-	LastGoodRound   time.Time // zero before the first
-	// Stale is how old LastGoodRound may be in a ready relay:
-	// PollInterval + 2 × the claim lease (31s with the defaults).
-	Stale time.Duration
-	// Listening: LISTEN/NOTIFY wake-ups are active; Notify says the relay
-	// tries to have them (PostgreSQL through txboxpgx, not disabled).
-	// Polling instead does not make a relay unready.
-	Listening, Notify bool
-}
-
-// Health pings the database (bounded by ctx) and reads the relay's state.
-func (r *Relay) Health(ctx context.Context) Health {
-	h := Health{
-		Running:         r.running.Load(),
-		BrokerConnected: r.brokerConnected(),
-		Stale:           r.cfg.PollInterval + 2*r.cfg.test.ClaimLease,
-		Listening:       r.Listening(),
-		Notify:          r.listen != nil,
+func init() {
+	relayseam.Sample = func(ctx context.Context, r any) any {
+		return r.(*Relay).sample(ctx, txbox.RelaySample{})
 	}
-	if ns := r.lastGood.Load(); ns != 0 {
-		h.LastGoodRound = time.Unix(0, ns)
+	relayseam.CountersOf = func(r any) relayseam.Counters {
+		rl := r.(*Relay)
+		return relayseam.Counters{Published: rl.published.Load(), Rejected: rl.rejected.Load(), Dead: rl.dead.Load(),
+			Rounds: rl.rounds.Load(), FailedRounds: rl.failedRounds.Load()}
 	}
-	h.DatabaseErr = r.store.Ping(ctx)
-	return h
-}
-
-// Ready returns nil when the relay can deliver: it runs, its database
-// answers, its broker connection is up and a round succeeded within
-// Health.Stale; else an error naming every reason. A relay whose broker
-// connection was closed for good (the zombie of a closed NATS connection)
-// is not ready.
-func (r *Relay) Ready(ctx context.Context) error {
-	h := r.Health(ctx)
-	return h.Err(time.Now())
-}
-
-// Err returns nil for a ready relay, else the reasons it is not.
-func (h Health) Err(now time.Time) error {
-	var why []string
-	if !h.Running {
-		why = append(why, "the relay is not running")
-	}
-	if h.DatabaseErr != nil {
-		why = append(why, "database unreachable: "+h.DatabaseErr.Error())
-	}
-	if !h.BrokerConnected {
-		why = append(why, "broker not connected")
-	}
-	switch {
-	case h.LastGoodRound.IsZero():
-		why = append(why, "no round has succeeded yet")
-	case now.Sub(h.LastGoodRound) > h.Stale:
-		why = append(why, fmt.Sprintf("last good round %s ago (over %s)", now.Sub(h.LastGoodRound).Round(time.Millisecond), h.Stale))
-	}
-	if len(why) == 0 {
-		return nil
-	}
-	return errors.New("txbox relay not ready: " + strings.Join(why, "; "))
 }

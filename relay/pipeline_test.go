@@ -50,7 +50,7 @@ func ownPiped(t *testing.T) (*piped, *Group, *member) {
 	m := g.stores[""]
 	m.round, m.fromStart = p.round, func() bool { return true }
 	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
+	go func() { done <- g.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return p, g, m
 }

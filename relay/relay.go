@@ -8,6 +8,13 @@
 // dies releases its rows with its connection; on SQLite the claim is a lease
 // with a token that fences the marks.
 //
+// Lifecycle and state: Start checks the table and returns once the relay
+// runs; Stop stops it, finishing the batch in flight; Stopped is closed
+// while it does not run and Err says why it stopped by itself. A Group has
+// the same four. Stats is the one read of a relay's state: its counters,
+// whether it runs and can deliver (Stats.Ready), the lanes it owns, and the
+// table's backlog.
+//
 // Failures: a round that fails (database or broker down, timeouts, a
 // stream that refuses messages) backs off exponentially up to BackoffMax
 // and costs no message an attempt; the first good round resets the wait.
@@ -20,7 +27,7 @@
 // failed rounds is logged as one warning when it starts, a reminder a
 // minute, and one line when a round succeeds again. A publisher
 // that can never publish again (txbox.ErrPublisherClosed) stops the relay:
-// Run returns the error, and so does Err after Start. A message the broker rejects (txbox.Reject) is
+// Stopped is closed and Err returns the error. A message the broker rejects (txbox.Reject) is
 // retried after RetryDelay, doubling, and after MaxAttempts rejections is
 // parked as dead with its last error, while the rest flow. If part of a batch
 // fails, the published part is still marked.
@@ -191,7 +198,7 @@ func (r *Relay) Wake() {
 // Validate checks that the outbox table is there, migrated and usable
 // (txboxmigrate.Migrator.Check), and returns a *txbox.StartupError listing
 // every problem, or nil. A database failure during the check is retried
-// until ctx ends. Start and Run call it; it changes nothing.
+// until ctx ends. Start calls it; it changes nothing.
 func (r *Relay) Validate(ctx context.Context) error {
 	problems, _ := r.check(ctx, true)
 	if len(problems) > 0 {
@@ -215,15 +222,19 @@ func (r *Relay) validateOnce(ctx context.Context) error {
 }
 
 // Start validates the outbox table (see Validate) and, when it is sound,
-// runs the relay in the background until Stop or ctx ends. ctx bounds the
-// relay's whole run, not only its start.
+// starts the relay and returns: it relays in the background until Stop or
+// until ctx ends (ctx bounds the relay's whole run, not only its start).
+// It returns the error that kept the relay from starting: a
+// *txbox.StartupError, ctx's error, or ErrAlreadyStarted on a running
+// relay. A publisher that can never publish again stops the relay by
+// itself: Stopped is then closed and Err says why.
 func (r *Relay) Start(ctx context.Context) error {
 	return r.life.start(ctx, r.log, "txbox relay", func(ctx context.Context, _ context.CancelFunc) error { return r.begin(ctx) }, r.run)
 }
 
-// Err returns the error that stopped a relay run with Start by itself (an
-// error wrapping txbox.ErrPublisherClosed), once Stopped is closed; nil while
-// it runs and after a stop asked by Stop or ctx.
+// Err returns the error that stopped the relay by itself (an error
+// wrapping txbox.ErrPublisherClosed), once Stopped is closed; nil while it
+// runs and after a stop asked by Stop or ctx.
 func (r *Relay) Err() error { return r.life.failure() }
 
 // Stop asks the relay to stop and waits until it has, or until ctx ends.
@@ -231,21 +242,9 @@ func (r *Relay) Err() error { return r.life.failure() }
 // released.
 func (r *Relay) Stop(ctx context.Context) error { return r.life.stop(ctx) }
 
-// Stopped is closed whenever the relay is not running in the background:
-// before Start, and once it has stopped.
+// Stopped is closed whenever the relay is not running: before Start, and
+// once it has stopped (by Stop, by ctx, or by itself; see Err).
 func (r *Relay) Stopped() <-chan struct{} { return r.life.done() }
-
-// Run validates the outbox table (see Validate), then relays until ctx
-// ends and returns nil; it returns the error that kept it from running
-// (a *txbox.StartupError), or the one that stopped it: an error wrapping
-// txbox.ErrPublisherClosed once the publisher can never publish again. Use
-// Run or Start, not both.
-func (r *Relay) Run(ctx context.Context) error {
-	if err := r.begin(ctx); err != nil {
-		return err
-	}
-	return r.run(ctx)
-}
 
 // begin validates the outbox table and, with an Observer, hands it the
 // first sample (sampleFirst) before the first round.
@@ -258,7 +257,7 @@ func (r *Relay) begin(ctx context.Context) error {
 }
 
 // run relays as a Group of one store (see Group).
-func (r *Relay) run(ctx context.Context) error { return r.ownGroup(ctx).Run(ctx) }
+func (r *Relay) run(ctx context.Context) error { return r.ownGroup(ctx).run(ctx) }
 
 // While it listens for notifications, an idle relay looks again after
 // minRecheck, doubling, and arms the doorbell once armAfter has passed: one
@@ -281,9 +280,9 @@ func (r *Relay) tableName() string {
 	return r.cfg.Table
 }
 
-// Listening reports whether the relay currently receives LISTEN/NOTIFY
+// listening reports whether the relay currently receives LISTEN/NOTIFY
 // wake-ups (PostgreSQL through txboxpgx); when false it polls.
-func (r *Relay) Listening() bool { return r.notifyActive.Load() }
+func (r *Relay) listening() bool { return r.notifyActive.Load() }
 
 func nextBackoff(prev, max time.Duration) time.Duration {
 	return backoff.Next(prev, 100*time.Millisecond, max)
@@ -292,7 +291,7 @@ func nextBackoff(prev, max time.Duration) time.Duration {
 // Round claims one batch, publishes it and marks it, and returns how many
 // rows it claimed. An error means the round failed as a whole or in part
 // (transiently); acknowledged messages are marked even then. A relay that
-// does not run (Run, Start, a Group) takes its lanes in its Round, with a
+// does not run (Start, a Group) takes its lanes in its Round, with a
 // heartbeat while its lease runs short; they pass to other relays
 // a lane lease (10s) after its last Round.
 func (r *Relay) Round(ctx context.Context) (int, error) { return r.round(ctx, false) }
@@ -661,54 +660,6 @@ func (r *Relay) cleanupBatch(ctx context.Context, cutoff time.Time) (n int64, mo
 	return n, err == nil && n >= int64(r.cfg.test.CleanupBatchSize), err
 }
 
-// Stats are the relay's counters since New, and the table's state.
-type Stats struct {
-	Published    int64 // messages acknowledged by the broker and marked
-	Rejected     int64 // broker rejections (each costs an attempt)
-	Dead         int64 // messages this relay parked as dead (Invalid included)
-	Invalid      int64 // rows that broke the outbox contract, parked dead at once
-	Rounds       int64
-	FailedRounds int64
-	// Probes counts the rounds of at most one row that a relay backing
-	// off after a failed round runs, every 500 ms, to resume as soon as
-	// the failure is over; they are not in Rounds or FailedRounds.
-	Probes int64
-	// ListenFailures counts the times the LISTEN/NOTIFY connection was lost
-	// or its start-up check failed (the relay polls meanwhile).
-	ListenFailures int64
-	// Duplicates counts the acks in which the broker said it already held
-	// the message and dropped the copy (the relay's crash-after-publish
-	// copies, caught by the broker's dedupe), from publishers that report
-	// it (txbox.DuplicateCounter, e.g. natsjs). Only this relay's
-	// messages count, also when it shares its publisher (a Group). Such
-	// messages are in Published too.
-	Duplicates int64
-	// ClaimCheckSweeps counts the sweeps of Config.ClaimChecks that
-	// went through, ClaimCheckSwept the payloads they deleted.
-	ClaimCheckSweeps, ClaimCheckSwept int64
-	// LaneConflicts counts the claims that found a keyed row of a lane this
-	// relay owns locked by another transaction: a transaction holding
-	// outbox rows, or two relays owning one lane (a fencing failure, a bug
-	// to report). Each such claim left the row's key out from that row on
-	// (docs/design/relay.md); the relay logs them at most once a minute.
-	LaneConflicts int64
-
-	Pending          int64         // rows still to deliver (table-wide), parked ones included
-	DeadRows         int64         // dead rows (table-wide)
-	Parked           int64         // pending rows waiting behind a dead row of their key
-	OldestPendingAge time.Duration // age of the oldest row still to deliver
-}
-
-// Counters returns the relay's own counters, without reading the table
-// (Pending, DeadRows and OldestPendingAge are zero).
-func (r *Relay) Counters() Stats {
-	return Stats{
-		Published: r.published.Load(), Rejected: r.rejected.Load(), Dead: r.dead.Load(), Invalid: r.invalid.Load(),
-		Rounds: r.rounds.Load(), FailedRounds: r.failedRounds.Load(), Probes: r.probes.Load(), ListenFailures: r.listenFails.Load(),
-		Duplicates: r.duplicates(), LaneConflicts: r.laneConflicts(), ClaimCheckSweeps: r.ccSweeps.Load(), ClaimCheckSwept: r.ccSwept.Load(),
-	}
-}
-
 func (r *Relay) laneConflicts() int64 {
 	if r.lanes == nil {
 		return 0
@@ -717,14 +668,3 @@ func (r *Relay) laneConflicts() int64 {
 }
 
 func (r *Relay) duplicates() int64 { return r.dups.Load() }
-
-// Stats returns the counters and reads the table's pending and dead counts.
-func (r *Relay) Stats(ctx context.Context) (Stats, error) {
-	s := r.Counters()
-	c, err := r.store.Counts(ctx)
-	if err != nil {
-		return s, err
-	}
-	s.Pending, s.DeadRows, s.Parked, s.OldestPendingAge = c.Pending, c.Dead, c.Parked, c.OldestPendingAge
-	return s, nil
-}

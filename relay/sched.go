@@ -25,7 +25,7 @@ type member struct {
 	fromStart func() bool
 	db        *database
 	log       *slog.Logger // the relay's own logger, given back when it leaves
-	own       bool         // the group is the relay's own (Relay.Run, Relay.Start)
+	own       bool         // the group is the relay's own (Relay.Start)
 
 	queued bool
 	rounds int  // rounds in flight
@@ -355,7 +355,7 @@ func (g *Group) ring(ctx context.Context, m *member, n int, err error) (time.Dur
 	switch {
 	case err != nil || ctx.Err() != nil:
 		return m.r.cfg.PollInterval, false
-	case !m.r.Listening() && n == 0:
+	case !m.r.listening() && n == 0:
 		return m.r.cfg.PollInterval, false
 	}
 	m.bellMu.Lock()

@@ -27,7 +27,7 @@ func scriptedGroup(t *testing.T, budget int, armed []string, names ...string) (*
 		g.stores[name].armed = true
 	}
 	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
+	go func() { done <- g.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return g, ss
 }

@@ -53,13 +53,13 @@ func (r *Relay) startServices(ctx context.Context) *services {
 }
 
 // sampleFirst hands the Observer a sample at once, as the relay starts
-// serving (Relay.Start and Run, Group.Add): a scrape right after a
+// serving (Relay.Start, Group.Add): a scrape right after a
 // restart sees the sample's gauges, the backlog and the oldest ages.
 func (r *Relay) sampleFirst(ctx context.Context) {
 	if r.obs == nil {
 		return
 	}
-	s := r.Sample(ctx, txbox.RelaySample{})
+	s := r.sample(ctx, txbox.RelaySample{})
 	if ctx.Err() == nil {
 		r.obs.Sampled(s)
 	}
@@ -78,7 +78,7 @@ func (r *Relay) sampleLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		last = r.Sample(ctx, last)
+		last = r.sample(ctx, last)
 		if ctx.Err() != nil {
 			return
 		}

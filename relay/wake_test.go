@@ -88,7 +88,7 @@ func ownScripted(t *testing.T) (*scripted, *Group, *member) {
 	m := g.stores[""]
 	m.round, m.fromStart = s.round, s.fromStart
 	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
+	go func() { done <- g.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return s, g, m
 }
@@ -140,7 +140,7 @@ func TestWakeIsFollowedByAFullRound(t *testing.T) {
 			g.stores[name].round, g.stores[name].fromStart = s.round, s.fromStart
 		}
 		done := make(chan error, 1)
-		go func() { done <- g.Run(ctx) }()
+		go func() { done <- g.run(ctx) }()
 		defer func() { cancel(); <-done }()
 
 		<-a.started // a's turn first; b waits for the budget

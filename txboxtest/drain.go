@@ -33,19 +33,21 @@ func DrainRelay(ctx context.Context, tb TB, r *relay.Relay, opts *DrainOpts) int
 		timeout = opts.InactivityTimeout
 	}
 	timeout = inactivity(timeout)
-	start := r.Counters().Published
+	start := publishedBy(ctx, r)
+	before := start
 	progress := time.Now()
 	wait := time.Millisecond
 	for {
-		before := r.Counters().Published
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		n, err := r.Round(rctx)
 		cancel()
-		published := r.Counters().Published
+		published := publishedBy(ctx, r)
 		if err == nil && n == 0 {
 			return int(published - start)
 		}
-		if (err == nil && n > 0) || published > before {
+		progressed := published > before
+		before = published
+		if (err == nil && n > 0) || progressed {
 			progress, wait = time.Now(), time.Millisecond
 			if err == nil {
 				continue
@@ -67,4 +69,11 @@ func DrainRelay(ctx context.Context, tb TB, r *relay.Relay, opts *DrainOpts) int
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
+}
+
+// publishedBy returns r's Published counter. Stats fills it even when the
+// table cannot be read, so the read's error does not matter here.
+func publishedBy(ctx context.Context, r *relay.Relay) int64 {
+	s, _ := r.Stats(ctx)
+	return s.Published
 }

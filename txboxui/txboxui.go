@@ -19,6 +19,7 @@ import (
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/internal/hostcheck"
+	"github.com/txbox/txbox/internal/relayseam"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -103,11 +104,11 @@ func InspectBacklog(in *inspect.Inspector) BacklogFunc {
 	}
 }
 
-// RelayBacklog reads the backlog of r's table through relay.Relay.Sample
+// RelayBacklog reads the backlog of r's table as r's Observer samples it
 // (one query, without top topics); r need not be running.
 func RelayBacklog(r *relay.Relay) BacklogFunc {
 	return func(ctx context.Context) (Backlog, error) {
-		s := r.Sample(ctx, txbox.RelaySample{})
+		s := relayseam.Sample(ctx, r).(txbox.RelaySample)
 		if s.Err != nil {
 			return Backlog{}, s.Err
 		}
@@ -624,19 +625,18 @@ func relayState(ctx context.Context, ref RelayRef) RelayJSON {
 		out.NotReady = "no relay is running"
 		return out
 	}
-	hl := r.Health(ctx)
-	c := r.Counters()
-	out.Running, out.DatabaseOK, out.BrokerConnected, out.LastGoodRound = hl.Running, hl.DatabaseErr == nil, hl.BrokerConnected, hl.LastGoodRound
-	out.Published, out.Rejected, out.Dead, out.Rounds, out.FailedRounds = c.Published, c.Rejected, c.Dead, c.Rounds, c.FailedRounds
+	st, _ := r.Stats(ctx) // a table that cannot be read is in st.Ready
+	out.Running, out.DatabaseOK, out.BrokerConnected, out.LastGoodRound = st.Running, st.DatabaseErr == nil, st.BrokerConnected, st.LastGoodRound
+	out.Published, out.Rejected, out.Dead, out.Rounds, out.FailedRounds = st.Published, st.Rejected, st.Dead, st.Rounds, st.FailedRounds
 	switch {
-	case hl.Listening:
+	case st.Listening:
 		out.Listener = "notify"
-	case hl.Notify:
+	case st.Notify:
 		out.Listener = "polling (notify lost)"
 	default:
 		out.Listener = "polling"
 	}
-	if err := hl.Err(time.Now()); err != nil {
+	if err := st.Ready(); err != nil {
 		out.NotReady = err.Error()
 	} else {
 		out.Ready = true

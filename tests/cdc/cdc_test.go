@@ -209,14 +209,14 @@ func TestLeaseTakeover(t *testing.T) {
 }
 
 // A slot whose WAL the server removed (max_slot_wal_keep_size) is refused
-// with an error that says what was lost and what to do; so is a missing
-// slot.
+// by Start with an error that says what was lost and what to do; so is a
+// missing slot.
 func TestRefusesLostSlot(t *testing.T) {
 	t.Parallel()
 	_, pool := logicalCluster(t, "max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB")
 	ctx := context.Background()
 	cfg := cdc.Config{}
-	err := newRelay(t, pool, &ledger{}, cfg).Run(ctx)
+	err := newRelay(t, pool, &ledger{}, cfg).Start(ctx)
 	if !errors.Is(err, cdc.ErrSlotMissing) || !strings.Contains(err.Error(), "txbox slot create") {
 		t.Fatalf("missing slot: got %v", err)
 	}
@@ -234,7 +234,7 @@ func TestRefusesLostSlot(t *testing.T) {
 		st := slot(t, pool, cfg)
 		return st.Lost() != "", fmt.Sprintf("wal_status %s, safe_wal_size %d", st.WALStatus, st.SafeWALSize)
 	})
-	err = newRelay(t, pool, &ledger{}, cfg).Run(ctx)
+	err = newRelay(t, pool, &ledger{}, cfg).Start(ctx)
 	if !errors.Is(err, cdc.ErrSlotLost) {
 		t.Fatalf("lost slot: got %v", err)
 	}

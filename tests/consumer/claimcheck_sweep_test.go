@@ -119,9 +119,9 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 	// sweeps waits for n more sweeps of the relay.
 	sweeps := func(n int64, what string) {
 		t.Helper()
-		from := r.Counters().ClaimCheckSweeps
+		from := testenv.RelayStats(r).ClaimCheckSweeps
 		progressing(t, 30*time.Second, what, func() (int64, bool, string) {
-			s := r.Counters().ClaimCheckSweeps
+			s := testenv.RelayStats(r).ClaimCheckSweeps
 			return s, s >= from+n, fmt.Sprintf("sweeps %d since %d", s, from)
 		})
 	}
@@ -200,7 +200,7 @@ func claimCheckSweep[TTx any](t *testing.T, d db[TTx], b *broker) {
 			t.Fatalf("the payload of a message still to deliver or dead: %v", err)
 		}
 	}
-	if st := r.Counters(); st.ClaimCheckSwept != 2 {
+	if st := testenv.RelayStats(r); st.ClaimCheckSwept != 2 {
 		t.Fatalf("ClaimCheckSwept = %d, want 2 (done, late)", st.ClaimCheckSwept)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relayseam"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
@@ -68,7 +69,7 @@ func drain(t *testing.T, n int, metricsOn bool) (took, sample time.Duration) {
 	testenv.Must(t, err, "relay.New")
 	if metricsOn {
 		began := time.Now()
-		if s := r.Sample(ctx, txbox.RelaySample{}); s.Err != nil || s.Pending != int64(n) {
+		if s := relayseam.Sample(ctx, r).(txbox.RelaySample); s.Err != nil || s.Pending != int64(n) {
 			t.Fatalf("sample before the drain: %+v", s)
 		}
 		sample = time.Since(began)

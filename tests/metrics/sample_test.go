@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relayseam"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxdriver"
@@ -38,7 +39,7 @@ func TestSampleEachDialect(t *testing.T) {
 			testenv.Must(t, err, "txbox.New")
 			r, err := relay.New[*sql.Tx](drv, &ackAll{}, relay.Config{})
 			testenv.Must(t, err, "relay.New")
-			empty := r.Sample(ctx, txbox.RelaySample{})
+			empty := relayseam.Sample(ctx, r).(txbox.RelaySample)
 			if empty.Err != nil || empty.Pending+empty.Retrying+empty.Parked+empty.Dead != 0 || empty.OldestClaimableAge != 0 {
 				t.Fatalf("empty table: %+v", empty)
 			}
@@ -58,7 +59,7 @@ func TestSampleEachDialect(t *testing.T) {
 			exec("UPDATE txbox_outbox SET dead_at = " + c.now + ", attempts = 10 WHERE message_id IN ('k1', 'd1')")
 			exec("UPDATE txbox_outbox SET attempts = 1, next_attempt_at = " + c.future + " WHERE message_id = 'r1'")
 			time.Sleep(20 * time.Millisecond)
-			s := r.Sample(ctx, txbox.RelaySample{})
+			s := relayseam.Sample(ctx, r).(txbox.RelaySample)
 			if s.Err != nil {
 				t.Fatal(s.Err)
 			}
@@ -70,7 +71,7 @@ func TestSampleEachDialect(t *testing.T) {
 			}
 			// Only the retrying and parked rows left: nothing is claimable.
 			exec("DELETE FROM txbox_outbox WHERE message_id IN ('p1', 'p2')")
-			if s := r.Sample(ctx, txbox.RelaySample{}); s.OldestClaimableAge != 0 || s.Pending != 0 {
+			if s := relayseam.Sample(ctx, r).(txbox.RelaySample); s.OldestClaimableAge != 0 || s.Pending != 0 {
 				t.Fatalf("with nothing claimable: %+v", s)
 			}
 		})
@@ -99,7 +100,7 @@ func TestSampleUpkeep(t *testing.T) {
 			r, err := relay.New[*sql.Tx](drv, &ackAll{}, relay.Config{})
 			testenv.Must(t, err, "relay.New")
 			if c.d != txboxdriver.Postgres {
-				if s := r.Sample(ctx, txbox.RelaySample{}); s.Upkeep || s.Err != nil {
+				if s := relayseam.Sample(ctx, r).(txbox.RelaySample); s.Upkeep || s.Err != nil {
 					t.Fatalf("sample on %s: %+v, want no upkeep figures", c.d, s)
 				}
 				return
@@ -112,7 +113,7 @@ func TestSampleUpkeep(t *testing.T) {
 			begun := time.Now() // the transaction began before this
 			time.Sleep(100 * time.Millisecond)
 			open := time.Since(begun)
-			s := r.Sample(ctx, txbox.RelaySample{})
+			s := relayseam.Sample(ctx, r).(txbox.RelaySample)
 			if s.Err != nil || !s.Upkeep || s.DeadRows < 0 {
 				t.Fatalf("sample: %+v, want upkeep figures", s)
 			}

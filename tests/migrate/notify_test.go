@@ -48,7 +48,7 @@ func TestLongNamesNotify(t *testing.T) {
 	defer func() { testenv.Must(t, r.Stop(ctx), "stop") }()
 	ob, err := txbox.New(drv, txbox.Config{Schema: schema, Table: table})
 	testenv.Must(t, err, "outbox")
-	for deadline := time.Now().Add(3 * time.Minute); !r.Listening(); {
+	for deadline := time.Now().Add(3 * time.Minute); !testenv.RelayStats(r).Listening; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the relay is not listening:\n%s", logs.String())
 		}

@@ -52,13 +52,13 @@ func stopMidKeyedDrain(t *testing.T, lanes bool) {
 			case <-stop:
 				done = true
 			case <-time.After(10 * time.Millisecond): // the backlog's end came first
-				done = published+r.Counters().Published == total
+				done = published+testenv.RelayStats(r).Published == total
 			}
 		}
 		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		testenv.Must(t, r.Stop(stopCtx), "stop relay %d", cycle)
 		cancel()
-		published += r.Counters().Published
+		published += testenv.RelayStats(r).Published
 		var locked int64
 		testenv.Must(t, f.pool.QueryRow(ctx, `SELECT count(*) - (SELECT count(*) FROM (SELECT 1 FROM txbox_outbox
 			WHERE published_at IS NULL FOR UPDATE SKIP LOCKED) s) FROM txbox_outbox WHERE published_at IS NULL`).Scan(&locked), "locked rows")

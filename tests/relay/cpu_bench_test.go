@@ -68,7 +68,7 @@ func BenchmarkRelayDrainJetStream(b *testing.B) {
 				done += n
 			}
 			b.StopTimer()
-			if got := r.Counters().Published; got != int64(b.N) {
+			if got := testenv.RelayStats(r).Published; got != int64(b.N) {
 				b.Fatalf("published %d of %d", got, b.N)
 			}
 			info, err := s.Info(ctx)

@@ -74,10 +74,10 @@ func TestDatabaseCrashUndoesLazyMarksInOrder(t *testing.T) {
 
 	const before = nKeys * perKey / 2
 	testenv.Await(t, "half the backlog marked", func() (bool, string) {
-		p := r.Counters().Published
+		p := testenv.RelayStats(r).Published
 		return p >= before, fmt.Sprintf("%d of %d marked", p, before)
 	})
-	markedBefore := r.Counters().Published
+	markedBefore := testenv.RelayStats(r).Published
 	// Killing a server process makes the postmaster end the others at
 	// once, as a crash does; the immediate stop that follows (which a
 	// stopped process would hold up) finds the WAL writer gone.

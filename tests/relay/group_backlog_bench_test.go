@@ -272,7 +272,7 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 			}
 			r := x.newRelay(t, pub, cfg)
 			relays = append(relays, r)
-			runs = append(runs, r.Run)
+			runs = append(runs, func(ctx context.Context) error { return runUntilStopped(ctx, r) })
 		}
 	} else {
 		gcfg.OnEvent = func(e relay.GroupEvent) {
@@ -347,7 +347,7 @@ func besideRun(t *testing.T, mode string, settle time.Duration) besideResult {
 			}
 			testenv.Must(t, g.Add(ctx, relay.Store{Name: x.name, Relay: r}), "add")
 		}
-		runs = append(runs, g.Run)
+		runs = append(runs, func(ctx context.Context) error { return runUntilStopped(ctx, g) })
 		addStaggered = func() {
 			for _, st := range addLater {
 				testenv.Must(t, g.Add(ctx, st), "add")

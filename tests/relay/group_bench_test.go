@@ -133,7 +133,7 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 		r := tn[0].newRelay(b, pub, c)
 		relays = append(relays, r)
 		wake = func(int) { r.Wake() }
-		go func() { done <- r.Run(ctx) }()
+		go func() { done <- runUntilStopped(ctx, r) }()
 	} else {
 		g, err := relay.NewGroup(relay.GroupConfig{DisableNotify: !notify})
 		testenv.Must(b, err, "NewGroup")
@@ -150,7 +150,7 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 			testenv.Must(b, g.Add(ctx, relay.Store{Name: x.name, Relay: r}), "add")
 		}
 		wake = func(i int) { g.Wake(tn[i].name) }
-		go func() { done <- g.Run(ctx) }()
+		go func() { done <- runUntilStopped(ctx, g) }()
 	}
 	before := len(lat.d)
 	// Let the relays (and the backlog's drain) get going.
@@ -201,7 +201,7 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 
 func listening(rs []*relay.Relay) bool {
 	for _, r := range rs {
-		if !r.Listening() {
+		if !testenv.RelayStats(r).Listening {
 			return false
 		}
 	}

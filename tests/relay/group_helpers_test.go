@@ -167,11 +167,12 @@ func (e *events) count(kind relay.GroupEventKind, store string, ok func(relay.Gr
 	return n
 }
 
-// runGroup runs g until the test ends, and fails the test if Run fails.
+// runGroup runs g until the test ends, and fails the test if it stops by
+// itself or does not start.
 func runGroup(t *testing.T, g *relay.Group) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
+	go func() { done <- runUntilStopped(ctx, g) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -183,4 +184,21 @@ func runGroup(t *testing.T, g *relay.Group) {
 			t.Errorf("group did not stop")
 		}
 	})
+}
+
+// lifecycle is what Relay and Group share: Start, Stopped, Err.
+type lifecycle interface {
+	Start(ctx context.Context) error
+	Stopped() <-chan struct{}
+	Err() error
+}
+
+// runUntilStopped starts l and waits until it stops, by ctx or by itself,
+// and returns Start's error or Err.
+func runUntilStopped(ctx context.Context, l lifecycle) error {
+	if err := l.Start(ctx); err != nil {
+		return err
+	}
+	<-l.Stopped()
+	return l.Err()
 }

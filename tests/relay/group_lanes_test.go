@@ -34,7 +34,7 @@ func TestGroupWithLanesDeliversKeyedRows(t *testing.T) {
 			adder.add(t, keys...)
 		}
 		untilDrained(t, "keyed rows delivered", func() int64 { return e.f.count(t, "published_at IS NULL") })
-		if n := len(r.Lanes()); n != 64 {
+		if n := len(testenv.RelayStats(r).Lanes); n != 64 {
 			t.Fatalf("the group's relay holds %d lanes, want all 64", n)
 		}
 		log.checkLanes(t, e, adder.want())

@@ -115,14 +115,14 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 	runGroup(t, g)
 	runGroup(t, control)
 
-	eventually(t, "listening", rh.Listening)
+	eventually(t, "listening", func() bool { return testenv.RelayStats(rh).Listening })
 	// The control store's first round has run, found nothing and left it
 	// waiting for its hourly poll; the heard store is idle with its
 	// doorbell armed, so that the commit below rings it.
 	eventually(t, "the control store's first round claimed nothing", func() bool { return storeIdle(ev, deaf.name) })
 	// Its lane heartbeat wakes it once it holds its lanes; after that, one
 	// more round (woken here) and nothing wakes it but its hourly poll.
-	eventually(t, "the control store holds its lanes", func() bool { return len(rd.Lanes()) == outboxsql.NumLanes })
+	eventually(t, "the control store holds its lanes", func() bool { return len(testenv.RelayStats(rd).Lanes) == outboxsql.NumLanes })
 	finished := func() int {
 		n := 0
 		for _, e := range ev.snapshot() {
@@ -138,7 +138,7 @@ func TestGroupNotifyWakesIdleStore(t *testing.T) {
 		return finished() > before && storeIdle(ev, deaf.name)
 	})
 	waitIdleArmed(t, pool, ev, heard)
-	if rd.Listening() {
+	if testenv.RelayStats(rd).Listening {
 		t.Fatal("a store of a group with DisableNotify says it listens")
 	}
 	heard.add(t, 1)
@@ -183,7 +183,7 @@ func TestGroupNotifyAddRemoveResubscribes(t *testing.T) {
 		r := x.newRelay(t, pub, relay.Config{PollInterval: time.Hour})
 		testenv.Must(t, g.Add(context.Background(), relay.Store{Name: x.name, Relay: r}), "add %s", x.name)
 		rs = append(rs, r)
-		eventually(t, x.name+" listening", r.Listening)
+		eventually(t, x.name+" listening", func() bool { return testenv.RelayStats(r).Listening })
 	}
 	waitIdleArmed(t, pool, ev, tn...)
 	for _, x := range tn {
@@ -196,7 +196,7 @@ func TestGroupNotifyAddRemoveResubscribes(t *testing.T) {
 	}
 
 	testenv.Must(t, g.Remove(ctx, tn[1].name), "remove")
-	if rs[1].Listening() {
+	if testenv.RelayStats(rs[1]).Listening {
 		t.Fatal("a removed store says it listens")
 	}
 	// After the UNLISTEN, the channel of the removed store is not heard:
@@ -222,7 +222,7 @@ func TestGroupNotifyAddRemoveResubscribes(t *testing.T) {
 	}
 	// Added back, it is subscribed again and catches up.
 	testenv.Must(t, g.Add(ctx, relay.Store{Name: tn[1].name, Relay: rs[1]}), "add back")
-	eventually(t, "listening again", rs[1].Listening)
+	eventually(t, "listening again", func() bool { return testenv.RelayStats(rs[1]).Listening })
 	waitDelivered(t, pool, "the re-added store caught up", tn[1])
 	waitIdleArmed(t, pool, ev, tn[1])
 	tn[1].add(t, 1)
@@ -258,7 +258,7 @@ func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
 	}
 	runGroup(t, g)
 	for _, r := range rs {
-		eventually(t, "listening", r.Listening)
+		eventually(t, "listening", func() bool { return testenv.RelayStats(r).Listening })
 	}
 	pids := groupListeners(t, pool, tn...)
 	if len(pids) != 1 {
@@ -284,9 +284,9 @@ func TestGroupNotifyConnectionLostRecovers(t *testing.T) {
 		t.Fatal("pg_terminate_backend failed")
 	}
 	tn[0].add(t, 1) // nobody listens: caught up after reconnect
-	eventually(t, "the loss noticed", func() bool { return rs[0].Counters().ListenFailures >= 1 })
+	eventually(t, "the loss noticed", func() bool { return testenv.RelayStats(rs[0]).ListenFailures >= 1 })
 	testenv.Must(t, hold.Rollback(ctx), "unlock the doorbell")
-	eventually(t, "listening again", func() bool { return rs[0].Listening() && rs[1].Listening() })
+	eventually(t, "listening again", func() bool { return testenv.RelayStats(rs[0]).Listening && testenv.RelayStats(rs[1]).Listening })
 	waitDelivered(t, pool, "caught up after reconnect", tn[0])
 	// The listener disarmed tn[1]'s doorbell too: write once it is armed
 	// again, so that the commit rings it.

@@ -414,9 +414,9 @@ func TestGroupCountsDuplicatesPerStore(t *testing.T) {
 	// A round counts what it published once its marks committed: the
 	// rows are marked a moment before the counters say so.
 	eventually(t, "both stores drained and counted", func() bool {
-		return a.pending(t) == 0 && b.pending(t) == 0 && ra.Counters().Published >= 5 && rb.Counters().Published >= 5
+		return a.pending(t) == 0 && b.pending(t) == 0 && testenv.RelayStats(ra).Published >= 5 && testenv.RelayStats(rb).Published >= 5
 	})
-	if sa, sb := ra.Counters(), rb.Counters(); sa.Duplicates != 3 || sa.Published != 5 || sb.Duplicates != 0 || sb.Published != 5 {
+	if sa, sb := testenv.RelayStats(ra), testenv.RelayStats(rb); sa.Duplicates != 3 || sa.Published != 5 || sb.Duplicates != 0 || sb.Published != 5 {
 		t.Fatalf("store a: %d duplicates of %d published, store b: %d of %d; want 3 of 5 and 0 of 5",
 			sa.Duplicates, sa.Published, sb.Duplicates, sb.Published)
 	}
@@ -472,7 +472,7 @@ func TestGroupStartStop(t *testing.T) {
 			t.Fatalf("Err after Stop: %v", err)
 		}
 		for _, r := range relays {
-			if r.Health(ctx).Running {
+			if testenv.RelayStats(r).Running {
 				t.Fatal("a store's relay says it runs after the group stopped")
 			}
 		}

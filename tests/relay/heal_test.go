@@ -21,17 +21,16 @@ import (
 
 // A NATS connection closed for good (here by the server, which closes a
 // connection that sends a protocol line over its max control line) stops
-// the relay: Run returns txbox.ErrPublisherClosed instead of running on and
-// delivering nothing; after Start, Stopped closes and Err says why. A
-// Group running the relay as its store stops alike: after Group.Start,
-// its Stopped closes and its Err says why.
+// the relay instead of running on and delivering nothing: Stopped closes
+// and Err says txbox.ErrPublisherClosed. A Group running the relay as its
+// store stops alike: its Stopped closes and its Err says why.
 func TestRelayStopsWhenTheConnectionIsClosed(t *testing.T) {
 	t.Parallel()
 	closeByServer := func(t *testing.T, nc *nats.Conn) {
 		_ = nc.Publish(strings.Repeat("x", 5000), nil)
 		_ = nc.Flush()
 	}
-	for _, how := range []string{"run", "start", "group"} {
+	for _, how := range []string{"start", "group"} {
 		t.Run(how, func(t *testing.T) {
 			f := sqlFixture(t, "sqlite", testenv.SQLite(t), txboxdriver.SQLite)
 			srv := testenv.EmbeddedNATS(t)
@@ -45,8 +44,6 @@ func TestRelayStopsWhenTheConnectionIsClosed(t *testing.T) {
 			defer cancel()
 			done := make(chan error, 1)
 			switch how {
-			case "run":
-				go func() { done <- r.Run(ctx) }()
 			case "start":
 				testenv.Must(t, r.Start(ctx), "start")
 				go func() { <-r.Stopped(); done <- r.Err() }()
@@ -58,7 +55,7 @@ func TestRelayStopsWhenTheConnectionIsClosed(t *testing.T) {
 				go func() { <-g.Stopped(); done <- g.Err() }()
 			}
 			f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
-			eventually(t, "first message delivered", func() bool { return r.Counters().Published == 1 })
+			eventually(t, "first message delivered", func() bool { return testenv.RelayStats(r).Published == 1 })
 
 			closeByServer(t, nc)
 			f.add(t, true, txbox.Message{Topic: prefix + "after", Payload: []byte("1")})
@@ -70,7 +67,7 @@ func TestRelayStopsWhenTheConnectionIsClosed(t *testing.T) {
 			case <-time.After(15 * time.Second):
 				t.Fatal("the relay runs on over a closed connection")
 			}
-			if st := r.Counters(); st.Rejected != 0 {
+			if st := testenv.RelayStats(r); st.Rejected != 0 {
 				t.Fatalf("the closed connection cost attempts: %+v", st)
 			}
 		})
@@ -126,7 +123,7 @@ func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 				startRelay(t, r)
 			}
 			f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
-			eventually(t, "first message delivered", func() bool { return r.Counters().Published == 1 })
+			eventually(t, "first message delivered", func() bool { return testenv.RelayStats(r).Published == 1 })
 
 			srv.Shutdown()
 			down := time.Now()
@@ -134,12 +131,12 @@ func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 				f.add(t, true, txbox.Message{Topic: prefix + "during", Payload: []byte(fmt.Sprint(i))})
 			}
 			time.Sleep(outage())
-			failed := r.Counters().FailedRounds
+			failed := testenv.RelayStats(r).FailedRounds
 			srv, err = natsembed.Start(natsembed.Config{Dir: dir, Port: port})
 			testenv.Must(t, err, "restart nats")
 			defer srv.Shutdown()
 			restarted := time.Now()
-			eventually(t, "a delivery after the restart", func() bool { return r.Counters().Published > 1 })
+			eventually(t, "a delivery after the restart", func() bool { return testenv.RelayStats(r).Published > 1 })
 			first := time.Since(restarted)
 			eventually(t, "everything delivered after the restart", func() bool { return pending(t, r) == 0 })
 			all := time.Since(restarted)
@@ -148,7 +145,7 @@ func TestRelayResumesSoonAfterTheBrokerReturns(t *testing.T) {
 			if first > 5*time.Second {
 				t.Fatalf("first delivery %s after the broker's restart, want well under the 30s backoff cap", first)
 			}
-			if st := r.Counters(); st.Rejected != 0 || st.Published != 11 {
+			if st := testenv.RelayStats(r); st.Rejected != 0 || st.Published != 11 {
 				t.Fatalf("after the outage: %+v, want 11 published and no rejections", st)
 			}
 		})
@@ -179,7 +176,7 @@ func TestRelayCountsBrokerDuplicates(t *testing.T) {
 	r := f.newRelay(t, pub, relay.Config{PollInterval: 10 * time.Millisecond})
 	startRelay(t, r)
 	eventually(t, "both delivered", func() bool { return pending(t, r) == 0 })
-	if st := r.Counters(); st.Duplicates != 1 || st.Published != 2 {
+	if st := testenv.RelayStats(r); st.Duplicates != 1 || st.Published != 2 {
 		t.Fatalf("Duplicates %d, Published %d; want 1 and 2", st.Duplicates, st.Published)
 	}
 }

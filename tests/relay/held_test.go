@@ -79,7 +79,7 @@ func TestRelayGoesOnPastAHeldOrDeadHead(t *testing.T) {
 			r := f.newRelay(t, log, relay.Config{BatchSize: 10, PollInterval: time.Hour, DisableNotify: true})
 			startRelay(t, r)
 			testenv.Await(t, "the rows beyond key a's published", func() (bool, string) {
-				n := r.Counters().Published
+				n := testenv.RelayStats(r).Published
 				return n == 2*loose, fmt.Sprintf("%d published", n)
 			})
 			log.check(t, keys, 1)
@@ -90,13 +90,13 @@ func TestRelayGoesOnPastAHeldOrDeadHead(t *testing.T) {
 			if head == "parked" {
 				return
 			}
-			if r.Counters().LaneConflicts == 0 {
+			if testenv.RelayStats(r).LaneConflicts == 0 {
 				t.Fatalf("no lane conflict counted while a's head was held")
 			}
 			testenv.Must(t, holder.Rollback(ctx), "release a's head")
 			r.Wake()
 			testenv.Await(t, "every message published", func() (bool, string) {
-				n := r.Counters().Published
+				n := testenv.RelayStats(r).Published
 				return n == perKey+2*loose, fmt.Sprintf("%d published", n)
 			})
 			log.check(t, keys, 1)
@@ -133,14 +133,14 @@ func TestRelayReadsPastALaneFilledByAHeldKey(t *testing.T) {
 	r := f.newRelay(t, log, relay.Config{BatchSize: batch, PollInterval: time.Hour, DisableNotify: true})
 	startRelay(t, r)
 	testenv.Await(t, "the rows of "+b+" published", func() (bool, string) {
-		n := r.Counters().Published
+		n := testenv.RelayStats(r).Published
 		return n == others, fmt.Sprintf("%d published", n)
 	})
 	log.check(t, []string{b}, others)
 	testenv.Must(t, holder.Rollback(context.Background()), "release %s:1", a)
 	r.Wake()
 	testenv.Await(t, "every message published", func() (bool, string) {
-		n := r.Counters().Published
+		n := testenv.RelayStats(r).Published
 		return n == others+3, fmt.Sprintf("%d published", n)
 	})
 	log.check(t, []string{a}, 3)
@@ -175,7 +175,7 @@ func TestRelayHandLockedRow(t *testing.T) {
 			r := f.newRelay(t, log, relay.Config{BatchSize: 10, PollInterval: 20 * time.Millisecond, DisableNotify: true})
 			startRelay(t, r)
 			testenv.Await(t, "every row but the held ones published", func() (bool, string) {
-				n := r.Counters().Published
+				n := testenv.RelayStats(r).Published
 				return n == total-waiting, fmt.Sprintf("%d published", n)
 			})
 			if n := f.count(t, "published_at IS NULL"); n != waiting {
@@ -190,13 +190,13 @@ func TestRelayHandLockedRow(t *testing.T) {
 			}
 			total += 2 * perKey
 			testenv.Await(t, "the rows committed later published", func() (bool, string) {
-				n := r.Counters().Published
+				n := testenv.RelayStats(r).Published
 				return n == total-waiting, fmt.Sprintf("%d published", n)
 			})
 			ctx := context.Background()
 			testenv.Must(t, holder.Rollback(ctx), "release %s", held)
 			testenv.Await(t, "every message published", func() (bool, string) {
-				n := r.Counters().Published
+				n := testenv.RelayStats(r).Published
 				return n == total, fmt.Sprintf("%d published", n)
 			})
 			log.check(t, []string{"a"}, perKey)
@@ -241,7 +241,7 @@ func TestRelayReadsPastHeldLanesThatFillItsRead(t *testing.T) {
 	r := f.newRelay(t, log, relay.Config{BatchSize: batch, PollInterval: time.Hour, DisableNotify: true})
 	startRelay(t, r)
 	testenv.Await(t, "key b's rows published", func() (bool, string) {
-		n := r.Counters().Published
+		n := testenv.RelayStats(r).Published
 		return n == batch, fmt.Sprintf("%d published", n)
 	})
 	log.check(t, []string{b}, batch)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relayseam"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxdriver"
@@ -30,7 +31,7 @@ func (o *settledSampler) Settled(string, txbox.Outcome, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.r != nil {
-		o.samples = append(o.samples, o.r.Sample(context.Background(), txbox.RelaySample{}))
+		o.samples = append(o.samples, relayseam.Sample(context.Background(), o.r).(txbox.RelaySample))
 	}
 }
 

@@ -125,8 +125,8 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 	a := e.laneRelay(t, nil, aPub, cfg)
 	startRelay(t, a)
 	<-inFlight
-	if len(a.Lanes()) != 64 {
-		t.Fatalf("a holds %d lanes", len(a.Lanes()))
+	if len(testenv.RelayStats(a).Lanes) != 64 {
+		t.Fatalf("a holds %d lanes", len(testenv.RelayStats(a).Lanes))
 	}
 	// a's leases end in the table (as if it had stalled past them); b
 	// joins and takes half of the lanes over.
@@ -148,7 +148,7 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 	// on PostgreSQL a's claims lock only the lanes with rows, so b may
 	// take lanes that have none, never one with rows still pending (those
 	// of a's batch in flight among them).
-	got := b.Lanes()
+	got := testenv.RelayStats(b).Lanes
 	pending := map[int]bool{}
 	for _, r := range e.pairs(t, e.laneOf+" WHERE published_at IS NULL") {
 		lane, err := strconv.Atoi(r[1])
@@ -166,11 +166,11 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 	if n := log.sentBy("b"); n != 0 {
 		t.Fatalf("b sent %d messages while a's batch is in flight", n)
 	}
-	if len(a.Lanes()) != 64 {
-		t.Fatalf("a should still believe it holds 64 lanes, holds %d", len(a.Lanes()))
+	if len(testenv.RelayStats(a).Lanes) != 64 {
+		t.Fatalf("a should still believe it holds 64 lanes, holds %d", len(testenv.RelayStats(a).Lanes))
 	}
 	close(gate)
-	eventually(t, "b claims from its 32 lanes", func() bool { return len(b.Lanes()) == 32 })
+	eventually(t, "b claims from its 32 lanes", func() bool { return len(testenv.RelayStats(b).Lanes) == 32 })
 	eventually(t, "all delivered", func() bool { return f.count(t, "published_at IS NULL") == 0 })
 	if log.sentBy("b") == 0 {
 		t.Fatal("b sent nothing")
@@ -181,7 +181,7 @@ func testLanesTakeoverWaitsForTheOldOwner(t *testing.T, e laneEnv) {
 // aOwner returns the owner name of a's lanes: the owner of most lanes
 // before b joined is a; here, any lane a claims from.
 func aOwner(t *testing.T, e laneEnv, a *relay.Relay) string {
-	ls := a.Lanes()
+	ls := testenv.RelayStats(a).Lanes
 	if len(ls) == 0 {
 		return ""
 	}
@@ -227,7 +227,7 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 	aPub := &stallingPublisher{logPublisher: &logPublisher{name: "a", log: log}}
 	aPub.stall = func() {
 		fr.freeze()
-		eventually(t, "b takes every lane over", func() bool { return len(b.Lanes()) == 64 })
+		eventually(t, "b takes every lane over", func() bool { return len(testenv.RelayStats(b).Lanes) == 64 })
 		sentB := log.sentBy("b")
 		eventually(t, "b sends on", func() bool { return log.sentBy("b") > sentB+50 })
 		fr.thaw()
@@ -250,7 +250,7 @@ func TestLanesStalledRelayPastItsLease(t *testing.T) {
 			eventually(t, "a stalled and woke", func() bool { return !aPub.armed.Load() })
 		} else {
 			fr.freeze()
-			eventually(t, "b takes every lane over", func() bool { return len(b.Lanes()) == 64 })
+			eventually(t, "b takes every lane over", func() bool { return len(testenv.RelayStats(b).Lanes) == 64 })
 			sentB := log.sentBy("b")
 			eventually(t, "b sends on", func() bool { return log.sentBy("b") > sentB+50 })
 			fr.thaw()

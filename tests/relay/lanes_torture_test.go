@@ -57,7 +57,7 @@ func testLanesOrderingTorture(t *testing.T, e laneEnv) {
 				r, closePool := e.relay(t, proxy, publisher(t, nc), cfg)
 				rctx, cancel := context.WithCancel(ctx)
 				done := make(chan struct{})
-				go func() { _ = r.Run(rctx); close(done) }()
+				go func() { _ = runUntilStopped(rctx, r); close(done) }()
 				select {
 				case <-stopRelays:
 					cancel()

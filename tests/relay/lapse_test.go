@@ -32,7 +32,7 @@ func TestRelayWakesWhenItsLapsedLeaseIsRenewed(t *testing.T) {
 	testenv.Must(t, g.Add(context.Background(), relay.Store{Name: "lapse", Relay: r}), "add")
 	runGroup(t, g)
 	testenv.Await(t, "the relay holds every lane", func() (bool, string) {
-		n := len(r.Lanes())
+		n := len(testenv.RelayStats(r).Lanes)
 		return n == 64, fmt.Sprintf("%d lanes", n)
 	})
 
@@ -58,13 +58,13 @@ func TestRelayWakesWhenItsLapsedLeaseIsRenewed(t *testing.T) {
 		n := emptyRounds.Load() - before
 		return n > 0, fmt.Sprintf("%d empty rounds", n)
 	})
-	if n := r.Counters().Published; n != 0 {
+	if n := testenv.RelayStats(r).Published; n != 0 {
 		t.Fatalf("%d published while the lease had lapsed, want 0", n)
 	}
 
 	testenv.Must(t, holder.Rollback(ctx), "release the lanes")
 	testenv.Await(t, "the keyed rows published once the lease is renewed", func() (bool, string) {
-		n := r.Counters().Published
+		n := testenv.RelayStats(r).Published
 		return n == keyed, fmt.Sprintf("%d published", n)
 	})
 	log.check(t, keys, 1)

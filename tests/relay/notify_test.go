@@ -36,7 +36,7 @@ func TestNotifyWakesIdleRelay(t *testing.T) {
 	rounds := &testenv.RoundWatcher{}
 	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour, Observer: rounds})
 	startRelay(t, r)
-	eventually(t, "listening", r.Listening)
+	eventually(t, "listening", func() bool { return testenv.RelayStats(r).Listening })
 	testenv.WaitIdleArmed(t, f.pool, relayDoorbell(rounds))
 	f.add(t, true, txbox.Message{Topic: prefix + "n", Payload: []byte("1")})
 	eventually(t, "delivered on notification", func() bool { return streamMsgs(t, s) == 1 })
@@ -68,7 +68,7 @@ func TestNotifyMissedWriteIsFoundWithoutAPoll(t *testing.T) {
 	rounds := &testenv.RoundWatcher{}
 	r := f.newRelay(t, publisher(t, nc), relay.Config{PollInterval: time.Hour, Observer: rounds})
 	startRelay(t, r)
-	eventually(t, "listening", r.Listening)
+	eventually(t, "listening", func() bool { return testenv.RelayStats(r).Listening })
 	testenv.WaitIdleArmed(t, f.pool, relayDoorbell(rounds))
 	testenv.Must(t, tx.Commit(ctx), "commit")
 	eventually(t, "the row committed after the arming delivered", func() bool { return streamMsgs(t, s) == 1 })
@@ -88,8 +88,8 @@ func TestNotifyCheckFailsThenPolls(t *testing.T) {
 	r, err := relay.New[pgx.Tx](deafDriver{txboxpgx.New(f.pool)}, publisher(t, nc), cfg)
 	testenv.Must(t, err, "relay.New")
 	startRelay(t, r)
-	eventually(t, "the notification check failed", func() bool { return r.Counters().ListenFailures >= 1 })
-	if r.Listening() {
+	eventually(t, "the notification check failed", func() bool { return testenv.RelayStats(r).ListenFailures >= 1 })
+	if testenv.RelayStats(r).Listening {
 		t.Fatal("relay claims to listen though the check failed")
 	}
 	f.add(t, true, txbox.Message{Topic: prefix + "p", Payload: []byte("1")})
@@ -109,7 +109,7 @@ func TestNotifyConnectionLostFallsBackAndRecovers(t *testing.T) {
 	rounds := &testenv.RoundWatcher{}
 	r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: time.Hour, Observer: rounds}, relaytest.Config{BackoffMax: 50 * time.Millisecond}))
 	startRelay(t, r)
-	eventually(t, "listening", r.Listening)
+	eventually(t, "listening", func() bool { return testenv.RelayStats(r).Listening })
 	ctx := context.Background()
 	var killed int
 	err := f.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -118,8 +118,8 @@ func TestNotifyConnectionLostFallsBackAndRecovers(t *testing.T) {
 	if killed != 1 {
 		t.Fatalf("terminated %d listeners, want 1", killed)
 	}
-	eventually(t, "the loss noticed", func() bool { return r.Counters().ListenFailures >= 1 })
-	eventually(t, "listening again", r.Listening)
+	eventually(t, "the loss noticed", func() bool { return testenv.RelayStats(r).ListenFailures >= 1 })
+	eventually(t, "listening again", func() bool { return testenv.RelayStats(r).Listening })
 	testenv.WaitIdleArmed(t, f.pool, relayDoorbell(rounds))
 	f.add(t, true, txbox.Message{Topic: prefix + "r", Payload: []byte("1")})
 	eventually(t, "delivered on notification after reconnect", func() bool { return streamMsgs(t, s) == 1 })

@@ -207,7 +207,7 @@ func TestOrderingTorture(t *testing.T) {
 				testenv.Must(t, err, "relay")
 				rctx, cancel := context.WithCancel(ctx)
 				done := make(chan struct{})
-				go func() { _ = r.Run(rctx); close(done) }()
+				go func() { _ = runUntilStopped(rctx, r); close(done) }()
 				select {
 				case <-stopRelays:
 					cancel()
@@ -218,7 +218,7 @@ func TestOrderingTorture(t *testing.T) {
 				}
 				// Let each incarnation get some work done before it dies,
 				// however slow the machine: otherwise nothing progresses.
-				for wait := 0; r.Counters().Published == 0 && wait < 200; wait++ {
+				for wait := 0; testenv.RelayStats(r).Published == 0 && wait < 200; wait++ {
 					time.Sleep(5 * time.Millisecond)
 				}
 				// Kill: the pool goes first, so marks in flight fail.

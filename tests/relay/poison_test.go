@@ -140,10 +140,10 @@ func TestOneBadRowNeverStopsDelivery(t *testing.T) {
 		if n := f.count(t, "dead_at IS NOT NULL AND attempts <> 1"); n != 0 {
 			t.Errorf("%d bad rows took more than the one attempt that parked them", n)
 		}
-		if r.Counters().Rejected != 0 {
-			t.Errorf("the broker rejected %d messages: the bad rows reached it", r.Counters().Rejected)
+		if testenv.RelayStats(r).Rejected != 0 {
+			t.Errorf("the broker rejected %d messages: the bad rows reached it", testenv.RelayStats(r).Rejected)
 		}
-		if got := r.Counters().Invalid; got != nBad {
+		if got := testenv.RelayStats(r).Invalid; got != nBad {
 			t.Errorf("Invalid counter %d, want %d", got, nBad)
 		}
 		if f.count(t, "message_id = '"+prefix+"after-K' AND published_at IS NULL") != 1 {

@@ -194,20 +194,20 @@ func TestRelayResumesSoonAfterAFullStreamIsPurged(t *testing.T) {
 			for i := range room {
 				f.add(t, true, txbox.Message{Topic: prefix + "fill", Payload: []byte(fmt.Sprint(i))})
 			}
-			eventually(t, "the stream filled", func() bool { return r.Counters().Published == room })
+			eventually(t, "the stream filled", func() bool { return testenv.RelayStats(r).Published == room })
 			for i := range room {
 				f.add(t, true, txbox.Message{Topic: prefix + "after", Payload: []byte(fmt.Sprint(i))})
 			}
 
 			const failures = 7 // the next full round is 6.4 s away
-			waitFailedRounds(t, failures, func() int64 { return r.Counters().FailedRounds })
+			waitFailedRounds(t, failures, func() int64 { return testenv.RelayStats(r).FailedRounds })
 			testenv.Must(t, s.Purge(context.Background()), "purge")
 			purged := time.Now()
-			before := r.Counters()
-			eventually(t, "a delivery after the purge", func() bool { return r.Counters().Published > room })
+			before := testenv.RelayStats(r)
+			eventually(t, "a delivery after the purge", func() bool { return testenv.RelayStats(r).Published > room })
 			resumed := time.Since(purged)
 			eventually(t, "everything delivered after the purge", func() bool { return pending(t, r) == 0 })
-			st := r.Counters()
+			st := testenv.RelayStats(r)
 			scheduled := backoffAfter(failures, relaytest.DefaultBackoffMax)
 			t.Logf("%s: stream full for %d failed rounds (%d probes); purge → first delivery %s, backoff scheduled %s (%.2f× of it); rounds failed after the purge: %d",
 				c.name, before.FailedRounds, before.Probes, resumed.Round(time.Millisecond), scheduled, float64(resumed)/float64(scheduled), st.FailedRounds-before.FailedRounds)
@@ -240,13 +240,13 @@ func TestRelayLogsABrokerOutageInFewLines(t *testing.T) {
 	r := f.newRelay(t, publisher(t, nc), relaytest.With(relay.Config{PollInterval: 10 * time.Millisecond, Logger: logs.logger()}, relaytest.Config{BackoffMax: 20 * time.Millisecond}))
 	startRelay(t, r)
 	f.add(t, true, txbox.Message{Topic: prefix + "before", Payload: []byte("0")})
-	eventually(t, "first message delivered", func() bool { return r.Counters().Published == 1 })
+	eventually(t, "first message delivered", func() bool { return testenv.RelayStats(r).Published == 1 })
 
 	srv.Shutdown()
 	down := time.Now()
 	f.add(t, true, txbox.Message{Topic: prefix + "during", Payload: []byte("1")})
 	const rounds = 60
-	waitFailedRounds(t, rounds, func() int64 { return r.Counters().FailedRounds })
+	waitFailedRounds(t, rounds, func() int64 { return testenv.RelayStats(r).FailedRounds })
 	srv, err = natsembed.Start(natsembed.Config{Dir: dir, Port: port})
 	testenv.Must(t, err, "restart nats")
 	defer srv.Shutdown()
@@ -255,7 +255,7 @@ func TestRelayLogsABrokerOutageInFewLines(t *testing.T) {
 	end := checkOutageLogged(t, logs, lasted, "")
 	debug := len(logs.matching(slog.LevelDebug, "txbox relay: round failed"))
 	t.Logf("broker down %s, %d failed rounds: %d debug lines of failed rounds; end line %v",
-		lasted.Round(time.Millisecond), r.Counters().FailedRounds, debug, end.attrs)
+		lasted.Round(time.Millisecond), testenv.RelayStats(r).FailedRounds, debug, end.attrs)
 	if n, _ := strconv.Atoi(end.attrs["rounds_failed"]); n < rounds {
 		t.Fatalf("end line says %s rounds failed, want at least %d", end.attrs["rounds_failed"], rounds)
 	}
@@ -297,12 +297,12 @@ func TestRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	down := time.Now()
 	tn.add(t, 1)
 	const rounds = 60
-	waitFailedRounds(t, rounds, func() int64 { return r.Counters().FailedRounds })
+	waitFailedRounds(t, rounds, func() int64 { return testenv.RelayStats(r).FailedRounds })
 	proxy.Resume()
 	eventually(t, "delivered after the database returned", func() bool { return tn.pending(t) == 0 })
 	lasted := time.Since(down)
 	end := checkOutageLogged(t, logs, lasted, "")
-	t.Logf("database cut %s, %d failed rounds: end line %v", lasted.Round(time.Millisecond), r.Counters().FailedRounds, end.attrs)
+	t.Logf("database cut %s, %d failed rounds: end line %v", lasted.Round(time.Millisecond), testenv.RelayStats(r).FailedRounds, end.attrs)
 }
 
 // A tenant of a Group whose database is cut until its backoff is large
@@ -337,13 +337,13 @@ func TestGroupTenantResumesSoonAfterItsDatabaseReturns(t *testing.T) {
 	down.add(t, 1)
 	r, _ := g.Relay("down")
 	const failures = 7 // the next full round is 6.4 s away
-	waitFailedRounds(t, failures, func() int64 { return r.Counters().FailedRounds })
+	waitFailedRounds(t, failures, func() int64 { return testenv.RelayStats(r).FailedRounds })
 	ok.add(t, 5)
 	eventually(t, "ok delivers while down's database is cut", func() bool { return ok.pending(t) == 0 })
-	waitFailedRounds(t, r.Counters().FailedRounds+1, func() int64 { return r.Counters().FailedRounds })
+	waitFailedRounds(t, testenv.RelayStats(r).FailedRounds+1, func() int64 { return testenv.RelayStats(r).FailedRounds })
 	proxy.Resume()
 	back := time.Now()
-	before := r.Counters()
+	before := testenv.RelayStats(r)
 	eventually(t, "down delivers once its database is back", func() bool { return down.pending(t) == 0 })
 	resumed := time.Since(back)
 	scheduled := backoffAfter(int(before.FailedRounds), relaytest.DefaultBackoffMax)
@@ -380,7 +380,7 @@ func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 	const beats, rounds = 20, 30
 	failedBeats := func() int { return len(logs.matching(slog.LevelDebug, "txbox relay: lane lease heartbeat")) }
 	testenv.Await(t, "heartbeats and rounds failed", func() (bool, string) {
-		return failedBeats() >= beats && r.Counters().FailedRounds >= rounds, fmt.Sprintf("%d heartbeat lines, %d failed rounds", failedBeats(), r.Counters().FailedRounds)
+		return failedBeats() >= beats && testenv.RelayStats(r).FailedRounds >= rounds, fmt.Sprintf("%d heartbeat lines, %d failed rounds", failedBeats(), testenv.RelayStats(r).FailedRounds)
 	})
 	proxy.Resume()
 	f.add(t, true, txbox.Message{Topic: "t", Key: "k", Payload: []byte("1")})
@@ -399,5 +399,5 @@ func TestLaneRelayLogsADatabaseOutageInFewLines(t *testing.T) {
 		return len(logs.matching(slog.LevelInfo, "txbox relay: lane lease heartbeats succeed again")) == 1
 	})
 	eventually(t, "rounds logged as back", func() bool { return len(logs.matching(slog.LevelInfo, outageEnded)) == 1 })
-	t.Logf("database cut %s: %d failed rounds, %d heartbeat lines; %d warnings", lasted.Round(time.Millisecond), r.Counters().FailedRounds, failedBeats(), len(warns))
+	t.Logf("database cut %s: %d failed rounds, %d heartbeat lines; %d warnings", lasted.Round(time.Millisecond), testenv.RelayStats(r).FailedRounds, failedBeats(), len(warns))
 }

@@ -153,7 +153,7 @@ func TestFourRelaysPublishEachMessageOnce(t *testing.T) {
 	counted := func() int64 {
 		var sum int64
 		for _, r := range relays {
-			sum += r.Counters().Published
+			sum += testenv.RelayStats(r).Published
 		}
 		return sum
 	}
@@ -167,7 +167,7 @@ func TestFourRelaysPublishEachMessageOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for i, r := range relays {
-		if r.Counters().Published == 0 {
+		if testenv.RelayStats(r).Published == 0 {
 			t.Errorf("relay %d published nothing, though it held a batch when the gate opened", i)
 		}
 	}
@@ -392,7 +392,7 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 		}
 		// The counters follow the marks' commit.
 		testenv.Await(t, "the relay counted 3 rejections and 1 dead", func() (bool, string) {
-			st := r.Counters()
+			st := testenv.RelayStats(r)
 			return st.Rejected == 3 && st.Dead == 1, fmt.Sprintf("rejected=%d dead=%d", st.Rejected, st.Dead)
 		})
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 // runLog is a publisher that records, in the order they happen, every
@@ -120,14 +121,14 @@ func TestRunsDrainFewKeys(t *testing.T) {
 	log := newRunLog(nil)
 	r := f.newRelay(t, log, relay.Config{BatchSize: 100, PollInterval: time.Hour, DisableNotify: true})
 	startRelay(t, r)
-	eventually(t, "every message published", func() bool { return r.Counters().Published == int64(len(keys)*perKey) })
+	eventually(t, "every message published", func() bool { return testenv.RelayStats(r).Published == int64(len(keys)*perKey) })
 	log.check(t, keys, perKey)
 	// Rounds that claimed nothing wait an hour: all but the last one here
 	// published something.
-	if rounds := r.Counters().Rounds; rounds >= perKey {
+	if rounds := testenv.RelayStats(r).Rounds; rounds >= perKey {
 		t.Fatalf("%d rounds for %d messages of %d keys: no runs (one message per key per round needs %d)", rounds, len(keys)*perKey, len(keys), perKey)
 	}
-	t.Logf("%d messages of %d keys in %d rounds", len(keys)*perKey, len(keys), r.Counters().Rounds)
+	t.Logf("%d messages of %d keys in %d rounds", len(keys)*perKey, len(keys), testenv.RelayStats(r).Rounds)
 }
 
 // A message of a run that fails holds back the rest of its key's run, and
@@ -153,7 +154,7 @@ func TestRunsFailureHoldsBackItsKey(t *testing.T) {
 			})
 			r := f.newRelay(t, log, relaytest.With(relay.Config{BatchSize: 100, PollInterval: 2 * time.Millisecond, DisableNotify: true}, relaytest.Config{RetryDelay: time.Millisecond}))
 			startRelay(t, r)
-			eventually(t, "every message published", func() bool { return r.Counters().Published == int64(len(keys)*perKey) })
+			eventually(t, "every message published", func() bool { return testenv.RelayStats(r).Published == int64(len(keys)*perKey) })
 			calls := log.check(t, keys, perKey)
 			// b's run went on while a waited: some call after a:5's first
 			// failure sent b's messages without a's.
@@ -188,7 +189,7 @@ func TestRunsSeveralRelays(t *testing.T) {
 	eventually(t, "every message published", func() bool {
 		var n int64
 		for _, r := range rs {
-			n += r.Counters().Published
+			n += testenv.RelayStats(r).Published
 		}
 		return n == int64(len(keys)*perKey)
 	})
@@ -216,7 +217,7 @@ func TestRunsInvalidRowParksOnlyItsKey(t *testing.T) {
 	startRelay(t, r)
 	eventually(t, "a:2 dead, a:3 parked, b delivered", func() bool {
 		st, err := r.Stats(context.Background())
-		return err == nil && st.DeadRows == 1 && st.Parked == 1 && r.Counters().Published == 4
+		return err == nil && st.DeadRows == 1 && st.Parked == 1 && testenv.RelayStats(r).Published == 4
 	})
 	log.check(t, []string{"b"}, 3)
 	log.mu.Lock()

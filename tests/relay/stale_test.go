@@ -10,6 +10,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/tests/testenv"
 )
 
 // A relay stalls between its claim and its publish past its claim lease,
@@ -45,7 +46,7 @@ func TestStalledRelayWithoutLanesSendsNothingStale(t *testing.T) {
 	b = f.newRelay(t, &logPublisher{name: "b", log: log}, cfg)
 	startRelay(t, a)
 	eventually(t, "a stalled and woke", func() bool { return !aPub.armed.Load() })
-	eventually(t, "a's stale round over", func() bool { return a.Counters().FailedRounds >= 1 })
+	eventually(t, "a's stale round over", func() bool { return testenv.RelayStats(a).FailedRounds >= 1 })
 
 	sent := map[string]int{}
 	for _, c := range log.snapshot() {

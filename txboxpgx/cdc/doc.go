@@ -18,7 +18,9 @@
 //	pool, _ := pgxpool.New(ctx, url) // the caller owns and closes it
 //	if err := cdc.CreateSlot(ctx, pool, cfg); err != nil { … } // once
 //	r, err := cdc.New(pool, pub, cfg)
-//	err = r.Run(ctx)
+//	err = r.Start(ctx) // checks the slot, then relays in the background
+//	…
+//	err = r.Stop(ctx)  // or <-r.Stopped() and r.Err() when it stopped by itself
 //
 // See docs/guide/cdc.md for when to choose it, the server settings it
 // needs, its guarantees and the windows that allow a duplicate.

@@ -353,7 +353,7 @@ func (r *Relay) sampleLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.test.SampleInterval)
 	defer t.Stop()
 	for {
-		so.SlotSampled(r.Sample(ctx))
+		so.SlotSampled(r.sample(ctx))
 		select {
 		case <-ctx.Done():
 			return
@@ -362,9 +362,9 @@ func (r *Relay) sampleLoop(ctx context.Context) {
 	}
 }
 
-// Sample reads the slot's lag and WAL figures (one query) and the age of
+// sample reads the slot's lag and WAL figures (one query) and the age of
 // the oldest event the relay holds unsettled.
-func (r *Relay) Sample(ctx context.Context) txbox.SlotSample {
+func (r *Relay) sample(ctx context.Context) txbox.SlotSample {
 	s := txbox.SlotSample{At: time.Now(), Slot: r.n.slot}
 	st, err := status(ctx, r.pool, r.n)
 	if err == nil && !st.Exists {

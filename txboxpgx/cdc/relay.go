@@ -80,27 +80,49 @@ func (r *Relay) Stats() Stats {
 		ConfirmedLSN: pglogrepl.LSN(r.confirmed.Load()).String(), Reading: r.reading.Load()}
 }
 
-// Start runs Run in a goroutine; Stop ends it.
+// ErrAlreadyStarted is returned by Start on a running relay.
+var ErrAlreadyStarted = errors.New("txbox cdc: relay already started")
+
+// Start checks what would stop the relay (as Check does: wal_level, the
+// slot and the publication) and, when nothing does, starts the relay and
+// returns: it then waits for the slot's lease, streams and publishes in
+// the background until Stop or until ctx ends (ctx bounds the relay's
+// whole run, not only its start). A check that fails on a database error
+// that may pass is left to the run, which retries. The relay stops by
+// itself on what no retry cures (a missing, lost or invalidated slot,
+// wal_level not logical, a publisher closed for good): Stopped is then
+// closed and Err says why. Lost connections (the server restarting, a
+// network cut) are retried with a doubling wait up to BackoffMax.
 func (r *Relay) Start(ctx context.Context) error {
+	if err := Check(ctx, r.pool, r.cfg); fatal(err) {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done != nil {
-		return errors.New("txbox cdc: relay already started")
+		select {
+		case <-r.done:
+		default:
+			return ErrAlreadyStarted
+		}
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go func() {
-		err := r.Run(ctx)
+	r.done, r.err = make(chan struct{}), nil
+	go func(done chan struct{}) {
+		err := r.run(ctx)
 		r.mu.Lock()
 		r.err = err
 		r.mu.Unlock()
-		close(r.done)
-	}()
+		close(done)
+	}(r.done)
 	return nil
 }
 
-// Stop asks a started relay to stop (it finishes the batch in flight and
-// confirms it) and waits until it has, or ctx ends.
+// Stop asks the relay to stop (it finishes the batch in flight and
+// confirms it) and waits until it has, or until ctx ends.
 func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	cancel, done := r.cancel, r.done
@@ -117,26 +139,35 @@ func (r *Relay) Stop(ctx context.Context) error {
 	}
 }
 
-// Stopped is closed when a started relay has stopped.
+// closed is a closed channel: Stopped before any start.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Stopped is closed whenever the relay is not running: before Start, and
+// once it has stopped (by Stop, by ctx, or by itself; see Err).
 func (r *Relay) Stopped() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.done == nil {
+		return closed
+	}
 	return r.done
 }
 
-// Err is why a started relay stopped by itself, or nil.
+// Err returns the error that stopped the relay by itself, once Stopped is
+// closed; nil while it runs and after a stop asked by Stop or ctx.
 func (r *Relay) Err() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.err
 }
 
-// Run waits for the slot's lease, streams and publishes until ctx ends
-// (then it returns nil) or until something no retry cures: a missing,
-// lost or invalidated slot, wal_level not logical, a publisher closed for
-// good. Lost connections (the server restarting, a network cut) are
-// retried with a doubling wait up to BackoffMax.
-func (r *Relay) Run(ctx context.Context) error {
+// run waits for the slot's lease, streams and publishes until ctx ends
+// (then it returns nil) or until something no retry cures.
+func (r *Relay) run(ctx context.Context) error {
 	var wait time.Duration
 	for {
 		began := time.Now()

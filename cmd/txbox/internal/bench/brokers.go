@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relayseam"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/redisstream"
@@ -281,7 +282,7 @@ func drainInto(ctx context.Context, drv *txboxpgx.Driver, pub txbox.Publisher, r
 	for {
 		var published, failed int64
 		for _, r := range rs {
-			c := r.Counters()
+			c := relayseam.CountersOf(r) // not Stats: it reads the table measured
 			published += c.Published
 			failed += c.Rejected
 		}

@@ -217,10 +217,11 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 	}
 	defer func() { _ = r.Stop(context.WithoutCancel(ctx)) }()
 	if notify {
-		for i := 0; i < 200 && !r.Listening(); i++ {
+		listening := func() bool { st, _ := r.Stats(ctx); return st.Listening }
+		for i := 0; i < 200 && !listening(); i++ {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if !r.Listening() {
+		if !listening() {
 			return 0, 0, 0, fmt.Errorf("relay does not receive notifications")
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relayseam"
 	"github.com/txbox/txbox/internal/relaytest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxpgx"
@@ -258,7 +259,7 @@ func scaleDrain(ctx context.Context, cfg Config, lanes bool, n int) (_, _ float6
 	for published < int64(cfg.Rows) {
 		published = 0
 		for _, r := range rs {
-			published += r.Counters().Published
+			published += relayseam.CountersOf(r).Published // not Stats: it reads the table measured
 		}
 		select {
 		case <-ctx.Done():

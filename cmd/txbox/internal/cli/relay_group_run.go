@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/relayseam"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -35,7 +36,10 @@ func groupWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFla
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- g.Run(gctx) }()
+	if err := g.Start(gctx); err != nil {
+		return err
+	}
+	go func() { <-g.Stopped(); done <- g.Err() }()
 	var tick <-chan time.Time
 	if f.statsInterval > 0 {
 		t := time.NewTicker(f.statsInterval)
@@ -248,7 +252,7 @@ type groupStats struct {
 func (s *groupStats) print(relays map[string]*relay.Relay) {
 	var st relay.Stats
 	for _, r := range relays {
-		c := r.Counters()
+		c := relayseam.CountersOf(r)
 		st.Published += c.Published
 		st.Rejected += c.Rejected
 		st.Dead += c.Dead

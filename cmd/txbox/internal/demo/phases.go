@@ -336,7 +336,8 @@ func (d *demo) restartRelay(restart <-chan struct{}, done chan<- struct{}) {
 	// Stop it once it has delivered something, so that the new relay
 	// really picks up in the middle (the producers keep SQLite's one
 	// write lock busy; the relay may need a moment to get it).
-	for i := 0; i < 200 && d.cur.Load().Counters().Published == 0 && d.ctx.Err() == nil; i++ {
+	published := func() int64 { st, _ := d.cur.Load().Stats(d.ctx); return st.Published }
+	for i := 0; i < 200 && published() == 0 && d.ctx.Err() == nil; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st, err := d.stopRelay()
