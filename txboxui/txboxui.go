@@ -143,6 +143,11 @@ type CancelFunc func(ctx context.Context, id string) (int, error)
 // another process that serves its readiness over HTTP (Readyz).
 type RelayRef struct {
 	Name string
+	// Publisher says how the relay publishes, shown beside its name: e.g.
+	// "Kafka, transactional id orders-relay-1" (txbox relay
+	// --kafka-transactional-id); "": not shown. The relay does not say it
+	// itself: the program that made its publisher does.
+	Publisher string
 	// Current returns the relay running now in this process, or nil when
 	// none is (shown as not running).
 	Current func() *relay.Relay
@@ -529,6 +534,8 @@ type ClaimCheckJSON struct {
 // RelayJSON is one relay's state and counters.
 type RelayJSON struct {
 	Name string `json:"name"`
+	// Publisher is RelayRef.Publisher, or "".
+	Publisher string `json:"publisher,omitempty"`
 	// Remote: read from a relay's readiness endpoint (RelayRef.Readyz);
 	// its counters are -1.
 	Remote          bool      `json:"remote,omitempty"`
@@ -688,7 +695,7 @@ func (h *Handler) failed(what string, err error) string {
 }
 
 func relayState(ctx context.Context, ref RelayRef) RelayJSON {
-	out := RelayJSON{Name: ref.Name, Listener: "-"}
+	out := RelayJSON{Name: ref.Name, Publisher: ref.Publisher, Listener: "-"}
 	r := ref.Current()
 	if r == nil {
 		out.NotReady = "no relay is running"
