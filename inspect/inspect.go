@@ -101,6 +101,10 @@ type Filter struct {
 	Error string
 	Since time.Time
 	After int64
+	// Scheduled, read by Page only, selects the rows scheduled and not
+	// yet due (txbox.Message.DeliverAt): never tried, their NextAttemptAt
+	// ahead.
+	Scheduled bool
 	// Limit is the most rows returned; 0 means DefaultLimit. Negative is
 	// an error.
 	Limit int
@@ -328,12 +332,16 @@ func (in *Inspector) Page(ctx context.Context, f Filter) ([]Row, bool, error) {
 	case f.Limit == 0:
 		f.Limit = DefaultLimit
 	}
-	rows, more, err := in.find.Undelivered(ctx, outboxsql.Find{After: f.After, Topic: f.Topic, Key: f.Key, Error: f.Error,
-		Since: f.Since, MinAttempts: f.MinAttempts, Limit: f.Limit}, f.Dead)
+	now := time.Now()
+	find := outboxsql.Find{After: f.After, Topic: f.Topic, Key: f.Key, Error: f.Error,
+		Since: f.Since, MinAttempts: f.MinAttempts, Limit: f.Limit}
+	if f.Scheduled {
+		find.DueAfter = now
+	}
+	rows, more, err := in.find.Undelivered(ctx, find, f.Dead)
 	if err != nil {
 		return nil, false, fmt.Errorf("txbox/inspect: pending: %w", err)
 	}
-	now := time.Now()
 	out := make([]Row, len(rows))
 	for i, r := range rows {
 		out[i] = row(r, now)

@@ -1,8 +1,9 @@
 // Package txboxui is a web dashboard for a txbox outbox: a mountable
 // http.Handler (like riverui's NewServer) showing the backlog by state and
 // the oldest claimable age over time, throughput, the dead messages with
-// redrive and discard buttons, the keys they park, inbox receipts per
-// source and the relays' state. Its page, script and style sheet are
+// redrive and discard buttons, the keys they park, the scheduled messages
+// with their due times and cancel buttons, inbox receipts per source,
+// claim check payloads and the relays' state. Its page, script and style sheet are
 // embedded (no CDN, works offline); it imports only the standard library
 // and txbox's own packages. `txbox ui` serves it from the command line.
 //
@@ -24,7 +25,7 @@
 // Safety: without Config.Token, every request whose Host header is not
 // loopback nor one of Config.AllowedHosts is refused (421), so that a page
 // whose name was rebound to 127.0.0.1 (DNS rebinding) reads and drives
-// nothing. Mutating actions (redrive, discard) are POST only, carry a
+// nothing. Mutating actions (redrive, discard, cancel) are POST only, carry a
 // per-process CSRF token in a form field or header that must match a
 // SameSite=Strict cookie, and pass net/http's CrossOriginProtection
 // (Origin / Sec-Fetch-Site). With Config.Token set, every request must

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/dead"
 	"github.com/txbox/txbox/internal/printable"
 )
@@ -27,8 +28,14 @@ import (
 var assets embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"age":       age,
-	"ago":       ago,
+	"age": age,
+	"ago": ago,
+	"until": func(t time.Time) string {
+		if d := time.Until(t); d > 0 {
+			return age(d.Seconds())
+		}
+		return "due"
+	},
 	"rate":      rate,
 	"spark":     spark,
 	"sparkLast": sparkLast,
@@ -71,6 +78,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /dead/{action}", h.serveAction)
 	h.mux.HandleFunc("POST /api/dead/{action}", h.serveAction)
 	h.mux.HandleFunc("POST /dead/bulk", h.serveBulk)
+	h.mux.HandleFunc("POST /scheduled/cancel", h.serveCancel)
 	h.mux.HandleFunc("GET /dlq", h.serveDLQ)
 	h.mux.HandleFunc("GET /dlq/show", h.serveDLQLetter)
 	h.mux.HandleFunc("POST /dlq/{action}", h.serveDLQAction)
@@ -91,19 +99,28 @@ func authenticated(r *http.Request, token string) bool {
 // view is what the page template renders.
 type view struct {
 	*State
-	CSRF     string
-	Done     string // the result of the last action, from the redirect
-	Failed   bool
-	CanEdit  bool
-	DLQ      bool // the consumer dead letters' panel is configured
-	InStores bool // one store of a Stores dashboard: link to the list
+	CSRF    string
+	Done    string // the result of the last action, from the redirect
+	Failed  bool
+	CanEdit bool
+	// CanCancel: the scheduled messages have Cancel buttons.
+	CanCancel bool
+	DLQ       bool // the consumer dead letters' panel is configured
+	InStores  bool // one store of a Stores dashboard: link to the list
 }
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	s := h.state(r.Context(), false)
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: h.csrf, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-	v := view{State: s, CSRF: h.csrf, CanEdit: !h.cfg.ReadOnly && s.HasDead && h.mayMutate(r) == nil, DLQ: len(h.cfg.DLQ) > 0, InStores: h.parent != nil}
+	v := view{State: s, CSRF: h.csrf, CanEdit: !h.cfg.ReadOnly && s.HasDead && h.mayMutate(r) == nil, CanCancel: h.mayCancel(r) == nil,
+		DLQ: len(h.cfg.DLQ) > 0, InStores: h.parent != nil}
 	q := r.URL.Query()
+	if q.Get("done") == "cancel" {
+		v.Done = "Cancelled the scheduled message: it is discarded."
+		if why, ok := cancelRefusals[q.Get("not")]; ok {
+			v.Done, v.Failed = "Not cancelled: "+why+".", true
+		}
+	}
 	if a := q.Get("done"); a == "redrive" || a == "discard" {
 		n, _ := strconv.ParseInt(q.Get("n"), 10, 64)
 		verb := map[string]string{"redrive": "Redrove", "discard": "Discarded"}[a]
@@ -225,6 +242,67 @@ func (h *Handler) mayMutate(r *http.Request) error {
 		return errors.New("actions from a client that is not on loopback need a token (txboxui.Config.Token, txbox ui --token)")
 	}
 	return nil
+}
+
+// mayCancel says why r may not cancel a scheduled message, or nil.
+func (h *Handler) mayCancel(r *http.Request) error {
+	if h.cfg.ReadOnly {
+		return errors.New("the dashboard is read-only")
+	}
+	if h.cfg.Cancel == nil {
+		return errors.New("no cancel is configured")
+	}
+	if h.cfg.Token == "" && !loopbackClient(r) {
+		return errors.New("actions from a client that is not on loopback need a token (txboxui.Config.Token, txbox ui --token)")
+	}
+	return nil
+}
+
+// cancelRefusals are why a cancel discarded nothing, by the code the
+// redirect carries (not the error's text: the page shows only these).
+var cancelRefusals = map[string]string{
+	"delivered": "the message was already delivered",
+	"dead":      "the message is dead (discard it from the dead messages)",
+	"inflight":  "a relay is delivering the message now",
+	"notfound":  "no such message (delivered and deleted, or cancelled already)",
+}
+
+// serveCancel cancels the scheduled message whose message id is the
+// form's id (Config.Cancel), and shows the result on the page.
+func (h *Handler) serveCancel(w http.ResponseWriter, r *http.Request) {
+	if !h.admit(w, r, h.mayCancel, true, plainFail(w)) {
+		return
+	}
+	id := r.PostFormValue("id")
+	if id == "" {
+		http.Error(w, "txbox dashboard: give the message id to cancel (form field id)", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	n, err := h.cfg.Cancel(ctx, id)
+	h.state(r.Context(), true) // show the result at once
+	var not string
+	switch {
+	case err == nil:
+		h.log.Info("txboxui: cancel", "id", printable.Text(id), "rows", n, "remote", r.RemoteAddr)
+		seeOther(w, "../?done=cancel")
+		return
+	case errors.Is(err, txbox.ErrDelivered):
+		not = "delivered"
+	case errors.Is(err, txbox.ErrMessageDead):
+		not = "dead"
+	case errors.Is(err, txbox.ErrInFlight):
+		not = "inflight"
+	case errors.Is(err, txbox.ErrMessageNotFound):
+		not = "notfound"
+	default:
+		h.log.Error("txboxui: cancel failed", "id", printable.Text(id), "err", err)
+		seeOther(w, "../?failed=1")
+		return
+	}
+	h.log.Info("txboxui: cancel refused", "id", printable.Text(id), "why", not, "remote", r.RemoteAddr)
+	seeOther(w, "../?done=cancel&not="+not)
 }
 
 func loopbackClient(r *http.Request) bool {

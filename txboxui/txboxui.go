@@ -37,6 +37,8 @@ const (
 	DefaultSamples   = 120
 	DefaultDeadLimit = 100
 	DefaultTimeout   = 5 * time.Second
+	// DefaultScheduledLimit is how many scheduled messages are listed.
+	DefaultScheduledLimit = 100
 )
 
 // Backlog is one reading of an outbox table: the undelivered rows by
@@ -120,10 +122,33 @@ func RelayBacklog(r *relay.Relay) BacklogFunc {
 	}
 }
 
+// ScheduledFunc lists up to limit messages scheduled and not yet due
+// (txbox.Message.DeliverAt), oldest first, and whether more are.
+type ScheduledFunc func(ctx context.Context, limit int) (rows []inspect.Row, more bool, err error)
+
+// InspectScheduled lists the scheduled messages through in.Page
+// (inspect.Filter.Scheduled).
+func InspectScheduled(in *inspect.Inspector) ScheduledFunc {
+	return func(ctx context.Context, limit int) ([]inspect.Row, bool, error) {
+		return in.Page(ctx, inspect.Filter{Scheduled: true, Limit: limit})
+	}
+}
+
+// CancelFunc discards the undelivered message with the message id id,
+// as txbox.Outbox.CancelNoTx does: how many rows it discarded, or why
+// none (txbox.ErrDelivered, ErrMessageDead, ErrInFlight,
+// ErrMessageNotFound).
+type CancelFunc func(ctx context.Context, id string) (int, error)
+
 // RelayRef names a relay to show: one in this process (Current) or one in
 // another process that serves its readiness over HTTP (Readyz).
 type RelayRef struct {
 	Name string
+	// Publisher says how the relay publishes, shown beside its name: e.g.
+	// "Kafka, transactional id orders-relay-1" (txbox relay
+	// --kafka-transactional-id); "": not shown. The relay does not say it
+	// itself: the program that made its publisher does.
+	Publisher string
 	// Current returns the relay running now in this process, or nil when
 	// none is (shown as not running).
 	Current func() *relay.Relay
@@ -176,6 +201,16 @@ type Config struct {
 	// shown: count, bytes, oldest age, those not released, what the next
 	// sweep deletes (one scan of the table per reading).
 	ClaimChecks []ClaimCheckRef
+	// Scheduled lists the messages scheduled and not yet due, with their
+	// due times, apart from the backlog's figures (e.g. InspectScheduled).
+	Scheduled ScheduledFunc
+	// ScheduledLimit is how many scheduled messages are listed. Default:
+	// DefaultScheduledLimit (100).
+	ScheduledLimit int
+	// Cancel discards a scheduled message before it is due (e.g. an
+	// Outbox's CancelNoTx): a Cancel button on each scheduled message.
+	// Not offered when ReadOnly.
+	Cancel CancelFunc
 	// DLQ are the consumer bindings whose dead letters the panel at
 	// dlq lists, shows, redrives and discards.
 	DLQ []DLQRef
@@ -196,7 +231,8 @@ type Config struct {
 	// to loopback (DNS rebinding) names its own host, and is refused.
 	// Default: none.
 	AllowedHosts []string
-	// ReadOnly hides the redrive and discard buttons and refuses them.
+	// ReadOnly hides the redrive, discard and cancel buttons and refuses
+	// them.
 	ReadOnly bool
 	// Interval is how often the figures are read (at most once per
 	// Interval, however many browsers watch) and a sample is added to the
@@ -237,8 +273,8 @@ type Handler struct {
 // New returns the dashboard for cfg. It reads nothing until the first
 // request or Run.
 func New(cfg Config) (*Handler, error) {
-	if cfg.Interval < 0 || cfg.Samples < 0 || cfg.DeadLimit < 0 || cfg.Timeout < 0 {
-		return nil, fmt.Errorf("%w: txboxui: Interval, Samples, DeadLimit and Timeout must not be negative", txbox.ErrInvalidConfig)
+	if cfg.Interval < 0 || cfg.Samples < 0 || cfg.DeadLimit < 0 || cfg.ScheduledLimit < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: txboxui: Interval, Samples, DeadLimit, ScheduledLimit and Timeout must not be negative", txbox.ErrInvalidConfig)
 	}
 	if err := checkAccess(cfg.Token, cfg.AllowedHosts); err != nil {
 		return nil, err
@@ -275,6 +311,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.DeadLimit == 0 {
 		cfg.DeadLimit = DefaultDeadLimit
+	}
+	if cfg.ScheduledLimit == 0 {
+		cfg.ScheduledLimit = DefaultScheduledLimit
 	}
 	if cfg.Title == "" {
 		cfg.Title = "txbox"
@@ -379,6 +418,14 @@ type State struct {
 	ClaimChecks  []ClaimCheckJSON `json:"claim_checks"`
 	Relays       []RelayJSON      `json:"relays"`
 	Topics       []TopicBacklog   `json:"topics"`
+
+	// HasScheduled: Config.Scheduled is set; Scheduled lists the messages
+	// scheduled and not yet due, oldest first, ScheduledMore says that
+	// more are than listed.
+	HasScheduled   bool            `json:"has_scheduled"`
+	Scheduled      []ScheduledJSON `json:"scheduled"`
+	ScheduledMore  bool            `json:"scheduled_more"`
+	ScheduledError string          `json:"scheduled_error,omitempty"`
 }
 
 // BacklogJSON is Backlog with ages in seconds.
@@ -436,6 +483,21 @@ type DeadBytes struct {
 	LastError int64 `json:"last_error"`
 }
 
+// ScheduledJSON is a message scheduled and not yet due.
+type ScheduledJSON struct {
+	Seq       int64     `json:"seq"`
+	ID        string    `json:"id"`
+	Topic     string    `json:"topic"`
+	Key       string    `json:"key"`
+	DueAt     time.Time `json:"due_at"`
+	CreatedAt time.Time `json:"created_at"`
+	// Parked: a dead message of its key holds it even once due.
+	Parked bool `json:"parked,omitempty"`
+	// Bytes are the full lengths of ID, Topic and Key, cut here to
+	// ListClip bytes (LastError is 0).
+	Bytes DeadBytes `json:"bytes"`
+}
+
 // ParkedKey is a key a dead message parks: its later messages wait behind
 // the dead one DeadSeq (Parked of them now, perhaps none yet) until it is
 // redriven or discarded.
@@ -473,6 +535,8 @@ type ClaimCheckJSON struct {
 // RelayJSON is one relay's state and counters.
 type RelayJSON struct {
 	Name string `json:"name"`
+	// Publisher is RelayRef.Publisher, or "".
+	Publisher string `json:"publisher,omitempty"`
 	// Remote: read from a relay's readiness endpoint (RelayRef.Readyz);
 	// its counters are -1.
 	Remote          bool      `json:"remote,omitempty"`
@@ -513,7 +577,7 @@ func (h *Handler) state(ctx context.Context, force bool) *State {
 }
 
 func (h *Handler) read(ctx context.Context) *State {
-	s := &State{Title: h.cfg.Title, At: time.Now(), ReadOnly: h.cfg.ReadOnly, Dead: []DeadJSON{}, ParkedKeys: []ParkedKey{}, Inboxes: []InboxJSON{}, ClaimChecks: []ClaimCheckJSON{}, Relays: []RelayJSON{}, Topics: []TopicBacklog{}}
+	s := &State{Title: h.cfg.Title, At: time.Now(), ReadOnly: h.cfg.ReadOnly, Dead: []DeadJSON{}, ParkedKeys: []ParkedKey{}, Scheduled: []ScheduledJSON{}, Inboxes: []InboxJSON{}, ClaimChecks: []ClaimCheckJSON{}, Relays: []RelayJSON{}, Topics: []TopicBacklog{}}
 	for _, ref := range h.cfg.Relays {
 		if ref.Readyz != "" {
 			s.Relays = append(s.Relays, remoteRelayStates(ctx, ref)...)
@@ -583,6 +647,19 @@ func (h *Handler) read(ctx context.Context) *State {
 			s.ParkedKeys = append(s.ParkedKeys, ParkedKey{Key: m.Key, Topic: m.Topic, DeadSeq: m.Seq, Parked: m.Parked, KeyBytes: m.Bytes.Key})
 		}
 	}
+	if h.cfg.Scheduled != nil {
+		s.HasScheduled = true
+		rows, more, err := h.cfg.Scheduled(ctx, h.cfg.ScheduledLimit)
+		if err != nil {
+			s.ScheduledError = h.failed("list the scheduled messages", err)
+		}
+		s.ScheduledMore = more
+		for _, m := range rows {
+			s.Scheduled = append(s.Scheduled, ScheduledJSON{Seq: m.Seq, ID: clip(m.ID, ListClip), Topic: clip(m.Topic, ListClip), Key: clip(m.Key, ListClip),
+				DueAt: m.NextAttemptAt, CreatedAt: m.CreatedAt, Parked: m.State == inspect.Parked,
+				Bytes: DeadBytes{ID: int64(len(m.ID)), Topic: int64(len(m.Topic)), Key: int64(len(m.Key))}})
+		}
+	}
 	for _, ref := range h.cfg.Inboxes {
 		ij := InboxJSON{Name: ref.Name, Sources: []inbox.SourceStats{}}
 		st, err := ref.Stats(ctx)
@@ -619,7 +696,7 @@ func (h *Handler) failed(what string, err error) string {
 }
 
 func relayState(ctx context.Context, ref RelayRef) RelayJSON {
-	out := RelayJSON{Name: ref.Name, Listener: "-"}
+	out := RelayJSON{Name: ref.Name, Publisher: ref.Publisher, Listener: "-"}
 	r := ref.Current()
 	if r == nil {
 		out.NotReady = "no relay is running"

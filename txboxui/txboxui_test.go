@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txbox/txbox/relay"
 )
 
 // The history is a ring: it keeps the newest Samples, oldest first, and
@@ -92,5 +94,33 @@ func TestUpkeepCards(t *testing.T) {
 			st.Backlog.Upkeep.OldestTransactionSec != c.upkeep.OldestTransactionAge.Seconds()) {
 			t.Errorf("upkeep %+v: api/state upkeep %+v", c.upkeep, st.Backlog.Upkeep)
 		}
+	}
+}
+
+// A relay's Publisher (how it publishes: the Kafka producer's mode and
+// transactional id) shows beside its name, escaped, and in api/state.
+func TestRelayPublisherShown(t *testing.T) {
+	h, err := New(Config{Relays: []RelayRef{
+		{Name: "relay", Publisher: "Kafka, transactional id <orders>-1", Current: func() *relay.Relay { return nil }},
+		{Name: "plain", Current: func() *relay.Relay { return nil }},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Host = "127.0.0.1"
+	h.ServeHTTP(rec, req)
+	page := rec.Body.String()
+	if !strings.Contains(page, `<span class="note publisher">Kafka, transactional id &lt;orders&gt;-1</span>`) || strings.Count(page, `class="note publisher"`) != 1 {
+		t.Errorf("the relay panel does not show the publisher once, escaped:\n%s", page)
+	}
+	rec = httptest.NewRecorder()
+	req = httptest.NewRequest("GET", "/api/state", nil)
+	req.Host = "127.0.0.1"
+	h.ServeHTTP(rec, req)
+	var st State
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Relays) != 2 || st.Relays[0].Publisher != "Kafka, transactional id <orders>-1" || st.Relays[1].Publisher != "" {
+		t.Errorf("api/state relays: %v %s", err, rec.Body.String())
 	}
 }

@@ -80,10 +80,11 @@ type queries struct {
 	insert, insertAt string
 	// cancelFind, cancel and cancelState are Inserter.Cancel's.
 	cancelFind, cancel, cancelState string
-	// release ends a lease (SQLite); lazyCommit runs before the commit
-	// of marks without ordering keys (PostgreSQL); lockKeys takes the
+	// release ends a lease on every row that holds it and releaseSeqs
+	// on the rows named (SQLite); lazyCommit runs before the commit of
+	// marks without ordering keys (PostgreSQL); lockKeys takes the
 	// key-order locks of a multi-row insert (MySQL). Empty elsewhere.
-	release, lazyCommit, lockKeys string
+	release, releaseSeqs, lazyCommit, lockKeys string
 	// claimTimeout bounds the claim transaction's idle time (PostgreSQL).
 	claimTimeout string
 }

@@ -18,6 +18,9 @@ type Find struct {
 	Since       time.Time // dead rows: dead at or after; others: created at or after; zero: any
 	MinAttempts int       // only rows tried at least this often
 	Limit       int       // at most this many rows, at least 1
+	// DueAfter, when not zero, selects the rows scheduled and not due by
+	// then: never tried, next_attempt_at after it (Message.DeliverAt).
+	DueAfter time.Time
 }
 
 // Finder pages through the undelivered rows of one table by Find.
@@ -61,6 +64,9 @@ func (fd *Finder) where(f Find) (string, []any) {
 		return ph(v)
 	}
 	fmt.Fprintf(&b, " AND o.id > %s AND o.attempts >= %s", ph(f.After), ph(f.MinAttempts))
+	if !f.DueAfter.IsZero() {
+		fmt.Fprintf(&b, " AND o.attempts = 0 AND o.next_attempt_at > %s", ph(fd.d.timeArg(f.DueAfter)))
+	}
 	if f.Topic != "" {
 		fmt.Fprintf(&b, " AND o.topic = %s", textArg(f.Topic))
 	}

@@ -23,7 +23,7 @@ var _ dialect = (*sqlite)(nil)
 
 func newSQLite(table string) (*sqlite, error) {
 	s := &sqlite{}
-	err := s.q.load(txboxdriver.SQLite, sqliteSQL, table, map[string]*string{"release": &s.q.release})
+	err := s.q.load(txboxdriver.SQLite, sqliteSQL, table, map[string]*string{"release": &s.q.release, "release_seqs": &s.q.releaseSeqs})
 	return s, err
 }
 

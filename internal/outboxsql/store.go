@@ -89,6 +89,9 @@ type Batch struct {
 	s     *Store
 	tx    txboxdriver.Tx // PostgreSQL, MySQL: the transaction holding the row locks
 	token string         // SQLite: the lease token
+	// scanned: the claim's rows were read, so the lease holds Rows only
+	// (SQLite); otherwise its rows are unknown.
+	scanned bool
 	// Started is when Lanes.Claim began the claim (zero otherwise).
 	Started time.Time
 	// onEnd, when not nil, runs once the batch's transaction or lease has
@@ -157,6 +160,7 @@ func (s *Store) scanBatch(ctx context.Context, b *Batch, rows txboxdriver.Rows, 
 		_ = b.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	b.scanned = true
 	// A lease's UPDATE … RETURNING returns rows in no particular order.
 	if !slices.IsSortedFunc(b.Rows, bySeq) {
 		slices.SortFunc(b.Rows, bySeq)
@@ -220,6 +224,9 @@ func (b *Batch) Finish(ctx context.Context, published []int64, rejected []Reject
 	defer b.end()
 	s, tx := b.s, b.tx
 	if tx == nil {
+		if len(published) == 0 && len(rejected) == 0 && b.scanned && len(b.Rows) == 0 {
+			return nil // an empty lease: nothing to mark nor release
+		}
 		// A lease: the marks commit together in a short transaction of
 		// their own.
 		var err error
@@ -292,7 +299,7 @@ func (b *Batch) finish(ctx context.Context, tx txboxdriver.Tx, published []int64
 		}
 	}
 	if b.token != "" {
-		if _, err := tx.Exec(ctx, q.release, b.token); err != nil {
+		if err := b.releaseLease(ctx, tx, b.left(published, rejected)); err != nil {
 			return fmt.Errorf("release claim: %w", err)
 		}
 	}
@@ -310,8 +317,51 @@ func (b *Batch) Release(ctx context.Context) error {
 	if b.tx != nil {
 		return b.tx.Rollback(ctx)
 	}
-	_, err := b.s.pool.Exec(ctx, b.s.d.queries().release, b.token)
+	return b.releaseLease(ctx, b.s.pool, b.seqs())
+}
+
+// releaseLease ends the batch's lease (SQLite) through ex on the rows
+// seqs; on every row holding it when the claim's rows are unknown (the
+// claim failed), a statement that reads the whole table.
+func (b *Batch) releaseLease(ctx context.Context, ex txboxdriver.Executor, seqs []int64) error {
+	q := b.s.d.queries()
+	if !b.scanned {
+		_, err := ex.Exec(ctx, q.release, b.token)
+		return err
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	_, err := ex.Exec(ctx, q.releaseSeqs, b.token, idsJSON(seqs))
 	return err
+}
+
+// seqs returns the ids of the claimed rows.
+func (b *Batch) seqs() []int64 {
+	out := make([]int64, len(b.Rows))
+	for i, r := range b.Rows {
+		out[i] = r.Seq
+	}
+	return out
+}
+
+// left returns the ids of the claimed rows neither published nor
+// rejected: those Finish releases.
+func (b *Batch) left(published []int64, rejected []Rejection) []int64 {
+	done := make(map[int64]bool, len(published)+len(rejected))
+	for _, id := range published {
+		done[id] = true
+	}
+	for _, r := range rejected {
+		done[r.Seq] = true
+	}
+	var out []int64
+	for _, r := range b.Rows {
+		if !done[r.Seq] {
+			out = append(out, r.Seq)
+		}
+	}
+	return out
 }
 
 // end runs onEnd, once.

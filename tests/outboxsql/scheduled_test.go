@@ -178,3 +178,122 @@ func TestSQLiteClaimSkipsScheduledRows(t *testing.T) {
 	}
 	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
 }
+
+// execPool remembers every statement executed through it or through
+// a transaction it began.
+type execPool struct {
+	txboxdriver.Pool
+	execs []recorded
+}
+
+type recorded struct {
+	sql  string
+	args []any
+}
+
+func (p *execPool) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	p.execs = append(p.execs, recorded{q, args})
+	return p.Pool.Exec(ctx, q, args...)
+}
+
+func (p *execPool) Begin(ctx context.Context) (txboxdriver.Tx, error) {
+	tx, err := p.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &execTx{Tx: tx, p: p}, nil
+}
+
+type execTx struct {
+	txboxdriver.Tx
+	p *execPool
+}
+
+func (t *execTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	t.p.execs = append(t.p.execs, recorded{q, args})
+	return t.Tx.Exec(ctx, q, args...)
+}
+
+// On SQLite the statements that end a lease (the marks, a rejection, the
+// release of the rows a batch did not mark, an empty batch's end) read the
+// batch's rows by id, never the whole table: with 20,000 rows scheduled
+// ahead (or published rows kept), a scan of the table per batch would
+// bind the drain. The plan of each statement Finish and Release run is
+// checked, and the leases they end are gone.
+func TestSQLiteLeaseEndsReadTheirRowsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.SQLite(t)
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	migrated(t, drv)
+	scheduledRows(t, db, func(off string) string {
+		return "CAST((julianday('now', '" + off + "') - 2440587.5) * 86400000000 AS INTEGER)"
+	})
+	pool := &execPool{Pool: drv.Pool()}
+	for _, del := range []bool{false, true} {
+		store, err := outboxsql.NewStore(txboxdriver.SQLite, pool, `"txbox_outbox"`, time.Minute)
+		testenv.Must(t, err, "store")
+		if del {
+			store.DeletePublished()
+		}
+		b, err := store.Claim(ctx, 30, 0)
+		testenv.Must(t, err, "claim")
+		if len(b.Rows) != 30 {
+			t.Fatalf("the claim took %d rows, want 30", len(b.Rows))
+		}
+		// 10 published, 1 rejected, the other 19 released.
+		var published []int64
+		for _, r := range b.Rows[:10] {
+			published = append(published, r.Seq)
+		}
+		testenv.Must(t, b.Finish(ctx, published, []outboxsql.Rejection{{Seq: b.Rows[10].Seq, Err: "no", RetryAfter: time.Hour}}, 5), "finish")
+		// A batch released whole.
+		b, err = store.Claim(ctx, 5, 0)
+		testenv.Must(t, err, "claim")
+		if len(b.Rows) == 0 {
+			t.Fatalf("the second claim took no row")
+		}
+		testenv.Must(t, b.Release(ctx), "release")
+	}
+	// An empty batch (every due row published or leased away).
+	_, err := db.Exec("UPDATE txbox_outbox SET published_at = 1 WHERE message_id NOT LIKE 'later%'")
+	testenv.Must(t, err, "publish the due rows")
+	store, err := outboxsql.NewStore(txboxdriver.SQLite, pool, `"txbox_outbox"`, time.Minute)
+	testenv.Must(t, err, "store")
+	b, err := store.Claim(ctx, 30, 0)
+	testenv.Must(t, err, "claim")
+	if len(b.Rows) != 0 {
+		t.Fatalf("a claim with no due row took %d rows", len(b.Rows))
+	}
+	testenv.Must(t, b.Release(ctx), "release")
+	testenv.Must(t, b.Finish(ctx, nil, nil, 5), "finish")
+
+	var held int
+	testenv.Must(t, db.QueryRow("SELECT count(*) FROM txbox_outbox WHERE claim_token IS NOT NULL").Scan(&held), "count leases")
+	if held != 0 {
+		t.Errorf("%d rows still leased after every batch ended", held)
+	}
+	scan := regexp.MustCompile(`^SCAN (txbox_outbox|"txbox_outbox")\b`)
+	if len(pool.execs) == 0 {
+		t.Fatal("no statement recorded")
+	}
+	for _, e := range pool.execs {
+		rows, err := db.Query("EXPLAIN QUERY PLAN "+e.sql, e.args...)
+		testenv.Must(t, err, "explain %s", e.sql)
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			testenv.Must(t, rows.Scan(&id, &parent, &unused, &detail), "scan")
+			plan = append(plan, detail)
+		}
+		testenv.Must(t, rows.Err(), "plan")
+		rows.Close()
+		for _, d := range plan {
+			if scan.MatchString(d) {
+				t.Errorf("%s\nreads the whole table (%s)", e.sql, d)
+			}
+		}
+	}
+	t.Logf("%d statements checked", len(pool.execs))
+}

@@ -68,7 +68,18 @@ SET attempts = attempts + 1,
 WHERE id = ?1 AND claim_token = ?6
 
 -- name: release
+-- Ends the lease ?1 on every row that holds it: after a claim that failed
+-- (its rows unknown). It reads the whole table (no index has
+-- claim_token); the ends of a claim that returned its rows name them
+-- (release_seqs).
 UPDATE {{table}} SET claim_token = NULL, claimed_until = NULL WHERE claim_token = ?1
+
+-- name: release_seqs
+-- Ends the lease ?1 on the rows ?2 (a JSON array of ids): the claimed
+-- rows a batch neither marked nor rejected. It reads those rows only, by
+-- id, however many rows the table holds.
+UPDATE {{table}} SET claim_token = NULL, claimed_until = NULL
+WHERE claim_token = ?1 AND id IN (SELECT value FROM json_each(?2))
 
 -- name: cleanup
 DELETE FROM {{table}}

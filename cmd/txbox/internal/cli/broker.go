@@ -113,6 +113,22 @@ func (f *brokerFlags) register(cmd *cobra.Command) {
 		"Kafka only: publish each batch in one Kafka transaction under this transactional id, committed before the rows are marked; one id per relay process slot, the same across its restarts (a relay started with the id fences the one that had it); empty uses the idempotent producer without transactions (env "+EnvKafkaTransactionalID+")")
 }
 
+// mode says how the relay publishes, for the dashboard's relay panel:
+// Kafka's producer (transactional, with its id, or idempotent); "" for
+// the other brokers.
+func (f *brokerFlags) mode() string {
+	if f.url == "" {
+		return ""
+	}
+	if scheme, err := checkBrokerURL("--broker", f.url); err != nil || scheme != "kafka" {
+		return ""
+	}
+	if f.kafkaTxnID != "" {
+		return "Kafka, transactional id " + f.kafkaTxnID
+	}
+	return "Kafka, idempotent producer (no transactions)"
+}
+
 // EnvKafkaTransactionalID is the default of --kafka-transactional-id.
 const EnvKafkaTransactionalID = "TXBOX_KAFKA_TRANSACTIONAL_ID"
 

@@ -246,7 +246,7 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 	}
 	defer db.Close()
 	if f.ui {
-		if err := f.served.mountUI(ctx, log, db, cfg.Schema, cfg.Table, uiToken(f.uiToken), f.uiTables()); err != nil {
+		if err := f.served.mountUI(ctx, log, db, cfg.Schema, cfg.Table, uiToken(f.uiToken), f.uiTables(), f.broker.mode()); err != nil {
 			return err
 		}
 	}

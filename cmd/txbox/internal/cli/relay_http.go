@@ -146,14 +146,15 @@ func checkLoopback(addr string, public bool) error {
 }
 
 // mountUI serves the dashboard of the relay's table under /ui/, with the
-// relay running now and the inbox tables named.
-func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database, schema, table, token string, tables uiTables) error {
+// relay running now (publishing as publisher says: brokerFlags.mode) and
+// the inbox tables named.
+func (h *relayHTTP) mountUI(ctx context.Context, log *slog.Logger, db *database, schema, table, token string, tables uiTables, publisher string) error {
 	cfg, err := db.uiConfig(schema, table, tables)
 	if err != nil {
 		return err
 	}
 	cfg.Token, cfg.AllowedHosts, cfg.Logger = token, h.allowed, log
-	cfg.Relays = []txboxui.RelayRef{{Name: "relay", Current: h.current.Load}}
+	cfg.Relays = []txboxui.RelayRef{{Name: "relay", Current: h.current.Load, Publisher: publisher}}
 	ui, err := txboxui.New(cfg)
 	if err != nil {
 		return err

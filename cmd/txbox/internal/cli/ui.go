@@ -26,6 +26,7 @@ import (
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/internal/hostcheck"
+	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxui"
 )
 
@@ -350,8 +351,8 @@ func (f *uiFlags) uiTables() uiTables {
 }
 
 // uiConfig builds the dashboard's sources for the outbox table and the
-// tables named: its dead letters, its backlog, each inbox's Stats and each
-// claim check table's.
+// tables named: its dead letters, its backlog, its scheduled messages and
+// their cancel, each inbox's Stats and each claim check table's.
 func (d *database) uiConfig(schema, table string, tables uiTables) (txboxui.Config, error) {
 	cfg := txboxui.Config{Title: table}
 	if schema != "" {
@@ -362,9 +363,18 @@ func (d *database) uiConfig(schema, table string, tables uiTables) (txboxui.Conf
 	if cfg.Dead, err = onDriver(d, ocfg, dead.New[pgx.Tx], dead.New[*sql.Tx]); err != nil {
 		return cfg, err
 	}
-	if cfg.Backlog, err = d.backlog(schema, table); err != nil {
+	in, err := onDriver(d, ocfg, inspect.New[pgx.Tx], inspect.New[*sql.Tx])
+	if err != nil {
 		return cfg, err
 	}
+	cfg.Backlog, cfg.Scheduled = txboxui.InspectBacklog(in), txboxui.InspectScheduled(in)
+	ob, err := onDriver(d, ocfg,
+		func(d txboxdriver.Driver[pgx.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) },
+		func(d txboxdriver.Driver[*sql.Tx], c txbox.Config) (canceller, error) { return txbox.New(d, c) })
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Cancel = ob.CancelNoTx
 	for _, name := range tables.claims {
 		ccfg := claimcheck.Config{Schema: schema, Table: name, OutboxTables: []string{table}}
 		var st *claimcheck.Store
@@ -397,14 +407,4 @@ func (d *database) uiConfig(schema, table string, tables uiTables) (txboxui.Conf
 		cfg.Inboxes = append(cfg.Inboxes, txboxui.InboxRef{Name: name, Stats: stats})
 	}
 	return cfg, nil
-}
-
-// backlog reads the table's backlog through package inspect.
-func (d *database) backlog(schema, table string) (txboxui.BacklogFunc, error) {
-	cfg := txbox.Config{Schema: schema, Table: table}
-	in, err := onDriver(d, cfg, inspect.New[pgx.Tx], inspect.New[*sql.Tx])
-	if err != nil {
-		return nil, err
-	}
-	return txboxui.InspectBacklog(in), nil
 }

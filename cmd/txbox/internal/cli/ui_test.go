@@ -48,14 +48,15 @@ func TestUIServesDashboard(t *testing.T) {
 		('m1', 'd', 'K', x'00', '{}', 10, 'refused', NULL, 1),
 		('m2', 't', 'K', x'00', '{}', 0, NULL, NULL, NULL),
 		('m3', 'f', NULL, x'00', '{}', 2, 'nope', 9999999999999999, NULL),
-		('m4', 'u', NULL, x'00', '{}', 0, NULL, NULL, NULL)`)
+		('m4', 'u', NULL, x'00', '{}', 0, NULL, NULL, NULL),
+		('m5', 's', NULL, x'00', '{}', 0, NULL, 9999999999999999, NULL)`)
 	testenv.Must(t, err, "insert")
 	var stats struct {
 		Pending, Retrying, Parked, Dead, Undelivered int64
 		ParkedKeys                                   int64 `json:"parked_keys"`
 	}
 	testenv.Must(t, json.Unmarshal([]byte(mustRun(t, "stats", "--json", "--db", db)), &stats), "stats --json")
-	if stats.Pending != 1 || stats.Retrying != 1 || stats.Parked != 1 || stats.Dead != 1 {
+	if stats.Pending != 2 || stats.Retrying != 1 || stats.Parked != 1 || stats.Dead != 1 {
 		t.Fatalf("stats --json %+v", stats)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -110,11 +111,24 @@ func TestUIServesDashboard(t *testing.T) {
 			Pending, Retrying, Parked, Dead, Undelivered int64
 			ParkedKeys                                   int64 `json:"parked_keys"`
 		}
-		Dead []struct{ ID string }
+		Dead         []struct{ ID string }
+		HasScheduled bool `json:"has_scheduled"`
+		Scheduled    []struct {
+			ID    string
+			DueAt time.Time `json:"due_at"`
+		}
 	}
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.Title != "txbox_outbox" || !st.HasDead ||
 		len(st.Inboxes) != 1 || st.Inboxes[0].Name != "orders_inbox" || len(st.Dead) != 1 || st.Dead[0].ID != "m1" {
 		t.Errorf("api/state: %d %s", code, body)
+	}
+	// The scheduled message, listed apart with its due time, and its
+	// Cancel button.
+	if !st.HasScheduled || len(st.Scheduled) != 1 || st.Scheduled[0].ID != "m5" || !st.Scheduled[0].DueAt.Equal(time.UnixMicro(9999999999999999)) {
+		t.Errorf("api/state's scheduled messages: %s", body)
+	}
+	if _, page := get("/", token); !strings.Contains(page, `<tr class="scheduled"`) || !strings.Contains(page, `name="id" value="m5"`) {
+		t.Errorf("the page shows no scheduled message with a Cancel button")
 	}
 	// The dashboard's figures are txbox stats' figures.
 	if st.Backlog != stats {
