@@ -478,3 +478,60 @@ func TestOrderedRetriesFreeTheirWorkers(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderedFailingKeyDoesNotStallOthers: a/2 keeps failing (retried in
+// process) while a's 38 later messages, more than the consumer's window
+// (its prefetch, 16 unsettled deliveries) holds, arrive ahead of b's. With
+// the window full of key a, no other key would get a delivery until a/2
+// reached MaxDeliveries; so the gate sets key a aside: a/2 is
+// dead-lettered with a *KeyHeldError naming its failure, key a is parked,
+// its later messages are dead-lettered behind it, and b runs all its
+// messages. Nothing of a runs out of order or twice and nothing is lost: a
+// ran version 1, its dead letters hold exactly 2…40.
+func TestOrderedFailingKeyDoesNotStallOthers(t *testing.T) {
+	for _, br := range orderedBrokers {
+		t.Run(br.name, func(t *testing.T) {
+			t.Parallel()
+			const aCount, bCount = 40, 10
+			var bDone atomic.Int32
+			b := br.make(t)
+			r := newOrderedRig(t, b, consumer.HandlerConfig{Name: "ordered"}, 1_000_000, func(ctx context.Context, key string, version int, msg consumer.Message) error {
+				if key == "a" && version == 2 && bDone.Load() == 0 {
+					return errors.New("not yet")
+				}
+				return nil
+			})
+			r.publish("a", seq(1, aCount)...)
+			r.publish("b", seq(1, bCount)...)
+			r.waitVersions("b", seq(1, bCount))
+			bDone.Store(1)
+			id := func(v int) string { return fmt.Sprintf("%s-a/%d", t.Name(), v) }
+			var dl map[string]map[string]string
+			progressing(t, time.Minute, "a/2…a/40 dead-lettered", func() (int64, bool, string) {
+				dl = b.deadLetters(t, "orders")
+				return int64(len(dl)), len(dl) >= aCount-1, fmt.Sprintf("%d dead letters", len(dl))
+			})
+			if got := r.versions("a"); fmt.Sprint(got) != "[1]" {
+				t.Fatalf("key a applied %v, want [1]", got)
+			}
+			if len(dl) != aCount-1 {
+				t.Fatalf("%d dead letters, want a/2…a/%d", len(dl), aCount)
+			}
+			if e := dl[id(2)][b.errHeader]; !strings.Contains(e, "set aside") || !strings.Contains(e, "not yet") {
+				t.Fatalf("a/2's dead letter error %q, want set aside with its failure", e)
+			}
+			for v := 3; v <= aCount; v++ {
+				if e := dl[id(v)][b.errHeader]; !strings.Contains(e, "parked") || !strings.Contains(e, id(2)) {
+					t.Fatalf("a/%d's dead letter error %q, want parked behind %s", v, e, id(2))
+				}
+			}
+			pk := r.c.ParkedKeys()
+			if len(pk) != 1 || pk[0].Key != "a" || pk[0].MessageID != id(2) || pk[0].DeadLettered != aCount-2 || !strings.Contains(pk[0].Cause, "set aside") {
+				t.Fatalf("ParkedKeys %+v: want key a parked by %s with %d dead-lettered behind it", pk, id(2), aCount-2)
+			}
+			testenv.Must(t, r.c.ReleaseKey("ordered", "a"), "ReleaseKey")
+			r.publish("a", aCount+1)
+			r.waitVersions("a", []int{1, aCount + 1})
+		})
+	}
+}
