@@ -63,26 +63,27 @@ func (e *KeyParkedError) Is(target error) bool { return target == ErrKeyParked }
 var ErrKeyHeld = errors.New("txbox/consumer: key set aside: its failing message held the consumer's window")
 
 // KeyHeldError is the cause of the dead letter of an Ordered handler's
-// message that kept failing (each failure retried in process) while the
-// deliveries the consumer held unsettled filled its window (the
-// prefetch), so that no other key got a delivery, for keyHoldLimit (5 s):
+// message that failed (each failure retried in process) after holding its
+// key for keyHoldLimit (5 s) while the deliveries the consumer held
+// unsettled filled its window (the prefetch), so that no other key got a
+// delivery, for keyHoldLimit:
 // the message is dead-lettered before its MaxDeliveries so that the other
 // keys go on, and its key then follows DeadKey (parked by default: its
 // later messages are dead-lettered behind it, in order). Err is the
 // message's last failure.
 type KeyHeldError struct {
 	Handler, Key string
-	// Failing is how long the message had been failing; Queued how many of
-	// its key's later deliveries were queued behind it; Window the
-	// binding's prefetch.
-	Failing        time.Duration
+	// Held is how long the message had held its key (since it first ran);
+	// Queued how many of the key's later deliveries were queued behind it;
+	// Window the binding's prefetch.
+	Held           time.Duration
 	Queued, Window int
 	Err            error
 }
 
 func (e *KeyHeldError) Error() string {
-	return fmt.Sprintf("set aside: this message of key %q of handler %q kept failing for %s while the consumer's window of %d unsettled deliveries was full (%d of the key's later deliveries queued behind it) and no other key could get a delivery; last failure: %v",
-		e.Key, e.Handler, e.Failing, e.Window, e.Queued, e.Err)
+	return fmt.Sprintf("set aside: this message of key %q of handler %q held its key, failing, for %s while the consumer's window of %d unsettled deliveries was full (%d of the key's later deliveries queued behind it) and no other key could get a delivery; last failure: %v",
+		e.Key, e.Handler, e.Held, e.Window, e.Queued, e.Err)
 }
 
 // Is makes errors.Is match ErrKeyHeld.
@@ -322,13 +323,7 @@ func (g *keyGate) unhold(hd *heldDelivery) {
 	}
 }
 
-// watch sets aside, every time the window has been full with nothing
-// admitted for limit, the held head (see hold) with the most deliveries of
-// its key queued behind it among those failing for at least limit, the
-// oldest first on a tie: its retry wait ends at once and a worker
-// dead-letters it with a *KeyHeldError (processOrdered), which parks its
-// key (DeadKey) and so settles the key's queued deliveries too, freeing
-// the window. It returns when ctx ends.
+// watch calls setAsideDue every tenth of limit until ctx ends.
 func (g *keyGate) watch(ctx context.Context, limit time.Duration) {
 	t := time.NewTicker(max(limit/10, time.Millisecond))
 	defer t.Stop()
@@ -336,34 +331,48 @@ func (g *keyGate) watch(ctx context.Context, limit time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case now := <-t.C:
+			g.setAsideDue(now, limit)
 		}
-		g.mu.Lock()
-		now := time.Now()
-		var pick *heldDelivery
-		pickQueued := 0
-		if g.unsettled >= g.limit && now.Sub(g.admitted) >= limit {
-			for k, hd := range g.held {
-				if now.Sub(hd.since) < limit {
-					continue
-				}
-				q := 0
-				if l := g.lanes[k]; l != nil {
-					q = len(l.queue)
-				}
-				if pick == nil || q > pickQueued || (q == pickQueued && hd.since.Before(pick.since)) {
-					pick, pickQueued = hd, q
-				}
-			}
-		}
-		if pick != nil {
-			delete(g.held, pick.key)
-			pick.aside = &KeyHeldError{Handler: g.handler, Key: pick.key, Failing: now.Sub(pick.since).Round(time.Millisecond), Queued: pickQueued, Window: g.limit, Err: pick.err}
-			close(pick.setAside)
-			g.admitted = now // the next one waits for the window to stay full again
-		}
-		g.mu.Unlock()
 	}
+}
+
+// setAsideDue sets aside, if the window has been full with nothing
+// admitted for limit at now, the held head (see hold) with the most
+// deliveries of its key queued behind it among those that have held their
+// key for at least limit, the oldest first on a tie: its retry wait ends
+// at once and a worker dead-letters it with a *KeyHeldError
+// (processOrdered), which parks its key (DeadKey) and so settles the key's
+// queued deliveries too, freeing the window. It returns the head set
+// aside, or nil.
+func (g *keyGate) setAsideDue(now time.Time, limit time.Duration) *heldDelivery {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.unsettled < g.limit || now.Sub(g.admitted) < limit {
+		return nil
+	}
+	var pick *heldDelivery
+	pickQueued := 0
+	for k, hd := range g.held {
+		if now.Sub(hd.since) < limit {
+			continue
+		}
+		q := 0
+		if l := g.lanes[k]; l != nil {
+			q = len(l.queue)
+		}
+		if pick == nil || q > pickQueued || (q == pickQueued && hd.since.Before(pick.since)) {
+			pick, pickQueued = hd, q
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	delete(g.held, pick.key)
+	pick.aside = &KeyHeldError{Handler: g.handler, Key: pick.key, Held: now.Sub(pick.since).Round(time.Millisecond), Queued: pickQueued, Window: g.limit, Err: pick.err}
+	close(pick.setAside)
+	g.admitted = now // the next one waits for the window to stay full again
+	return pick
 }
 
 // next returns the key's next waiting delivery, or false, and then the key

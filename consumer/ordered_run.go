@@ -25,7 +25,7 @@ func (c *Consumer[TTx]) orderedWorker(fetchCtx, hardCtx context.Context, h *hand
 
 func newHeld(d txbox.Delivery, hardCtx context.Context) *heldDelivery {
 	msg := d.Message()
-	return &heldDelivery{Delivery: d, msg: msg, key: msg.Key, hard: hardCtx}
+	return &heldDelivery{Delivery: d, msg: msg, key: msg.Key, hard: hardCtx, since: time.Now()}
 }
 
 // runOrdered runs hd, then its key's later deliveries as they queue up, one
@@ -82,9 +82,6 @@ func (c *Consumer[TTx]) processOrdered(fetchCtx, hardCtx context.Context, h *han
 	g.waiting.Add(1)
 	hd.setAside = make(chan struct{})
 	if hd.key != "" && hd.counted {
-		if hd.since.IsZero() {
-			hd.since = time.Now()
-		}
 		g.hold(hd)
 	}
 	go c.awaitRetry(fetchCtx, g, hd)
@@ -183,7 +180,8 @@ type heldDelivery struct {
 	delay time.Duration
 	dead  error
 	// counted: the last failure was the message's own (it counts toward
-	// MaxDeliveries), err; since is when the message first failed so.
+	// MaxDeliveries), err; since is when the message first ran, holding
+	// its key.
 	counted bool
 	err     error
 	since   time.Time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -532,6 +533,67 @@ func TestOrderedFailingKeyDoesNotStallOthers(t *testing.T) {
 			testenv.Must(t, r.c.ReleaseKey("ordered", "a"), "ReleaseKey")
 			r.publish("a", aCount+1)
 			r.waitVersions("a", []int{1, aCount + 1})
+		})
+	}
+}
+
+// TestBatchedFailingKeyDoesNotStallOthers: the same load on a batched
+// (not Ordered) inbox handler: a/2 fails until b is done while a's 58
+// later messages, more than the prefetch (32), arrive ahead of b's. A
+// batched handler gives a failed message back to the broker for its retry
+// (it keeps only the keys of the batch it runs, keyLanes), so a's later
+// messages are not held behind it and b completes; then every message of
+// a is applied, once.
+func TestBatchedFailingKeyDoesNotStallOthers(t *testing.T) {
+	for _, br := range orderedBrokers {
+		t.Run(br.name, func(t *testing.T) {
+			t.Parallel()
+			const aCount, bCount = 60, 10
+			var bDone atomic.Int32
+			b := br.make(t)
+			d := pgxDB(t, 12)
+			d.migrateAll(t)
+			d.exec(t, `CREATE TABLE applied (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, version int NOT NULL, msg_id text NOT NULL)`)
+			r := &orderedRig{t: t, b: b, d: d}
+			c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 8, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+				MaxDeliveries: 1_000_000, Batch: consumer.BatchConfig{Size: 4, Wait: 20 * time.Millisecond}})
+			testenv.Must(t, err, "consumer.New")
+			testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "batched", Binding: b.binding("orders")}, func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+				key, v, _ := strings.Cut(string(msg.Payload), "/")
+				version, err := strconv.Atoi(v)
+				if err != nil {
+					return consumer.Permanent(err)
+				}
+				if key == "a" && version == 2 && bDone.Load() == 0 {
+					return errors.New("not yet")
+				}
+				_, err = tx.Exec(ctx, `INSERT INTO applied (key, version, msg_id) VALUES ($1, $2, $3)`, key, version, msg.ID)
+				return err
+			}), "HandleInbox")
+			testenv.Must(t, c.Start(context.Background()), "Start")
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = c.Stop(ctx)
+			})
+			r.publish("a", seq(1, aCount)...)
+			r.publish("b", seq(1, bCount)...)
+			progressing(t, time.Minute, "b applied", func() (int64, bool, string) {
+				got := r.versions("b")
+				return int64(len(got)), len(got) >= bCount, fmt.Sprintf("applied %v", got)
+			})
+			bDone.Store(1)
+			progressing(t, time.Minute, "a applied", func() (int64, bool, string) {
+				got := r.versions("a")
+				return int64(len(got)), len(got) >= aCount, fmt.Sprintf("%d applied", len(got))
+			})
+			for k, n := range map[string]int{"a": aCount, "b": bCount} {
+				got := r.versions(k)
+				sort.Ints(got)
+				if fmt.Sprint(got) != fmt.Sprint(seq(1, n)) {
+					t.Fatalf("key %s applied %v, want 1…%d once each", k, got, n)
+				}
+			}
 		})
 	}
 }
