@@ -482,7 +482,7 @@ func TestOrderedRetriesFreeTheirWorkers(t *testing.T) {
 
 // TestOrderedFailingKeyDoesNotStallOthers: a/2 keeps failing (retried in
 // process) while a's 38 later messages, more than the consumer's window
-// (its prefetch, 16 unsettled deliveries) holds, arrive ahead of b's. With
+// (its prefetch, 16 unsettled deliveries) holds, arrive; then b's. With
 // the window full of key a, no other key would get a delivery until a/2
 // reached MaxDeliveries; so the gate sets key a aside: a/2 is
 // dead-lettered with a *KeyHeldError naming its failure, key a is parked,
@@ -494,15 +494,20 @@ func TestOrderedFailingKeyDoesNotStallOthers(t *testing.T) {
 		t.Run(br.name, func(t *testing.T) {
 			t.Parallel()
 			const aCount, bCount = 40, 10
-			var bDone atomic.Int32
+			var bDone, failures atomic.Int32
 			b := br.make(t)
 			r := newOrderedRig(t, b, consumer.HandlerConfig{Name: "ordered"}, 1_000_000, func(ctx context.Context, key string, version int, msg consumer.Message) error {
 				if key == "a" && version == 2 && bDone.Load() == 0 {
+					failures.Add(1)
 					return errors.New("not yet")
 				}
 				return nil
 			})
+			// b is published once a/2 fails: the consumer has nothing but
+			// a's messages to fill its window with (on Kafka, b's partition
+			// could otherwise be fetched first).
 			r.publish("a", seq(1, aCount)...)
+			eventually(t, "a/2 failing", func() bool { return failures.Load() > 0 })
 			r.publish("b", seq(1, bCount)...)
 			r.waitVersions("b", seq(1, bCount))
 			bDone.Store(1)
