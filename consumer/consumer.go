@@ -578,6 +578,7 @@ func (c *Consumer[TTx]) run(fetchCtx, hardCtx context.Context, b *binding[TTx], 
 	var gate *keyGate // Ordered: one delivery per key at a time (ordered.go)
 	if b.ordered() {
 		gate = c.keys.open(b.single.Name, 2*n)
+		go gate.watch(fetchCtx, keyHoldLimit)
 	}
 	var ls *keyLanes // batched: one worker at a time per key (lanes.go)
 	size, wait := c.bindingBatching(b)
@@ -743,6 +744,7 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		// The database failed, not the message: retry, never dead-letter,
 		// and do not count it toward MaxDeliveries.
 		log.Warn("txbox/consumer: the database failed; retrying, not counted toward MaxDeliveries", "err", err)
+		noteFailure(d, err, false)
 		c.dbFailed.Add(1)
 		c.retried.Add(1)
 		settle("retry", d.Retry(sctx, c.databaseRetryDelay(ctx, h, msg.Deliveries)))
@@ -757,8 +759,18 @@ func (c *Consumer[TTx]) processWith(ctx context.Context, h *handler[TTx], d txbo
 		}
 		delay := c.backoff(h, msg.Deliveries)
 		log.Warn("txbox/consumer: handler failed; retrying", "err", err, "failures", n, "delay", delay)
+		noteFailure(d, err, true)
 		c.retried.Add(1)
 		settle("retry", d.Retry(sctx, delay))
+	}
+}
+
+// noteFailure tells an Ordered handler's delivery (heldDelivery) how it
+// failed before its retry: counted (toward MaxDeliveries: the message's own
+// failure) or not (the database's).
+func noteFailure(d txbox.Delivery, err error, counted bool) {
+	if f, ok := d.(interface{ failed(error, bool) }); ok {
+		f.failed(err, counted)
 	}
 }
 

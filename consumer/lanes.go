@@ -11,7 +11,9 @@ import (
 
 // keyHoldLimit is how long a batch may go without a handler returning
 // before an idle worker takes the later deliveries of its keys queued
-// behind it (see keyLanes).
+// behind it (see keyLanes), and how long an Ordered handler's window may
+// stay full, with a failing message holding its key that long, before the
+// key gate sets that key aside (keyGate.setAsideDue).
 const keyHoldLimit = 5 * time.Second
 
 // keyLanes hands the deliveries of a batched binding to its workers so that

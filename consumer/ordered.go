@@ -59,6 +59,39 @@ func (e *KeyParkedError) Error() string {
 // Is makes errors.Is match ErrKeyParked.
 func (e *KeyParkedError) Is(target error) bool { return target == ErrKeyParked }
 
+// ErrKeyHeld is matched by *KeyHeldError.
+var ErrKeyHeld = errors.New("txbox/consumer: key set aside: its failing message held the consumer's window")
+
+// KeyHeldError is the cause of the dead letter of an Ordered handler's
+// message that failed (each failure retried in process) after holding its
+// key for keyHoldLimit (5 s) while the deliveries the consumer held
+// unsettled filled its window (the prefetch), so that no other key got a
+// delivery, for keyHoldLimit:
+// the message is dead-lettered before its MaxDeliveries so that the other
+// keys go on, and its key then follows DeadKey (parked by default: its
+// later messages are dead-lettered behind it, in order). Err is the
+// message's last failure.
+type KeyHeldError struct {
+	Handler, Key string
+	// Held is how long the message had held its key (since it first ran);
+	// Queued how many of the key's later deliveries were queued behind it;
+	// Window the binding's prefetch.
+	Held           time.Duration
+	Queued, Window int
+	Err            error
+}
+
+func (e *KeyHeldError) Error() string {
+	return fmt.Sprintf("set aside: this message of key %q of handler %q held its key, failing, for %s while the consumer's window of %d unsettled deliveries was full (%d of the key's later deliveries queued behind it) and no other key could get a delivery; last failure: %v",
+		e.Key, e.Handler, e.Held, e.Window, e.Queued, e.Err)
+}
+
+// Is makes errors.Is match ErrKeyHeld.
+func (e *KeyHeldError) Is(target error) bool { return target == ErrKeyHeld }
+
+// Unwrap returns the message's last failure.
+func (e *KeyHeldError) Unwrap() error { return e.Err }
+
 // ParkedKey is a key an Ordered handler parked.
 type ParkedKey struct {
 	Handler string
@@ -143,6 +176,7 @@ func (r *keyRegistry) open(handler string, limit int) *keyGate {
 		r.gates = map[string]*keyGate{}
 	}
 	g := &keyGate{handler: handler, lanes: map[string]*lane{}, parked: map[string]*ParkedKey{},
+		held: map[string]*heldDelivery{}, limit: max(limit, 1), admitted: time.Now(),
 		slots: make(chan struct{}, max(limit, 1)), ready: make(chan *heldDelivery)}
 	r.gates[handler] = g
 	return g
@@ -193,14 +227,30 @@ func (c *Consumer[TTx]) ReleaseKey(handler, key string) error {
 // in arrival order, until it is done. Unkeyed deliveries pass freely. The
 // queued deliveries are bounded by slots (the prefetch): a fetch loop
 // that finds them full waits.
+//
+// The deliveries the consumer holds unsettled (running, queued, waiting
+// for a retry) are its window: the broker hands out no more than the
+// prefetch (JetStream's MaxAckPending, RabbitMQ's QoS), and the fetch loop
+// queues no more than slots. A key whose head keeps failing holds its
+// share of the window until the head succeeds or is dead-lettered; its
+// later deliveries, queued behind it, can fill the rest, and then no key
+// gets a new delivery. So when the window has been full with nothing
+// admitted for keyHoldLimit, the gate sets aside the key whose failing
+// head has waited longest (setAside): see watch.
 type keyGate struct {
 	handler string
 	mu      sync.Mutex
 	lanes   map[string]*lane // keys with a delivery in a worker
 	parked  map[string]*ParkedKey
-	slots   chan struct{}
-	ready   chan *heldDelivery // retries whose backoff passed, for a worker
-	waiting sync.WaitGroup     // retries waiting for their backoff
+	held    map[string]*heldDelivery // failing heads waiting for a retry, by key
+	limit   int                      // the window: the binding's prefetch
+	// unsettled counts the deliveries admitted and not yet settled;
+	// admitted is when the fetch loop last handed one over.
+	unsettled int
+	admitted  time.Time
+	slots     chan struct{}
+	ready     chan *heldDelivery // retries whose backoff passed, for a worker
+	waiting   sync.WaitGroup     // retries waiting for their backoff
 }
 
 // lane is a busy key's queue of waiting deliveries.
@@ -212,10 +262,13 @@ type lane struct{ queue []txbox.Delivery }
 // bound, so that drain releases it after the key's earlier deliveries, and
 // returns ctx's error.
 func (g *keyGate) admit(ctx context.Context, d txbox.Delivery, key string) (bool, error) {
+	g.mu.Lock()
+	g.unsettled++
+	g.admitted = time.Now()
 	if key == "" {
+		g.mu.Unlock()
 		return true, nil
 	}
-	g.mu.Lock()
 	if g.lanes[key] == nil {
 		g.lanes[key] = &lane{}
 		g.mu.Unlock()
@@ -242,7 +295,84 @@ func (g *keyGate) admit(ctx context.Context, d txbox.Delivery, key string) (bool
 		return true, nil
 	}
 	l.queue = append(l.queue, d)
+	g.admitted = time.Now()
 	return false, nil
+}
+
+// settled notes that an admitted delivery was settled (acknowledged,
+// dead-lettered or released).
+func (g *keyGate) settled() {
+	g.mu.Lock()
+	g.unsettled--
+	g.mu.Unlock()
+}
+
+// hold registers hd, a key's head waiting for a retry after a failure of
+// its own, as one watch may set aside; unhold removes it.
+func (g *keyGate) hold(hd *heldDelivery) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held[hd.key] = hd
+}
+
+func (g *keyGate) unhold(hd *heldDelivery) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held[hd.key] == hd {
+		delete(g.held, hd.key)
+	}
+}
+
+// watch calls setAsideDue every tenth of limit until ctx ends.
+func (g *keyGate) watch(ctx context.Context, limit time.Duration) {
+	t := time.NewTicker(max(limit/10, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			g.setAsideDue(now, limit)
+		}
+	}
+}
+
+// setAsideDue sets aside, if the window has been full with nothing
+// admitted for limit at now, the held head (see hold) with the most
+// deliveries of its key queued behind it among those that have held their
+// key for at least limit, the oldest first on a tie: its retry wait ends
+// at once and a worker dead-letters it with a *KeyHeldError
+// (processOrdered), which parks its key (DeadKey) and so settles the key's
+// queued deliveries too, freeing the window. It returns the head set
+// aside, or nil.
+func (g *keyGate) setAsideDue(now time.Time, limit time.Duration) *heldDelivery {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.unsettled < g.limit || now.Sub(g.admitted) < limit {
+		return nil
+	}
+	var pick *heldDelivery
+	pickQueued := 0
+	for k, hd := range g.held {
+		if now.Sub(hd.since) < limit {
+			continue
+		}
+		q := 0
+		if l := g.lanes[k]; l != nil {
+			q = len(l.queue)
+		}
+		if pick == nil || q > pickQueued || (q == pickQueued && hd.since.Before(pick.since)) {
+			pick, pickQueued = hd, q
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	delete(g.held, pick.key)
+	pick.aside = &KeyHeldError{Handler: g.handler, Key: pick.key, Held: now.Sub(pick.since).Round(time.Millisecond), Queued: pickQueued, Window: g.limit, Err: pick.err}
+	close(pick.setAside)
+	g.admitted = now // the next one waits for the window to stay full again
+	return pick
 }
 
 // next returns the key's next waiting delivery, or false, and then the key
@@ -282,6 +412,7 @@ func (g *keyGate) drain() []txbox.Delivery {
 	for len(g.slots) > 0 {
 		<-g.slots
 	}
+	g.unsettled = 0
 	return out
 }
 

@@ -148,3 +148,62 @@ func TestCheckOrderedRoutes(t *testing.T) {
 		t.Fatalf("an Ordered binding batches %d", size)
 	}
 }
+
+// TestKeyGateSetAside: a failing head (held, waiting for a retry) is set
+// aside only when the window (the gate's limit of unsettled deliveries) has
+// been full with nothing admitted for the hold limit and the head has held
+// its key that long; of several, the one with the most of its key queued
+// behind it goes first, with a *KeyHeldError naming its failure; a head
+// that is not held (a database failure, or running) never is.
+func TestKeyGateSetAside(t *testing.T) {
+	const limit = 5 * time.Second
+	g := (&keyRegistry{}).open("h", 4)
+	ctx := context.Background()
+	for _, c := range []struct{ id, key string }{{"a1", "a"}, {"a2", "a"}, {"a3", "a"}, {"b1", "b"}} {
+		if _, err := g.admit(ctx, &gateDelivery{id: c.id, key: c.key}, c.key); err != nil {
+			t.Fatalf("admit %s: %v", c.id, err)
+		}
+	}
+	start := time.Now()
+	head := func(key string, since time.Time) *heldDelivery {
+		hd := &heldDelivery{key: key, since: since, err: errors.New(key + " fails"), setAside: make(chan struct{})}
+		g.hold(hd)
+		return hd
+	}
+	b := head("b", start.Add(-time.Minute)) // held longest, nothing queued
+	a := head("a", start)                   // a2, a3 queued behind it
+	if hd := g.setAsideDue(start.Add(limit/2), limit); hd != nil {
+		t.Fatalf("set aside %q before the window was full for the hold limit", hd.key)
+	}
+	g.settled() // 3 of 4 unsettled: not full
+	if hd := g.setAsideDue(start.Add(time.Hour), limit); hd != nil {
+		t.Fatalf("set aside %q with room in the window", hd.key)
+	}
+	if _, err := g.admit(ctx, &gateDelivery{id: "c1", key: "c"}, "c"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(limit)
+	hd := g.setAsideDue(now, limit)
+	if hd != a {
+		t.Fatalf("set aside %+v, want a's head (the most queued behind it)", hd)
+	}
+	select {
+	case <-a.setAside:
+	default:
+		t.Fatal("a's retry wait not ended")
+	}
+	var held *KeyHeldError
+	if !errors.As(a.aside, &held) || !errors.Is(a.aside, ErrKeyHeld) || held.Queued != 2 || held.Window != 4 || held.Err.Error() != "a fails" {
+		t.Fatalf("aside %+v: want a *KeyHeldError with 2 queued, window 4, a's failure", a.aside)
+	}
+	if hd := g.setAsideDue(now.Add(limit/2), limit); hd != nil {
+		t.Fatalf("set aside %q again before the window stayed full for the hold limit", hd.key)
+	}
+	if hd := g.setAsideDue(now.Add(limit), limit); hd != b {
+		t.Fatalf("set aside %+v, want b's head next", hd)
+	}
+	g.unhold(b)
+	if hd := g.setAsideDue(now.Add(time.Hour), limit); hd != nil {
+		t.Fatalf("set aside %q: no head is held", hd.key)
+	}
+}

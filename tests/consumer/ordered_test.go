@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -474,6 +475,129 @@ func TestOrderedRetriesFreeTheirWorkers(t *testing.T) {
 			bDone.Store(true)
 			for _, k := range []string{"a", "c", "e"} {
 				r.waitVersions(k, []int{1})
+			}
+		})
+	}
+}
+
+// TestOrderedFailingKeyDoesNotStallOthers: a/2 keeps failing (retried in
+// process) while a's 38 later messages, more than the consumer's window
+// (its prefetch, 16 unsettled deliveries) holds, arrive; then b's. With
+// the window full of key a, no other key would get a delivery until a/2
+// reached MaxDeliveries; so the gate sets key a aside: a/2 is
+// dead-lettered with a *KeyHeldError naming its failure, key a is parked,
+// its later messages are dead-lettered behind it, and b runs all its
+// messages. Nothing of a runs out of order or twice and nothing is lost: a
+// ran version 1, its dead letters hold exactly 2…40.
+func TestOrderedFailingKeyDoesNotStallOthers(t *testing.T) {
+	for _, br := range orderedBrokers {
+		t.Run(br.name, func(t *testing.T) {
+			t.Parallel()
+			const aCount, bCount = 40, 10
+			var bDone, failures atomic.Int32
+			b := br.make(t)
+			r := newOrderedRig(t, b, consumer.HandlerConfig{Name: "ordered"}, 1_000_000, func(ctx context.Context, key string, version int, msg consumer.Message) error {
+				if key == "a" && version == 2 && bDone.Load() == 0 {
+					failures.Add(1)
+					return errors.New("not yet")
+				}
+				return nil
+			})
+			// b is published once a/2 fails: the consumer has nothing but
+			// a's messages to fill its window with (on Kafka, b's partition
+			// could otherwise be fetched first).
+			r.publish("a", seq(1, aCount)...)
+			eventually(t, "a/2 failing", func() bool { return failures.Load() > 0 })
+			r.publish("b", seq(1, bCount)...)
+			r.waitVersions("b", seq(1, bCount))
+			bDone.Store(1)
+			id := func(v int) string { return fmt.Sprintf("%s-a/%d", t.Name(), v) }
+			var dl map[string]map[string]string
+			progressing(t, time.Minute, "a/2…a/40 dead-lettered", func() (int64, bool, string) {
+				dl = b.deadLetters(t, "orders")
+				return int64(len(dl)), len(dl) >= aCount-1, fmt.Sprintf("%d dead letters", len(dl))
+			})
+			if got := r.versions("a"); fmt.Sprint(got) != "[1]" {
+				t.Fatalf("key a applied %v, want [1]", got)
+			}
+			if len(dl) != aCount-1 {
+				t.Fatalf("%d dead letters, want a/2…a/%d", len(dl), aCount)
+			}
+			if e := dl[id(2)][b.errHeader]; !strings.Contains(e, "set aside") || !strings.Contains(e, "not yet") {
+				t.Fatalf("a/2's dead letter error %q, want set aside with its failure", e)
+			}
+			for v := 3; v <= aCount; v++ {
+				if e := dl[id(v)][b.errHeader]; !strings.Contains(e, "parked") || !strings.Contains(e, id(2)) {
+					t.Fatalf("a/%d's dead letter error %q, want parked behind %s", v, e, id(2))
+				}
+			}
+			pk := r.c.ParkedKeys()
+			if len(pk) != 1 || pk[0].Key != "a" || pk[0].MessageID != id(2) || pk[0].DeadLettered != aCount-2 || !strings.Contains(pk[0].Cause, "set aside") {
+				t.Fatalf("ParkedKeys %+v: want key a parked by %s with %d dead-lettered behind it", pk, id(2), aCount-2)
+			}
+			testenv.Must(t, r.c.ReleaseKey("ordered", "a"), "ReleaseKey")
+			r.publish("a", aCount+1)
+			r.waitVersions("a", []int{1, aCount + 1})
+		})
+	}
+}
+
+// TestBatchedFailingKeyDoesNotStallOthers: the same load on a batched
+// (not Ordered) inbox handler: a/2 fails until b is done while a's 58
+// later messages, more than the prefetch (32), arrive ahead of b's. A
+// batched handler gives a failed message back to the broker for its retry
+// (it keeps only the keys of the batch it runs, keyLanes), so a's later
+// messages are not held behind it and b completes; then every message of
+// a is applied, once.
+func TestBatchedFailingKeyDoesNotStallOthers(t *testing.T) {
+	for _, br := range orderedBrokers {
+		t.Run(br.name, func(t *testing.T) {
+			t.Parallel()
+			const aCount, bCount = 60, 10
+			var bDone atomic.Int32
+			b := br.make(t)
+			d := pgxDB(t, 12)
+			d.migrateAll(t)
+			d.exec(t, `CREATE TABLE applied (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, version int NOT NULL, msg_id text NOT NULL)`)
+			r := &orderedRig{t: t, b: b, d: d}
+			c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 8, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+				MaxDeliveries: 1_000_000, Batch: consumer.BatchConfig{Size: 4, Wait: 20 * time.Millisecond}})
+			testenv.Must(t, err, "consumer.New")
+			testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "batched", Binding: b.binding("orders")}, func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
+				key, v, _ := strings.Cut(string(msg.Payload), "/")
+				version, err := strconv.Atoi(v)
+				if err != nil {
+					return consumer.Permanent(err)
+				}
+				if key == "a" && version == 2 && bDone.Load() == 0 {
+					return errors.New("not yet")
+				}
+				_, err = tx.Exec(ctx, `INSERT INTO applied (key, version, msg_id) VALUES ($1, $2, $3)`, key, version, msg.ID)
+				return err
+			}), "HandleInbox")
+			testenv.Must(t, c.Start(context.Background()), "Start")
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = c.Stop(ctx)
+			})
+			r.publish("a", seq(1, aCount)...)
+			r.publish("b", seq(1, bCount)...)
+			progressing(t, time.Minute, "b applied", func() (int64, bool, string) {
+				got := r.versions("b")
+				return int64(len(got)), len(got) >= bCount, fmt.Sprintf("applied %v", got)
+			})
+			bDone.Store(1)
+			progressing(t, time.Minute, "a applied", func() (int64, bool, string) {
+				got := r.versions("a")
+				return int64(len(got)), len(got) >= aCount, fmt.Sprintf("%d applied", len(got))
+			})
+			for k, n := range map[string]int{"a": aCount, "b": bCount} {
+				got := r.versions(k)
+				sort.Ints(got)
+				if fmt.Sprint(got) != fmt.Sprint(seq(1, n)) {
+					t.Fatalf("key %s applied %v, want 1…%d once each", k, got, n)
+				}
 			}
 		})
 	}
