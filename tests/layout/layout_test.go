@@ -82,7 +82,7 @@ func TestLayering(t *testing.T) {
 	sdks := []string{"github.com/jackc/pgx", "github.com/nats-io/", "github.com/rabbitmq/", "github.com/redis/",
 		"github.com/hibiken/", "github.com/twmb/", "modernc.org/", "github.com/go-sql-driver/", "github.com/spf13/",
 		"github.com/prometheus/", "go.opentelemetry.io/"}
-	core := map[string]bool{mod: true, mod + "/txboxdriver": true, mod + "/relay": true, mod + "/consumer": true,
+	core := map[string]bool{mod: true, mod + "/txboxdriver": true, mod + "/relay": true, mod + "/relay/supervise": true, mod + "/consumer": true,
 		mod + "/inbox": true, mod + "/txboxmigrate": true, mod + "/dlq": true, mod + "/dead": true, mod + "/txboxsql": true,
 		mod + "/drivertest": true, mod + "/brokertest": true, mod + "/txboxtest": true, mod + "/health": true, mod + "/claimcheck": true}
 	adapters := map[string]bool{mod + "/natsjs": true, mod + "/txboxrabbitmq": true, mod + "/redisstream": true, mod + "/txboxasynq": true, mod + "/txboxkafka": true, mod + "/txboxpgx": true}

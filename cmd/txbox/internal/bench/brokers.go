@@ -116,12 +116,7 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 			return fmt.Errorf("rabbitmq: declare %s: %w", queue, err)
 		}
 		defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-		pconn, err := txboxrabbitmq.NewConn(cfg.RabbitMQURL, txboxrabbitmq.ConnConfig{})
-		if err != nil {
-			return err
-		}
-		defer pconn.Close()
-		pub, err := txboxrabbitmq.NewPublisher(pconn, txboxrabbitmq.PublisherConfig{})
+		pub, err := txboxrabbitmq.FromURL(ctx, cfg.RabbitMQURL, txboxrabbitmq.PublisherConfig{}, txboxrabbitmq.ConnConfig{})
 		if err != nil {
 			return err
 		}
@@ -136,15 +131,17 @@ func Brokers(ctx context.Context, cfg BrokersConfig) error {
 		if kname == "" {
 			kname = "Kafka"
 		}
-		kcl, err := kgo.NewClient(kgo.SeedBrokers(cfg.KafkaSeeds...), kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(time.Millisecond))
+		opts := []kgo.Opt{kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(time.Millisecond)}
+		kcl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(cfg.KafkaSeeds...))...) // the raw baseline's
 		if err != nil {
 			return err
 		}
 		defer kcl.Close()
-		kpub, err := txboxkafka.NewPublisher(kcl, txboxkafka.PublisherConfig{})
+		kpub, err := txboxkafka.FromURL(ctx, "kafka://"+strings.Join(cfg.KafkaSeeds, ","), txboxkafka.PublisherConfig{}, opts...)
 		if err != nil {
 			return err
 		}
+		defer kpub.Close()
 		ktopic := "txboxbench." + id
 		targets = append(targets, target{kname, func(n int) (float64, error) { return rawKafka(ctx, kcl, ktopic, n) }, kpub, ktopic, func() error { return nil }})
 	}

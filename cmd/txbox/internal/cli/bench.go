@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox/cmd/txbox/internal/bench"
+	"github.com/txbox/txbox/natsjs"
+	"github.com/txbox/txbox/redisstream"
 	"github.com/txbox/txbox/txboxdriver"
 )
 
@@ -69,9 +71,9 @@ machine are noisy: read the ratios, and the paired medians.`,
 			runs := map[string]func(context.Context, bench.Config) error{
 				"drain": bench.Drain, "add": bench.Add, "order": bench.Ordered, "latency": bench.Latency, "scale": bench.Scale,
 				"brokers": func(ctx context.Context, cfg bench.Config) error {
-					opt, err := redis.ParseURL(redisURL)
+					opt, _, err := redisstream.ParseURL(redisURL)
 					if err != nil {
-						return fmt.Errorf("--redis %q: %w", redact(redisURL, redisURL), redactErr(err, redisURL))
+						return fmt.Errorf("--redis: %w", err)
 					}
 					rc := redis.NewClient(opt)
 					defer rc.Close()
@@ -144,12 +146,12 @@ machine are noisy: read the ratios, and the paired medians.`,
 				return fmt.Errorf("open %s: %w", t, redactErr(err, t.url))
 			}
 			defer pool.Close()
-			nc, err := nats.Connect(brokerURL, nats.Timeout(5*time.Second))
+			np, err := natsjs.FromURL(ctx, brokerURL, natsjs.PublisherConfig{}, nats.Name("txbox bench"))
 			if err != nil {
-				return fmt.Errorf("connect to NATS at %s: %w", redact(brokerURL, brokerURL), redactErr(err, brokerURL))
+				return fmt.Errorf("--broker: %w", err)
 			}
-			defer nc.Close()
-			cfg.Pool, cfg.NATS, cfg.Out = pool, nc, cmd.OutOrStdout()
+			defer np.Close()
+			cfg.Pool, cfg.NATS, cfg.Out = pool, np.Conn(), cmd.OutOrStdout()
 			for _, name := range order {
 				fmt.Fprintf(cfg.Out, "== %s\n", name)
 				if err := runs[name](ctx, cfg); err != nil {

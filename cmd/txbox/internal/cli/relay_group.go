@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/supervise"
 	"github.com/txbox/txbox/txboxdriver"
 )
 
@@ -150,6 +152,12 @@ func checkStores(specs []storeSpec, why string) ([]storeSpec, error) {
 		tables[k] = s
 	}
 	return specs, nil
+}
+
+// same reports whether s and o are one store: same name, database and
+// table.
+func (s storeSpec) same(o storeSpec) bool {
+	return s.Name == o.Name && s.DB == o.DB && s.Schema == o.Schema && s.Table == o.Table
 }
 
 // where names a store in an error: its name, and its line in the --stores
@@ -314,15 +322,16 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 
 	// One pool per distinct URL, shared by its stores (and their budget),
 	// opened in the background: a store runs once its database is open.
-	sctx, stop := context.WithCancel(ctx)
-	starts := startStores(sctx, log, specs, f.migrate)
-	defer func() {
-		stop()
-		starts.close()
-	}()
-	f.served.setStarts(starts)
+	// The supervisor outlives a broker connection closed for good.
+	var br atomic.Pointer[broker]
+	sup, err := newSupervisor(log, f, specs, base, budget, func() txbox.Publisher { return br.Load().pub })
+	if err != nil {
+		return err
+	}
+	defer sup.Close()
+	f.served.setSupervisor(sup)
 	if f.ui {
-		if err := f.served.mountGroupUI(log, specs, starts, uiToken(f.uiToken), f.uiTables()); err != nil {
+		if err := f.served.mountGroupUI(log, specs, sup, uiToken(f.uiToken), f.uiTables()); err != nil {
 			return err
 		}
 	}
@@ -337,15 +346,13 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	load := func() ([]storeSpec, error) {
 		return groupStores(f)
 	}
-	return reconnecting(ctx, log, out, f, func(br *broker) error {
-		return groupWith(ctx, log, out, f, starts, br, base, budget, hup, load)
+	return reconnecting(ctx, log, out, f, func(b *broker) error {
+		br.Store(b)
+		return groupWith(ctx, log, out, f, sup, b, budget, groupStopTimeout(base), hup, load)
 	})
 }
 
-// dbKey tells the databases of stores apart: one pool each.
-func dbKey(t dbTarget) string { return t.String() + "|" + t.url + t.path }
-
-func migrateStore(ctx context.Context, log *slog.Logger, db *database, s storeSpec) error {
+func migrateStore(ctx context.Context, log *slog.Logger, db *database, s supervise.Store) error {
 	tf := tableFlags{schema: s.Schema, table: cmp.Or(s.Table, txbox.DefaultTable), log: log.With("store", s.Name)}
 	m, err := db.migrator(tf.migrateConfig())
 	if err != nil {

@@ -223,7 +223,7 @@ func TestRelayGroupStoreDownAtStart(t *testing.T) {
 	// gone, which is then opened once more before it is left out again.)
 	r.waitFor("gone named as left out", func() bool {
 		g := checks()["gone"]
-		return strings.Contains(g, "not running until the relay restarts or reloads --stores") && strings.Contains(g, "does not exist")
+		return strings.Contains(g, "not running until its store is set again") && strings.Contains(g, "does not exist")
 	})
 	got := checks()
 	if got["acme"] != "ready" {

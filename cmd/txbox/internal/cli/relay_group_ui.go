@@ -9,6 +9,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/supervise"
 	"github.com/txbox/txbox/txboxui"
 )
 
@@ -19,7 +20,7 @@ import (
 type storesUI struct {
 	log    *slog.Logger
 	h      *relayHTTP
-	starts *storeStarts
+	sup    *supervise.Supervisor
 	tables uiTables
 	ui     *txboxui.Stores
 
@@ -35,8 +36,8 @@ type storeUI struct {
 // mountGroupUI serves the dashboards of the group's stores under /ui/.
 // They read their figures when watched only (no background sampling, which
 // would cost every store's database a query every few seconds).
-func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, starts *storeStarts, token string, tables uiTables) error {
-	s := &storesUI{log: log, h: h, starts: starts, tables: tables}
+func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, sup *supervise.Supervisor, token string, tables uiTables) error {
+	s := &storesUI{log: log, h: h, sup: sup, tables: tables}
 	for _, sp := range specs {
 		s.stores = append(s.stores, storeUI{spec: sp})
 	}
@@ -77,7 +78,7 @@ func (s *storesUI) setSpecs(specs []storeSpec) {
 	for i, sp := range specs {
 		stores[i] = storeUI{spec: sp}
 		for _, old := range s.stores {
-			if sameStore(old.spec, sp) {
+			if old.spec.same(sp) {
 				stores[i] = old
 			}
 		}
@@ -92,7 +93,7 @@ func (s *storesUI) open(spec storeSpec) (*txboxui.Handler, error) {
 	defer s.mu.Unlock()
 	i := -1
 	for j, st := range s.stores {
-		if sameStore(st.spec, spec) {
+		if st.spec.same(spec) {
 			i = j
 		}
 	}
@@ -103,11 +104,11 @@ func (s *storesUI) open(spec storeSpec) (*txboxui.Handler, error) {
 	if st.ui != nil {
 		return st.ui, nil
 	}
-	db := s.starts.db(st.spec)
-	if db == nil {
-		return nil, cmp.Or(s.starts.wait(st.spec.Name), errNotOpenYet)
+	db, err := s.sup.Database(st.spec.Name)
+	if err != nil {
+		return nil, err
 	}
-	cfg, err := db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), s.tables)
+	cfg, err := db.(*storeDB).db.uiConfig(st.spec.Schema, cmp.Or(st.spec.Table, txbox.DefaultTable), s.tables)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/internal/hostcheck"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/supervise"
 	"github.com/txbox/txbox/txboxprom"
 	"github.com/txbox/txbox/txboxui"
 )
@@ -31,8 +32,8 @@ type relayHTTP struct {
 	metrics *txboxprom.Metrics // one store
 	current atomic.Pointer[relay.Relay]
 
-	stores *txboxprom.Stores           // several stores
-	starts atomic.Pointer[storeStarts] // why those not running do not
+	stores *txboxprom.Stores                    // several stores
+	sup    atomic.Pointer[supervise.Supervisor] // their relays, and why those not running do not
 
 	groupUI *storesUI // --ui with several stores
 
@@ -40,8 +41,7 @@ type relayHTTP struct {
 	probes         atomic.Pointer[http.Handler] // /metrics, /healthz, /readyz with a check per store of now
 
 	mu    sync.Mutex
-	names []string                // the stores, in order
-	group map[string]*relay.Relay // their relays running now, by name
+	names []string // the stores, in order
 
 	ui      atomic.Pointer[uiMount] // --ui, once the databases are open
 	allowed []string                // --allowed-host
@@ -81,13 +81,12 @@ func serveRelayHTTP(ctx context.Context, log *slog.Logger, addr string, public, 
 	} else {
 		h.stores = txboxprom.NewStores(txboxprom.StoresConfig{})
 		reg.MustRegister(h.stores)
-		for _, state := range []string{storeRunning, storeWaiting, storeLeftOut} {
+		for _, state := range []supervise.State{supervise.Running, supervise.Waiting, supervise.LeftOut} {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "txbox_relay_stores", ConstLabels: prometheus.Labels{"state": state},
+				Name: "txbox_relay_stores", ConstLabels: prometheus.Labels{"state": state.String()},
 				Help: "The stores of a relay with several, by state: running (in the group), waiting (for their database, or to be migrated), left_out (until a restart or a reload of --stores).",
 			}, func() float64 { return float64(h.storeStates()[state]) }))
 		}
-		h.group = map[string]*relay.Relay{}
 		h.setNames(stores)
 	}
 	mux := http.NewServeMux()
@@ -186,37 +185,12 @@ func (h *relayHTTP) storeObserver(name string) txbox.RelayObserver {
 	return h.stores.Relay(name)
 }
 
-// setStore records the relay of a group's store running now.
-func (h *relayHTTP) setStore(name string, r *relay.Relay) {
-	if h == nil {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if slices.Contains(h.names, name) {
-		h.group[name] = r
-	}
-}
-
-// clearStore records that r, a group's store's relay, no longer runs.
-func (h *relayHTTP) clearStore(r *relay.Relay) {
-	if h == nil {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for name, cur := range h.group {
-		if cur == r {
-			delete(h.group, name)
-		}
-	}
-}
-
 // relayOf returns the relay of the named store running now, or nil.
 func (h *relayHTTP) relayOf(name string) *relay.Relay {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.group[name]
+	if sup := h.sup.Load(); sup != nil {
+		return sup.Relay(name)
+	}
+	return nil
 }
 
 // setNames sets the group's stores (after a reload of --stores): a store
@@ -229,7 +203,6 @@ func (h *relayHTTP) setNames(names []string) {
 	defer h.mu.Unlock()
 	for _, old := range h.names {
 		if !slices.Contains(names, old) {
-			delete(h.group, old)
 			h.stores.Remove(old)
 		}
 	}
@@ -238,27 +211,12 @@ func (h *relayHTTP) setNames(names []string) {
 	h.probes.Store(&probes)
 }
 
-// The states of txbox_relay_stores.
-const (
-	storeRunning = "running"
-	storeWaiting = "waiting"
-	storeLeftOut = "left_out"
-)
-
 // storeStates counts the group's stores by state.
-func (h *relayHTTP) storeStates() map[string]int {
-	starts := h.starts.Load()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := map[string]int{}
-	for _, name := range h.names {
-		switch {
-		case h.group[name] != nil:
-			n[storeRunning]++
-		case starts != nil && starts.isLeftOut(name):
-			n[storeLeftOut]++
-		default:
-			n[storeWaiting]++
+func (h *relayHTTP) storeStates() map[supervise.State]int {
+	n := map[supervise.State]int{}
+	if sup := h.sup.Load(); sup != nil {
+		for _, st := range sup.States() {
+			n[st.State]++
 		}
 	}
 	return n
@@ -288,7 +246,7 @@ func (h *relayHTTP) storeChecks(names []string) []health.Check {
 		check := health.RelayCheck(name, current)
 		checks[i] = func(ctx context.Context) health.Result {
 			if current() == nil {
-				if err := h.starts.Load().wait(name); err != nil {
+				if err := h.why(name); err != nil {
 					return health.Result{Name: name, Error: err.Error()}
 				}
 			}
@@ -298,12 +256,26 @@ func (h *relayHTTP) storeChecks(names []string) []health.Check {
 	return checks
 }
 
-// setStarts gives the readiness checks of a group's stores the reason why
-// a store does not run yet.
-func (h *relayHTTP) setStarts(s *storeStarts) {
+// setSupervisor gives the probes and metrics of a group's stores their
+// relays, and why a store does not run yet.
+func (h *relayHTTP) setSupervisor(s *supervise.Supervisor) {
 	if h != nil {
-		h.starts.Store(s)
+		h.sup.Store(s)
 	}
+}
+
+// why returns why the named store does not run, or nil.
+func (h *relayHTTP) why(name string) error {
+	sup := h.sup.Load()
+	if sup == nil {
+		return supervise.ErrNotOpenYet
+	}
+	for _, st := range sup.States() {
+		if st.Store.Name == name {
+			return st.Err
+		}
+	}
+	return nil
 }
 
 func (h *relayHTTP) close() {
