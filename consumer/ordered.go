@@ -248,6 +248,10 @@ type keyGate struct {
 	// admitted is when the fetch loop last handed one over.
 	unsettled int
 	admitted  time.Time
+	// succeeded is when a delivery last ran and was acknowledged: a
+	// failing key is set aside beside others only if something succeeded
+	// since it began failing (see setAsideDue).
+	succeeded time.Time
 	slots     chan struct{}
 	ready     chan *heldDelivery // retries whose backoff passed, for a worker
 	waiting   sync.WaitGroup     // retries waiting for their backoff
@@ -307,6 +311,13 @@ func (g *keyGate) settled() {
 	g.mu.Unlock()
 }
 
+// success notes that a delivery ran and was acknowledged.
+func (g *keyGate) success() {
+	g.mu.Lock()
+	g.succeeded = time.Now()
+	g.mu.Unlock()
+}
+
 // hold registers hd, a key's head waiting for a retry after a failure of
 // its own, as one watch may set aside; unhold removes it.
 func (g *keyGate) hold(hd *heldDelivery) {
@@ -340,7 +351,12 @@ func (g *keyGate) watch(ctx context.Context, limit time.Duration) {
 // setAsideDue sets aside, if the window has been full with nothing
 // admitted for limit at now, the held head (see hold) with the most
 // deliveries of its key queued behind it among those that have held their
-// key for at least limit, the oldest first on a tie: its retry wait ends
+// key for at least limit, the oldest first on a tie. When several keys'
+// heads are failing, a head is a candidate only if some delivery succeeded
+// after it first ran: failures shared by every key in the window (a
+// downstream service down) are an outage, which setting keys aside would
+// turn into dead letters without letting anything through; they get their
+// MaxDeliveries as before. The head set aside: its retry wait ends
 // at once and a worker dead-letters it with a *KeyHeldError
 // (processOrdered), which parks its key (DeadKey) and so settles the key's
 // queued deliveries too, freeing the window. It returns the head set
@@ -354,7 +370,7 @@ func (g *keyGate) setAsideDue(now time.Time, limit time.Duration) *heldDelivery 
 	var pick *heldDelivery
 	pickQueued := 0
 	for k, hd := range g.held {
-		if now.Sub(hd.since) < limit {
+		if now.Sub(hd.since) < limit || (len(g.held) > 1 && !g.succeeded.After(hd.since)) {
 			continue
 		}
 		q := 0

@@ -70,14 +70,17 @@ func (c *Consumer[TTx]) processOrdered(fetchCtx, hardCtx context.Context, h *han
 			return true
 		}
 	}
-	hd.retry, hd.dead, hd.counted = false, nil, false
+	hd.retry, hd.dead, hd.counted, hd.err = false, nil, false, nil
 	c.process(hardCtx, h, hd)
 	switch {
 	case hd.dead != nil:
 		c.parkAfterDead(h, g, hd, hd.dead)
 		return true
 	case !hd.retry:
-		return true // acknowledged, or released at Stop
+		if hd.err == nil {
+			g.success() // acknowledged (or released at Stop, where nothing is set aside)
+		}
+		return true
 	}
 	g.waiting.Add(1)
 	hd.setAside = make(chan struct{})

@@ -153,8 +153,10 @@ func TestCheckOrderedRoutes(t *testing.T) {
 // aside only when the window (the gate's limit of unsettled deliveries) has
 // been full with nothing admitted for the hold limit and the head has held
 // its key that long; of several, the one with the most of its key queued
-// behind it goes first, with a *KeyHeldError naming its failure; a head
-// that is not held (a database failure, or running) never is.
+// behind it goes first, with a *KeyHeldError naming its failure; of
+// several failing keys, none while nothing has succeeded since they began
+// (an outage); a head that is not held (a database failure, or running)
+// never is.
 func TestKeyGateSetAside(t *testing.T) {
 	const limit = 5 * time.Second
 	g := (&keyRegistry{}).open("h", 4)
@@ -182,6 +184,12 @@ func TestKeyGateSetAside(t *testing.T) {
 	if _, err := g.admit(ctx, &gateDelivery{id: "c1", key: "c"}, "c"); err != nil {
 		t.Fatal(err)
 	}
+	// Both keys failing, nothing succeeding since they began: an outage
+	// shared by the window, not a key's own failure.
+	if hd := g.setAsideDue(time.Now().Add(limit), limit); hd != nil {
+		t.Fatalf("set aside %q while every held key failed and nothing succeeded", hd.key)
+	}
+	g.success()
 	now := time.Now().Add(limit)
 	hd := g.setAsideDue(now, limit)
 	if hd != a {
