@@ -89,8 +89,10 @@ type Batch struct {
 	s     *Store
 	tx    txboxdriver.Tx // PostgreSQL, MySQL: the transaction holding the row locks
 	token string         // SQLite: the lease token
-	// Started is when Lanes.Claim began the claim (zero otherwise).
-	Started time.Time
+	// Started is when Lanes.Claim began the claim, once the relay's claim
+	// before it had picked (zero otherwise); Answered, when the server
+	// answered it, before the pick (PostgreSQL; zero otherwise).
+	Started, Answered time.Time
 	// onEnd, when not nil, runs once the batch's transaction or lease has
 	// ended (Finish, Release).
 	onEnd func()
