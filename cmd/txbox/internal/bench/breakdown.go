@@ -96,12 +96,14 @@ func (r *rounds) breakdown(w io.Writer) {
 	var ms []msg
 	rows := 0
 	var claim, behind, trip, mark, round time.Duration
+	var trips []time.Duration
 	for i, rd := range rs {
 		rows += len(rd.IDs)
 		claim += rd.Claimed.Sub(rd.Start)
 		if !rd.Sent.IsZero() && !rd.Answered.IsZero() {
 			behind += rd.Sent.Sub(rd.Start)
 			trip += rd.Answered.Sub(rd.Sent)
+			trips = append(trips, rd.Answered.Sub(rd.Sent))
 		}
 		mark += rd.Finished.Sub(rd.Acked)
 		round += rd.Finished.Sub(rd.Start)
@@ -165,11 +167,9 @@ func (r *rounds) breakdown(w io.Writer) {
 	n := float64(len(rs))
 	fmt.Fprintf(w, "      rounds with rows %d (%.1f rows each; claim %.2f ms (behind the previous claim %.2f, database round trip %.2f), mark %.2f ms, round %.2f ms, mean); wake-ups %d, %d of them into a round in flight or queued\n",
 		len(rs), float64(rows)/n, ms2(claim)/n, ms2(behind)/n, ms2(trip)/n, ms2(mark)/n, ms2(round)/n, r.wakes, r.merged)
-	if len(r.pings) > 0 {
-		ps := slices.Clone(r.pings)
-		slices.Sort(ps)
-		fmt.Fprintf(w, "      SELECT 1 round trip meanwhile (%d, on the writers' pool): p50 %.2f ms, p99 %.2f ms\n",
-			len(ps), ms2(ps[len(ps)/2]), ms2(ps[len(ps)*99/100]))
+	if len(r.pings) > 0 && len(trips) > 0 {
+		fmt.Fprintf(w, "      round trip, mean / p50 / p99 ms: the claim's %s; a SELECT 1 meanwhile on the writers' pool %s\n",
+			spread(trips), spread(r.pings))
 	}
 	for _, part := range []struct {
 		name string
@@ -185,6 +185,17 @@ func (r *rounds) breakdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// spread is the mean, median and 99th percentile of ds, in ms.
+func spread(ds []time.Duration) string {
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return fmt.Sprintf("%.2f / %.2f / %.2f (%d)", ms2(sum)/float64(len(ds)), ms2(ds[len(ds)/2]), ms2(ds[len(ds)*99/100]), len(ds))
 }
 
 func ms2(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -24,7 +24,7 @@ func TestBreakdownSplitsTheClaim(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"claim 10.00 ms (behind the previous claim 2.00, database round trip 7.00)",
-		"SELECT 1 round trip meanwhile (1, on the writers' pool): p50 2.00 ms",
+		"round trip, mean / p50 / p99 ms: the claim's 7.00 / 7.00 / 7.00 (1); a SELECT 1 meanwhile on the writers' pool 2.00 / 2.00 / 2.00 (1)",
 		"mean ms, all         12.00 =",
 		"wait: no round 1.00 + own claim: behind the relay's previous claim 2.00 + own claim: database round trip 7.00 + own claim: pick 1.00",
 	} {
