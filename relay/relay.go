@@ -338,6 +338,7 @@ func (r *Relay) round(ctx context.Context, probe bool) (_ int, err error) {
 	}
 	if times != nil && len(batch.Rows) > 0 {
 		times.Claimed = time.Now()
+		times.Sent, times.Answered = batch.Started, batch.Answered
 		defer func() {
 			times.Finished = time.Now()
 			r.rec.RelayRound(*times)

@@ -183,6 +183,7 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	}
 	var w walk
 	if err == nil {
+		b.Answered = time.Now()
 		w, err = l.walk(rows, limit, lanes)
 	}
 	if err == nil {

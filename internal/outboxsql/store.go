@@ -92,8 +92,10 @@ type Batch struct {
 	// scanned: the claim's rows were read, so the lease holds Rows only
 	// (SQLite); otherwise its rows are unknown.
 	scanned bool
-	// Started is when Lanes.Claim began the claim (zero otherwise).
-	Started time.Time
+	// Started is when Lanes.Claim began the claim, once the relay's claim
+	// before it had picked (zero otherwise); Answered, when the server
+	// answered it, before the pick (PostgreSQL; zero otherwise).
+	Started, Answered time.Time
 	// onEnd, when not nil, runs once the batch's transaction or lease has
 	// ended (Finish, Release).
 	onEnd func()

@@ -9,7 +9,9 @@ import "time"
 
 // Round is one round of a relay that claimed rows.
 type Round struct {
-	Start    time.Time // the round began: its claim was sent
+	Start    time.Time // the round began: it called its claim
+	Sent     time.Time // the relay's claim before it had picked: its statements went out (zero: not known)
+	Answered time.Time // the database answered the claim, before the pick (zero: not known)
 	Claimed  time.Time // the claim returned
 	Publish  time.Time // the messages were handed to the publisher
 	Acked    time.Time // the publisher returned: the broker answered

@@ -23,6 +23,15 @@ type rounds struct {
 	merged  int // wake-ups that found a round in flight or queued
 	commit  map[string]time.Time
 	arrival map[string]time.Time
+	pings   []time.Duration // round trips of SELECT 1 on the writers' pool meanwhile
+}
+
+// ping adds the round trip of one SELECT 1 made during the run: the
+// machine's floor for each round trip of a commit and a claim.
+func (r *rounds) ping(d time.Duration) {
+	r.mu.Lock()
+	r.pings = append(r.pings, d)
+	r.mu.Unlock()
 }
 
 func newRounds() *rounds {
@@ -64,7 +73,10 @@ func (r *rounds) arrived(id string, at time.Time) {
 // claim was sent, the time is spent in the relay's other rounds (in their
 // claim, their publish, their marks) or in none (idle: the wake-up or the
 // look after a round that found nothing; between rounds: the scheduler).
-var stageNames = []string{"wait: others' claim", "wait: others' publish", "wait: others' mark", "wait: no round", "own claim", "own prepare", "own publish→arrival"}
+// Its own claim is split where the relay says when its statements went
+// out (after the relay's claim before it had picked) and when the
+// database answered.
+var stageNames = []string{"wait: others' claim", "wait: others' publish", "wait: others' mark", "wait: no round", "own claim: behind the relay's previous claim", "own claim: database round trip", "own claim: pick", "own prepare", "own publish→arrival"}
 
 // breakdown writes the mean of each stage over every message, and over
 // the slowest 1%, with the rounds' sizes and the wake-ups merged into a
@@ -79,14 +91,20 @@ func (r *rounds) breakdown(w io.Writer) {
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Start.Before(rs[j].Start) })
 	type msg struct {
 		total  time.Duration
-		stages [7]time.Duration
+		stages [9]time.Duration
 	}
 	var ms []msg
 	rows := 0
-	var claim, mark, round time.Duration
+	var claim, behind, trip, mark, round time.Duration
+	var trips []time.Duration
 	for i, rd := range rs {
 		rows += len(rd.IDs)
 		claim += rd.Claimed.Sub(rd.Start)
+		if !rd.Sent.IsZero() && !rd.Answered.IsZero() {
+			behind += rd.Sent.Sub(rd.Start)
+			trip += rd.Answered.Sub(rd.Sent)
+			trips = append(trips, rd.Answered.Sub(rd.Sent))
+		}
 		mark += rd.Finished.Sub(rd.Acked)
 		round += rd.Finished.Sub(rd.Start)
 		for _, id := range rd.IDs {
@@ -117,9 +135,15 @@ func (r *rounds) breakdown(w io.Writer) {
 			if wait := rd.Start.Sub(c); wait > covered {
 				m.stages[3] = wait - covered
 			}
-			m.stages[4] = max(0, rd.Claimed.Sub(maxTime(rd.Start, c)))
-			m.stages[5] = max(0, rd.Publish.Sub(maxTime(rd.Claimed, c)))
-			m.stages[6] = max(0, a.Sub(maxTime(rd.Publish, c)))
+			sent, answered := rd.Sent, rd.Answered
+			if sent.IsZero() || answered.IsZero() {
+				sent, answered = rd.Start, rd.Claimed // not known: all of it the round trip
+			}
+			m.stages[4] = max(0, sent.Sub(maxTime(rd.Start, c)))
+			m.stages[5] = max(0, answered.Sub(maxTime(sent, c)))
+			m.stages[6] = max(0, rd.Claimed.Sub(maxTime(answered, c)))
+			m.stages[7] = max(0, rd.Publish.Sub(maxTime(rd.Claimed, c)))
+			m.stages[8] = max(0, a.Sub(maxTime(rd.Publish, c)))
 			ms = append(ms, m)
 		}
 	}
@@ -127,7 +151,7 @@ func (r *rounds) breakdown(w io.Writer) {
 		return
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].total < ms[j].total })
-	mean := func(ms []msg) (total float64, st [7]float64) {
+	mean := func(ms []msg) (total float64, st [9]float64) {
 		for _, m := range ms {
 			total += ms2(m.total)
 			for k := range st {
@@ -141,8 +165,12 @@ func (r *rounds) breakdown(w io.Writer) {
 		return total, st
 	}
 	n := float64(len(rs))
-	fmt.Fprintf(w, "      rounds with rows %d (%.1f rows each; claim %.2f ms, mark %.2f ms, round %.2f ms, mean); wake-ups %d, %d of them into a round in flight or queued\n",
-		len(rs), float64(rows)/n, ms2(claim)/n, ms2(mark)/n, ms2(round)/n, r.wakes, r.merged)
+	fmt.Fprintf(w, "      rounds with rows %d (%.1f rows each; claim %.2f ms (behind the previous claim %.2f, database round trip %.2f), mark %.2f ms, round %.2f ms, mean); wake-ups %d, %d of them into a round in flight or queued\n",
+		len(rs), float64(rows)/n, ms2(claim)/n, ms2(behind)/n, ms2(trip)/n, ms2(mark)/n, ms2(round)/n, r.wakes, r.merged)
+	if len(r.pings) > 0 && len(trips) > 0 {
+		fmt.Fprintf(w, "      round trip, mean / p50 / p99 ms: the claim's %s; a SELECT 1 meanwhile on the writers' pool %s\n",
+			spread(trips), spread(r.pings))
+	}
 	for _, part := range []struct {
 		name string
 		ms   []msg
@@ -157,6 +185,17 @@ func (r *rounds) breakdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// spread is the mean, median and 99th percentile of ds, in ms.
+func spread(ds []time.Duration) string {
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return fmt.Sprintf("%.2f / %.2f / %.2f (%d)", ms2(sum)/float64(len(ds)), ms2(ds[len(ds)/2]), ms2(ds[len(ds)*99/100]), len(ds))
 }
 
 func ms2(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

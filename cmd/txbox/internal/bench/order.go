@@ -227,6 +227,29 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 	}
 	const producers = 8
 	duration := 2 * cfg.AddTime
+	if notify {
+		// The machine's round trip meanwhile, a floor for the commit's
+		// and the claim's (breakdown).
+		pctx, stop := context.WithCancel(ctx)
+		pinged := make(chan struct{})
+		defer func() { stop(); <-pinged }()
+		go func() {
+			defer close(pinged)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case <-tick.C:
+				}
+				t0 := time.Now()
+				if _, err := cfg.Pool.Exec(pctx, "SELECT 1"); err == nil {
+					rec.ping(time.Since(t0))
+				}
+			}
+		}()
+	}
 	interval := time.Duration(float64(time.Second) * producers / float64(rate))
 	var wg sync.WaitGroup
 	var sent sync.Map

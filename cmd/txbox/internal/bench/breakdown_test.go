@@ -1,0 +1,35 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/internal/roundtimes"
+)
+
+// TestBreakdownSplitsTheClaim: a message committed before its round began
+// spends its own claim behind the relay's previous claim, in the database
+// round trip and in the pick, each as the relay recorded it.
+func TestBreakdownSplitsTheClaim(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	r := newRounds()
+	r.committed("m", at(0))
+	r.RelayRound(roundtimes.Round{Start: at(1), Sent: at(3), Answered: at(10), Claimed: at(11), Publish: at(11), Acked: at(12), Finished: at(13), IDs: []string{"m"}})
+	r.arrived("m", at(12))
+	r.ping(2 * time.Millisecond)
+	var b strings.Builder
+	r.breakdown(&b)
+	out := b.String()
+	for _, want := range []string{
+		"claim 10.00 ms (behind the previous claim 2.00, database round trip 7.00)",
+		"round trip, mean / p50 / p99 ms: the claim's 7.00 / 7.00 / 7.00 (1); a SELECT 1 meanwhile on the writers' pool 2.00 / 2.00 / 2.00 (1)",
+		"mean ms, all         12.00 =",
+		"wait: no round 1.00 + own claim: behind the relay's previous claim 2.00 + own claim: database round trip 7.00 + own claim: pick 1.00",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("breakdown lacks %q:\n%s", want, out)
+		}
+	}
+}
