@@ -45,24 +45,40 @@ type orderedRig struct {
 
 // newOrderedRig starts an Ordered inbox handler whose function is before
 // (which may fail the message) followed by the insert into applied.
-func newOrderedRig(t *testing.T, b *broker, hc consumer.HandlerConfig, maxDeliveries int, before func(ctx context.Context, key string, version int, msg consumer.Message) error) *orderedRig {
+func newOrderedRig(t *testing.T, b *broker, hc consumer.HandlerConfig, maxDeliveries int, before func(ctx context.Context, key string, version int, msg consumer.Message) error, opts ...rigOption) *orderedRig {
 	t.Helper()
 	d := pgxDB(t, 12)
 	d.migrateAll(t)
 	d.exec(t, `CREATE TABLE applied (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, version int NOT NULL, msg_id text NOT NULL)`)
 	r := &orderedRig{t: t, b: b, d: d}
-	r.start(hc, maxDeliveries, before)
+	r.start(hc, maxDeliveries, before, opts...)
 	return r
 }
 
+// rigOption changes the consumer's or the handler's configuration before
+// the rig starts it.
+type rigOption func(*consumer.Config, *consumer.HandlerConfig)
+
+// batched makes the rig's handler a batched one, not Ordered.
+func batched(size int) rigOption {
+	return func(cfg *consumer.Config, hc *consumer.HandlerConfig) {
+		cfg.Batch = consumer.BatchConfig{Size: size, Wait: 20 * time.Millisecond}
+		hc.Ordered = false
+	}
+}
+
 // start starts a consumer (another one, after a Stop) with the handler.
-func (r *orderedRig) start(hc consumer.HandlerConfig, maxDeliveries int, before func(ctx context.Context, key string, version int, msg consumer.Message) error) {
+func (r *orderedRig) start(hc consumer.HandlerConfig, maxDeliveries int, before func(ctx context.Context, key string, version int, msg consumer.Message) error, opts ...rigOption) {
 	t := r.t
 	t.Helper()
-	c, err := consumer.New(r.d.drv, consumer.Config{Broker: r.b.sub, Concurrency: 8, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, MaxDeliveries: maxDeliveries})
-	testenv.Must(t, err, "consumer.New")
+	cfg := consumer.Config{Broker: r.b.sub, Concurrency: 8, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, MaxDeliveries: maxDeliveries}
 	hc.Ordered = true
 	hc.Binding = r.b.binding("orders")
+	for _, o := range opts {
+		o(&cfg, &hc)
+	}
+	c, err := consumer.New(r.d.drv, cfg)
+	testenv.Must(t, err, "consumer.New")
 	testenv.Must(t, c.HandleInbox(hc, func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
 		key, v, _ := strings.Cut(string(msg.Payload), "/")
 		version, err := strconv.Atoi(v)
@@ -555,32 +571,12 @@ func TestBatchedFailingKeyDoesNotStallOthers(t *testing.T) {
 			t.Parallel()
 			const aCount, bCount = 60, 10
 			var bDone atomic.Int32
-			b := br.make(t)
-			d := pgxDB(t, 12)
-			d.migrateAll(t)
-			d.exec(t, `CREATE TABLE applied (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, version int NOT NULL, msg_id text NOT NULL)`)
-			r := &orderedRig{t: t, b: b, d: d}
-			c, err := consumer.New(d.drv, consumer.Config{Broker: b.sub, Concurrency: 8, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
-				MaxDeliveries: 1_000_000, Batch: consumer.BatchConfig{Size: 4, Wait: 20 * time.Millisecond}})
-			testenv.Must(t, err, "consumer.New")
-			testenv.Must(t, c.HandleInbox(consumer.HandlerConfig{Name: "batched", Binding: b.binding("orders")}, func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
-				key, v, _ := strings.Cut(string(msg.Payload), "/")
-				version, err := strconv.Atoi(v)
-				if err != nil {
-					return consumer.Permanent(err)
-				}
+			r := newOrderedRig(t, br.make(t), consumer.HandlerConfig{Name: "batched"}, 1_000_000, func(ctx context.Context, key string, version int, msg consumer.Message) error {
 				if key == "a" && version == 2 && bDone.Load() == 0 {
 					return errors.New("not yet")
 				}
-				_, err = tx.Exec(ctx, `INSERT INTO applied (key, version, msg_id) VALUES ($1, $2, $3)`, key, version, msg.ID)
-				return err
-			}), "HandleInbox")
-			testenv.Must(t, c.Start(context.Background()), "Start")
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = c.Stop(ctx)
-			})
+				return nil
+			}, batched(4))
 			r.publish("a", seq(1, aCount)...)
 			r.publish("b", seq(1, bCount)...)
 			progressing(t, time.Minute, "b applied", func() (int64, bool, string) {

@@ -125,12 +125,7 @@ func (p *lastQueryPool) Query(ctx context.Context, q string, args ...any) (txbox
 func TestSQLiteClaimSkipsScheduledRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.SQLite(t)
-	drv := txboxsql.New(db, txboxdriver.SQLite)
-	migrated(t, drv)
-	scheduledRows(t, db, func(off string) string {
-		return "CAST((julianday('now', '" + off + "') - 2440587.5) * 86400000000 AS INTEGER)"
-	})
+	db, drv := sqliteScheduled(t)
 	pool := &lastQueryPool{Pool: drv.Pool()}
 	store, err := outboxsql.NewStore(txboxdriver.SQLite, pool, `"txbox_outbox"`, time.Minute)
 	testenv.Must(t, err, "store")
@@ -141,30 +136,23 @@ func TestSQLiteClaimSkipsScheduledRows(t *testing.T) {
 	}
 	testenv.Must(t, b.Release(ctx), "release")
 
-	rows, err := db.Query("EXPLAIN QUERY PLAN "+pool.sql, pool.args...)
-	testenv.Must(t, err, "explain")
-	defer rows.Close()
 	var plan []string
 	sorts := map[int]bool{} // the nodes that sort their rows
 	var readsIn []int       // the parent of each read of the outbox
 	outbox := regexp.MustCompile(`^(SCAN|SEARCH) o\b`)
 	due := regexp.MustCompile(`USING INDEX txbox_outbox_pending_idx \(next_attempt_at[=<]`)
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		testenv.Must(t, rows.Scan(&id, &parent, &unused, &detail), "scan")
-		plan = append(plan, detail)
-		if detail == "USE TEMP B-TREE FOR ORDER BY" {
-			sorts[parent] = true
+	for _, n := range sqlitePlan(t, db, pool.sql, pool.args...) {
+		plan = append(plan, n.detail)
+		if n.detail == "USE TEMP B-TREE FOR ORDER BY" {
+			sorts[n.parent] = true
 		}
-		if outbox.MatchString(detail) {
-			readsIn = append(readsIn, parent)
-			if !due.MatchString(detail) {
-				t.Errorf("the claim reads the outbox by %q: not by due time", detail)
+		if outbox.MatchString(n.detail) {
+			readsIn = append(readsIn, n.parent)
+			if !due.MatchString(n.detail) {
+				t.Errorf("the claim reads the outbox by %q: not by due time", n.detail)
 			}
 		}
 	}
-	testenv.Must(t, rows.Err(), "plan")
 	reads := len(readsIn)
 	// A read in id order that is then sorted reads every row due at once
 	// before the limit applies.
@@ -177,6 +165,42 @@ func TestSQLiteClaimSkipsScheduledRows(t *testing.T) {
 		t.Errorf("no read of the outbox table in the claim's plan:\n%s", strings.Join(plan, "\n"))
 	}
 	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
+}
+
+// sqliteScheduled returns a migrated SQLite outbox holding scheduledRows.
+func sqliteScheduled(t *testing.T) (*sql.DB, *txboxsql.Driver) {
+	t.Helper()
+	db := testenv.SQLite(t)
+	drv := txboxsql.New(db, txboxdriver.SQLite)
+	migrated(t, drv)
+	scheduledRows(t, db, func(off string) string {
+		return "CAST((julianday('now', '" + off + "') - 2440587.5) * 86400000000 AS INTEGER)"
+	})
+	return db, drv
+}
+
+// planNode is a row of SQLite's EXPLAIN QUERY PLAN: the node's parent and
+// what it does.
+type planNode struct {
+	parent int
+	detail string
+}
+
+// sqlitePlan returns the plan SQLite makes for q.
+func sqlitePlan(t *testing.T, db *sql.DB, q string, args ...any) []planNode {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+q, args...)
+	testenv.Must(t, err, "explain %s", q)
+	defer rows.Close()
+	var plan []planNode
+	for rows.Next() {
+		var id, unused int
+		var n planNode
+		testenv.Must(t, rows.Scan(&id, &n.parent, &unused, &n.detail), "scan")
+		plan = append(plan, n)
+	}
+	testenv.Must(t, rows.Err(), "plan")
+	return plan
 }
 
 // execPool remembers every statement executed through it or through
@@ -223,12 +247,7 @@ func (t *execTx) Exec(ctx context.Context, q string, args ...any) (int64, error)
 func TestSQLiteLeaseEndsReadTheirRowsOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.SQLite(t)
-	drv := txboxsql.New(db, txboxdriver.SQLite)
-	migrated(t, drv)
-	scheduledRows(t, db, func(off string) string {
-		return "CAST((julianday('now', '" + off + "') - 2440587.5) * 86400000000 AS INTEGER)"
-	})
+	db, drv := sqliteScheduled(t)
 	pool := &execPool{Pool: drv.Pool()}
 	for _, del := range []bool{false, true} {
 		store, err := outboxsql.NewStore(txboxdriver.SQLite, pool, `"txbox_outbox"`, time.Minute)
@@ -278,20 +297,9 @@ func TestSQLiteLeaseEndsReadTheirRowsOnly(t *testing.T) {
 		t.Fatal("no statement recorded")
 	}
 	for _, e := range pool.execs {
-		rows, err := db.Query("EXPLAIN QUERY PLAN "+e.sql, e.args...)
-		testenv.Must(t, err, "explain %s", e.sql)
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			testenv.Must(t, rows.Scan(&id, &parent, &unused, &detail), "scan")
-			plan = append(plan, detail)
-		}
-		testenv.Must(t, rows.Err(), "plan")
-		rows.Close()
-		for _, d := range plan {
-			if scan.MatchString(d) {
-				t.Errorf("%s\nreads the whole table (%s)", e.sql, d)
+		for _, n := range sqlitePlan(t, db, e.sql, e.args...) {
+			if scan.MatchString(n.detail) {
+				t.Errorf("%s\nreads the whole table (%s)", e.sql, n.detail)
 			}
 		}
 	}
