@@ -69,8 +69,9 @@ func (h *Handler) dlqRef(b string) (DLQRef, bool) {
 	return DLQRef{}, false
 }
 
-// mayMutateDLQ says why r may not redrive or discard dead letters, or nil.
-func (h *Handler) mayMutateDLQ(r *http.Request) error {
+// mayAct says why r may not change anything (redrive, discard or cancel;
+// on the broker's dead letters too), or nil.
+func (h *Handler) mayAct(r *http.Request) error {
 	if h.cfg.ReadOnly {
 		return errors.New("the dashboard is read-only")
 	}
@@ -99,7 +100,7 @@ func (h *Handler) setCSRFCookie(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serveDLQ(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
-	v := dlqView{Title: h.cfg.Title, CSRF: h.csrf, CanEdit: h.mayMutateDLQ(r) == nil}
+	v := dlqView{Title: h.cfg.Title, CSRF: h.csrf, CanEdit: h.mayAct(r) == nil}
 	q := r.URL.Query()
 	if a := q.Get("done"); a == "redrive" || a == "discard" {
 		n, _ := strconv.Atoi(q.Get("n"))
@@ -163,7 +164,7 @@ func (h *Handler) serveDLQAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "txbox dashboard: unknown action", http.StatusNotFound)
 		return
 	}
-	if !h.admit(w, r, h.mayMutateDLQ, true, plainFail(w)) {
+	if !h.admit(w, r, h.mayAct, true, plainFail(w)) {
 		return
 	}
 	d, ok := h.dlqRef(r.PostFormValue("binding"))

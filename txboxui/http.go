@@ -232,28 +232,22 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // mayMutate says why r may not redrive or discard, or nil.
 func (h *Handler) mayMutate(r *http.Request) error {
-	if h.cfg.ReadOnly {
-		return errors.New("the dashboard is read-only")
+	if err := h.mayAct(r); err != nil {
+		return err
 	}
 	if h.cfg.Dead == nil {
 		return errors.New("no dead-letter source is configured")
-	}
-	if h.cfg.Token == "" && !loopbackClient(r) {
-		return errors.New("actions from a client that is not on loopback need a token (txboxui.Config.Token, txbox ui --token)")
 	}
 	return nil
 }
 
 // mayCancel says why r may not cancel a scheduled message, or nil.
 func (h *Handler) mayCancel(r *http.Request) error {
-	if h.cfg.ReadOnly {
-		return errors.New("the dashboard is read-only")
+	if err := h.mayAct(r); err != nil {
+		return err
 	}
 	if h.cfg.Cancel == nil {
 		return errors.New("no cancel is configured")
-	}
-	if h.cfg.Token == "" && !loopbackClient(r) {
-		return errors.New("actions from a client that is not on loopback need a token (txboxui.Config.Token, txbox ui --token)")
 	}
 	return nil
 }
