@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -128,6 +129,29 @@ func (d *Driver) IsTransient(err error) bool {
 	}
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &connErr)
+}
+
+// IsPermanentConnectError reports whether err, from opening or pinging a
+// pool, is one that trying again does not fix: a connection string pgx
+// cannot parse (*pgconn.ParseConfigError), or the server refusing the
+// connection for good with a *pgconn.PgError of class 28 (invalid
+// authorization: user or password) or code 3D000 (no such database). A
+// server that is down, restarting or unreachable is not one.
+func IsPermanentConnectError(err error) bool {
+	var parse *pgconn.ParseConfigError
+	if errors.As(err, &parse) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000")
+}
+
+// IsMissingTable reports whether err says a table or schema named in a
+// statement does not exist: a *pgconn.PgError with code 42P01
+// (undefined_table) or 3F000 (invalid_schema_name).
+func IsMissingTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
 }
 
 // IsRejected implements txboxdriver.RejectionClassifier: a COMMIT that pgx

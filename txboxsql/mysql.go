@@ -3,6 +3,7 @@ package txboxsql
 import (
 	"errors"
 	"reflect"
+	"strings"
 )
 
 // mysqlErrorType is where go-sql-driver/mysql declares MySQLError, the
@@ -108,4 +109,35 @@ func mysqlRejected(err error) bool {
 		return true
 	}
 	return false
+}
+
+// IsPermanentConnectError reports whether err, from opening or pinging a
+// MySQL database through go-sql-driver/mysql, is the server refusing the
+// connection for good, so that trying again does not help: the error
+// numbers 1044 (access denied to the database), 1045 (access denied: user
+// or password) and 1049 (unknown database). A server that is down,
+// restarting or unreachable is not one.
+func IsPermanentConnectError(err error) bool {
+	n, ok := mysqlNumber(err)
+	if !ok {
+		return false
+	}
+	switch n {
+	case 1044, 1045, 1049:
+		return true
+	}
+	return false
+}
+
+// IsMissingTable reports whether err says a table or database named in a
+// statement does not exist: MySQL's error numbers 1146 (no such table) and
+// 1049 (unknown database), SQLite's "no such table".
+func IsMissingTable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if n, ok := mysqlNumber(err); ok {
+		return n == 1146 || n == 1049
+	}
+	return strings.Contains(err.Error(), "no such table")
 }

@@ -31,7 +31,8 @@
 // (Origin / Sec-Fetch-Site). With Config.Token set, every request must
 // carry it (as the basic-auth password, or an "Authorization: Bearer"
 // header), whatever its Host; without one, mutating actions are refused to
-// clients that are not on loopback. Values from the database are shown
+// clients that are not on loopback. CheckToken says whether a Token may
+// guard a given listen address (off loopback: at least MinTokenLen bytes). Values from the database are shown
 // escaped (bidi overrides too); the lists show at most ListClip bytes of a
 // value, read cut in the database, and a dead message's own page, dead/SEQ,
 // each value up to ValueCap. The handler never shows a database URL or

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/txbox/txbox"
@@ -221,8 +223,9 @@ type Config struct {
 	// HTTP basic auth (any user name) or as "Authorization: Bearer TOKEN".
 	// Without it, every request whose Host header is not loopback nor one
 	// of AllowedHosts is refused (421), and mutating actions are refused to
-	// clients that are not on loopback. A Token of white space only is
-	// refused. Default: "" (none).
+	// clients that are not on loopback. A Token of white space only or
+	// with a control character is refused; CheckToken also asks for
+	// MinTokenLen bytes off loopback. Default: "" (none).
 	Token string
 	// AllowedHosts are the hosts, besides loopback names and addresses,
 	// that a request without Token may name in its Host header: the name
@@ -334,10 +337,55 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// checkAccess validates a Token and AllowedHosts.
+// MinTokenLen is the least length in bytes of a Token for a dashboard
+// served on an address that is not loopback (CheckToken).
+const MinTokenLen = 16
+
+// CheckToken reports whether token may guard a dashboard served on addr
+// (host:port, as given to net.Listen): New's own checks of a Token (not
+// white space only, no control character such as a line end read from a
+// file), and, when addr's host is not localhost nor a loopback address (an
+// empty host is every interface), a Token of at least MinTokenLen bytes.
+// Its errors match txbox.ErrInvalidConfig and never hold the token.
+func CheckToken(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: txboxui: listen address %q: %v", txbox.ErrInvalidConfig, addr, err)
+	}
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	ip := net.ParseIP(host)
+	if host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	if token == "" {
+		return fmt.Errorf("%w: txboxui: %q is not a loopback address: the dashboard would be reachable from the network; set a Token of at least %d bytes", txbox.ErrInvalidConfig, addr, MinTokenLen)
+	}
+	if len(token) < MinTokenLen {
+		return fmt.Errorf("%w: txboxui: the Token is %d bytes: with %q, not a loopback address, it must be at least %d bytes (e.g. openssl rand -hex 16)", txbox.ErrInvalidConfig, len(token), addr, MinTokenLen)
+	}
+	return nil
+}
+
+// checkToken refuses a Token of white space only or with a control
+// character; "" (no Token) passes.
+func checkToken(token string) error {
+	switch {
+	case token == "":
+		return nil
+	case strings.TrimSpace(token) == "":
+		return fmt.Errorf("%w: txboxui: the Token is white space only", txbox.ErrInvalidConfig)
+	case strings.ContainsFunc(token, unicode.IsControl):
+		return fmt.Errorf("%w: txboxui: the Token holds a control character (a line end read from a file?)", txbox.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// checkAccess validates a Token (checkToken) and AllowedHosts.
 func checkAccess(token string, allowed []string) error {
-	if token != "" && strings.TrimSpace(token) == "" {
-		return fmt.Errorf("%w: txboxui: Token is white space only", txbox.ErrInvalidConfig)
+	if err := checkToken(token); err != nil {
+		return err
 	}
 	if err := hostcheck.Validate("txboxui: AllowedHosts", allowed); err != nil {
 		return fmt.Errorf("%w: %w", txbox.ErrInvalidConfig, err)

@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -100,16 +101,60 @@ func TestTokenAnyHost(t *testing.T) {
 	}
 }
 
-// New refuses a Token of white space and AllowedHosts that are not hosts.
+// New refuses a Token of white space or with a control character, and
+// AllowedHosts that are not hosts.
 func TestConfigRefusesBadTokenAndHosts(t *testing.T) {
 	t.Parallel()
 	for _, c := range []txboxui.Config{
-		{Token: " "}, {Token: "\t\n"},
+		{Token: " "}, {Token: "\t\n"}, {Token: "sixteen-bytes-ok\n"}, {Token: "has\x1b[31mesc-and-more"}, {Token: "nul\x00-in-the-token-here"},
 		{AllowedHosts: []string{""}}, {AllowedHosts: []string{"https://dash.example.com"}}, {AllowedHosts: []string{"*.example.com"}},
 		{AllowedHosts: []string{"dash.example.com/ui"}}, {AllowedHosts: []string{"dash.example.com:http"}}, {AllowedHosts: []string{"a b"}},
 	} {
 		if _, err := txboxui.New(c); !errors.Is(err, txbox.ErrInvalidConfig) {
 			t.Errorf("New(Token %q, AllowedHosts %q): %v, want an invalid-config error", c.Token, c.AllowedHosts, err)
+		}
+	}
+}
+
+// CheckToken refuses, for any address, a token of white space or with a
+// control character; off loopback (an empty host is every interface), no
+// token or one under MinTokenLen bytes; and an address that is not
+// host:port. Its errors match ErrInvalidConfig and never hold the token.
+func TestCheckToken(t *testing.T) {
+	t.Parallel()
+	long := "sixteen-bytes-ok"
+	for _, c := range []struct {
+		addr, token, want string // want "" is accepted
+	}{
+		{"127.0.0.1:0", "", ""},
+		{"[::1]:8080", "", ""},
+		{"localhost:0", "short", ""},
+		{"0.0.0.0:0", long, ""},
+		{":8080", long + "-and-more", ""},
+		{"0.0.0.0:0", "", "not a loopback address"},
+		{":8080", "", "not a loopback address"},
+		{"dash.example.com:80", "", "not a loopback address"},
+		{"0.0.0.0:0", "short-tok3n", "11 bytes"},
+		{"[::]:0", "fifteen-bytes!!", "15 bytes"},
+		{"0.0.0.0:0", " ", "white space"},
+		{"127.0.0.1:0", " \t ", "white space"},
+		{"0.0.0.0:0", long + "\n", "control character"},
+		{"127.0.0.1:0", "has\x1b[31mesc-and-more", "control character"},
+		{"127.0.0.1:0", "short\r", "control character"},
+		{"127.0.0.1", long, "listen address"},
+	} {
+		err := txboxui.CheckToken(c.addr, c.token)
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("CheckToken(%q, %q): %v, want nil", c.addr, c.token, err)
+			}
+			continue
+		}
+		if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("CheckToken(%q, %q): %v, want an invalid-config error saying %q", c.addr, c.token, err, c.want)
+		}
+		if tok := strings.TrimSpace(c.token); tok != "" && strings.Contains(fmt.Sprint(err), tok) {
+			t.Errorf("CheckToken(%q, %q) prints the token: %v", c.addr, c.token, err)
 		}
 	}
 }

@@ -5,7 +5,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,12 +12,12 @@ import (
 	"runtime/debug"
 	"strings"
 
-	mysqldrv "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/txbox/txbox/cmd/txbox/internal/demo"
+	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // Environment variables read by the CLI, besides the relay's ones (env.go).
@@ -44,27 +43,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// could reach the terminal.
 		msg := strings.ReplaceAll(strings.TrimPrefix(err.Error(), "txbox: "), ": txbox: ", ": ")
 		fmt.Fprintf(stderr, "txbox: error: %s\n", text(msg))
-		if missingTable(err) {
+		if txboxpgx.IsMissingTable(err) || txboxsql.IsMissingTable(err) {
 			fmt.Fprintln(stderr, "txbox: hint: the table (or its schema) does not exist: create it with `txbox migrate up` and the same --db, --schema and --table (--inbox-table for an inbox), or check those flags")
 		}
 		return 1
 	}
 	return 0
-}
-
-// missingTable reports whether err is the database saying a table or schema
-// does not exist: PostgreSQL's undefined_table or invalid_schema_name,
-// MySQL's 1146, SQLite's "no such table".
-func missingTable(err error) bool {
-	var pg *pgconn.PgError
-	var my *mysqldrv.MySQLError
-	switch {
-	case errors.As(err, &pg):
-		return pg.Code == "42P01" || pg.Code == "3F000"
-	case errors.As(err, &my):
-		return my.Number == 1146 || my.Number == 1049
-	}
-	return strings.Contains(err.Error(), "no such table")
 }
 
 // Run runs the txbox program with args and returns its error. Neither

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	mysqldrv "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/txbox/txbox"
@@ -20,6 +18,8 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/txboxdriver"
 	"github.com/txbox/txbox/txboxkafka"
+	"github.com/txbox/txbox/txboxpgx"
+	"github.com/txbox/txbox/txboxsql"
 )
 
 // DefaultStatsInterval is how often the relay command prints a stats line.
@@ -360,28 +360,12 @@ func untilReachable[T any](ctx context.Context, log *slog.Logger, what string, r
 
 // dbRetryable reports whether a failure to open or ping a database may go
 // away by itself: PostgreSQL or MySQL down, restarting or unreachable; not
-// bad credentials, a database that does not exist or a SQLite file that
-// cannot be opened.
+// what txboxpgx.IsPermanentConnectError or txboxsql.IsPermanentConnectError
+// accept (bad credentials, a database that does not exist), nor a SQLite
+// file that openTarget cannot open.
 func dbRetryable(err error) bool {
-	var pg *pgconn.PgError
-	var my *mysqldrv.MySQLError
-	var parse *pgconn.ParseConfigError
-	switch {
-	case errors.As(err, &parse):
-		return false
-	case errors.As(err, &pg):
-		// 28: invalid authorization; 3D000: no such database.
-		return !strings.HasPrefix(pg.Code, "28") && pg.Code != "3D000"
-	case errors.As(err, &my):
-		switch my.Number {
-		case 1044, 1045, 1049: // access denied to the database, access denied, unknown database
-			return false
-		}
-		return true
-	case strings.HasPrefix(err.Error(), "open sqlite:"):
-		return false
-	}
-	return true
+	return !txboxpgx.IsPermanentConnectError(err) && !txboxsql.IsPermanentConnectError(err) &&
+		!strings.HasPrefix(err.Error(), "open sqlite:")
 }
 
 // relayWith runs a relay on db and br until ctx ends (nil) or the relay

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -81,7 +80,7 @@ open at start is listed with its error and tried again when asked for.
 It listens on loopback (` + DefaultUIAddr + `) unless --http names another
 address, which needs a token (--token or ` + EnvUIToken + `): the browser asks for
 it as the password of basic auth (any user name); off loopback the token must
-be at least ` + strconv.Itoa(minUITokenLen) + ` bytes. Without a token, a request whose Host
+be at least ` + strconv.Itoa(txboxui.MinTokenLen) + ` bytes. Without a token, a request whose Host
 header is not loopback (localhost, 127.0.0.1, [::1]) nor an --allowed-host is
 refused, so that no web page can read or drive the dashboard through DNS
 rebinding. Redrive and discard are POST forms with a CSRF token and a
@@ -118,33 +117,20 @@ func uiToken(flag string) string {
 	return os.Getenv(EnvUIToken)
 }
 
-// minUITokenLen is the least length in bytes of a dashboard token off
-// loopback.
-const minUITokenLen = 16
-
-// checkUIListen refuses an address that is not loopback without a token
-// of at least minUITokenLen bytes, and a token of white space or with a
-// control character anywhere. The token is never printed.
+// checkUIListen refuses, with txboxui.CheckToken, a dashboard token that
+// may not guard addr (white space, a control character; off loopback,
+// none or fewer than txboxui.MinTokenLen bytes), saying which flag or
+// variable gave it. The token is never printed.
 func checkUIListen(flag, addr, token string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("%w: %s %q: %v", txbox.ErrInvalidConfig, flag, addr, err)
 	}
-	loopback := checkLoopback(addr, false) == nil
-	from := "--token or --ui-token"
-	if token != "" && token == os.Getenv(EnvUIToken) {
-		from = EnvUIToken
-	}
-	switch {
-	case token == "" && loopback:
-		return nil
-	case token == "":
-		return fmt.Errorf("%w: %s %q is not a loopback address: the dashboard would be reachable from the network; set a token of at least %d bytes (--token or --ui-token, or %s)", txbox.ErrInvalidConfig, flag, addr, minUITokenLen, EnvUIToken)
-	case strings.TrimSpace(token) == "":
-		return fmt.Errorf("%w: the dashboard token (%s) is white space only", txbox.ErrInvalidConfig, from)
-	case strings.ContainsFunc(token, unicode.IsControl):
-		return fmt.Errorf("%w: the dashboard token (%s) holds a control character (a line end read from a file?)", txbox.ErrInvalidConfig, from)
-	case !loopback && len(token) < minUITokenLen:
-		return fmt.Errorf("%w: the dashboard token (%s) is %d bytes: with %s %q, not a loopback address, it must be at least %d bytes (e.g. openssl rand -hex 16)", txbox.ErrInvalidConfig, from, len(token), flag, addr, minUITokenLen)
+	if err := txboxui.CheckToken(addr, token); err != nil {
+		from := "--token or --ui-token, or " + EnvUIToken
+		if token != "" && token == os.Getenv(EnvUIToken) {
+			from = EnvUIToken
+		}
+		return fmt.Errorf("%s %s, dashboard token from %s: %w", flag, addr, from, err)
 	}
 	return nil
 }
