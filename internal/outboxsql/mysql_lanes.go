@@ -78,7 +78,7 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 	ids, err := column[int64](ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
 	if err == nil && len(ids) > 0 {
 		var rows txboxdriver.Rows
-		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), ids...)
+		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), append(ids, limit)...)
 		if err == nil {
 			b.Rows, err = s.scanClaimed(rows, limit)
 		}
@@ -86,9 +86,6 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))
 		return nil, err
-	}
-	if len(b.Rows) > limit {
-		b.Rows = b.Rows[:limit] // the rest go back when the batch ends
 	}
 	n := int64(len(b.Rows))
 	l.inFlight.Add(n)

@@ -62,7 +62,9 @@ LIMIT ?
 -- The claim's second step: the listed candidates, by primary key, locked
 -- unless another claim holds them, with every condition checked again on
 -- their latest committed versions (a row delivered or no longer a head
--- meanwhile is dropped).
+-- meanwhile is dropped); the oldest ? of them, the batch. The candidates
+-- include as many rows as the relay has in flight, which it skips; those
+-- past the batch stay unlocked, for the claim that runs beside this one.
 SELECT o.id, o.message_id, o.topic, COALESCE(o.ordering_key, ''), o.payload, o.headers, o.attempts, o.created_at
 FROM {{table}} o
 WHERE o.id IN ({{list "?"}})
@@ -72,6 +74,7 @@ WHERE o.id IN ({{list "?"}})
         SELECT 1 FROM {{table}} p
         WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id))
 ORDER BY o.id
+LIMIT ?
 FOR UPDATE SKIP LOCKED
 
 -- name: lane_join
