@@ -62,7 +62,7 @@ type Lanes struct {
 	heldIn  [NumLanes]int        // keys in this relay's batches in flight, per lane (mu)
 	parked  map[string]struct{}  // keys whose first row is dead
 	since   time.Time            // when parked was last emptied
-	later   map[string]time.Time // keys whose first row retries later, until when
+	later   map[string]time.Time // keys whose first row retries later, until when to leave them out
 }
 
 // NewLanes returns the lanes of s's table, owned as owner (unique per
@@ -317,7 +317,11 @@ func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, err
 			continue
 		case r.later:
 			if !seen { // the key's head retries later
-				l.later[key] = r.due
+				until := time.Now().Add(laterRecheck * l.Rescan)
+				if r.due.Before(until) {
+					until = r.due
+				}
+				l.later[key] = until
 			}
 			last[key] = -1
 			continue
@@ -453,9 +457,14 @@ func activeLanes(read map[int16]struct{}, cut bool, order []int16) (active, reac
 	return (len(read)*len(order) + reached - 1) / reached, reached
 }
 
+// laterRecheck is how many Rescans a key whose head is not yet due is left
+// out at most: the head may be cancelled (deleted) or rescheduled sooner
+// by hand, which the relay does not see otherwise.
+const laterRecheck = 60
+
 // skipped returns the keys lane_claim leaves out: parked (forgotten every
 // Rescan, so that a redriven or discarded dead row frees its key) and
-// retrying later (until due). Keys in flight are left out with their lanes
+// retrying later (until due, or laterRecheck Rescans at most). Keys in flight are left out with their lanes
 // (lanesToRead).
 func (l *Lanes) skipped(now time.Time) []string {
 	l.mu.Lock()
