@@ -120,11 +120,17 @@ func TestDeadPagesBounded(t *testing.T) {
 // migrated migrates drv's outbox table and returns its dead letters.
 func migrated[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], newLetters func(txboxdriver.Driver[TTx], txbox.Config) (*dead.Letters, error)) *dead.Letters {
 	t.Helper()
+	migrateOutbox(t, drv)
+	letters, err := newLetters(drv, txbox.Config{})
+	testenv.Must(t, err, "dead.New")
+	return letters
+}
+
+// migrateOutbox migrates drv's outbox table.
+func migrateOutbox[TTx any](t *testing.T, drv txboxdriver.Driver[TTx]) {
+	t.Helper()
 	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
 	testenv.Must(t, err, "txboxmigrate.New")
 	_, err = m.Up(context.Background())
 	testenv.Must(t, err, "migrate up")
-	letters, err := newLetters(drv, txbox.Config{})
-	testenv.Must(t, err, "dead.New")
-	return letters
 }

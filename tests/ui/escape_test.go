@@ -18,7 +18,6 @@ import (
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
-	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxui"
 )
@@ -43,10 +42,7 @@ func TestDashboardEscapesAndParkedKeys(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := testenv.Postgres(t, 4)
 	drv := txboxpgx.New(pool)
-	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
-	testenv.Must(t, err, "txboxmigrate.New")
-	_, err = m.Up(ctx)
-	testenv.Must(t, err, "migrate up")
+	migrateOutbox(t, drv)
 	ob, err := txbox.New(drv, txbox.Config{})
 	testenv.Must(t, err, "txbox.New")
 	_, err = ob.AddNoTx(ctx, txbox.Message{ID: "id-\u202eevil", Topic: "ev.\u202esredro", Key: "k\u202e1", Payload: []byte(`{}`)})

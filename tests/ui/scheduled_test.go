@@ -18,7 +18,6 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inspect"
 	"github.com/txbox/txbox/tests/testenv"
-	"github.com/txbox/txbox/txboxmigrate"
 	"github.com/txbox/txbox/txboxpgx"
 	"github.com/txbox/txbox/txboxui"
 )
@@ -38,11 +37,9 @@ func newSchedFixture(t *testing.T) *schedFixture {
 	ctx := context.Background()
 	pool, _ := testenv.Postgres(t, 4)
 	drv := txboxpgx.New(pool)
-	m, err := txboxmigrate.New(drv, txboxmigrate.Config{})
-	testenv.Must(t, err, "txboxmigrate.New")
-	_, err = m.Up(ctx)
-	testenv.Must(t, err, "migrate up")
+	migrateOutbox(t, drv)
 	f := &schedFixture{pool: pool, due: map[string]time.Time{}}
+	var err error
 	f.ob, err = txbox.New(drv, txbox.Config{})
 	testenv.Must(t, err, "txbox.New")
 	f.in, err = inspect.New(drv, txbox.Config{})
