@@ -296,15 +296,7 @@ func TestRejectedToDead(t *testing.T) {
 	if attempts != 3 || !strings.Contains(lastErr, "poison") {
 		t.Fatalf("dead row: attempts %d, last_error %q", attempts, lastErr)
 	}
-	want := committed(t, pool)
-	total := -1 // the dead one
-	for _, n := range want {
-		total += n
-	}
-	eventually(t, "the others delivered", func() (bool, string) {
-		n := len(l.snapshot())
-		return n >= total, fmt.Sprintf("%d of %d", n, total)
-	})
+	othersDelivered(t, l, pool)
 	seen := map[string]int{}
 	for _, m := range l.snapshot() {
 		k, ns, _ := strings.Cut(string(m.Payload), ":")
@@ -390,15 +382,7 @@ func TestRedriveRepublishes(t *testing.T) {
 		testenv.Must(t, err, "dead list")
 		return len(deadList) == 1, fmt.Sprint(len(deadList))
 	})
-	want := committed(t, pool)
-	total := -1
-	for _, n := range want {
-		total += n
-	}
-	eventually(t, "the others delivered", func() (bool, string) {
-		n := len(l.snapshot())
-		return n >= total, fmt.Sprintf("%d of %d", n, total)
-	})
+	othersDelivered(t, l, pool)
 	// Redriven while the broker still rejects it: dead again, one more
 	// attempt on the count.
 	n, err := letters.Redrive(ctx)

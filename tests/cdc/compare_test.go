@@ -130,17 +130,9 @@ func fresh(t *testing.T, pool *pgxpool.Pool) {
 // TXBOX_CDC_BENCH_RATE (events/s, default 1000) and
 // TXBOX_CDC_BENCH_SECONDS (default 5) change the sizes.
 func TestCompareWithPollingRelay(t *testing.T) {
-	if os.Getenv("TXBOX_CDC_BENCH") != "1" {
-		t.Skip("a benchmark: set TXBOX_CDC_BENCH=1")
-	}
-	env := func(name string, def int) int {
-		if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-			return v
-		}
-		return def
-	}
-	rows, reps := env("TXBOX_CDC_BENCH_ROWS", 50000), env("TXBOX_CDC_BENCH_REPS", 3)
-	rate, seconds := env("TXBOX_CDC_BENCH_RATE", 1000), env("TXBOX_CDC_BENCH_SECONDS", 5)
+	benchOnly(t)
+	rows, reps := benchSize("TXBOX_CDC_BENCH_ROWS", 50000), benchSize("TXBOX_CDC_BENCH_REPS", 3)
+	rate, seconds := benchSize("TXBOX_CDC_BENCH_RATE", 1000), benchSize("TXBOX_CDC_BENCH_SECONDS", 5)
 	_, pool := logicalCluster(t)
 	ctx := context.Background()
 	obs := map[string]*txbox.Outbox[pgx.Tx]{}

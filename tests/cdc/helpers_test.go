@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -195,6 +196,36 @@ func delivered(t *testing.T, l *ledger, pool *pgxpool.Pool) {
 		}
 		return len(ids) >= total, fmt.Sprintf("%d of %d", len(ids), total)
 	})
+}
+
+// othersDelivered waits until the ledger holds every committed message but
+// one, the dead one.
+func othersDelivered(t *testing.T, l *ledger, pool *pgxpool.Pool) {
+	t.Helper()
+	total := -1
+	for _, n := range committed(t, pool) {
+		total += n
+	}
+	eventually(t, "the others delivered", func() (bool, string) {
+		n := len(l.snapshot())
+		return n >= total, fmt.Sprintf("%d of %d", n, total)
+	})
+}
+
+// benchSize is the positive integer in the environment variable name, or
+// def; benchOnly skips t unless TXBOX_CDC_BENCH=1.
+func benchSize(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func benchOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("TXBOX_CDC_BENCH") != "1" {
+		t.Skip("a benchmark: set TXBOX_CDC_BENCH=1")
+	}
 }
 
 func keysOf(n int) []string {

@@ -139,15 +139,7 @@ func TestMessageModeDeadLetters(t *testing.T) {
 	if d := deadList[0]; payload != "k01:2" || d.Key != "k01" || d.Topic != "cdc.test" || d.Attempts != 2 || !strings.Contains(d.LastError, "poison") {
 		t.Fatalf("dead letter %+v, payload %q", d, payload)
 	}
-	want := committed(t, pool)
-	total := -1
-	for _, n := range want {
-		total += n
-	}
-	eventually(t, "the others delivered", func() (bool, string) {
-		n := len(l.snapshot())
-		return n >= total, fmt.Sprintf("%d of %d", n, total)
-	})
+	othersDelivered(t, l, pool)
 	confirmedPast(t, pool, cfg, "the dead letter")
 	l.setFail(nil)
 	n, err := letters.Redrive(ctx)

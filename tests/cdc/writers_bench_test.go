@@ -3,7 +3,6 @@ package cdc_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,16 +29,8 @@ import (
 // TXBOX_CDC_BENCH_REPS (default 3) and TXBOX_CDC_BENCH_SECONDS (per run,
 // default 5) change the sizes.
 func TestWriterCost(t *testing.T) {
-	if os.Getenv("TXBOX_CDC_BENCH") != "1" {
-		t.Skip("a benchmark: set TXBOX_CDC_BENCH=1")
-	}
-	env := func(name string, def int) int {
-		if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-			return v
-		}
-		return def
-	}
-	reps, seconds := env("TXBOX_CDC_BENCH_REPS", 3), env("TXBOX_CDC_BENCH_SECONDS", 5)
+	benchOnly(t)
+	reps, seconds := benchSize("TXBOX_CDC_BENCH_REPS", 3), benchSize("TXBOX_CDC_BENCH_SECONDS", 5)
 	_, pool := logicalCluster(t)
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `CREATE TABLE bench_orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
