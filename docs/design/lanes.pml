@@ -7,8 +7,8 @@
  * marks), the database (leases with epochs, advisory lane locks, row
  * locks, the claim transaction's idle timeout), a writer committing the
  * rows, a broker and a clock. Relays stall (any step may wait any number
- * of ticks), die (connections closed), rejoin under a new owner name, give
- * lanes up and take them over.
+ * of ticks), die and rejoin under a new owner name, give lanes up and take
+ * them over.
  *
  * Time is a global tick. Counters hold what the code compares: a lease's
  * time left by the database's clock, a relay's own validUntil, a batch's
@@ -25,7 +25,7 @@
 /* Bounds (override with spin -D...). The rows: 0 (key 0), 1 (key 1),
  * 2 (key 0), 3 (key 2); keys 0 and 1 share lane 0, key 2 is in lane 1. */
 #ifndef NR
-#define NR 2        /* relays, at most 3 */
+#define NR 2        /* relays, 2 or 3 */
 #endif
 #ifndef NL
 #define NL 1        /* lanes, 1 or 2 */
@@ -63,38 +63,49 @@ bool delivered[NROWS];
 /* the lanes table */
 byte owner[NL];        /* owner name: 0 nobody, else ownerId(r) of some run of relay r */
 byte leaseLeft[NL];    /* ticks until expires_at; 0: expired */
+byte retired;          /* lanes done with: every row marked, none in a batch (retire) */
 
 /* relays */
-bool alive[NR];
 byte gen[NR];          /* runs of the relay so far: the owner name changes with each */
 byte deaths;
 bool calm;             /* from here on relays stay alive, run fast and publish without errors */
 
 /* keeper (laneKeeper) */
-byte act[NR];       /* lanes, a bit each */
+byte act[NR];          /* lanes, a bit each */
 byte pend[NR];
 byte validLeft[NR];    /* validUntil - now, by the relay's clock */
 
-/* worker (Relay.round) */
-byte wph[NR];          /* 0 idle, 4 claimed, 5 publishing, 6 settling */
+/* worker (Relay.round): its phase */
+#define IDLE    0
+#define CLAIMED 1      /* claimed, not yet checked */
+#define OPEN    2      /* passed mayPublish: its publish is under way, within PublishTimeout */
+#define SENT    3      /* the broker has the batch; the marks are not yet committed */
+#define STALE   4      /* too old to publish (or its publish timed out): it releases the batch */
+byte wph[NR];
 bool txAlive[NR];      /* the claim transaction is not ended by the server */
 byte age[NR];          /* now - batch.Started (relay), which is also the claim
                           transaction's idle time (server): no statement runs
                           between the claim and the marks */
-byte pubLeft[NR];      /* PublishTimeout left */
 byte shLock[NR];       /* lanes share-locked by the claim transaction */
 byte batch[NR];        /* rows, a bit each */
-byte acked[NR];        /* rows acknowledged */
 
 #define ownerId(r)     (r + 1 + NR * gen[r])
 #define bit(i)         (1 << (i))
 #define has(set, i)    (((set) >> (i)) & 1)
 #define rowLane(i)     keyLane[rowKey[i]]
 #define freeLane(l)    (owner[l] == 0 || leaseLeft[l] == 0)
-#define open(s)        (wph[s] == 5 && pubLeft[s] > 0)
+#define open(s)        (wph[s] == OPEN)
+#if NR > 2
+#define busy           (wph[0] != IDLE || wph[1] != IDLE || wph[2] != IDLE)
+#else
+#define busy           (wph[0] != IDLE || wph[1] != IDLE)
+#endif
+/* going: not every row is marked, or a batch is in flight. Once not, no
+ * row is ever claimed or published again: every process stops. */
+#define going          (nmarked < NROWS || busy)
 
 /* scratch, not part of the state */
-hidden byte anyLock, j, k, l, n, lanes, take;
+hidden byte anyLock, i, j, k, l, n, lanes, take;
 hidden byte ok, mine;
 
 /* endTx ends relay r's claim transaction (commit, rollback, or the
@@ -109,8 +120,7 @@ inline endTx(r) {
 }
 
 inline resetWorker(r) {
-	batch[r] = 0; acked[r] = 0; pubLeft[r] = 0; wph[r] = 0;
-	age[r] = 0; txAlive[r] = false
+	batch[r] = 0; wph[r] = IDLE; age[r] = 0; txAlive[r] = false
 }
 
 /* drop: the lane leaves act and pend */
@@ -125,11 +135,46 @@ inline lanesOf(set, out) {
 	od
 }
 
-proctype keeper(byte r) {
+/* retire: a lane whose rows are all marked and in no batch is never read,
+ * locked for a row or published again; what its lease does from then on
+ * changes nothing else (each step treats each lane on its own), so the
+ * model forgets it: nobody owns it, nobody takes it. A reduction of the
+ * state space, not a step of the protocol. */
+inline retire() {
+	i = 0;
 	do
+	:: i < NL ->
+		ok = !has(retired, i); j = 0;
+		do
+		:: j < NROWS -> if :: rowLane(j) == i && !marked[j] -> ok = false :: else fi; j++
+		:: else -> break
+		od;
+		n = 0;
+		do
+		:: n < NR -> lanesOf(batch[n], k); if :: has(k, i) -> ok = false :: else fi; n++
+		:: else -> break
+		od;
+		if
+		:: ok ->
+			retired = retired | bit(i); owner[i] = 0; leaseLeft[i] = 0;
+			j = 0;
+			do
+			:: j < NR -> drop(j, i); shLock[j] = shLock[j] & ~bit(i); j++
+			:: else -> break
+			od
+		:: else
+		fi;
+		i++
+	:: else -> break
+	od;
+	i = 0 /* a d_step may not end with a loop's break */
+}
+
+proctype keeper(byte r) {
+end:	do
 	/* a beat, one step: Join + Renew; validUntil = sent + lease; keep(active, owned),
 	 * keep(pending, owned), owned-but-unknown lanes go to pending. */
-	:: atomic { alive[r] ->
+	:: atomic { going ->
 		printf("MSC: relay %d beats\n", r);
 		validLeft[r] = LEASE;
 		l = 0;
@@ -164,7 +209,7 @@ proctype keeper(byte r) {
 		:: l < NL ->
 			take = 0;
 			if
-			:: freeLane(l) -> if :: take = 1 :: !calm fi
+			:: freeLane(l) && !has(retired, l) -> if :: take = 1 :: !calm fi
 			:: else
 			fi;
 			if
@@ -207,7 +252,7 @@ proctype keeper(byte r) {
 }
 
 proctype worker(byte r) {
-	do
+end:	do
 	/* One round trip (pgx: BEGIN, lane_lock_active or lane_lock,
 	 * lane_claim): leases() (the active lanes while validUntil holds),
 	 * Started, the shared advisory locks of those of them that have
@@ -218,7 +263,7 @@ proctype worker(byte r) {
 	 * row only behind every earlier pending row of its key in this batch
 	 * (a key stops at its first row locked elsewhere); the limits (a
 	 * lane's share, the batch) may end the batch anywhere. */
-	:: atomic { alive[r] && wph[r] == 0 ->
+	:: atomic { going && wph[r] == IDLE ->
 		lanes = 0;
 		if
 		:: validLeft[r] > 0 ->
@@ -248,7 +293,6 @@ proctype worker(byte r) {
 			od
 		:: else
 		fi;
-		shLock[r] = lanes;
 		n = 0; j = 0;
 		do
 		:: j < NROWS && n < BATCH ->
@@ -270,13 +314,13 @@ proctype worker(byte r) {
 		:: else -> break
 		od;
 		if
-		:: batch[r] == 0 -> endTx(r); resetWorker(r) /* nothing claimed: Release */
-		:: else -> age[r] = 0; txAlive[r] = true; wph[r] = 4;
+		:: batch[r] == 0 -> skip /* nothing claimed: Release (the lane locks go) */
+		:: else -> shLock[r] = lanes; age[r] = 0; txAlive[r] = true; wph[r] = CLAIMED;
 			printf("MSC: relay %d claims rows %d (bits)\n", r, batch[r])
 		fi }
 	/* mayPublish: validUntil holds and the claim transaction outlives the
 	 * publish (age + PublishTimeout < ClaimLease); else Release */
-	:: atomic { alive[r] && wph[r] == 4 ->
+	:: atomic { wph[r] == CLAIMED ->
 		if
 #ifdef NOAGE
 		:: validLeft[r] > 0 ->
@@ -299,18 +343,18 @@ proctype worker(byte r) {
 			:: else -> break
 			od;
 			printf("MSC: relay %d may publish rows %d (age %d)\n", r, batch[r], age[r]);
-			pubLeft[r] = PT; wph[r] = 5
-		:: else -> endTx(r); resetWorker(r)
+			wph[r] = OPEN
+		:: else -> endTx(r); resetWorker(r); retire()
 		fi }
 	/* publish the batch, one step: in id order, each row after the last
-	 * one's ack, within PublishTimeout (else nothing is sent). A publish
-	 * that fails or whose ack is lost is not modelled apart: a timeout
-	 * sends nothing, and a stall past ClaimLease after the publish loses
-	 * the marks of rows the broker has. */
-	:: atomic { alive[r] && wph[r] == 5 ->
+	 * one's ack, within PublishTimeout (a tick first: the publish timed
+	 * out, STALE). A publish that fails or whose ack is lost is not
+	 * modelled apart: a timeout sends nothing, and a stall past ClaimLease
+	 * after the publish loses the marks of rows the broker has. */
+	:: d_step { wph[r] == OPEN ->
 		j = 0;
 		do
-		:: j < NROWS && pubLeft[r] > 0 ->
+		:: j < NROWS ->
 			if
 			:: has(batch[r], j) ->
 				/* (b): a row first reaches the broker after every earlier row of its key */
@@ -324,36 +368,48 @@ proctype worker(byte r) {
 				:: else
 				fi;
 				printf("MSC: relay %d publishes row %d\n", r, j);
-				delivered[j] = true; acked[r] = acked[r] | bit(j)
+				delivered[j] = true
 			:: else
 			fi;
 			j++
 		:: else -> break
 		od;
-		pubLeft[r] = 0; wph[r] = 6 }
-	/* settle: mark the acknowledged rows and commit; an ended transaction
+		wph[r] = SENT }
+	/* settle: mark the published rows and commit; an ended transaction
 	 * marks nothing */
-	:: atomic { alive[r] && wph[r] == 6 ->
+	:: d_step { wph[r] == SENT ->
 		if
 		:: txAlive[r] ->
 			j = 0;
 			do
 			:: j < NROWS ->
-				if :: has(acked[r], j) && !marked[j] -> marked[j] = true; nmarked++; printf("MSC: relay %d marks row %d\n", r, j) :: else fi;
+				if :: has(batch[r], j) && !marked[j] -> marked[j] = true; nmarked++; printf("MSC: relay %d marks row %d\n", r, j) :: else fi;
 				j++
 			:: else -> break
 			od
 		:: else
 		fi;
-		endTx(r); resetWorker(r) }
+		endTx(r); resetWorker(r); retire() }
+	/* Release of a batch too old to publish */
+	:: d_step { wph[r] == STALE -> endTx(r); resetWorker(r); retire() }
 	od
 }
 
-/* the server ends a claim transaction idle for ClaimLease */
-#define killable(r) (wph[r] >= 4 && txAlive[r] && age[r] >= CL)
-#define kill(r)     atomic { killable(r) -> txAlive[r] = false; endTx(r); printf("MSC: server ends relay %d's claim transaction\n", r) }
+/* the server ends a claim transaction idle for ClaimLease. A batch
+ * published (SENT) then marks nothing: the worker is done with it. (With
+ * the age check, a batch not yet published is STALE by then: its release
+ * and the server's end of it are one.) */
+#ifdef NOAGE
+#define killable(r) ((wph[r] == SENT || wph[r] == CLAIMED) && txAlive[r] && age[r] >= CL)
+#else
+#define killable(r) (wph[r] == SENT && age[r] >= CL)
+#endif
+#define kill(r) d_step { killable(r) -> \
+		printf("MSC: server ends relay %d's claim transaction\n", r); \
+		endTx(r); \
+		if :: wph[r] == SENT -> resetWorker(r); retire() :: else -> txAlive[r] = false fi }
 active proctype server() {
-	do
+end:	do
 	:: kill(0)
 	:: kill(1)
 #if NR > 2
@@ -363,36 +419,39 @@ active proctype server() {
 }
 
 /* time: the database's lease clock, the relays' clocks, idle timeouts.
- * Once calm, the live relays take no time (their counters stand) and only
+ * Once calm, the relays take no time (their counters stand) and only
  * dead runs' leases run out. */
 active proctype clock() {
-	byte r;
-	do
-	:: atomic {
+end:	do
+	:: d_step { going ->
 		printf("MSC: tick\n");
 		l = 0;
 		do
 		:: l < NL ->
-			mine = false; r = 0;
+			mine = false; i = 0;
 			do
-			:: r < NR -> mine = mine || (alive[r] && owner[l] == ownerId(r)); r++
+			:: i < NR -> mine = mine || owner[l] == ownerId(i); i++
 			:: else -> break
 			od;
 			if :: leaseLeft[l] > 0 && !(calm && mine) -> leaseLeft[l]-- :: else fi;
 			l++
 		:: else -> break
 		od;
-		r = 0;
+		i = 0;
 		do
-		:: r < NR ->
+		:: i < NR && !calm ->
+			if :: validLeft[i] > 0 -> validLeft[i]-- :: else fi;
 			if
-			:: alive[r] && !calm ->
-				if :: validLeft[r] > 0 -> validLeft[r]-- :: else fi;
-				if :: wph[r] >= 4 && txAlive[r] && age[r] < CL -> age[r]++ :: else fi;
-				if :: pubLeft[r] > 0 -> pubLeft[r]-- :: else fi
+#ifdef NOAGE
+			:: wph[i] == CLAIMED && txAlive[i] && age[i] < CL -> age[i]++
+#else
+			:: wph[i] == CLAIMED -> wph[i] = STALE /* age + PublishTimeout >= ClaimLease */
+#endif
+			:: wph[i] == OPEN -> wph[i] = STALE /* PublishTimeout: nothing sent */
+			:: wph[i] == SENT && age[i] < CL -> age[i]++
 			:: else
 			fi;
-			r++
+			i++
 		:: else -> break
 		od }
 	od
@@ -400,38 +459,36 @@ active proctype clock() {
 
 /* the writer: a key's rows commit in id order (the insert-time key lock) */
 #define canCommit(i) (!committed[i] && (prevRow[i] == NONE || committed[prevRow[i]]))
-#define commit(i)    atomic { canCommit(i) -> committed[i] = true; ncommitted++ }
+#define commit(i)    d_step { canCommit(i) -> committed[i] = true; ncommitted++ }
 active proctype writer() {
 	do
 	:: commit(2)
 #if NROWS > 3
 	:: commit(3)
 #endif
-#if NROWS > 4
-	:: commit(4)
-#endif
 	:: ncommitted == NROWS -> break
 	od
 }
 
-/* deaths (the connections close: the claim transaction rolls back; the
- * leases stay until they expire), rejoins under a new owner name, and calm */
-#define die(r) atomic { !calm && deaths < MAXDEATHS && alive[r] -> \
-		printf("MSC: relay %d dies\n", r); \
-		alive[r] = false; deaths++; gen[r]++; \
-		txAlive[r] = false; endTx(r); resetWorker(r); \
-		act[r] = 0; pend[r] = 0; validLeft[r] = 0 }
+/* deaths: the connections close (the claim transaction rolls back; the
+ * leases stay until they expire) and the relay rejoins at once under a new
+ * owner name. A relay that has rejoined and takes no step yet is one that
+ * is still down: the model does not keep the two apart. The relays are
+ * alike (names are only compared), so with one death only relay 0 dies:
+ * a run where relay 1 dies is one of those with the names swapped. */
+#define die(r) d_step { !calm && deaths < MAXDEATHS && going -> \
+		printf("MSC: relay %d dies and rejoins\n", r); \
+		deaths++; gen[r]++; \
+		endTx(r); resetWorker(r); \
+		act[r] = 0; pend[r] = 0; validLeft[r] = 0; retire() }
 active proctype chaos() {
-	do
+end:	do
 	:: die(0)
+#if MAXDEATHS > 1
 	:: die(1)
 #if NR > 2
 	:: die(2)
 #endif
-	:: atomic { !alive[0] -> alive[0] = true }
-	:: atomic { !alive[1] -> alive[1] = true }
-#if NR > 2
-	:: atomic { !alive[2] -> alive[2] = true }
 #endif
 #ifndef NOCALM
 	:: atomic { !calm -> calm = true }
@@ -451,7 +508,7 @@ init {
 		keyLane[0] = 0; keyLane[1] = 0; keyLane[2] = NL - 1;
 		r = 0;
 		do
-		:: r < NR -> alive[r] = true; run keeper(r); run worker(r); r++
+		:: r < NR -> run keeper(r); run worker(r); r++
 		:: else -> break
 		od
 	}
