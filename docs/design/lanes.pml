@@ -408,7 +408,7 @@ end:	do
 		printf("MSC: server ends relay %d's claim transaction\n", r); \
 		endTx(r); \
 		if :: wph[r] == SENT -> resetWorker(r); retire() :: else -> txAlive[r] = false fi }
-active proctype server() {
+proctype server() {
 end:	do
 	:: kill(0)
 	:: kill(1)
@@ -421,7 +421,7 @@ end:	do
 /* time: the database's lease clock, the relays' clocks, idle timeouts.
  * Once calm, the relays take no time (their counters stand) and only
  * dead runs' leases run out. */
-active proctype clock() {
+proctype clock() {
 end:	do
 	:: d_step { going ->
 		printf("MSC: tick\n");
@@ -460,7 +460,7 @@ end:	do
 /* the writer: a key's rows commit in id order (the insert-time key lock) */
 #define canCommit(i) (!committed[i] && (prevRow[i] == NONE || committed[prevRow[i]]))
 #define commit(i)    d_step { canCommit(i) -> committed[i] = true; ncommitted++ }
-active proctype writer() {
+proctype writer() {
 	do
 	:: commit(2)
 #if NROWS > 3
@@ -481,7 +481,7 @@ active proctype writer() {
 		deaths++; gen[r]++; \
 		endTx(r); resetWorker(r); \
 		act[r] = 0; pend[r] = 0; validLeft[r] = 0; retire() }
-active proctype chaos() {
+proctype chaos() {
 end:	do
 	:: die(0)
 #if MAXDEATHS > 1
@@ -510,7 +510,9 @@ init {
 		do
 		:: r < NR -> run keeper(r); run worker(r); r++
 		:: else -> break
-		od
+		od;
+		/* after the data above: retire reads it */
+		run server(); run clock(); run writer(); run chaos()
 	}
 }
 
