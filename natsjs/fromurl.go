@@ -2,11 +2,13 @@ package natsjs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/brokerurl"
@@ -105,4 +107,28 @@ func (p *Publisher) Close() error {
 		p.nc.Close()
 	}
 	return nil
+}
+
+// IsPermanentConnectError reports whether err, from FromURL,
+// DeadLettersFromURL, NewPublisher or EnsureStream, says the server
+// refuses for good, so that trying again does not help: an invalid url
+// (txbox.ErrInvalidConfig), an authentication error (nats.ErrAuthorization,
+// ErrAuthExpired, ErrAuthRevoked, ErrAccountAuthExpired), or a JetStream
+// API error other than 503 (a stream that does not exist, a stream
+// configuration the server refuses). A server that is down, restarting or
+// unreachable, and JetStream not ready yet (503), are not: a caller may
+// try again.
+func IsPermanentConnectError(err error) bool {
+	var api *jetstream.APIError
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, txbox.ErrInvalidConfig),
+		errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return true
+	case errors.As(err, &api):
+		return api.Code != 503
+	}
+	return false
 }

@@ -232,3 +232,32 @@ func IsTransientFor[TTx any](d Driver[TTx], err error) bool {
 	}
 	return false
 }
+
+// MissingTableClassifier is an optional capability of a Driver:
+// recognising the errors of its database library that say a table (or
+// the schema or database holding it) named in a statement does not exist.
+// txbox asks a Driver for it with a type assertion; see IsMissingTableFor.
+// txboxpgx and txboxsql implement it. IsMissingTable must be quick, must
+// not block and must see through wrapping.
+type MissingTableClassifier interface {
+	IsMissingTable(err error) bool
+}
+
+// IsMissingTableFor reports whether err, or any error it wraps, says a
+// table named in a statement does not exist: an SQLSTATE (a SQLState()
+// string method: pgconn.PgError, lib/pq) of 42P01 (undefined table) or
+// 3F000 (invalid schema name), or what d's MissingTableClassifier
+// accepts. A missing column or function is not a missing table.
+func IsMissingTableFor[TTx any](d Driver[TTx], err error) bool {
+	if err == nil {
+		return false
+	}
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) && (state.SQLState() == "42P01" || state.SQLState() == "3F000") {
+		return true
+	}
+	if c, ok := d.(MissingTableClassifier); ok {
+		return c.IsMissingTable(err)
+	}
+	return false
+}

@@ -53,7 +53,7 @@ func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string
 func (m *Migrator) StartupOnce(ctx context.Context) (problems []string, newer string, err error) {
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
-		if !isMissingTable(err) {
+		if !m.missingTable(err) {
 			if m.transient(err) {
 				return nil, "", fmt.Errorf("read %s: %w", trackingTable, err)
 			}

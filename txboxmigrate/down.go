@@ -45,7 +45,7 @@ func (m *Migrator) Down(ctx context.Context, opts DownOptions) ([]Migration, err
 	}
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
-		if isMissingTable(err) {
+		if m.missingTable(err) {
 			return nil, nil // nothing was ever applied
 		}
 		return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
@@ -130,7 +130,7 @@ func (m *Migrator) execDown(ctx context.Context, tx txboxdriver.Tx, stmt string)
 		return err
 	case err == nil:
 		return nil
-	case !m.alreadyGone(err) && !(isMissingTable(err) && !m.transient(err)):
+	case !m.alreadyGone(err) && !(m.missingTable(err) && !m.transient(err)):
 		return err
 	case savepoint:
 		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT txbox_down")
@@ -155,7 +155,7 @@ func (m *Migrator) loss(ctx context.Context, ex txboxdriver.Executor, target str
 	}
 	rows, err := ex.Query(ctx, q)
 	if err != nil {
-		if isMissingTable(err) {
+		if m.missingTable(err) {
 			return "", nil
 		}
 		return "", err

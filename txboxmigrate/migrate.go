@@ -125,6 +125,9 @@ type Migrator struct {
 	lockRetries int
 	log         *slog.Logger
 	transient   func(error) bool // the database failed, not the statement
+	// missingTable: a table named in the statement does not exist (the
+	// driver's MissingTableClassifier, or the SQLSTATE).
+	missingTable func(error) bool
 }
 
 // New returns a Migrator for drv's database. It validates every table name.
@@ -147,7 +150,8 @@ func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Migrator, error) {
 	}
 	m := &Migrator{sql: sql, dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations,
 		lockTimeout: cfg.LockTimeout, lockRetries: max(cfg.LockRetries, 0), log: cfg.Logger,
-		transient: func(err error) bool { return txboxdriver.IsTransientFor(drv, err) }}
+		transient:    func(err error) bool { return txboxdriver.IsTransientFor(drv, err) },
+		missingTable: func(err error) bool { return txboxdriver.IsMissingTableFor(drv, err) }}
 	if m.lockTimeout == 0 {
 		m.lockTimeout = DefaultLockTimeout
 	}
@@ -342,7 +346,7 @@ func parseTime(v any) time.Time {
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
-		if !isMissingTable(err) {
+		if !m.missingTable(err) {
 			return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
 		}
 		done = map[string]record{}
@@ -380,14 +384,6 @@ func (m *Migrator) newer(done map[string]record) []Status {
 	return out
 }
 
-// isMissingTable reports whether err says a table does not exist
-// (PostgreSQL 42P01, SQLite "no such table", MySQL 1146).
-func isMissingTable(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "42P01") || strings.Contains(msg, "no such table") ||
-		strings.Contains(msg, "Error 1146") || strings.Contains(msg, "does not exist")
-}
-
 // Pending reports the migrations not yet applied, without changing anything
 // (the tracking table may be absent: then every migration is pending).
 func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
@@ -403,7 +399,7 @@ func (m *Migrator) Pending(ctx context.Context) ([]Migration, error) {
 func (m *Migrator) appliedOrNone(ctx context.Context) (map[string]record, error) {
 	done, err := m.applied(ctx, m.pool)
 	if err != nil {
-		if !isMissingTable(err) {
+		if !m.missingTable(err) {
 			return nil, fmt.Errorf("txbox: read %s: %w", trackingTable, err)
 		}
 		done = map[string]record{}

@@ -143,7 +143,7 @@ func (m *Migrator) tableProblems(ctx context.Context, target string) ([]string, 
 		err = rows.Err()
 	}
 	switch {
-	case err != nil && isMissingTable(err) && !m.transient(err):
+	case err != nil && m.missingTable(err) && !m.transient(err):
 		return []string{tableMissing}, nil
 	case err != nil && m.transient(err):
 		return nil, err

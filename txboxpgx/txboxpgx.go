@@ -154,6 +154,12 @@ func IsMissingTable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
 }
 
+// IsMissingTable implements txboxdriver.MissingTableClassifier with the
+// package's IsMissingTable.
+func (d *Driver) IsMissingTable(err error) bool { return IsMissingTable(err) }
+
+var _ txboxdriver.MissingTableClassifier = (*Driver)(nil)
+
 // IsRejected implements txboxdriver.RejectionClassifier: a COMMIT that pgx
 // reports turned into a rollback (pgx.ErrTxCommitRollback: a statement of
 // the transaction had failed and its error was ignored). The SQLSTATEs

@@ -2,8 +2,12 @@ package txboxrabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/brokerurl"
 )
 
@@ -96,4 +100,27 @@ func (p *Publisher) checkExchange() error {
 		}
 	}
 	return nil
+}
+
+// IsPermanentConnectError reports whether err, from FromURL,
+// DeadLettersFromURL, NewConn or NewPublisher, says the broker refuses for
+// good, so that trying again does not help: an invalid url or config
+// (txbox.ErrInvalidConfig), a refused login (amqp.ErrSASL,
+// amqp.ErrCredentials) or virtual host (amqp.ErrVhost), or an
+// *amqp.Error of ACCESS_REFUSED, NOT_FOUND (an exchange that does not
+// exist), NOT_ALLOWED or PRECONDITION_FAILED. A broker that is down,
+// restarting or unreachable is not: a caller may try again.
+func IsPermanentConnectError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case amqp.AccessRefused, amqp.NotFound, amqp.NotAllowed, amqp.PreconditionFailed:
+			return true
+		}
+	}
+	return errors.Is(err, txbox.ErrInvalidConfig) || errors.Is(err, amqp.ErrSASL) ||
+		errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost)
 }

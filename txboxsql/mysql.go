@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // mysqlErrorType is where go-sql-driver/mysql declares MySQLError, the
@@ -141,3 +143,9 @@ func IsMissingTable(err error) bool {
 	}
 	return strings.Contains(err.Error(), "no such table")
 }
+
+// IsMissingTable implements txboxdriver.MissingTableClassifier with the
+// package's IsMissingTable.
+func (d *Driver) IsMissingTable(err error) bool { return IsMissingTable(err) }
+
+var _ txboxdriver.MissingTableClassifier = (*Driver)(nil)

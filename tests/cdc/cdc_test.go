@@ -171,7 +171,7 @@ func TestServerCrash(t *testing.T) {
 	delivered(t, l, pool)
 	dups := verdict(t, l.snapshot(), committed(t, pool))
 	t.Logf("%d acknowledged, %d duplicates", len(l.snapshot()), dups)
-	if st := r.Stats(); !st.Reading {
+	if st := statsOf(r); !st.Reading {
 		t.Fatalf("the relay does not read after the restart: %+v", st)
 	}
 }
@@ -189,21 +189,34 @@ func TestLeaseTakeover(t *testing.T) {
 	l := &ledger{}
 	a := newRelay(t, pool, l, cfg)
 	start(t, a)
-	eventually(t, "relay a reads", func() (bool, string) { return a.Stats().Reading, "" })
+	eventually(t, "relay a reads", func() (bool, string) { return statsOf(a).Reading, "" })
 	b := newRelay(t, pool, l, cfg)
 	start(t, b)
 	keys := keysOf(4)
 	writers(t, pool, 2, 20, keys)
 	delivered(t, l, pool)
-	if b.Stats().Reading || b.Stats().Published != 0 {
-		t.Fatalf("the standby reads while the reader holds the lease: %+v", b.Stats())
+	if statsOf(b).Reading || statsOf(b).Published != 0 {
+		t.Fatalf("the standby reads while the reader holds the lease: %+v", statsOf(b))
+	}
+	// Ready: the reader is, the standby is not and says why.
+	if st, err := a.Stats(ctx); err != nil || st.Ready() != nil {
+		t.Fatalf("the reader is not ready: %v, %v (%+v)", err, st.Ready(), st)
+	}
+	if err := statsOf(b).Ready(); err == nil || !strings.Contains(err.Error(), "standby") {
+		t.Fatalf("the standby's Ready: %v, want an error naming the standby", err)
 	}
 	testenv.Must(t, a.Stop(ctx), "stop a")
-	eventually(t, "relay b takes over", func() (bool, string) { return b.Stats().Reading, "" })
+	if err := statsOf(a).Ready(); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Fatalf("the stopped relay's Ready: %v, want an error saying it does not run", err)
+	}
+	eventually(t, "relay b takes over, ready", func() (bool, string) {
+		st := statsOf(b)
+		return st.Reading && st.Ready() == nil, fmt.Sprint(st.Ready())
+	})
 	writers(t, pool, 2, 20, keys)
 	delivered(t, l, pool)
 	verdict(t, l.snapshot(), committed(t, pool))
-	if b.Stats().Published == 0 {
+	if statsOf(b).Published == 0 {
 		t.Fatal("the standby published nothing after the takeover")
 	}
 }
@@ -306,7 +319,7 @@ func TestRejectedToDead(t *testing.T) {
 		}
 		seen[k] = n
 	}
-	if st := r.Stats(); st.Dead != 1 {
+	if st := statsOf(r); st.Dead != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
 }
@@ -345,7 +358,7 @@ func TestRejectedKeyParksAlone(t *testing.T) {
 	l.setFail(nil)
 	delivered(t, l, pool)
 	verdict(t, l.snapshot(), want)
-	if st := r.Stats(); st.Dead != 0 {
+	if st := statsOf(r); st.Dead != 0 {
 		t.Fatalf("stats: %+v", st)
 	}
 	confirmedPast(t, pool, cfg, "the parked key's release")
@@ -413,7 +426,7 @@ func TestRedriveRepublishes(t *testing.T) {
 	if got := len(l.snapshot()); got != len(acked) {
 		t.Fatalf("%d acknowledged after the redrive settled, %d before", got, len(acked))
 	}
-	if st := r.Stats(); st.Dead != 2 {
+	if st := statsOf(r); st.Dead != 2 {
 		t.Fatalf("stats: %+v", st)
 	}
 }

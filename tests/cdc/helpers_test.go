@@ -304,3 +304,10 @@ func rejecting(payload, reason string) func(txbox.Message) error {
 		return nil
 	}
 }
+
+// statsOf is r.Stats: the relay's counters and state, and its slot's
+// figures when the slot could be read.
+func statsOf(r *cdc.Relay) cdc.Stats {
+	st, _ := r.Stats(context.Background())
+	return st
+}

@@ -155,7 +155,7 @@ func TestMessageModeDeadLetters(t *testing.T) {
 		testenv.Must(t, pool.QueryRow(ctx, `SELECT published_at IS NOT NULL FROM txbox_outbox WHERE payload = 'k01:2'`).Scan(&published), "published_at")
 		return published, "no published_at"
 	})
-	if st := r.Stats(); st.Dead != 1 {
+	if st := statsOf(r); st.Dead != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -81,6 +82,47 @@ func TestFromURLErrorsQuoteNoPassword(t *testing.T) {
 	}
 	if !errors.Is(err, nats.ErrNoServers) {
 		t.Errorf("error %v does not wrap nats.ErrNoServers", err)
+	}
+}
+
+// IsPermanentConnectError: an invalid URL, refused credentials and a
+// JetStream API error other than 503 (a stream that does not exist) are
+// permanent; a server that does not answer is not.
+func TestIsPermanentConnectError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, err := natsjs.FromURL(ctx, "nats://h:bad", natsjs.PublisherConfig{})
+	if !natsjs.IsPermanentConnectError(err) {
+		t.Errorf("invalid URL: %v not permanent", err)
+	}
+	_, err = natsjs.FromURL(ctx, "nats://"+closedAddr(t), natsjs.PublisherConfig{}, nats.Timeout(time.Second))
+	if err == nil || natsjs.IsPermanentConnectError(err) {
+		t.Errorf("nothing listening: %v; want an error that is not permanent", err)
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, Username: "u", Password: "right", JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	testenv.Must(t, err, "nats server with a password")
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(30 * time.Second) {
+		t.Fatal("nats server with a password not ready")
+	}
+	host := strings.TrimPrefix(srv.ClientURL(), "nats://")
+	_, err = natsjs.FromURL(ctx, "nats://u:wrong@"+host, natsjs.PublisherConfig{}, nats.MaxReconnects(0))
+	if err == nil || !natsjs.IsPermanentConnectError(err) {
+		t.Errorf("wrong password: %v; want a permanent error", err)
+	}
+	p, err := natsjs.FromURL(ctx, "nats://u:right@"+host, natsjs.PublisherConfig{})
+	testenv.Must(t, err, "FromURL with the password")
+	defer p.Close()
+	js, err := jetstream.New(p.Conn())
+	testenv.Must(t, err, "jetstream")
+	_, err = js.Stream(ctx, "NO_SUCH_STREAM")
+	if err == nil || !natsjs.IsPermanentConnectError(err) {
+		t.Errorf("missing stream: %v; want a permanent error", err)
+	}
+	if natsjs.IsPermanentConnectError(nil) {
+		t.Error("nil is permanent")
 	}
 }
 

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -59,9 +60,45 @@ func TestFromURLRefusesMissingExchangeAndBadLogin(t *testing.T) {
 	if !errors.Is(err, amqp.ErrSASL) && !errors.As(err, &ae) {
 		t.Errorf("bad password: %v does not keep the broker's error", err)
 	}
+	if !txboxrabbitmq.IsPermanentConnectError(err) {
+		t.Errorf("bad password: %v not permanent", err)
+	}
 	_, err = txboxrabbitmq.FromURL(ctx, "amqp://u:"+secret+"@h:bad/", txboxrabbitmq.PublisherConfig{}, txboxrabbitmq.ConnConfig{})
 	if !errors.Is(err, txbox.ErrInvalidConfig) || strings.Contains(err.Error(), secret) {
 		t.Errorf("bad port: %v; want txbox.ErrInvalidConfig without the password", err)
+	}
+	if !txboxrabbitmq.IsPermanentConnectError(err) {
+		t.Errorf("bad port: %v not permanent", err)
+	}
+}
+
+// IsPermanentConnectError: a missing exchange and a missing virtual host
+// are permanent; a broker that does not answer is not.
+func TestIsPermanentConnectError(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQ(t)
+	ctx := context.Background()
+	_, err := txboxrabbitmq.FromURL(ctx, url, txboxrabbitmq.PublisherConfig{Exchange: testenv.Name("nox")}, txboxrabbitmq.ConnConfig{})
+	if err == nil || !txboxrabbitmq.IsPermanentConnectError(err) {
+		t.Errorf("missing exchange: %v; want a permanent error", err)
+	}
+	u, perr := amqp.ParseURI(url)
+	testenv.Must(t, perr, "parse url")
+	u.Vhost = testenv.Name("novhost")
+	_, err = txboxrabbitmq.FromURL(ctx, u.String(), txboxrabbitmq.PublisherConfig{}, txboxrabbitmq.ConnConfig{})
+	if err == nil || !txboxrabbitmq.IsPermanentConnectError(err) {
+		t.Errorf("missing virtual host: %v; want a permanent error", err)
+	}
+	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, lerr, "listen")
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	_, err = txboxrabbitmq.FromURL(ctx, "amqp://guest:guest@"+addr+"/", txboxrabbitmq.PublisherConfig{}, txboxrabbitmq.ConnConfig{})
+	if err == nil || txboxrabbitmq.IsPermanentConnectError(err) {
+		t.Errorf("nothing listening: %v; want an error that is not permanent", err)
+	}
+	if txboxrabbitmq.IsPermanentConnectError(nil) {
+		t.Error("nil is permanent")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,20 +65,88 @@ func (r *Relay) Config() Config { return r.cfg }
 // Slot returns the name of the relay's replication slot.
 func (r *Relay) Slot() string { return r.n.slot }
 
-// Stats are a relay's counters since it was made.
+// Stats are a relay's counters since it was made, its state now and its
+// slot's, as Relay.Stats reads them.
 type Stats struct {
+	// At is when the stats were read.
+	At        time.Time
 	Published int64 // messages the broker acknowledged (a redelivery counts again)
 	Dead      int64 // messages recorded as dead in the table
 	// ConfirmedLSN is the last LSN the relay confirmed to the server.
 	ConfirmedLSN string
-	// Reading: the relay holds the lease and streams now.
+	// Running: the relay was started and has not stopped.
+	Running bool
+	// Reading: the relay holds the slot's lease and streams now on a live
+	// replication connection. A standby waiting for another relay's lease,
+	// and a relay between two sessions (a lost connection, a server
+	// restarting), do not read.
 	Reading bool
+	// BrokerConnected is the publisher's txbox.ConnectionChecker's answer;
+	// true for a publisher without one.
+	BrokerConnected bool
+
+	// SlotErr is why the slot cannot be read from (Relay.Stats returns it
+	// too), or nil: the database could not be read, or the slot is
+	// missing, lost or not the relay's (see Check). The slot's figures
+	// below are then zero.
+	SlotErr error
+	// LagBytes is how much WAL the slot holds that the relay has not
+	// confirmed, read by every Stats call; WALStatus is its wal_status.
+	LagBytes  int64
+	WALStatus string
 }
 
-// Stats returns the relay's counters.
-func (r *Relay) Stats() Stats {
-	return Stats{Published: r.published.Load(), Dead: r.dead.Load(),
-		ConfirmedLSN: pglogrepl.LSN(r.confirmed.Load()).String(), Reading: r.reading.Load()}
+// Stats reads the relay's state: its own counters and state, which never
+// fail, and its slot's, one read of pg_replication_slots bounded by ctx.
+// When the slot cannot be read or is unusable, Stats returns the error
+// and the relay's own figures all the same (see Stats.SlotErr). It works
+// on a relay that does not run, too.
+func (r *Relay) Stats(ctx context.Context) (Stats, error) {
+	s := Stats{At: time.Now(), Published: r.published.Load(), Dead: r.dead.Load(),
+		ConfirmedLSN: pglogrepl.LSN(r.confirmed.Load()).String(), Reading: r.reading.Load(), BrokerConnected: true}
+	select {
+	case <-r.Stopped():
+	default:
+		s.Running = true
+	}
+	if c, ok := r.pub.(txbox.ConnectionChecker); ok {
+		s.BrokerConnected = c.Connected()
+	}
+	st, err := status(ctx, r.pool, r.n)
+	if err == nil {
+		err = checkSlot(st)
+	}
+	if err != nil {
+		s.SlotErr = err
+		return s, err
+	}
+	s.LagBytes, s.WALStatus = st.LagBytes, st.WALStatus
+	return s, nil
+}
+
+// Ready returns nil when the relay, as s shows it, delivers: it runs, its
+// slot is usable, it holds the slot's lease and streams, and its broker
+// connection is up; else an error naming every reason. A standby waiting
+// for another relay's lease is not ready: it delivers nothing until the
+// reader stops.
+func (s Stats) Ready() error {
+	var why []string
+	if !s.Running {
+		why = append(why, "the relay is not running")
+	}
+	if s.SlotErr != nil {
+		why = append(why, "slot: "+s.SlotErr.Error())
+	}
+	if s.Running && !s.Reading {
+		why = append(why, "not reading the slot (a standby waiting for the lease, or reconnecting)")
+	}
+	if !s.BrokerConnected {
+		why = append(why, "broker not connected")
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(why, "; "))
 }
 
 // ErrAlreadyStarted is returned by Start on a running relay.

@@ -77,21 +77,6 @@ func isUnreachable(err error) bool {
 	return errors.As(err, &u)
 }
 
-// natsRetryable reports whether a NATS error may go away by itself: any but
-// an authentication error, or a JetStream API answer other than 503 (a
-// stream that does not exist, a configuration the server refuses).
-func natsRetryable(err error) bool {
-	var api *jetstream.APIError
-	switch {
-	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
-		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
-		return false
-	case errors.As(err, &api):
-		return api.Code == 503
-	}
-	return true
-}
-
 func (f *brokerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	f.fs = fs
@@ -371,23 +356,23 @@ func openBroker(ctx context.Context, f *brokerFlags, out io.Writer) (*broker, er
 		b.desc = redact(url, url)
 	}
 	scheme, _, _ := strings.Cut(url, "://")
-	retryable := func(error) bool { return true }
+	permanent := func(error) bool { return false }
 	var err error
 	switch scheme {
 	case "amqp", "amqps":
-		retryable = amqpRetryable
+		permanent = txboxrabbitmq.IsPermanentConnectError
 		err = b.openRabbitMQ(ctx, f, out)
 	case "kafka":
 		err = b.openKafka(ctx, f, out)
 	case "redis", "rediss", "asynq+redis", "asynq+rediss":
 		err = b.openRedis(ctx, f, out)
 	default:
-		retryable = natsRetryable
+		permanent = natsjs.IsPermanentConnectError
 		err = b.openNATS(ctx, f, url, out)
 	}
 	if err != nil {
 		b.Close()
-		if !errors.Is(err, txbox.ErrInvalidConfig) && retryable(err) {
+		if !errors.Is(err, txbox.ErrInvalidConfig) && !permanent(err) {
 			err = &unreachableError{err}
 		}
 		return nil, redactErr(err, url)

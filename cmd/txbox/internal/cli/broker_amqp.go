@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -86,17 +85,4 @@ func (b *broker) openRabbitMQ(ctx context.Context, f *brokerFlags, out io.Writer
 	}
 	fmt.Fprintf(out, "RabbitMQ at %s: %s, routing key %s<topic>, publisher confirms, %s\n", b.desc, exchange, cell(f.subjectPrefix), routing)
 	return nil
-}
-
-// amqpRetryable reports whether a RabbitMQ error may go away by itself:
-// any but a refused login or vhost, or a missing exchange.
-func amqpRetryable(err error) bool {
-	var ae *amqp.Error
-	if errors.As(err, &ae) {
-		switch ae.Code {
-		case amqp.AccessRefused, amqp.NotFound, amqp.NotAllowed, amqp.PreconditionFailed:
-			return false
-		}
-	}
-	return !errors.Is(err, amqp.ErrSASL) && !errors.Is(err, amqp.ErrCredentials) && !errors.Is(err, amqp.ErrVhost)
 }

@@ -137,7 +137,7 @@ func cdcWith(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags
 	}
 	var last int64
 	printStats := func() {
-		st := r.Stats()
+		st, _ := r.Stats(ctx) // a slot that cannot be read shows in /readyz and the log
 		fmt.Fprintln(out, cdcStatsLine(r.Slot(), st, st.Published-last))
 		last = st.Published
 	}
@@ -185,7 +185,9 @@ func cdcStatsLine(slot string, st cdc.Stats, delta int64) string {
 }
 
 // cdcProbes serves /readyz for the log-based relay current returns: ready
-// while one runs (reading the slot, or a standby waiting for its lease).
+// while it holds the slot's lease and streams, its slot usable and its
+// broker connected (cdc.Stats.Ready); a standby waiting for the lease is
+// not ready.
 func (h *relayHTTP) cdcProbes(current func() *cdc.Relay) {
 	if h == nil {
 		return
@@ -195,9 +197,14 @@ func (h *relayHTTP) cdcProbes(current func() *cdc.Relay) {
 		if r == nil {
 			return health.Result{Name: "relay", Error: "no relay is running"}
 		}
-		st := r.Stats()
-		return health.Result{Name: "relay", Ready: true, Detail: map[string]any{
-			"reading": st.Reading, "confirmed_lsn": st.ConfirmedLSN, "published": st.Published, "dead": st.Dead}}
+		st, _ := r.Stats(ctx)
+		res := health.Result{Name: "relay", Ready: true, Detail: map[string]any{
+			"reading": st.Reading, "broker_connected": st.BrokerConnected, "confirmed_lsn": st.ConfirmedLSN,
+			"lag_bytes": st.LagBytes, "published": st.Published, "dead": st.Dead}}
+		if err := st.Ready(); err != nil {
+			res.Ready, res.Error = false, err.Error()
+		}
+		return res
 	})
 	h.probes.Store(&probes)
 }
