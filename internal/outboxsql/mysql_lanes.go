@@ -48,6 +48,12 @@ func newMySQLLanes(table string) (*mysqlLanes, error) {
 // rows without a key runs no lane statement. Integer arguments are
 // written into the statements (bindInts).
 func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64, leases []Lease) (*Batch, error) {
+	// A relay's claims take turns up to their lock: each reads past the
+	// rows of the claims before it (inFlight). Two at once would read the
+	// same candidates, and the one that locked them second would come back
+	// empty.
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
 	s := l.s
 	start := time.Now()
 	tx, err := s.d.beginClaim(context.WithoutCancel(ctx), s.pool, s.lease)
