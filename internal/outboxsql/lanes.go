@@ -46,8 +46,8 @@ type Lanes struct {
 
 	conflicts atomic.Int64
 	inFlight  atomic.Int64 // MySQL: rows in this relay's batches in flight
-	// claimMu is held by a claim up to its pick, and guards turn,
-	// claims, active, many, idle and full.
+	// claimMu is held by a claim up to its pick (MySQL: the whole claim),
+	// and guards turn, claims, active, many, idle and full.
 	claimMu sync.Mutex
 	turn    int            // the first lease of the next claim
 	claims  int            // claims so far

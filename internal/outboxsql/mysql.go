@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/txbox/txbox/txboxdriver"
@@ -72,7 +74,7 @@ func (m *mysql) beginClaim(ctx context.Context, pool txboxdriver.Pool, _ time.Du
 }
 
 func (m *mysql) claim(limit int, from int64, _ string, _, _ time.Time) (string, []any) {
-	return m.q.claim, []any{from, limit, from, limit, limit}
+	return bindInts(m.q.claim, []any{from, limit, from, limit, limit})
 }
 
 func (m *mysql) markPublished(seqs []int64, _ string, _ time.Time) (string, []any) {
@@ -101,13 +103,50 @@ func (m *mysql) deleteLocked(seqs []int64) (string, []any) {
 
 func (m *mysql) counts(time.Time) (string, []any) { return m.q.counts, nil }
 
-// withIDs binds one placeholder per id: a primary-key IN list.
+// withIDs writes the ids into q's list: a primary-key IN list (bindInts).
 func (m *mysql) withIDs(q string, seqs []int64) (string, []any) {
 	args := make([]any, len(seqs))
 	for i, v := range seqs {
 		args[i] = v
 	}
-	return expandList(m, q, len(seqs)), args
+	return bindInts(expandList(m, q, len(seqs)), args)
+}
+
+// bindInts writes args into q in place of its ?s, in order, as decimal
+// literals, when every one is an integer (ids, lanes, limits: values the
+// relay computes, never text); else it returns q and args as they are.
+// Through database/sql a statement with bind parameters is a prepare, an
+// execute and a close on the server (two round trips, unless the DSN sets
+// interpolateParams); one without them is a single query. The claim and
+// the marks are the relay's hot path.
+func bindInts(q string, args []any) (string, []any) {
+	if strings.Count(q, "?") != len(args) {
+		return q, args // let the server say what is wrong
+	}
+	for _, a := range args {
+		switch a.(type) {
+		case int, int16, int64:
+		default:
+			return q, args
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 8*len(args))
+	for _, a := range args {
+		head, rest, _ := strings.Cut(q, "?")
+		b.WriteString(head)
+		switch v := a.(type) {
+		case int:
+			b.WriteString(strconv.Itoa(v))
+		case int16:
+			b.WriteString(strconv.FormatInt(int64(v), 10))
+		case int64:
+			b.WriteString(strconv.FormatInt(v, 10))
+		}
+		q = rest
+	}
+	b.WriteString(q)
+	return b.String(), nil
 }
 
 func (m *mysql) newTime() timeCol { return &anyTime{} }

@@ -2,6 +2,7 @@ package outboxsql
 
 import (
 	"context"
+	"database/sql"
 	_ "embed"
 	"fmt"
 	"slices"
@@ -37,11 +38,22 @@ func newMySQLLanes(table string) (*mysqlLanes, error) {
 	return m, err
 }
 
-// claim: the fence rows' shared locks, the leases that still hold, then
-// the claim restricted to their lanes (candidates read without locks,
-// then locked by primary key), in one READ COMMITTED transaction (each
-// statement reads what was committed when it began).
+// claim reads the candidates without locks; when some have a key, takes
+// the shared locks of their lanes' fence rows and reads which of those
+// leases still hold, dropping the keyed candidates of the others; then
+// locks the candidates by primary key. All in one READ COMMITTED
+// transaction, where each statement reads what was committed when it
+// began: the lease check sees every takeover whose fence ran before the
+// locks, and the locking read checks every condition again. A batch of
+// rows without a key runs no lane statement. Integer arguments are
+// written into the statements (bindInts).
 func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64, leases []Lease) (*Batch, error) {
+	// A relay's claims take turns up to their lock: each reads past the
+	// rows of the claims before it (inFlight). Two at once would read the
+	// same candidates, and the one that locked them second would come back
+	// empty.
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
 	s := l.s
 	start := time.Now()
 	tx, err := s.d.beginClaim(context.WithoutCancel(ctx), s.pool, s.lease)
@@ -49,48 +61,117 @@ func (m *mysqlLanes) claim(ctx context.Context, l *Lanes, limit int, from int64,
 		return nil, err
 	}
 	b := &Batch{s: s, tx: tx, Started: start}
-	var valid []any
-	if len(leases) > 0 {
-		lanes := make([]any, len(leases))
-		pairs := []any{l.owner}
-		for i, ls := range leases {
-			lanes[i] = ls.Lane
-			pairs = append(pairs, ls.Lane, ls.Epoch)
-		}
-		valid, err = column[int16](ctx, tx, expandList(s.d, m.q.lock, len(lanes)), lanes...)
-		if err == nil {
-			valid, err = column[int16](ctx, tx, expandList(s.d, m.q.valid, len(leases)), pairs...)
-		}
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
-		}
+	fail := func(err error) (*Batch, error) {
+		_ = b.Release(context.WithoutCancel(ctx))
+		return nil, err
 	}
-	if len(valid) == 0 {
-		valid = []any{-1} // no lane: rows without a key only
+	held := make([]any, 0, len(leases))
+	for _, ls := range leases {
+		held = append(held, ls.Lane)
+	}
+	if len(held) == 0 {
+		held = append(held, int16(-1)) // no lane: rows without a key only
 	}
 	// The candidates read no locks: past this relay's rows in flight
 	// (locked by its other batches), or a claim beside a batch would find
 	// only that batch's rows.
 	inFlight := int(l.inFlight.Load())
-	scan := append(append([]any{from}, valid...), limit+inFlight)
-	args := append(append(scan, scan...), limit+inFlight)
-	ids, err := column[int64](ctx, tx, expandList(s.d, m.q.candidates, len(valid)), args...)
-	if err == nil && len(ids) > 0 {
-		var rows txboxdriver.Rows
-		rows, err = tx.Query(ctx, expandList(s.d, m.q.claim, len(ids)), append(ids, limit)...)
+	scan := append(append([]any{from}, held...), limit+inFlight)
+	q, args := bindInts(expandList(s.d, m.q.candidates, len(held)), append(append(scan, scan...), limit+inFlight))
+	cands, err := m.candidates(ctx, tx, q, args)
+	if err != nil {
+		return fail(err)
+	}
+	ids := make([]any, 0, len(cands))
+	if valid, err := m.validLanes(ctx, tx, l, cands, leases); err != nil {
+		return fail(fmt.Errorf("claim transaction: lane locks: %w", err))
+	} else {
+		for _, c := range cands {
+			if c.lane < 0 || valid[c.lane] {
+				ids = append(ids, c.id)
+			}
+		}
+	}
+	if len(ids) > 0 {
+		q, args := bindInts(expandList(s.d, m.q.claim, len(ids)), append(ids, limit))
+		rows, err := tx.Query(ctx, q, args...)
 		if err == nil {
 			b.Rows, err = s.scanClaimed(rows, limit)
 		}
-	}
-	if err != nil {
-		_ = b.Release(context.WithoutCancel(ctx))
-		return nil, err
+		if err != nil {
+			return fail(err)
+		}
 	}
 	n := int64(len(b.Rows))
 	l.inFlight.Add(n)
 	b.onEnd = func() { l.inFlight.Add(-n) }
 	return b, nil
+}
+
+// candidate is a row lane_candidates proposes; lane is -1 without a key.
+type candidate struct {
+	id   int64
+	lane int16
+}
+
+func (m *mysqlLanes) candidates(ctx context.Context, tx txboxdriver.Tx, q string, args []any) ([]candidate, error) {
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []candidate
+	for rows.Next() {
+		var c candidate
+		var lane sql.NullInt16
+		if err := rows.Scan(&c.id, &lane); err != nil {
+			return nil, err
+		}
+		c.lane = -1
+		if lane.Valid {
+			c.lane = lane.Int16
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// validLanes locks the fence rows of the lanes of the keyed candidates
+// (fence_lock), then reads which of their leases still hold (lane_valid);
+// nothing when no candidate has a key.
+func (m *mysqlLanes) validLanes(ctx context.Context, tx txboxdriver.Tx, l *Lanes, cands []candidate, leases []Lease) (valid [NumLanes]bool, err error) {
+	var used [NumLanes]bool
+	for _, c := range cands {
+		if c.lane >= 0 && int(c.lane) < NumLanes {
+			used[c.lane] = true
+		}
+	}
+	var lanes []any
+	pairs := []any{l.owner}
+	for _, ls := range leases {
+		if ls.Lane >= 0 && int(ls.Lane) < NumLanes && used[ls.Lane] {
+			used[ls.Lane] = false // once, should a lane be listed twice
+			lanes = append(lanes, ls.Lane)
+			pairs = append(pairs, ls.Lane, ls.Epoch)
+		}
+	}
+	if len(lanes) == 0 {
+		return valid, nil
+	}
+	q, args := bindInts(expandList(l.s.d, m.q.lock, len(lanes)), lanes)
+	if _, err = column[int16](ctx, tx, q, args...); err != nil {
+		return valid, err
+	}
+	ok, err := column[int16](ctx, tx, expandList(l.s.d, m.q.valid, len(lanes)), pairs...)
+	if err != nil {
+		return valid, err
+	}
+	for _, v := range ok {
+		if ln := v.(int16); ln >= 0 && int(ln) < NumLanes {
+			valid[ln] = true
+		}
+	}
+	return valid, nil
 }
 
 // column runs q and returns its one column, each value scanned as a T.

@@ -3,11 +3,15 @@
 -- leases, {{name "fences"}} one lock row per lane and {{name "relays"}} the
 -- relays that share the lanes. Durations are in microseconds, times UTC.
 --
--- A claim transaction (READ COMMITTED) first takes a shared lock on the
--- fence row of each lane it will read (fence_lock), then reads which of its
--- leases still hold (lane_valid) in a later statement, so with a snapshot
--- taken after the locks, then claims keyed rows of those lanes only
--- (lane_candidates, claim_lanes). A relay that takes a lane over raises its epoch, then may
+-- A claim transaction (READ COMMITTED) first reads its candidates, the
+-- rows without a key and the claimable rows of the lanes it holds leases
+-- of, without locks (lane_candidates). When some have a key, it then takes
+-- a shared lock on the fence row of each of their lanes (fence_lock), then
+-- reads which of those leases still hold (lane_valid) in a later statement,
+-- so with a snapshot taken after the locks, and drops the keyed candidates
+-- of the others. Then it locks the candidates by primary key (claim_lanes),
+-- every condition checked again on their latest committed versions. A
+-- relay that takes a lane over raises its epoch, then may
 -- claim from it only once it can lock the lane's fence row exclusively
 -- (lane_fence): every claim transaction of the previous owner has then
 -- ended, and any later one sees the new epoch. Heartbeats update only the
@@ -25,8 +29,9 @@ SELECT lane FROM {{name "lanes"}} WHERE owner = ? AND (lane, epoch) IN ({{list "
 
 -- name: lane_candidates
 -- The claim's first step, a plain consistent read (no locks): the rows of
--- claim in mysql.sql whose keys are of the listed lanes (lane_valid's
--- answer), or that have no key. A key's rows share a lane, so the
+-- claim in mysql.sql whose keys are of the listed lanes (the relay's
+-- leases), or that have no key, each with its lane (NULL without a key).
+-- A candidate only proposes an id: claim_lanes decides. A key's rows share a lane, so the
 -- head-of-key check is unchanged. A locking scan would lock each row it
 -- reads before the lane condition drops it, for a moment: the other
 -- relays' claims would skip their own rows meanwhile. As in claim, two
@@ -34,8 +39,8 @@ SELECT lane FROM {{name "lanes"}} WHERE owner = ? AND (lane, epoch) IN ({{list "
 -- retried, in id order; and come due, earliest first), each up to the
 -- limit, and the oldest of both are kept. Arguments: the scan's start,
 -- the lanes, the limit; the same again; the limit.
-SELECT c.id FROM (
-  (SELECT o.id
+SELECT c.id, c.lane FROM (
+  (SELECT o.id, o.lane
    FROM {{table}} o
    WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= ?
      AND (o.ordering_key IS NULL OR o.lane IN ({{list "?"}}))
@@ -45,7 +50,7 @@ SELECT c.id FROM (
    ORDER BY o.id
    LIMIT ?)
   UNION ALL
-  (SELECT o.id
+  (SELECT o.id, o.lane
    FROM {{table}} o
    WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= UTC_TIMESTAMP(6) AND o.id >= ?
      AND (o.ordering_key IS NULL OR o.lane IN ({{list "?"}}))
@@ -59,7 +64,8 @@ ORDER BY c.id
 LIMIT ?
 
 -- name: claim_lanes
--- The claim's second step: the listed candidates, by primary key, locked
+-- The claim's last step: the listed candidates (those of lanes whose
+-- leases lane_valid confirmed, and those without a key), by primary key, locked
 -- unless another claim holds them, with every condition checked again on
 -- their latest committed versions (a row delivered or no longer a head
 -- meanwhile is dropped); the oldest ? of them, the batch. The candidates

@@ -77,6 +77,7 @@ var envOverride = map[string]string{
 	"demo --timeout":               "TXBOX_DEMO_TIMEOUT",
 	"health --timeout":             "TXBOX_HEALTH_TIMEOUT",
 	"demo --dir":                   "TXBOX_DEMO_DIR",
+	"pending list --scheduled":     "TXBOX_PENDING_SCHEDULED", // not bench's TXBOX_SCHEDULED (a row count)
 }
 
 // ownEnv are the variables whose commands read them themselves (as the

@@ -391,13 +391,16 @@ func newPendingListCmd(f *tableFlags) *cobra.Command {
 next attempt, age, last error. State is pending (due, never tried), scheduled
 (never tried, due at the time in NEXT ATTEMPT/DUE: Message.DeliverAt, or a
 plain-SQL writer's next_attempt_at), retrying (rejected, tried again from
-NEXT ATTEMPT/DUE), parked or dead. At most --limit are printed; when more match,
-the last line says so and how to page on (--after SEQ; with --json the line
-goes to standard error).`,
+NEXT ATTEMPT/DUE), parked or dead. With --scheduled only the scheduled
+messages not due yet are listed, apart from the due ones: SEQ, topic, key,
+due time, how long until it, age. At most --limit are printed; when more
+match, the last line says so and how to page on (--after SEQ; with --json
+the line goes to standard error).`,
 		Example: `  txbox pending list --min-attempts 3
   txbox pending list --topic order.placed --key customer-7 --dead
   txbox pending list --error "no JetStream stream" --since 1h
   txbox pending list --limit 500 --after 20100
+  txbox pending list --scheduled --topic payment.reminder
   txbox pending list --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -406,6 +409,9 @@ goes to standard error).`,
 			}
 			if err := minAttemptsSetting.validate(filter.MinAttempts); err != nil {
 				return err
+			}
+			if filter.Scheduled && (filter.Dead || filter.MinAttempts > 0) {
+				return errors.New("--scheduled lists messages never tried and not due yet: --dead and --min-attempts select none of them")
 			}
 			in, closeDB, err := openInspector(cmd, f)
 			if err != nil {
@@ -434,11 +440,24 @@ goes to standard error).`,
 				return writeJSON(out, js)
 			}
 			if len(rows) == 0 {
+				if filter.Scheduled {
+					fmt.Fprintln(out, "no scheduled messages waiting for their due time")
+					return nil
+				}
 				fmt.Fprintln(out, "no undelivered messages")
 				return nil
 			}
 			defer cut(out)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			if filter.Scheduled {
+				now := time.Now()
+				fmt.Fprintln(tw, "SEQ\tTOPIC\tKEY\tDUE\tDUE IN\tAGE")
+				for _, r := range rows {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, cell(r.Topic), cell(r.Key),
+						r.NextAttemptAt.UTC().Format(time.RFC3339), age(max(r.NextAttemptAt.Sub(now), 0)), age(r.Age))
+				}
+				return tw.Flush()
+			}
 			fmt.Fprintln(tw, "SEQ\tSTATE\tTOPIC\tKEY\tATTEMPTS\tNEXT ATTEMPT/DUE\tAGE\tLAST ERROR")
 			for _, r := range rows {
 				next := "-"
@@ -456,6 +475,7 @@ goes to standard error).`,
 	fl.StringVar(&filter.Key, "key", "", "only messages of this ordering key")
 	fl.IntVar(&filter.MinAttempts, "min-attempts", 0, "only messages the broker rejected at least this often")
 	fl.BoolVar(&filter.Dead, "dead", false, "dead messages too")
+	fl.BoolVar(&filter.Scheduled, "scheduled", false, "only the scheduled messages not due yet (Message.DeliverAt), with their due times")
 	fl.StringVar(&filter.Error, "error", "", "only messages whose last error contains this text")
 	fl.DurationVar(&since, "since", 0, "only messages created (dead ones: dead) within this long, e.g. 1h")
 	fl.Int64Var(&filter.After, "after", 0, "start after this SEQ (the last of the page before)")

@@ -331,7 +331,7 @@ func runRelayGroup(cmd *cobra.Command, f *relayFlags, log *slog.Logger, base rel
 	defer sup.Close()
 	f.served.setSupervisor(sup)
 	if f.ui {
-		if err := f.served.mountGroupUI(log, specs, sup, uiToken(f.uiToken), f.uiTables()); err != nil {
+		if err := f.served.mountGroupUI(log, specs, sup, uiToken(f.uiToken), f.uiTables(), f.broker.mode()); err != nil {
 			return err
 		}
 	}

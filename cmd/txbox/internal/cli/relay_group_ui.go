@@ -23,6 +23,9 @@ type storesUI struct {
 	sup    *supervise.Supervisor
 	tables uiTables
 	ui     *txboxui.Stores
+	// publisher says how the relay publishes (brokerFlags.mode): one
+	// broker publisher serves every store.
+	publisher string
 
 	mu     sync.Mutex
 	stores []storeUI
@@ -33,11 +36,12 @@ type storeUI struct {
 	ui   *txboxui.Handler // nil until the store's database is open
 }
 
-// mountGroupUI serves the dashboards of the group's stores under /ui/.
+// mountGroupUI serves the dashboards of the group's stores under /ui/,
+// each showing the relay publishing as publisher says (brokerFlags.mode).
 // They read their figures when watched only (no background sampling, which
 // would cost every store's database a query every few seconds).
-func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, sup *supervise.Supervisor, token string, tables uiTables) error {
-	s := &storesUI{log: log, h: h, sup: sup, tables: tables}
+func (h *relayHTTP) mountGroupUI(log *slog.Logger, specs []storeSpec, sup *supervise.Supervisor, token string, tables uiTables, publisher string) error {
+	s := &storesUI{log: log, h: h, sup: sup, tables: tables, publisher: publisher}
 	for _, sp := range specs {
 		s.stores = append(s.stores, storeUI{spec: sp})
 	}
@@ -121,7 +125,7 @@ func (s *storesUI) open(spec storeSpec) (*txboxui.Handler, error) {
 		return b, err
 	}
 	cfg.Title, cfg.Logger = name, s.log.With("store", name)
-	cfg.Relays = []txboxui.RelayRef{{Name: name, Current: func() *relay.Relay { return s.h.relayOf(name) }}}
+	cfg.Relays = []txboxui.RelayRef{{Name: name, Current: func() *relay.Relay { return s.h.relayOf(name) }, Publisher: s.publisher}}
 	if st.ui, err = s.ui.New(cfg); err != nil {
 		return nil, err
 	}
