@@ -43,6 +43,10 @@ type Lanes struct {
 	// Rescan is how long a key found parked is left out of the lane reads
 	// (Claim). Default: a second.
 	Rescan time.Duration
+	// FullScan is how often, at least, the live relays together read rows
+	// without a key from the table's start in a backlog: each relay every
+	// FullScan times the live relays (unkeyedFrom). Default: 250 ms.
+	FullScan time.Duration
 
 	conflicts atomic.Int64
 	inFlight  atomic.Int64 // MySQL: rows in this relay's batches in flight
@@ -57,6 +61,8 @@ type Lanes struct {
 	full    int            // the limit of the last claim if it came full, else 0
 	partial atomic.Bool    // full != 0, or the last read left lanes unread (FromStart)
 	from    int64          // where the next claim's read of rows without a key starts (unkeyedFrom)
+	stride  int64          // the ids the last backlog claim's rows without a key spanned (unkeyedFrom)
+	relays  atomic.Int32   // live relays at the last Join
 	scanned time.Time      // when a claim last read rows without a key from the start
 	mu      sync.Mutex
 	heldIn  [NumLanes]int        // keys in this relay's batches in flight, per lane (mu)
@@ -68,7 +74,7 @@ type Lanes struct {
 // NewLanes returns the lanes of s's table, owned as owner (unique per
 // relay run).
 func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
-	l := &Lanes{s: s, owner: owner, Rescan: time.Second}
+	l := &Lanes{s: s, owner: owner, Rescan: time.Second, FullScan: fullScan}
 	switch s.d.(type) {
 	case *postgres:
 	case *mysql:
@@ -203,12 +209,7 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 			l.turn = (l.turn + 1) % len(leases)
 		}
 		l.partial.Store(l.full != 0 || cut)
-		// In a backlog, the next claim reads rows without a key from
-		// past the last one this one took.
-		l.from = 0
-		if len(w.rows) >= limit && w.unkeyed > 0 {
-			l.from = w.unkeyed + 1
-		}
+		l.from = l.nextFrom(from, w, limit)
 	}
 	if err != nil {
 		_ = b.Release(context.WithoutCancel(ctx))
@@ -355,23 +356,53 @@ func (l *Lanes) walk(rows txboxdriver.Rows, limit int, order []int16) (walk, err
 	return w, nil
 }
 
-// fullScan is the longest time between two claims that read rows without
-// a key from the table's start.
+// fullScan is the default FullScan.
 const fullScan = 250 * time.Millisecond
 
 // unkeyedFrom returns the id from which a claim at now reads rows without
-// a key: in a backlog (the last claim, as large, came full) past the last
-// one the last claim took, so that each claim does not step again over the index entries
-// of the rows just delivered; from the start after a claim that was not
-// full, and at least every fullScan, so that a row without a key that
-// committed late below that point, or was given back, waits at most that.
-// Rows without a key have no order to keep.
+// a key: in a backlog (the last claim, as large, came full) where the last
+// claim said (nextFrom), so that each claim does not step again over the
+// index entries of the rows just delivered, nor over the rows the other
+// relays hold; from the start after a claim that was not full, and at
+// least every FullScan times the live relays, so that a row without a key
+// that committed late below that point, was given back, or was jumped
+// over, waits at most that (the relays together read from the start about
+// every FullScan). Rows without a key have no order to keep.
 func (l *Lanes) unkeyedFrom(now time.Time, backlog bool) int64 {
-	if l.from == 0 || !backlog || now.Sub(l.scanned) >= fullScan {
+	if l.from == 0 || !backlog || now.Sub(l.scanned) >= l.FullScan*time.Duration(max(l.relays.Load(), 1)) {
 		l.scanned = now
 		return 0
 	}
 	return l.from
+}
+
+// nextFrom returns where the next claim in a backlog reads rows without a
+// key from (unkeyedFrom), after a claim of limit that read them from from
+// and picked w: 0 (from the start) when it did not come full; else past
+// the last one it took, and past as many ids again as its own rows
+// spanned for each other live relay. Every relay claims rows without a
+// key oldest first: between two claims of one relay the others each took
+// about as many rows, just past its last, and hold them until their
+// batches end. Stepping over them would cost the database a heap fetch
+// and a lock attempt per row. The span is measured on a claim that read
+// from past the start (one from the start takes rows left behind,
+// scattered); a relay that jumps too far leaves rows behind for a read
+// from the start (unkeyedFrom).
+func (l *Lanes) nextFrom(from int64, w walk, limit int) int64 {
+	if len(w.rows) < limit || w.unkeyed == 0 {
+		l.stride = 0
+		return 0
+	}
+	if from > 0 {
+		l.stride = 0
+		for _, c := range w.rows {
+			if c.Key == "" && c.Seq >= from {
+				l.stride = w.unkeyed - c.Seq + 1
+				break
+			}
+		}
+	}
+	return w.unkeyed + 1 + int64(max(l.relays.Load()-1, 0))*l.stride
 }
 
 // idleEvery is how often, in claims, a claim that follows a full one reads
@@ -505,7 +536,11 @@ func (l *Lanes) Join(ctx context.Context, ttl time.Duration) (int, error) {
 	if l.my != nil {
 		return l.my.join(ctx, l, ttl)
 	}
-	return queryInt(ctx, l.s.pool, l.q.join, l.owner, ttl.Milliseconds())
+	n, err := queryInt(ctx, l.s.pool, l.q.join, l.owner, ttl.Milliseconds())
+	if err == nil {
+		l.relays.Store(int32(n))
+	}
+	return n, err
 }
 
 // queryInt runs q and returns the int in the first column of its first

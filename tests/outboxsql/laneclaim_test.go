@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txbox/txbox/internal/outboxsql"
 	"github.com/txbox/txbox/tests/testenv"
 	"github.com/txbox/txbox/txboxdriver"
+	"github.com/txbox/txbox/txboxpgx"
 )
 
 // Lanes.Claim against PostgreSQL, by a relay owning every lane: a key's
@@ -385,5 +388,85 @@ func TestLaneClaimLocksOnlyLanesWithRows(t *testing.T) {
 	defer func() { _ = b.Release(ctx) }()
 	if len(b.Rows) != 2 || b.Rows[0].ID != "K1" || b.Rows[1].ID != "K2" || b.Rows[1].Prev != b.Rows[0].Seq {
 		t.Fatalf("claimed %+v, want K1, then K2 behind it", b.Rows)
+	}
+}
+
+// In a backlog, two relays claiming rows without a key by turns, each
+// holding its batch while the other claims, do not step over each other's
+// rows: a relay's next read starts past the rows it took and past as many
+// again for the other relay, which took those meanwhile and holds them.
+// Relay A's third claim, while B holds its second batch just past A's
+// second, fetches about the rows it takes from the table, not B's too
+// (the table's idx_tup_fetch in pg_stat_user_tables, flushed by
+// pg_stat_force_next_flush on A's one connection; B's statistics stay
+// pending while its batch is open).
+func TestLaneClaimUnkeyedSkipsOtherRelaysRows(t *testing.T) {
+	t.Parallel()
+	pool, _, storeA := pgClaims(t, 1)
+	ctx := context.Background()
+	var schema string
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema), "schema")
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+	testenv.Must(t, err, "parse config")
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 1
+	poolB, err := pgxpool.NewWithConfig(ctx, cfg)
+	testenv.Must(t, err, "pool B")
+	t.Cleanup(func() { testenv.ClosePool(t, poolB) })
+	storeB, err := outboxsql.NewStore(txboxdriver.Postgres, txboxpgx.New(poolB).Pool(), `"txbox_outbox"`, time.Minute)
+	testenv.Must(t, err, "store B")
+	_, err = pool.Exec(ctx, "INSERT INTO txbox_outbox (message_id, topic, payload) SELECT 'm' || g, 't', 'x' FROM generate_series(1, 1000) g")
+	testenv.Must(t, err, "insert")
+	a, err := outboxsql.NewLanes(storeA, `"txbox_outbox"`, "relay-a")
+	testenv.Must(t, err, "lanes A")
+	b, err := outboxsql.NewLanes(storeB, `"txbox_outbox"`, "relay-b")
+	testenv.Must(t, err, "lanes B")
+	for _, l := range []*outboxsql.Lanes{a, b, a} {
+		l.FullScan = time.Hour // no read from the start but the first
+		_, err := l.Join(ctx, time.Minute)
+		testenv.Must(t, err, "join")
+	}
+	claim := func(l *outboxsql.Lanes) (*outboxsql.Batch, []int64) {
+		t.Helper()
+		batch, err := l.Claim(ctx, 100, nil)
+		testenv.Must(t, err, "claim")
+		var seqs []int64
+		for _, r := range batch.Rows {
+			seqs = append(seqs, r.Seq)
+		}
+		if len(seqs) != 100 {
+			t.Fatalf("claim took %d rows, want 100", len(seqs))
+		}
+		return batch, seqs
+	}
+	finish := func(batch *outboxsql.Batch, seqs []int64) {
+		t.Helper()
+		testenv.Must(t, batch.Finish(ctx, seqs, nil, 10), "finish")
+	}
+	fetched := func() int64 {
+		t.Helper()
+		_, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()")
+		testenv.Must(t, err, "flush")
+		var n int64
+		testenv.Must(t, pool.QueryRow(ctx, "SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) FROM pg_stat_user_tables WHERE relid = 'txbox_outbox'::regclass").Scan(&n), "stats")
+		return n
+	}
+	a1, s1 := claim(a)
+	b1, t1 := claim(b)
+	finish(a1, s1)
+	a2, s2 := claim(a)
+	finish(b1, t1)
+	b2, t2 := claim(b) // held while A claims again
+	defer func() { _ = b2.Release(ctx) }()
+	finish(a2, s2)
+	before := fetched()
+	a3, s3 := claim(a)
+	testenv.Must(t, a3.Release(ctx), "release")
+	n := fetched() - before
+	if s3[0] <= t2[len(t2)-1] {
+		t.Fatalf("A's third claim took rows from %d, want past B's held batch (%d to %d)", s3[0], t2[0], t2[len(t2)-1])
+	}
+	if n >= 150 {
+		t.Fatalf("A's third claim fetched %d rows from the table for its 100: it stepped over the 100 rows B holds", n)
 	}
 }
