@@ -124,6 +124,29 @@ func TestRoundsOverlapWhileClaimsFindRows(t *testing.T) {
 	}
 }
 
+// While claims find rows, full batches or not, three rounds run at once:
+// the third claims while the first is still marked, so a row committed
+// meanwhile does not wait for that round's end; no fourth.
+func TestThreeRoundsWhileClaimsFindRows(t *testing.T) {
+	p, g, m := ownPiped(t)
+	var steps []step
+	for i := range 3 {
+		st := p.nextRound(t, "rounds side by side while claims find rows (batches of 3 of 100)")
+		steps = append(steps, st)
+		if i < 2 {
+			st.claim <- 3
+		}
+	}
+	steps[2].claim <- 3
+	if p.settled(g, m, 3) {
+		t.Fatal("a fourth round was queued beside three")
+	}
+	for _, st := range steps {
+		close(st.end)
+	}
+	p.idle(t, g, m)
+}
+
 // While batches come full, three rounds run at once: one claims while
 // one publishes and one is marked; no fourth.
 func TestThreeRoundsWhileBatchesComeFull(t *testing.T) {

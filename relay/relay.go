@@ -79,10 +79,11 @@ type Relay struct {
 	trace *pubtrace.Trace
 
 	// backlog is true while the last claim came full, busy while it
-	// claimed rows: the scheduler then runs a second round, whose claim
-	// overlaps the first round's publish and marks (member.width; the
-	// lanes in flight are left out of it). onClaim is signalled by a
-	// claim that claimed rows, for the second round to start at once.
+	// claimed rows: the scheduler then runs the next round at once, whose
+	// claim overlaps the publish and marks of the rounds in flight
+	// (member.width; the lanes in flight are left out of it). onClaim is
+	// signalled by a claim that claimed rows, for the next round to start
+	// at once.
 	backlog, busy atomic.Bool
 	onClaim       chan struct{}
 

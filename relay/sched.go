@@ -82,18 +82,24 @@ type member struct {
 }
 
 // pipeline is how many rounds of a relay run at once while its batches
-// come full, at least: one claims while one publishes and one is marked.
+// come full, or while its claims find rows: one claims while one
+// publishes and one is marked.
 const pipeline = 3
 
 // width is how many rounds of m may run at once: the relay's Concurrency,
-// at least pipeline while its batches come full, and at least two while
-// its claims find rows (the second's claim overlaps the first round's
-// publish and marks: a row committed while a round publishes is claimed
-// then, not after the round's marks).
-func (m *member) width() int {
+// at least pipeline while its batches come full, and while its claims find
+// rows at least two, or pipeline for a round queued by a claim that just
+// found rows (claimed: watchClaims). So while claims find rows, each one
+// that finds rows is followed at once by the next, whose claim overlaps
+// the publish and marks of the rounds in flight: a row committed while a
+// round publishes or is marked is claimed then, not after that round's
+// marks; and a claim that finds nothing queues no other.
+func (m *member) width(claimed bool) int {
 	w := m.r.cfg.test.Concurrency
 	switch {
 	case m.r.backlog.Load():
+		w = max(w, pipeline)
+	case m.r.busy.Load() && claimed:
 		w = max(w, pipeline)
 	case m.r.busy.Load():
 		w = max(w, 2)
@@ -226,7 +232,7 @@ func (g *Group) dispatch() {
 		}
 		n := len(g.queue)
 		for _, m := range started {
-			g.more(m)
+			g.more(m, false)
 		}
 		if len(g.queue) == n {
 			return
@@ -236,17 +242,17 @@ func (g *Group) dispatch() {
 
 // more queues another round of m beside those in flight when its work
 // lets one run (width): its last round came full, or its last claim found
-// rows. Called with g.mu held.
-func (g *Group) more(m *member) {
+// rows (claimed: that claim just did, watchClaims). Called with g.mu held.
+func (g *Group) more(m *member, claimed bool) {
 	if g.running && !m.queued && !m.removed && m.failed == nil && m.rounds > 0 && m.db.busy+1 < m.db.budget &&
-		m.rounds < m.width() && (m.full || m.r.busy.Load()) {
+		m.rounds < m.width(claimed) && (m.full || m.r.busy.Load()) {
 		g.enqueue(m)
 	}
 }
 
-// watchClaims queues a second round of m as soon as a claim finds rows
-// (Relay.claim), so that its claim overlaps the running round's publish
-// and marks.
+// watchClaims queues another round of m as soon as a claim finds rows
+// (Relay.claim), so that its claim overlaps the publish and marks of the
+// rounds in flight.
 func (g *Group) watchClaims(m *member) {
 	for {
 		select {
@@ -255,7 +261,7 @@ func (g *Group) watchClaims(m *member) {
 		case <-m.r.onClaim:
 		}
 		g.mu.Lock()
-		g.more(m)
+		g.more(m, true)
 		g.dispatch()
 		g.mu.Unlock()
 	}

@@ -55,7 +55,9 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 -- meets a row not yet due, however many are scheduled ahead, and with no
 -- row due d reads nothing. The pick takes the oldest of them; the rest
 -- stay locked until the batch ends. And the owner's read of its
--- keyed rows: the lanes of $1 this transaction locked (txbox.lanes) whose epoch is still the one in $2 and whose
+-- keyed rows: the lanes of $1 this transaction locked (txbox.lanes, read
+-- and parsed once, in a subquery, not once per lane of $1) whose epoch is
+-- still the one in $2 and whose
 -- owner is still $4, in the order given, each read from its first
 -- undelivered row (dead ones included) in id order from the lane index, at
 -- most $3 rows of each and $7 in all, less the rows of the keys $5 (keys
@@ -90,7 +92,7 @@ v AS MATERIALIZED (
   SELECT w.lane, w.ord
   FROM unnest($1::smallint[], $2::bigint[]) WITH ORDINALITY w(lane, epoch, ord)
   JOIN {{name "lanes"}} l ON l.lane = w.lane AND l.epoch = w.epoch AND l.owner = $4
-  WHERE w.lane = ANY(current_setting('txbox.lanes')::smallint[])
+  WHERE w.lane = ANY((SELECT current_setting('txbox.lanes')::smallint[])::smallint[])
   ORDER BY w.ord),
 k AS MATERIALIZED (
   SELECT r.* FROM v CROSS JOIN LATERAL (
