@@ -500,7 +500,8 @@ func (w walSync) String() string {
 // rawJetStream publishes n messages like the relays' (the payload, a
 // topic, a message id each; natsjs.Publisher's headers) asynchronously
 // on nc, as fast as JetStream takes them (at most 4000 unacknowledged,
-// natsjs's default), and returns the time until the last ack.
+// natsjs's default; a publish waits for room), and returns the time until
+// the last ack.
 func rawJetStream(t *testing.T, nc *nats.Conn, pub *natsjs.Publisher, n int, payload []byte) time.Duration {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4000))
 	testenv.Must(t, err, "jetstream")
@@ -511,7 +512,7 @@ func rawJetStream(t *testing.T, nc *nats.Conn, pub *natsjs.Publisher, n int, pay
 	}
 	began := time.Now()
 	for _, m := range msgs {
-		_, err := js.PublishMsgAsync(m)
+		_, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
 		testenv.Must(t, err, "publish")
 	}
 	select {
