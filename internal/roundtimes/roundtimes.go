@@ -29,3 +29,25 @@ type Recorder interface {
 	// merged into.
 	RelayWake(at time.Time, busy bool)
 }
+
+// Batch is one publish of the log-based relay (txboxpgx/cdc): per
+// message, when its transaction committed (the server's commit time),
+// when the walsender sent the transaction's commit (the send time of its
+// message in the stream, the server's clock) and when the relay had read
+// it; then when the batch went to the publisher and when the publisher
+// returned.
+type Batch struct {
+	Commit   []time.Time // per message: its transaction's commit time
+	Sent     []time.Time // per message: the walsender sent its transaction's commit
+	Received []time.Time // per message: the relay had read its transaction's commit
+	Publish  time.Time   // the messages were handed to the publisher
+	Acked    time.Time   // the publisher returned: the broker answered
+	IDs      []string    // the message ids handed to the publisher
+	Beside   int         // the relay's other publishes in flight when it began
+}
+
+// BatchRecorder receives the batches of a log-based relay whose Observer
+// is one. Calls may be concurrent; each must be quick.
+type BatchRecorder interface {
+	RelayBatch(Batch)
+}

@@ -430,3 +430,111 @@ func TestRedriveRepublishes(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 }
+
+// holding is a publisher that records its calls and holds each until
+// the test releases them; it notes any key that was in two calls at once.
+type holding struct {
+	mu       sync.Mutex
+	inFlight int
+	most     int // the most calls in flight at once
+	keys     map[string]int
+	twice    []string // keys that were in two calls at once
+	release  chan struct{}
+	ledger
+}
+
+func (h *holding) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	h.mu.Lock()
+	h.inFlight++
+	h.most = max(h.most, h.inFlight)
+	for _, m := range msgs {
+		if m.Key == "" {
+			continue
+		}
+		if h.keys[m.Key] > 0 {
+			h.twice = append(h.twice, m.Key)
+		}
+		h.keys[m.Key]++
+	}
+	release := h.release
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.inFlight--
+		for _, m := range msgs {
+			if m.Key != "" {
+				h.keys[m.Key]--
+			}
+		}
+		h.mu.Unlock()
+	}()
+	select {
+	case <-release:
+		return h.ledger.Publish(ctx, msgs)
+	case <-ctx.Done():
+		errs := make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+		return errs
+	}
+}
+
+func (h *holding) state() (inFlight, most int, twice []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inFlight, h.most, append([]string(nil), h.twice...)
+}
+
+// While the broker has not answered a publish, the relay sends the next
+// messages in another, unless their key has a message in the one in
+// flight: that key's next message waits for the answer.
+func TestPublishesOverlap(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{PublishTimeout: time.Hour} // a publish ends when the test releases it
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	h := &holding{keys: map[string]int{}, release: make(chan struct{})}
+	r := newRelay(t, pool, h, cfg)
+	start(t, r)
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(releaseAll) // before the relay's stop, which waits for the publishes
+	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{})
+	testenv.Must(t, err, "txbox.New")
+	add := func(tx int) {
+		t.Helper()
+		msgs := []txbox.Message{{Topic: "cdc.test", Payload: []byte(fmt.Sprintf("u:%d", tx))},
+			{Topic: "cdc.test", Key: "k", Payload: []byte(fmt.Sprintf("k:%d", tx))}}
+		testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, msgs...)), "add")
+	}
+	add(1)
+	eventually(t, "the first publish in flight", func() (bool, string) {
+		n, _, _ := h.state()
+		return n == 1, fmt.Sprintf("%d in flight", n)
+	})
+	add(2)
+	eventually(t, "a second publish beside the first", func() (bool, string) {
+		_, most, _ := h.state()
+		return most >= 2, fmt.Sprintf("at most %d in flight", most)
+	})
+	releaseAll()
+	eventually(t, "all four delivered", func() (bool, string) {
+		n := len(h.snapshot())
+		return n == 4, fmt.Sprintf("%d of 4", n)
+	})
+	if _, _, twice := h.state(); len(twice) > 0 {
+		t.Fatalf("keys in two publishes at once: %v", twice)
+	}
+	var ks []string
+	for _, m := range h.snapshot() {
+		if m.Key == "k" {
+			ks = append(ks, string(m.Payload))
+		}
+	}
+	if strings.Join(ks, " ") != "k:1 k:2" {
+		t.Fatalf("key k delivered as %v, committed k:1 k:2", ks)
+	}
+}

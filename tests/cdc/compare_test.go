@@ -19,9 +19,11 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/roundtimes"
 	"github.com/txbox/txbox/natsjs"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
@@ -39,6 +41,9 @@ type counter struct {
 	lat   []time.Duration
 	done  chan struct{}
 	until int
+	// created and arrived, when created is not nil: each message's
+	// created_at and ack, by id (the stages' breakdown).
+	created, arrived map[string]time.Time
 }
 
 func (c *counter) Publish(ctx context.Context, msgs []txbox.Message) []error {
@@ -55,6 +60,9 @@ func (c *counter) Publish(ctx context.Context, msgs []txbox.Message) []error {
 		}
 		c.lat = append(c.lat, now.Sub(m.CreatedAt))
 		c.n++
+		if c.created != nil {
+			c.created[m.ID], c.arrived[m.ID] = m.CreatedAt, now
+		}
 	}
 	if c.done != nil && c.n >= c.until {
 		close(c.done)
@@ -78,12 +86,18 @@ const benchPrefix = "txbox-bench"
 type mode struct {
 	name   string
 	prefix string // txbox.Config.MessagePrefix: message mode
-	start  func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) (stop func())
+	// start starts the relay; a log-based relay records its batches in
+	// rec when rec is not nil.
+	start func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher, rec *batches) (stop func())
 }
 
 func cdcMode(name, prefix string) mode {
-	return mode{name, prefix, func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) func() {
-		r, err := cdc.New(pool, pub, cdc.Config{BatchSize: 500, MessagePrefix: prefix})
+	return mode{name, prefix, func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher, rec *batches) func() {
+		cfg := cdc.Config{BatchSize: 500, MessagePrefix: prefix}
+		if rec != nil {
+			cfg.Observer = rec
+		}
+		r, err := cdc.New(pool, pub, cfg)
 		testenv.Must(t, err, "cdc.New")
 		testenv.Must(t, r.Start(context.Background()), "start")
 		return func() { _ = r.Stop(context.Background()) }
@@ -91,7 +105,7 @@ func cdcMode(name, prefix string) mode {
 }
 
 var modes = []mode{
-	{"polling", "", func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher) func() {
+	{"polling", "", func(t *testing.T, pool *pgxpool.Pool, pub txbox.Publisher, _ *batches) func() {
 		r, err := relay.New(txboxpgx.New(pool), pub, relay.Config{BatchSize: 500})
 		testenv.Must(t, err, "relay.New")
 		testenv.Must(t, r.Start(context.Background()), "start")
@@ -110,7 +124,10 @@ func fresh(t *testing.T, pool *pgxpool.Pool) {
 		err := cdc.DropSlot(ctx, pool, cdc.Config{})
 		return err == nil, fmt.Sprint(err)
 	})
-	_, err := pool.Exec(ctx, `TRUNCATE txbox_outbox; CHECKPOINT`)
+	// The polling relay, idle before its stop, may have armed the table's
+	// doorbell: disarmed, the writers notify nobody (as with no polling
+	// relay), whichever relay ran before.
+	_, err := pool.Exec(ctx, `TRUNCATE txbox_outbox; UPDATE txbox_outbox_wake SET armed = false; CHECKPOINT`)
 	testenv.Must(t, err, "truncate")
 	_, err = cdc.CreateSlot(ctx, pool, cdc.Config{})
 	testenv.Must(t, err, "create slot")
@@ -121,19 +138,30 @@ func fresh(t *testing.T, pool *pgxpool.Pool) {
 // (polling, cdc, cdc-msg, polling …): the drain of a backlog into a no-op
 // publisher and into JetStream (the shared NATS server, a stream of the
 // test's own), with the PostgreSQL server's CPU per event during the no-op
-// drain, and commit-to-ack latency into JetStream at an offered rate. It
-// prints figures and asserts none; it runs only with TXBOX_CDC_BENCH=1:
+// drain, and commit-to-ack latency into JetStream at an offered rate,
+// broken down by stage for the log-based relay, with the server's WAL
+// flushes meanwhile; beside them, the raw JetStream async publish of as
+// many messages (the ceiling of a drain into JetStream) and the stream
+// alone (the ceiling of table mode's drain). It prints figures and
+// asserts none; it runs only with TXBOX_CDC_BENCH=1:
 //
 //	TXBOX_CDC_BENCH=1 go test -count=1 -run TestCompareWithPollingRelay -v ./cdc/
 //
 // TXBOX_CDC_BENCH_ROWS (default 50000), TXBOX_CDC_BENCH_REPS (default 3),
 // TXBOX_CDC_BENCH_RATE (events/s, default 1000) and
-// TXBOX_CDC_BENCH_SECONDS (default 5) change the sizes.
+// TXBOX_CDC_BENCH_SECONDS (default 5) change the sizes;
+// TXBOX_CDC_BENCH_SETTINGS adds server settings to the cluster's
+// ("fsync=off": the latency without the disk's flush).
 func TestCompareWithPollingRelay(t *testing.T) {
 	benchOnly(t)
 	rows, reps := benchSize("TXBOX_CDC_BENCH_ROWS", 50000), benchSize("TXBOX_CDC_BENCH_REPS", 3)
 	rate, seconds := benchSize("TXBOX_CDC_BENCH_RATE", 1000), benchSize("TXBOX_CDC_BENCH_SECONDS", 5)
-	_, pool := logicalCluster(t)
+	// WAL I/O timing on: the latency runs print the mean WAL flush.
+	settings := []string{"track_wal_io_timing=on"}
+	if v := os.Getenv("TXBOX_CDC_BENCH_SETTINGS"); v != "" {
+		settings = append(settings, strings.Fields(v)...)
+	}
+	_, pool := logicalCluster(t, settings...)
 	ctx := context.Background()
 	obs := map[string]*txbox.Outbox[pgx.Tx]{}
 	for _, prefix := range []string{"", benchPrefix} {
@@ -188,7 +216,7 @@ func TestCompareWithPollingRelay(t *testing.T) {
 				done := c.reset(rows)
 				cpu, server := processCPU(), serverCPU(t, pool)
 				began := time.Now()
-				stop := m.start(t, pool, c)
+				stop := m.start(t, pool, c, nil)
 				<-done
 				el := time.Since(began)
 				cpu = processCPU() - cpu
@@ -203,6 +231,15 @@ func TestCompareWithPollingRelay(t *testing.T) {
 				t.Logf("rep %d %-7s drain into %s %d rows in %s: %.0f msg/s (CPU: this process %s; PostgreSQL %.1f µs/event: backends %.1f, walsender %.1f, background %.1f)",
 					rep+1, m.name, into, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds(), cpu.Round(10*time.Millisecond),
 					us(used.total()), us(used.backends), us(used.walsender), us(used.background))
+			}
+			if m.name == "polling" {
+				// The ceiling into JetStream: the same number of messages,
+				// alike, published asynchronously by one connection as fast
+				// as JetStream acknowledges them, no relay nor database.
+				purge()
+				el := rawJetStream(t, nc, js, rows, payload)
+				drain["raw nats"] = append(drain["raw nats"], float64(rows)/el.Seconds())
+				t.Logf("rep %d raw     JetStream async publish of %d messages in %s: %.0f msg/s", rep+1, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds())
 			}
 			if m.name == "cdc" {
 				// The stream alone: the slot read to its end, nothing decoded
@@ -221,9 +258,15 @@ func TestCompareWithPollingRelay(t *testing.T) {
 			c := &counter{inner: js}
 			total := rate * seconds / 8 * 8
 			done := c.reset(total)
-			stop := m.start(t, pool, c)
+			var rec *batches
+			if m.name != "polling" {
+				rec = &batches{}
+				c.created, c.arrived = map[string]time.Time{}, map[string]time.Time{}
+			}
+			stop := m.start(t, pool, c, rec)
 			time.Sleep(200 * time.Millisecond) // the relay's start
 			server := serverCPU(t, pool)
+			syncs := walSyncs(t, pool)
 			// Eight writers, each at an eighth of the rate.
 			const nw = 8
 			wrote := time.Now()
@@ -259,6 +302,13 @@ func TestCompareWithPollingRelay(t *testing.T) {
 			p50[m.name], p99[m.name] = append(p50[m.name], a), append(p99[m.name], b)
 			t.Logf("rep %d %-7s latency into nats at %d/s offered (%.0f/s written): p50 %s p99 %s (PostgreSQL CPU, the writers' included: %.1f µs/event)",
 				rep+1, m.name, rate, achieved, a.Round(10*time.Microsecond), b.Round(10*time.Microsecond), float64(used.total().Microseconds())/float64(total))
+			flushes := walSyncs(t, pool).since(syncs)
+			t.Logf("rep %d %-7s WAL flushes meanwhile: %s", rep+1, m.name, flushes)
+			if rec != nil {
+				c.mu.Lock()
+				t.Logf("rep %d %-7s latency by stage:\n%s", rep+1, m.name, rec.breakdown(c.created, c.arrived))
+				c.mu.Unlock()
+			}
 		}
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
@@ -279,6 +329,12 @@ func TestCompareWithPollingRelay(t *testing.T) {
 			medD(p99[m.name]), slices.Min(p99[m.name]).Round(10*time.Microsecond), slices.Max(p99[m.name]).Round(10*time.Microsecond))
 	}
 	fmt.Printf("  the stream alone %.0f msg/s (%s, %.2f of polling's noop drain)\n", med(drain["stream"]), rng(drain["stream"]), med(drain["stream"])/med(drain["polling noop"]))
+	raw := drain["raw nats"]
+	fmt.Printf("  raw JetStream async publish %.0f msg/s (%s, %.2f of polling's drain into nats); drain into nats of the ceiling:", med(raw), rng(raw), med(raw)/med(drain["polling nats"]))
+	for _, m := range modes {
+		fmt.Printf(" %s %.2f", m.name, med(drain[m.name+" nats"])/med(raw))
+	}
+	fmt.Println()
 }
 
 // cpuTimes is the CPU time (user and system) of a PostgreSQL server's
@@ -420,4 +476,133 @@ func rawStream(t *testing.T, pool *pgxpool.Pool, n int) (time.Duration, string) 
 	}
 	el := time.Since(began)
 	return el, walsenderCPU(t, pool)
+}
+
+// walSync is pg_stat_wal's count of WAL flushes to disk (wal_sync) and
+// their time (wal_sync_time, with track_wal_io_timing on).
+type walSync struct {
+	n  int64
+	ms float64
+}
+
+func walSyncs(t *testing.T, pool *pgxpool.Pool) walSync {
+	var w walSync
+	testenv.Must(t, pool.QueryRow(context.Background(), `SELECT wal_sync, wal_sync_time FROM pg_stat_wal`).Scan(&w.n, &w.ms), "pg_stat_wal")
+	return w
+}
+
+func (w walSync) since(earlier walSync) walSync { return walSync{w.n - earlier.n, w.ms - earlier.ms} }
+
+func (w walSync) String() string {
+	if w.n == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d, each %.0f µs on average (pg_stat_wal)", w.n, w.ms*1000/float64(w.n))
+}
+
+// rawJetStream publishes n messages like the relays' (the payload, a
+// topic, a message id each; natsjs.Publisher's headers) asynchronously
+// on nc, as fast as JetStream takes them (at most 4000 unacknowledged,
+// natsjs's default; a publish waits for room), and returns the time until
+// the last ack.
+func rawJetStream(t *testing.T, nc *nats.Conn, pub *natsjs.Publisher, n int, payload []byte) time.Duration {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4000))
+	testenv.Must(t, err, "jetstream")
+	msgs := make([]*nats.Msg, n)
+	run := testenv.Name("raw")
+	for i := range msgs {
+		msgs[i] = pub.Msg(txbox.Message{ID: run + "-" + strconv.Itoa(i), Topic: "bench.orders", Payload: payload, CreatedAt: time.Now()})
+	}
+	began := time.Now()
+	for _, m := range msgs {
+		_, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
+		testenv.Must(t, err, "publish")
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		t.Fatal("JetStream acknowledged nothing new for a minute")
+	}
+	return time.Since(began)
+}
+
+// batches records a log-based relay's batches (its Observer, a
+// roundtimes.BatchRecorder) to break commit→ack down by stage.
+type batches struct {
+	mu  sync.Mutex
+	all []roundtimes.Batch
+}
+
+func (b *batches) RelayBatch(x roundtimes.Batch) {
+	b.mu.Lock()
+	b.all = append(b.all, x)
+	b.mu.Unlock()
+}
+
+func (*batches) Claimed(int, time.Duration)                   {}
+func (*batches) Published(int, int, time.Duration)            {}
+func (*batches) Settled(string, txbox.Outcome, time.Duration) {}
+func (*batches) RoundFailed(string)                           {}
+func (*batches) Sampled(txbox.RelaySample)                    {}
+
+// breakdown is the mean and the median of each stage of commit→ack over
+// the messages recorded (created and arrived: each message's created_at
+// and the counter's ack, by id), and the mean over the slowest 1%:
+// created_at to the transaction's commit (the writer's statement and
+// commit; zero in message mode, whose events take the commit time),
+// commit to the walsender's send of it (the WAL flush, the walsender's
+// wake-up and decoding), the send to the relay having read it, the read
+// to the publish (the hand-over, a wave waiting for room), and the
+// publish to the ack.
+func (b *batches) breakdown(created, arrived map[string]time.Time) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names := []string{"created_at→commit", "commit→walsender sent", "sent→relay read", "read→publish", "publish→ack"}
+	type msg struct {
+		total  time.Duration
+		stages [5]time.Duration
+	}
+	var ms []msg
+	sizes, beside := 0, 0
+	for _, x := range b.all {
+		sizes += len(x.IDs)
+		beside += x.Beside
+		for i, id := range x.IDs {
+			c, ok1 := created[id]
+			a, ok2 := arrived[id]
+			if !ok1 || !ok2 {
+				continue
+			}
+			ms = append(ms, msg{a.Sub(c), [5]time.Duration{x.Commit[i].Sub(c), x.Sent[i].Sub(x.Commit[i]),
+				x.Received[i].Sub(x.Sent[i]), x.Publish.Sub(x.Received[i]), x.Acked.Sub(x.Publish)}})
+		}
+	}
+	if len(ms) == 0 {
+		return "  (no batch recorded)"
+	}
+	slices.SortFunc(ms, func(a, b msg) int { return int(a.total - b.total) })
+	slow := ms[len(ms)*99/100:]
+	us := func(d time.Duration) string { return fmt.Sprintf("%8.0f µs", float64(d.Nanoseconds())/1e3) }
+	var w strings.Builder
+	fmt.Fprintf(&w, "  %-24s %11s %11s %11s\n", "stage", "mean", "median", "slowest 1%")
+	for k, name := range append(names, "total") {
+		var sum, slowSum time.Duration
+		vals := make([]time.Duration, len(ms))
+		for i, m := range ms {
+			v := m.total
+			if k < len(names) {
+				v = m.stages[k]
+			}
+			vals[i] = v
+			sum += v
+			if i >= len(ms)-len(slow) {
+				slowSum += v
+			}
+		}
+		slices.Sort(vals)
+		fmt.Fprintf(&w, "  %-24s %s %s %s\n", name, us(sum/time.Duration(len(ms))), us(vals[len(vals)/2]), us(slowSum/time.Duration(len(slow))))
+	}
+	fmt.Fprintf(&w, "  %d messages in %d publishes (%.1f a publish), %.2f other publishes in flight at each start",
+		len(ms), len(b.all), float64(sizes)/float64(len(b.all)), float64(beside)/float64(len(b.all)))
+	return w.String()
 }

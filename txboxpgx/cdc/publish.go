@@ -12,6 +12,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/internal/roundtimes"
 )
 
 // entry is one row waiting to be settled, in commit order; end is set on
@@ -21,11 +22,29 @@ type entry struct {
 	end      pglogrepl.LSN
 	attempts int
 	retryAt  time.Time // after a rejection: its key is parked until then
+	sending  bool      // in a publish whose answer has not come yet
+	checked  bool      // the publisher's MessageChecker has seen it
 	acked    bool      // the broker acknowledged it
 	dead     bool      // recorded dead in the table
+	times    *txnTimes // its transaction's stream times (batches recorded), or nil
 }
 
 func (e *entry) settled() bool { return e.row == nil || e.acked || e.dead }
+
+// publishesInFlight is how many publishes the relay has in flight at
+// once: the next batch goes out while the broker acknowledges the last.
+const publishesInFlight = 4
+
+// wave is one publish: its messages and their entries' sequence numbers.
+type wave struct {
+	msgs  []txbox.Message
+	seqs  []int64
+	began time.Time
+	errs  []error
+	acked time.Time
+	// beside: the other publishes in flight when it began.
+	beside int
+}
 
 // publishLoop publishes the transactions of pipe, each key in commit
 // order, and stores in acked the end LSN of the last transaction whose
@@ -34,26 +53,30 @@ func (e *entry) settled() bool { return e.row == nil || e.acked || e.dead }
 // receiver confirms.
 //
 // It holds up to MaxPending unsettled rows and sends them in waves of at
-// most BatchSize messages: a wave holds every unkeyed message and, of
-// each key, its first message not yet settled, unless that message waits
-// for its retry; so no message reaches the broker before an earlier one
-// of its key. A rejection counts an attempt and parks the message's key
-// for RetryDelay, doubling per attempt up to BackoffMax; the other keys
-// flow meanwhile, and after MaxAttempts the row is recorded dead in the
-// table and its key goes on. An outage or timeout counts nothing: every
-// key waits a doubling backoff up to BackoffMax. The watermark stays at a
-// parked row until it settles; when MaxPending rows are held, the relay
-// stops reading the stream until the oldest settle.
+// most BatchSize messages, up to publishesInFlight waves at once: a wave
+// holds every unkeyed message not yet sent and, of each key, its first
+// message not yet settled, unless that message is in a wave in flight or
+// waits for its retry; so no message reaches the broker before an
+// earlier one of its key has been acknowledged. A rejection counts an
+// attempt and parks the message's key for RetryDelay, doubling per
+// attempt up to BackoffMax; the other keys flow meanwhile, and after
+// MaxAttempts the row is recorded dead in the table and its key goes on.
+// An outage or timeout counts nothing: every key waits a doubling backoff
+// up to BackoffMax. The watermark stays at a parked row until it settles;
+// when MaxPending rows are held, the relay stops reading the stream until
+// the oldest settle. When ctx ends it sends nothing more, waits for the
+// answers of the waves in flight and stores the watermark they make.
 func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.Uint64) error {
 	var queue []entry
-	pending := 0 // rows in queue not yet settled
+	var base int64 // the sequence number of queue[0]
+	pending := 0   // rows in queue not yet settled
 	take := func(t txn) {
 		if len(t.rows) == 0 {
 			queue = append(queue, entry{end: t.end})
 			return
 		}
 		for i := range t.rows {
-			e := entry{row: &t.rows[i]}
+			e := entry{row: &t.rows[i], times: t.times}
 			if i == len(t.rows)-1 {
 				e.end = t.end
 			}
@@ -62,113 +85,24 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 		}
 	}
 	checker, _ := r.pub.(txbox.MessageChecker)
+	recorder, _ := r.cfg.Observer.(roundtimes.BatchRecorder)
 	var wait time.Duration // backoff after outages
 	var outageUntil time.Time
-	for {
-		// Settled rows at the head move the watermark.
-		head := 0
-		for head < len(queue) && queue[head].settled() {
-			head++
-		}
-		if head > 0 {
-			r.settle(queue[:head], acked)
-			queue = queue[head:]
-		}
-		var oldest int64
-		if len(queue) > 0 && queue[0].row != nil {
-			oldest = queue[0].row.msg.CreatedAt.UnixNano()
-		}
-		r.oldestHeld.Store(oldest)
-		// Take what the receiver has, up to MaxPending.
-	more:
-		for pending < r.cfg.MaxPending {
-			select {
-			case t := <-pipe:
-				take(t)
-			default:
-				break more
-			}
-		}
-		now := time.Now()
-		var msgs []txbox.Message
-		var at []int
-		var nextRetry time.Time
-		if now.After(outageUntil) {
-			seen := map[string]bool{}
-			for i := range queue {
-				if len(msgs) >= r.cfg.BatchSize {
-					break
-				}
-				e := &queue[i]
-				if e.settled() {
-					continue
-				}
-				if e.row.invalid == nil && checker != nil {
-					e.row.invalid = checker.CheckMessage(e.row.msg)
-				}
-				if e.row.invalid != nil {
-					// It breaks the contract, or the broker could never
-					// take it: dead at once, no broker call.
-					if err := r.recordDead(ctx, e.row, e.row.invalid, e.attempts, txbox.OutcomeInvalid); err != nil {
-						return nil // ctx ended
-					}
-					e.dead = true
-					pending--
-					continue
-				}
-				if k := e.row.msg.Key; k != "" {
-					if seen[k] {
-						continue
-					}
-					seen[k] = true
-				}
-				if e.retryAt.After(now) {
-					if nextRetry.IsZero() || e.retryAt.Before(nextRetry) {
-						nextRetry = e.retryAt
-					}
-					continue
-				}
-				msgs = append(msgs, e.row.msg)
-				at = append(at, i)
-			}
-		} else {
-			nextRetry = outageUntil
-		}
-		if len(msgs) == 0 {
-			// Nothing to send: wait for rows, a retry, or the end.
-			var in <-chan txn
-			if pending < r.cfg.MaxPending {
-				in = pipe
-			}
-			var timer *time.Timer
-			var fire <-chan time.Time
-			if !nextRetry.IsZero() {
-				timer = time.NewTimer(time.Until(nextRetry))
-				fire = timer.C
-			}
-			select {
-			case t := <-in:
-				take(t)
-			case <-fire:
-			case <-ctx.Done():
-				return nil
-			}
-			if timer != nil {
-				timer.Stop()
-			}
-			continue
-		}
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
-		began := time.Now()
-		errs := r.pub.Publish(pctx, msgs)
-		cancel()
+	answers := make(chan *wave, publishesInFlight) // never blocks a publish
+	inFlight := 0
+	// answer settles what a wave's publish answered; an error is the
+	// publisher closed for good.
+	answer := func(w *wave) error {
+		inFlight--
 		nfailed := 0
 		var outage error
-		for j, i := range at {
-			e := &queue[i]
+		var b roundtimes.Batch
+		for j, seq := range w.seqs {
+			e := &queue[seq-base]
+			e.sending = false
 			var err error
-			if errs != nil {
-				err = errs[j]
+			if w.errs != nil {
+				err = w.errs[j]
 			}
 			if err == nil {
 				e.acked = true
@@ -176,6 +110,12 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 				r.published.Add(1)
 				if o := r.cfg.Observer; o != nil {
 					o.Settled(e.row.msg.Topic, txbox.OutcomePublished, time.Since(e.row.msg.CreatedAt))
+				}
+				if recorder != nil && e.times != nil {
+					b.IDs = append(b.IDs, e.row.msg.ID)
+					b.Commit = append(b.Commit, e.times.commit)
+					b.Sent = append(b.Sent, e.times.sent)
+					b.Received = append(b.Received, e.times.received)
 				}
 				continue
 			}
@@ -192,7 +132,7 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 			e.attempts++
 			if e.attempts >= r.cfg.MaxAttempts {
 				if err := r.recordDead(ctx, e.row, err, e.attempts, txbox.OutcomeDead); err != nil {
-					return nil // ctx ended
+					continue // ctx ended: the row stays unsettled
 				}
 				e.dead = true
 				pending--
@@ -207,15 +147,172 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 				"id", e.row.msg.ID, "key", e.row.msg.Key, "attempt", e.attempts, "in", pause, "err", err)
 		}
 		if o := r.cfg.Observer; o != nil {
-			o.Published(len(msgs), nfailed, time.Since(began))
+			o.Published(len(w.msgs), nfailed, w.acked.Sub(w.began))
+		}
+		if recorder != nil && len(b.IDs) > 0 {
+			b.Publish, b.Acked, b.Beside = w.began, w.acked, w.beside
+			recorder.RelayBatch(b)
 		}
 		if outage == nil {
-			wait = 0
-			continue
+			if nfailed == 0 {
+				wait = 0
+			}
+			return nil
+		}
+		if time.Now().Before(outageUntil) {
+			return nil // a wave sent beside the one that met the outage first
 		}
 		wait = backoff.Next(wait, 100*time.Millisecond, r.cfg.BackoffMax)
 		outageUntil = time.Now().Add(wait)
 		r.log.Warn("publish failed; retrying the unacknowledged messages", "in", wait, "err", outage)
+		return nil
+	}
+	// advance moves the watermark over the settled rows at the head.
+	advance := func() {
+		head := 0
+		for head < len(queue) && queue[head].settled() {
+			head++
+		}
+		if head > 0 {
+			r.settle(queue[:head], acked)
+			queue = queue[head:]
+			base += int64(head)
+		}
+		var oldest int64
+		if len(queue) > 0 && queue[0].row != nil {
+			oldest = queue[0].row.msg.CreatedAt.UnixNano()
+		}
+		r.oldestHeld.Store(oldest)
+	}
+	for {
+	answered:
+		for inFlight > 0 {
+			select {
+			case w := <-answers:
+				if err := answer(w); err != nil {
+					return err
+				}
+			default:
+				break answered
+			}
+		}
+		advance()
+		if ctx.Err() != nil {
+			// Send nothing more; settle what is in flight.
+			for inFlight > 0 {
+				if err := answer(<-answers); err != nil {
+					return err
+				}
+			}
+			advance()
+			return nil
+		}
+		// Take what the receiver has, up to MaxPending.
+	more:
+		for pending < r.cfg.MaxPending {
+			select {
+			case t := <-pipe:
+				take(t)
+			default:
+				break more
+			}
+		}
+		now := time.Now()
+		var w *wave
+		var nextRetry time.Time
+		switch {
+		case inFlight >= publishesInFlight:
+		case now.Before(outageUntil):
+			nextRetry = outageUntil
+		default:
+			w = &wave{}
+			seen := map[string]bool{}
+			for i := range queue {
+				if len(w.msgs) >= r.cfg.BatchSize {
+					break
+				}
+				e := &queue[i]
+				if e.settled() {
+					continue
+				}
+				if k := e.row.msg.Key; k != "" && seen[k] {
+					continue
+				}
+				if e.sending {
+					if k := e.row.msg.Key; k != "" {
+						seen[k] = true
+					}
+					continue
+				}
+				if !e.checked {
+					e.checked = true
+					if e.row.invalid == nil && checker != nil {
+						e.row.invalid = checker.CheckMessage(e.row.msg)
+					}
+				}
+				if e.row.invalid != nil {
+					// It breaks the contract, or the broker could never
+					// take it: dead at once, no broker call.
+					if err := r.recordDead(ctx, e.row, e.row.invalid, e.attempts, txbox.OutcomeInvalid); err != nil {
+						break // ctx ended
+					}
+					e.dead = true
+					pending--
+					continue
+				}
+				if k := e.row.msg.Key; k != "" {
+					seen[k] = true
+				}
+				if e.retryAt.After(now) {
+					if nextRetry.IsZero() || e.retryAt.Before(nextRetry) {
+						nextRetry = e.retryAt
+					}
+					continue
+				}
+				w.msgs = append(w.msgs, e.row.msg)
+				w.seqs = append(w.seqs, base+int64(i))
+			}
+		}
+		if w != nil && len(w.msgs) > 0 {
+			for _, seq := range w.seqs {
+				queue[seq-base].sending = true
+			}
+			w.beside = inFlight
+			inFlight++
+			go func(w *wave) {
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+				w.began = time.Now()
+				w.errs = r.pub.Publish(pctx, w.msgs)
+				w.acked = time.Now()
+				cancel()
+				answers <- w
+			}(w)
+			continue
+		}
+		// Nothing to send now: wait for rows, an answer, a retry, or the end.
+		var in <-chan txn
+		if pending < r.cfg.MaxPending {
+			in = pipe
+		}
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if !nextRetry.IsZero() {
+			timer = time.NewTimer(time.Until(nextRetry))
+			fire = timer.C
+		}
+		select {
+		case t := <-in:
+			take(t)
+		case w := <-answers:
+			if err := answer(w); err != nil {
+				return err
+			}
+		case <-fire:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/internal/roundtimes"
 )
 
 // Relay streams the inserts of one outbox table from its replication slot
@@ -190,8 +191,8 @@ func (r *Relay) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop asks the relay to stop (it finishes the batch in flight and
-// confirms it) and waits until it has, or until ctx ends.
+// Stop asks the relay to stop (it finishes the batches in flight and
+// confirms them) and waits until it has, or until ctx ends.
 func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	cancel, done := r.cancel, r.done
@@ -272,6 +273,15 @@ type txn struct {
 	rows   []row
 	end    pglogrepl.LSN
 	commit time.Time // the transaction's commit time
+	// times are the transaction's stream times, kept when the Observer
+	// records batches (roundtimes.BatchRecorder); nil otherwise.
+	times *txnTimes
+}
+
+// txnTimes: when the walsender sent a transaction's commit, and when the
+// relay had read it.
+type txnTimes struct {
+	commit, sent, received time.Time
 }
 
 // session holds the lease for one replication connection.
@@ -406,6 +416,7 @@ func (r *Relay) session(ctx context.Context) error {
 // and none is open, the server's WAL end from its last keepalive, so that
 // an idle stream does not hold WAL back.
 func (r *Relay) receive(ctx context.Context, conn *pgconn.PgConn, pipe chan<- txn, acked *atomic.Uint64, start pglogrepl.LSN) error {
+	_, timed := r.cfg.Observer.(roundtimes.BatchRecorder)
 	rels := map[uint32]*relation{}
 	var cur *txn
 	pushed := start // end LSN of the last transaction handed over
@@ -509,6 +520,9 @@ func (r *Relay) receive(ctx context.Context, conn *pgconn.PgConn, pipe chan<- tx
 				cur.end = m.TransactionEndLSN
 				t := *cur
 				cur = nil
+				if timed {
+					t.times = &txnTimes{commit: t.commit, sent: x.ServerTime, received: time.Now()}
+				}
 				for handed := false; !handed; {
 					wait := time.Until(next)
 					select {
