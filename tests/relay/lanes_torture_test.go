@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox/internal/relaytest"
@@ -44,6 +45,16 @@ func testLanesOrderingTorture(t *testing.T, e laneEnv) {
 	cfg := relaytest.With(relay.Config{PollInterval: 2 * time.Millisecond, BatchSize: 20,
 		PublishTimeout: 300 * time.Millisecond}, relaytest.Config{LaneLease: time.Second, ClaimLease: time.Second})
 
+	// delivered counts the messages that reach the stream's subjects. A
+	// relay is killed only once some message arrived after it started: on
+	// a slow machine a relay may take longer than its random life to take
+	// over the lanes of the one killed before it, and kills at a fixed
+	// pace would then leave no relay alive long enough to deliver.
+	var delivered atomic.Int64
+	sub, err := nc.Subscribe(prefix+">", func(*nats.Msg) { delivered.Add(1) })
+	testenv.Must(t, err, "subscribe")
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
 	stopRelays := make(chan struct{})
 	var relaysWG sync.WaitGroup
 	var kills, joins atomic.Int64
@@ -57,14 +68,20 @@ func testLanesOrderingTorture(t *testing.T, e laneEnv) {
 				r, closePool := e.relay(t, proxy, publisher(t, nc), cfg)
 				rctx, cancel := context.WithCancel(ctx)
 				done := make(chan struct{})
+				started := delivered.Load()
 				go func() { _ = runUntilStopped(rctx, r); close(done) }()
-				select {
-				case <-stopRelays:
-					cancel()
-					<-done
-					closePool()
-					return
-				case <-time.After(time.Duration(200+rng.IntN(800)) * time.Millisecond):
+				life := time.After(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+				for lived := false; !lived || delivered.Load() == started; {
+					select {
+					case <-stopRelays:
+						cancel()
+						<-done
+						closePool()
+						return
+					case <-life:
+						lived = true
+					case <-time.After(20 * time.Millisecond):
+					}
 				}
 				proxy.Cut() // dies: marks in flight fail, the leases run out
 				cancel()
