@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -304,7 +305,7 @@ func TestRejectedToDead(t *testing.T) {
 	var lastErr string
 	eventually(t, "the poison message recorded dead", func() (bool, string) {
 		err := pool.QueryRow(ctx, `SELECT attempts, last_error FROM txbox_outbox WHERE payload = 'k01:3' AND dead_at IS NOT NULL`).Scan(&attempts, &lastErr)
-		return err == nil, fmt.Sprint(err)
+		return err == nil, fmt.Sprintf("%v; %s", err, progress(r, l))
 	})
 	if attempts != 3 || !strings.Contains(lastErr, "poison") {
 		t.Fatalf("dead row: attempts %d, last_error %q", attempts, lastErr)
@@ -393,7 +394,7 @@ func TestRedriveRepublishes(t *testing.T) {
 	eventually(t, "the poison message in the dead list", func() (bool, string) {
 		deadList, err = letters.List(ctx, 10)
 		testenv.Must(t, err, "dead list")
-		return len(deadList) == 1, fmt.Sprint(len(deadList))
+		return len(deadList) == 1, fmt.Sprintf("%d dead listed; %s", len(deadList), progress(r, l))
 	})
 	othersDelivered(t, l, pool)
 	// Redriven while the broker still rejects it: dead again, one more
@@ -406,7 +407,7 @@ func TestRedriveRepublishes(t *testing.T) {
 	eventually(t, "the redriven poison dead again", func() (bool, string) {
 		var attempts int
 		err := pool.QueryRow(ctx, `SELECT attempts FROM txbox_outbox WHERE payload = 'k01:2' AND dead_at IS NOT NULL`).Scan(&attempts)
-		return err == nil && attempts == 1, fmt.Sprint(attempts, err)
+		return err == nil && attempts == 1, fmt.Sprintf("attempts %d (%v); %s", attempts, err, progress(r, l))
 	})
 	l.setFail(nil)
 	_, err = letters.Redrive(ctx)
@@ -536,5 +537,93 @@ func TestPublishesOverlap(t *testing.T) {
 	}
 	if strings.Join(ks, " ") != "k:1 k:2" {
 		t.Fatalf("key k delivered as %v, committed k:1 k:2", ks)
+	}
+}
+
+// gated is a publisher that holds each publish carrying a message of key
+// held until the test opens the gate, and answers the others at once;
+// fail, when set, decides a message's error (as ledger's).
+type gated struct {
+	held string
+	gate chan struct{}
+	mu   sync.Mutex
+	wait int // publishes held now
+	ledger
+}
+
+func (g *gated) Publish(ctx context.Context, msgs []txbox.Message) []error {
+	for _, m := range msgs {
+		if m.Key != g.held {
+			continue
+		}
+		g.mu.Lock()
+		g.wait++
+		g.mu.Unlock()
+		<-g.gate
+		g.mu.Lock()
+		g.wait--
+		g.mu.Unlock()
+		break
+	}
+	return g.ledger.Publish(ctx, msgs)
+}
+
+func (g *gated) holding() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wait
+}
+
+// A message the broker rejects while another publish is in flight is
+// retried and recorded dead without waiting for that publish, and its
+// key's next message goes on; the slot is confirmed past both once the
+// held publish is answered.
+func TestRejectedBesidePublishInFlight(t *testing.T) {
+	t.Parallel()
+	_, pool := logicalCluster(t)
+	ctx := context.Background()
+	cfg := cdc.Config{MaxAttempts: 2, PublishTimeout: time.Hour} // the held publish ends when the test opens the gate
+	_, err := cdc.CreateSlot(ctx, pool, cfg)
+	testenv.Must(t, err, "create slot")
+	g := &gated{held: "h", gate: make(chan struct{})}
+	g.setFail(rejecting("p:1", "poison"))
+	r := newRelay(t, pool, g, cfg)
+	start(t, r)
+	var once sync.Once
+	open := func() { once.Do(func() { close(g.gate) }) }
+	t.Cleanup(open) // before the relay's stop, which waits for the publishes
+	ob, err := txbox.New(txboxpgx.New(pool), txbox.Config{})
+	testenv.Must(t, err, "txbox.New")
+	add := func(key, payload string) {
+		t.Helper()
+		testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, txbox.Message{Topic: "cdc.test", Key: key, Payload: []byte(payload)})), "add")
+	}
+	add("h", "h:1")
+	eventually(t, "the publish of h:1 in flight", func() (bool, string) {
+		n := g.holding()
+		return n == 1, fmt.Sprintf("%d held", n)
+	})
+	add("p", "p:1")
+	add("p", "p:2")
+	eventually(t, "p:1 recorded dead and p:2 delivered while h:1 is in flight", func() (bool, string) {
+		var attempts int
+		err := pool.QueryRow(ctx, `SELECT attempts FROM txbox_outbox WHERE payload = 'p:1' AND dead_at IS NOT NULL`).Scan(&attempts)
+		var got []string
+		for _, m := range g.snapshot() {
+			got = append(got, string(m.Payload))
+		}
+		return err == nil && slices.Equal(got, []string{"p:2"}), fmt.Sprintf("attempts %d (%v), acknowledged %v; %s", attempts, err, got, progress(r, &g.ledger))
+	})
+	if n := g.holding(); n != 1 {
+		t.Fatalf("%d publishes held, want h:1's", n)
+	}
+	open()
+	eventually(t, "h:1 delivered", func() (bool, string) {
+		n := len(g.snapshot())
+		return n == 2, fmt.Sprintf("%d of 2", n)
+	})
+	confirmedPast(t, pool, cfg, "the dead p:1 and the held h:1")
+	if st := statsOf(r); st.Dead != 1 || st.Published != 2 {
+		t.Fatalf("stats: %+v", st)
 	}
 }

@@ -311,3 +311,21 @@ func statsOf(r *cdc.Relay) cdc.Stats {
 	st, _ := r.Stats(context.Background())
 	return st
 }
+
+// progress is what the relay r has done so far, into the ledger l: how
+// many messages the broker acknowledged, the relay's counters, its
+// confirmed LSN and whether it reads the slot, and why it stopped if it
+// did. A wait for an outcome that shows no change of its own until it
+// comes (a row recorded dead) reports it, so that the wait is bounded by
+// the relay's progress rather than by a total time.
+func progress(r *cdc.Relay, l *ledger) string {
+	st := statsOf(r)
+	s := fmt.Sprintf("%d acknowledged, relay published %d dead %d confirmed %s reading %t",
+		len(l.snapshot()), st.Published, st.Dead, st.ConfirmedLSN, st.Reading)
+	select {
+	case <-r.Stopped():
+		s += fmt.Sprintf(", stopped: %v", r.Err())
+	default:
+	}
+	return s
+}

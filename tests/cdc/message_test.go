@@ -132,7 +132,7 @@ func TestMessageModeDeadLetters(t *testing.T) {
 	eventually(t, "the poison event in the dead list", func() (bool, string) {
 		deadList, err = letters.List(ctx, 10)
 		testenv.Must(t, err, "dead list")
-		return len(deadList) == 1, fmt.Sprint(len(deadList))
+		return len(deadList) == 1, fmt.Sprintf("%d dead listed; %s", len(deadList), progress(r, l))
 	})
 	var payload string
 	testenv.Must(t, pool.QueryRow(ctx, `SELECT convert_from(payload, 'UTF8') FROM txbox_outbox WHERE id = $1`, deadList[0].Seq).Scan(&payload), "payload")
