@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -117,8 +118,11 @@ func (c channels) Close(ctx context.Context) error { return c.conn.Close(ctx) }
 // pgconn.SafeToRetry (nothing was sent), a *pgconn.PgError whose code
 // txboxdriver.TransientSQLState accepts, and a *pgconn.ConnectError that is not
 // the server refusing the connection for good (a wrong password, a missing
-// database: a *pgconn.PgError of another class). The checks txboxdriver.IsTransient
-// makes without pgx (lost connections, unexpected EOF) apply as well.
+// database: a *pgconn.PgError of another class), and a connection lost
+// after the statement was sent: pgconn.ErrConnClosed, and io.EOF (pgx
+// returns it as it is when the server's side closed between two messages,
+// and nowhere else). The checks txboxdriver.IsTransient makes without pgx
+// (lost connections, unexpected EOF) apply as well.
 func (d *Driver) IsTransient(err error) bool {
 	if pgconn.SafeToRetry(err) {
 		return true
@@ -126,6 +130,9 @@ func (d *Driver) IsTransient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return txboxdriver.TransientSQLState(pgErr.Code)
+	}
+	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) {
+		return true
 	}
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &connErr)
