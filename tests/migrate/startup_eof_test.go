@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -283,4 +285,40 @@ func TestStartupCheckCutRepliesPostgresSQL(t *testing.T) {
 		testenv.Must(t, err, "relay")
 		return r, func(err error) bool { return txboxdriver.IsTransientFor(drv, err) }, func() { _ = db.Close(); pool.Close() }
 	})
+}
+
+// On SQLite there is no connection to cut; a database that another
+// writer holds locked past the busy timeout (SQLITE_BUSY, during the
+// probe's write) is transient too, never a finding about the table.
+func TestStartupCheckBusySQLite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "txbox.db")
+	db, err := sql.Open("sqlite", txboxsql.SQLiteDSN(path))
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = db.Close() })
+	m, err := txboxmigrate.New(txboxsql.New(db, txboxdriver.SQLite), txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
+	_, err = m.Up(ctx)
+	testenv.Must(t, err, "up")
+	holder, err := db.BeginTx(ctx, nil) // _txlock=immediate: holds the write lock
+	testenv.Must(t, err, "begin")
+	defer func() { _ = holder.Rollback() }()
+
+	busy, err := sql.Open("sqlite", strings.Replace(txboxsql.SQLiteDSN(path), "busy_timeout(10000)", "busy_timeout(0)", 1))
+	testenv.Must(t, err, "open busy")
+	t.Cleanup(func() { _ = busy.Close() })
+	drv := txboxsql.New(busy, txboxdriver.SQLite)
+	r, err := relay.New[*sql.Tx](drv, &drivertest.Recorder{}, relay.Config{})
+	testenv.Must(t, err, "relay")
+	g, err := relay.NewGroup(relay.GroupConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	testenv.Must(t, err, "group")
+	err = g.Add(ctx, relay.Store{Name: "s", Relay: r})
+	var se *txbox.StartupError
+	if err == nil || errors.As(err, &se) || !txboxdriver.IsTransientFor(drv, err) {
+		t.Fatalf("start-up check on a locked SQLite database: %v; want a transient error", err)
+	}
+	t.Logf("locked: %v", err)
+	testenv.Must(t, holder.Rollback(), "rollback")
+	testenv.Must(t, g.Add(ctx, relay.Store{Name: "s", Relay: r}), "Add once the lock is released")
 }
