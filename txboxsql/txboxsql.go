@@ -18,7 +18,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/txbox/txbox/txboxdriver"
 )
@@ -90,9 +89,8 @@ const (
 // ErrInvalidConn and a *mysql.MySQLError numbered 1040 (too many
 // connections), 1053 (server shutdown), 1205 (lock wait timeout), 1213
 // (deadlock), 2006 or 2013 (server gone away, connection lost);
-// on PostgreSQL, a connection lost after the statement was sent: pgx's
-// pgconn.ErrConnClosed ("conn closed") and io.EOF, which pgx returns as it
-// is when the server's side closed between two messages; then
+// on PostgreSQL, pgx's pgconn.ErrConnClosed ("conn closed": a statement on
+// a connection pgx found broken, also after it was sent); then
 // Options.IsTransient and Options.IsConflict, if set. txboxsql imports no
 // engine: it recognises go-sql-driver's and pgx's errors by their package
 // path or type and text.
@@ -100,7 +98,7 @@ func (d *Driver) IsTransient(err error) bool {
 	if d.dialect == txboxdriver.MySQL && mysqlTransient(err) {
 		return true
 	}
-	if d.dialect == txboxdriver.Postgres && (errors.Is(err, io.EOF) || pgConnClosed(err)) {
+	if d.dialect == txboxdriver.Postgres && pgConnClosed(err) {
 		return true
 	}
 	if d.dialect == txboxdriver.SQLite {
