@@ -52,7 +52,7 @@ func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string
 // before the check could finish, and is no finding about the tables.
 func (m *Migrator) StartupOnce(ctx context.Context) (problems []string, newer string, err error) {
 	done, err := m.applied(ctx, m.pool)
-	if err != nil {
+	if err = lost(err); err != nil {
 		if !m.missingTable(err) {
 			if m.transient(err) {
 				return nil, "", fmt.Errorf("read %s: %w", trackingTable, err)
@@ -123,7 +123,7 @@ func (m *Migrator) inspect(ctx context.Context, want func(target string) bool) (
 		seen[mg.Target] = true
 		kind, table, _ := strings.Cut(mg.Target, ":")
 		found, err := m.tableProblems(ctx, mg.Target)
-		if err != nil {
+		if err = lost(err); err != nil {
 			if m.transient(err) {
 				return problems, fmt.Errorf("%s table %q: %w", kind, m.name(table), err)
 			}

@@ -15,6 +15,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"math"
@@ -124,7 +125,11 @@ type Migrator struct {
 	lockTimeout time.Duration // <0: none
 	lockRetries int
 	log         *slog.Logger
-	transient   func(error) bool // the database failed, not the statement
+	// transient: the database failed, not the statement
+	// (txboxdriver.IsTransientFor), or the statement's connection closed
+	// between two messages (a bare io.EOF: the statements are the
+	// Migrator's own, so the EOF is the database's; see lost).
+	transient func(error) bool
 	// missingTable: a table named in the statement does not exist (the
 	// driver's MissingTableClassifier, or the SQLSTATE).
 	missingTable func(error) bool
@@ -150,7 +155,7 @@ func New[TTx any](drv txboxdriver.Driver[TTx], cfg Config) (*Migrator, error) {
 	}
 	m := &Migrator{sql: sql, dialect: drv.Dialect(), pool: drv.Pool(), schema: cfg.Schema, migrations: migrations,
 		lockTimeout: cfg.LockTimeout, lockRetries: max(cfg.LockRetries, 0), log: cfg.Logger,
-		transient:    func(err error) bool { return txboxdriver.IsTransientFor(drv, err) },
+		transient:    func(err error) bool { return txboxdriver.IsTransientFor(drv, err) || errors.Is(err, io.EOF) },
 		missingTable: func(err error) bool { return txboxdriver.IsMissingTableFor(drv, err) }}
 	if m.lockTimeout == 0 {
 		m.lockTimeout = DefaultLockTimeout
@@ -580,4 +585,23 @@ func splitStatements(sql string) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// lostConn is the error of a statement whose connection closed between
+// two messages: a bare io.EOF, which pgx returns as it is. It wraps
+// io.ErrUnexpectedEOF beside it, so that txboxdriver.IsTransient, and
+// whoever retries a store on it (relay.Group.Add's caller, relay/supervise),
+// count it as the database's failure.
+type lostConn struct{ err error }
+
+func (e *lostConn) Error() string   { return "the database connection was lost: " + e.err.Error() }
+func (e *lostConn) Unwrap() []error { return []error{e.err, io.ErrUnexpectedEOF} }
+
+// lost returns err, as a lostConn when it holds a bare io.EOF.
+func lost(err error) error {
+	var l *lostConn
+	if err == nil || !errors.Is(err, io.EOF) || errors.As(err, &l) {
+		return err
+	}
+	return &lostConn{err}
 }

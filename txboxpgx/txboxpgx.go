@@ -117,8 +117,11 @@ func (c channels) Close(ctx context.Context) error { return c.conn.Close(ctx) }
 // pgconn.SafeToRetry (nothing was sent), a *pgconn.PgError whose code
 // txboxdriver.TransientSQLState accepts, and a *pgconn.ConnectError that is not
 // the server refusing the connection for good (a wrong password, a missing
-// database: a *pgconn.PgError of another class). The checks txboxdriver.IsTransient
-// makes without pgx (lost connections, unexpected EOF) apply as well.
+// database: a *pgconn.PgError of another class), and pgconn.ErrConnClosed
+// (a statement on a connection pgx found broken, also after it was sent).
+// The checks txboxdriver.IsTransient makes without pgx (lost connections,
+// unexpected EOF) apply as well. A bare io.EOF is not counted: a handler's
+// own reads return it too (txboxmigrate counts it in its own statements).
 func (d *Driver) IsTransient(err error) bool {
 	if pgconn.SafeToRetry(err) {
 		return true
@@ -126,6 +129,9 @@ func (d *Driver) IsTransient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return txboxdriver.TransientSQLState(pgErr.Code)
+	}
+	if errors.Is(err, pgconn.ErrConnClosed) {
+		return true
 	}
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &connErr)

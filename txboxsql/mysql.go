@@ -47,6 +47,15 @@ func mysqlInvalidConn(err error) bool {
 	})
 }
 
+// pgConnClosed reports whether err's chain holds pgx's pgconn.ErrConnClosed,
+// a plain errors.New("conn closed") pgx returns for a statement on a
+// connection it found broken.
+func pgConnClosed(err error) bool {
+	return walk(err, func(e error) bool {
+		return e.Error() == "conn closed" && reflect.TypeOf(e).String() == "*errors.errorString"
+	})
+}
+
 // walk calls f on err and every error it wraps, depth first, until f
 // returns true; it reports whether f did.
 func walk(err error, f func(error) bool) bool {

@@ -88,11 +88,17 @@ const (
 // SQLITE_LOCKED (modernc.org/sqlite); on MySQL, go-sql-driver/mysql's
 // ErrInvalidConn and a *mysql.MySQLError numbered 1040 (too many
 // connections), 1053 (server shutdown), 1205 (lock wait timeout), 1213
-// (deadlock), 2006 or 2013 (server gone away, connection lost); then
+// (deadlock), 2006 or 2013 (server gone away, connection lost);
+// on PostgreSQL, pgx's pgconn.ErrConnClosed ("conn closed": a statement on
+// a connection pgx found broken, also after it was sent); then
 // Options.IsTransient and Options.IsConflict, if set. txboxsql imports no
-// engine: it recognises go-sql-driver's types by their package path.
+// engine: it recognises go-sql-driver's and pgx's errors by their package
+// path or type and text.
 func (d *Driver) IsTransient(err error) bool {
 	if d.dialect == txboxdriver.MySQL && mysqlTransient(err) {
+		return true
+	}
+	if d.dialect == txboxdriver.Postgres && pgConnClosed(err) {
 		return true
 	}
 	if d.dialect == txboxdriver.SQLite {

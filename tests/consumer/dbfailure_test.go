@@ -114,6 +114,7 @@ func TestClassifyDatabaseErrors(t *testing.T) {
 		{"driver.ErrBadConn", sqldriver.ErrBadConn, all},
 		{"sql.ErrConnDone", sql.ErrConnDone, all},
 		{"io.ErrUnexpectedEOF", io.ErrUnexpectedEOF, all},
+		{"pgconn.ErrConnClosed (a statement on a broken connection)", fmt.Errorf("probe: %w", pgconn.ErrConnClosed), want{pgx: true}},
 		{"net.OpError reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, all},
 		{"ECONNREFUSED", syscall.ECONNREFUSED, all},
 		{"EPIPE", syscall.EPIPE, all},
