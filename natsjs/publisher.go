@@ -39,13 +39,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/dotname"
 	"github.com/txbox/txbox/internal/pubtrace"
 	"github.com/txbox/txbox/internal/wire"
 )
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	// Prefix is put before every topic to name its subject. Default: ""
+	// Prefix is put before every topic to name its subject: dot-separated
+	// tokens with no wildcard, as CheckPrefix says. Default: ""
 	// (subject = topic).
 	Prefix string
 	// MaxPending bounds the unacknowledged async publishes. Default: 4000.
@@ -109,6 +111,9 @@ var (
 // NewPublisher returns a Publisher over nc, a connection the caller made;
 // whoever created it closes it.
 func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
+	if err := dotname.Prefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: natsjs: Prefix %w", txbox.ErrInvalidConfig, err)
+	}
 	if nc == nil {
 		return nil, fmt.Errorf("%w: natsjs: nil connection", txbox.ErrInvalidConfig)
 	}
@@ -530,8 +535,12 @@ type StreamConfig struct {
 }
 
 // EnsureStream creates the stream if it does not exist and returns it; an
-// existing stream is left as it is.
+// existing stream is left as it is. A name or subject CheckStreamName or
+// CheckSubject refuses is a txbox.ErrInvalidConfig.
 func EnsureStream(ctx context.Context, nc *nats.Conn, cfg StreamConfig) (jetstream.Stream, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err

@@ -25,8 +25,8 @@ const (
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	// Prefix is put before every topic to name its stream.
-	// Default: "" (stream = topic).
+	// Prefix is put before every topic to name its stream; CheckPrefix
+	// says what it may hold. Default: "" (stream = topic).
 	Prefix string
 	// MaxLen, when positive, trims each stream to about this many entries
 	// (XADD MAXLEN ~ MaxLen). Entries trimmed before a consumer group read
@@ -46,6 +46,9 @@ var _ txbox.Publisher = (*Publisher)(nil)
 // NewPublisher returns a Publisher over rdb, a client the caller made;
 // whoever created it closes it.
 func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) (*Publisher, error) {
+	if err := CheckPrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: redisstream: Prefix %w", txbox.ErrInvalidConfig, err)
+	}
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: redisstream: nil client", txbox.ErrInvalidConfig)
 	}

@@ -16,8 +16,9 @@ import (
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	// Prefix is put before every message topic to name the Kafka topic.
-	// Default: "" (Kafka topic = message topic).
+	// Prefix is put before every message topic to name the Kafka topic;
+	// CheckPrefix says what it may hold. Default: "" (Kafka topic =
+	// message topic).
 	Prefix string
 	// CloudEventsSource, when set, adds the CloudEvents binary-mode
 	// attributes as headers (Kafka protocol binding): ce_specversion 1.0,
@@ -75,6 +76,9 @@ var (
 // returns (see the package doc, "Transactions"). Such a client must serve
 // this Publisher only: its transactions take in every record it produces.
 func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
+	if err := CheckPrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: kafka: Prefix %w", txbox.ErrInvalidConfig, err)
+	}
 	if cl == nil {
 		return nil, fmt.Errorf("%w: kafka: nil client", txbox.ErrInvalidConfig)
 	}

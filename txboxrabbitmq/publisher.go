@@ -41,8 +41,9 @@ type PublisherConfig struct {
 	// routing key. Default: "" (the default exchange: the topic is a queue
 	// name).
 	Exchange string
-	// Prefix is put before every topic to form the routing key. Default:
-	// "" (routing key = topic).
+	// Prefix is put before every topic to form the routing key;
+	// CheckPrefix says what it may hold. Default: "" (routing key =
+	// topic).
 	Prefix string
 	// AllowUnroutable publishes without the mandatory flag: a message no
 	// queue is bound to is dropped by the broker and counts as published.
@@ -87,6 +88,9 @@ var (
 // NewPublisher returns a Publisher over conn, a connection the caller
 // made; whoever created it closes it. It opens no channel yet.
 func NewPublisher(conn *Conn, cfg PublisherConfig) (*Publisher, error) {
+	if err := CheckPrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: rabbitmq: Prefix %w", txbox.ErrInvalidConfig, err)
+	}
 	if conn == nil {
 		return nil, fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}

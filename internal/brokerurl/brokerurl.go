@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -21,29 +22,86 @@ func Parse(raw string) (*url.URL, error) {
 	if err == nil {
 		return u, nil
 	}
-	return nil, fmt.Errorf("malformed URL: %s", why(raw, err))
+	return nil, fmt.Errorf("malformed URL: %s", Why(raw, err))
 }
 
-// why returns what url.Parse's error err says about raw, unless that could
-// quote a piece of a password; then it says how to write the password.
-func why(raw string, err error) string {
+// Why returns what url.Parse's error err (its inner error, without the
+// quoted URL) says about raw, unless that could quote a piece of a
+// password: url.Parse reads the text of a password before a '/', '?' or
+// '#' in it as a port ("invalid port \":pa\" after host") and quotes a bad
+// %-escape with the bytes after it; for those it says how to write the
+// password instead. raw may be a list of URLs, and its passwords include
+// password=… parameters (see Passwords).
+func Why(raw string, err error) string {
 	msg := err.Error()
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.Err != nil {
 		msg = ue.Err.Error()
 	}
-	if userinfo, ok := userinfoOf(raw); ok {
+	var esc url.EscapeError
+	if errors.As(err, &esc) {
+		for _, pw := range Passwords(raw) {
+			if BadEscape(pw) { // a password=…%zz… parameter, not only a userinfo
+				return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
+			}
+		}
+	}
+	for _, seg := range Authorities(raw) {
+		at := strings.LastIndex(seg, "@")
 		switch {
-		case strings.ContainsAny(userinfo, "/?#"):
+		case at < 0:
+		case strings.ContainsAny(seg[:at], "/?#"):
 			return "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
-		case BadEscape(userinfo):
+		case BadEscape(seg[:at]):
 			return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
 		}
 	}
-	if pw := password(raw); pw != "" && strings.Contains(msg, pw) {
-		return "the URL does not parse"
+	for _, pw := range Passwords(raw) {
+		if pw != "" && strings.Contains(msg, pw) {
+			return "the URL does not parse"
+		}
 	}
 	return msg
+}
+
+// KVPassword matches password=VALUE, in key/value DSNs ('quoted' values
+// too) and URL queries: group 1 is the key and '=', group 2 the value.
+var KVPassword = regexp.MustCompile("(?i)\\b((?:password|passwd|pwd|sslpassword)\\s*=\\s*)('(?:[^'\\\\]|\\\\.)*'|[^\\s&;\"'`]*)")
+
+// Passwords returns the passwords of v as written, leniently: that of
+// each URL's userinfo (v may be a list of URLs) and each password=…
+// parameter's.
+func Passwords(v string) []string {
+	var out []string
+	for _, seg := range Authorities(v) {
+		if at := strings.LastIndex(seg, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(seg[:at], ":"); ok {
+				out = append(out, pw)
+			}
+		}
+	}
+	for _, m := range KVPassword.FindAllStringSubmatch(v, -1) {
+		out = append(out, strings.Trim(m[2], "'"))
+	}
+	return out
+}
+
+// Authorities splits v at each scheme:// into the text after it, up to the
+// next URL of a list; a v without :// is one segment.
+func Authorities(v string) []string {
+	parts := strings.Split(v, "://")
+	if len(parts) == 1 {
+		return parts
+	}
+	segs := parts[1:]
+	for i := range segs[:len(segs)-1] {
+		// Drop the next URL's scheme from the end of this segment.
+		s := segs[i]
+		if j := strings.LastIndexAny(s, ", "); j >= 0 {
+			segs[i] = s[:j]
+		}
+	}
+	return segs
 }
 
 // userinfoOf returns the text of raw between its "://" and the last '@',

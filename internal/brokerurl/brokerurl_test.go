@@ -31,6 +31,10 @@ func TestParse(t *testing.T) {
 		{"nats://u:s3/cr3t@h:4222", "must be percent-encoded"},
 		{"nats://u:s3%zzcr3t@h:4222", "invalid %-escape in the user name or password"},
 		{"nats://h:4222/%zz", "invalid URL escape"},
+		// a password= parameter (a key/value DSN): url.Parse quotes "%zz"
+		{"user=u password=s3%zzcr3t", "invalid %-escape in the user name or password"},
+		// the second URL of a list
+		{"nats://h1:4222, nats://u:s3/cr3t@h2:4222", "must be percent-encoded"},
 	} {
 		_, err := Parse(c.in)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

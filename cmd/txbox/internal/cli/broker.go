@@ -169,25 +169,23 @@ func (f *brokerFlags) check() error {
 		}
 	}
 	prefix := sourceOf(f.fs, "subject-prefix", EnvSubjectPrefix)
-	if err := checkPrefixRoom(prefix, scheme, f.subjectPrefix); err != nil {
-		return err
-	}
+	var err error
 	switch scheme {
 	case "kafka":
-		if err := checkKafkaPrefix(f.subjectPrefix); err != nil {
-			return fmt.Errorf("%s %q: %w", prefix, f.subjectPrefix, err)
-		}
+		err = txboxkafka.CheckPrefix(f.subjectPrefix)
+	case "amqp", "amqps":
+		err = txboxrabbitmq.CheckPrefix(f.subjectPrefix)
+	case "redis", "rediss":
+		err = redisstream.CheckPrefix(f.subjectPrefix)
 	case "asynq+redis", "asynq+rediss":
 		if f.subjectPrefix != "" {
 			return fmt.Errorf("%s %q: asynq task types are the topics, with no prefix", prefix, f.subjectPrefix)
 		}
 	default:
-		if f.subjectPrefix == "" {
-			break
-		}
-		if err := checkSubject(f.subjectPrefix, true); err != nil {
-			return fmt.Errorf("%s %q: %w", prefix, f.subjectPrefix, err)
-		}
+		err = natsjs.CheckPrefix(f.subjectPrefix)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %w", prefix, err)
 	}
 	if f.url == "" {
 		if f.stream == "" && f.streamSubjects == "" {
@@ -202,55 +200,15 @@ func (f *brokerFlags) check() error {
 			return err
 		}
 	}
-	if len(f.stream) > maxStreamName {
-		return fmt.Errorf("%s is %d bytes, over NATS JetStream's limit of %d bytes for a stream name", sourceOf(f.fs, "stream", EnvStream), len(f.stream), maxStreamName)
-	}
-	if f.stream != "" && strings.ContainsAny(f.stream, " \t.*>/\\") || !isPrintable(f.stream) {
-		return fmt.Errorf("%s %q: a stream name may not contain spaces, control characters, '.', '*', '>', '/' or '\\'",
-			sourceOf(f.fs, "stream", EnvStream), f.stream)
-	}
-	for _, subj := range splitList(f.streamSubjects) {
-		if err := checkSubject(subj, false); err != nil {
-			return fmt.Errorf("%s: subject %q: %w", sourceOf(f.fs, "stream-subjects", EnvStreamSubjects), subj, err)
+	if f.stream != "" {
+		if err := natsjs.CheckStreamName(f.stream); err != nil {
+			return fmt.Errorf("%s %w", sourceOf(f.fs, "stream", EnvStream), err)
 		}
 	}
-	return nil
-}
-
-// maxStreamName is the longest JetStream stream name (the server's
-// JSMaxNameLen).
-const maxStreamName = 255
-
-// Limits of the names a prefix starts: a RabbitMQ routing key (an AMQP
-// short string) and a Kafka topic name.
-const (
-	maxRoutingKey = 255
-	maxKafkaTopic = 249
-)
-
-// checkPrefixRoom refuses a --subject-prefix (named flag) that leaves no
-// room for the topics within the broker's limit on the names it starts,
-// which would make the broker refuse every message: on NATS, the protocol
-// line of the server's default max_control_line (4096 bytes) must hold the
-// prefix and a topic of up to txbox.MaxTopicLen bytes (natsjs.MaxPrefix);
-// a RabbitMQ routing key is at most 255 bytes, a Kafka topic 249, so the
-// prefix must leave at least one byte for the topic.
-func checkPrefixRoom(flag, scheme, prefix string) error {
-	limit, what := 0, ""
-	switch scheme {
-	case "amqp", "amqps":
-		limit, what = maxRoutingKey-1, "a RabbitMQ routing key is at most 255 bytes, and the topic follows the prefix"
-	case "kafka":
-		limit, what = maxKafkaTopic-1, "a Kafka topic name is at most 249 bytes, and the topic follows the prefix"
-	case "redis", "rediss", "asynq+redis", "asynq+rediss":
-		return nil
-	default:
-		limit = natsjs.MaxPrefix(natsjs.DefaultMaxControlLine)
-		what = fmt.Sprintf("a NATS server reads a subject on a protocol line of at most %d bytes (its default max_control_line), which must also hold a topic of up to %d bytes",
-			natsjs.DefaultMaxControlLine, txbox.MaxTopicLen)
-	}
-	if len(prefix) > limit {
-		return fmt.Errorf("%s is %d bytes, over the limit of %d bytes: %s", flag, len(prefix), limit, what)
+	for _, subj := range splitList(f.streamSubjects) {
+		if err := natsjs.CheckSubject(subj); err != nil {
+			return fmt.Errorf("%s: subject %w", sourceOf(f.fs, "stream-subjects", EnvStreamSubjects), err)
+		}
 	}
 	return nil
 }

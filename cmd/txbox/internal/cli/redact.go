@@ -30,8 +30,6 @@ var (
 	urlPassword = regexp.MustCompile("(?i)\\b([a-z][a-z0-9+.-]*://[^\\s:/?#@\"'`]*:)[^\\s\"'`]*@")
 	// go-sql-driver/mysql DSN: user:PASSWORD@tcp(host:port)/db.
 	dsnPassword = regexp.MustCompile("(^|[\\s\"'`(])([^\\s:/@\"'`(]*:)[^\\s\"'`]*@((?:tcp6?|udp|unix)?\\()")
-	// password=VALUE, in key/value DSNs ('quoted' values too) and URL queries.
-	kvPassword = regexp.MustCompile("(?i)\\b((?:password|passwd|pwd|sslpassword)\\s*=\\s*)('(?:[^'\\\\]|\\\\.)*'|[^\\s&;\"'`]*)")
 )
 
 // redact returns s with its secrets masked: the password of every URL's
@@ -54,7 +52,7 @@ func mask(s string, secrets []string) string {
 	s = maskSpans(s, secrets)
 	s = urlPassword.ReplaceAllString(s, "${1}"+secretMask+"@")
 	s = dsnPassword.ReplaceAllString(s, "${1}${2}"+secretMask+"@${3}")
-	return kvPassword.ReplaceAllString(s, "${1}"+secretMask)
+	return brokerurl.KVPassword.ReplaceAllString(s, "${1}"+secretMask)
 }
 
 // maskSpans replaces every occurrence of each of secrets in s with
@@ -131,47 +129,12 @@ func secretsOf(values ...string) []string {
 		if strings.HasPrefix(v, "sqlite:") || !strings.ContainsAny(v, "@=") {
 			continue
 		}
-		for _, pw := range passwordsIn(v) {
+		for _, pw := range brokerurl.Passwords(v) {
 			add(pw)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
-}
-
-// passwordsIn returns the passwords of v as written, leniently (see
-// secretsOf), of any length.
-func passwordsIn(v string) []string {
-	var out []string
-	for _, seg := range authorities(v) {
-		if at := strings.LastIndex(seg, "@"); at >= 0 {
-			if _, pw, ok := strings.Cut(seg[:at], ":"); ok {
-				out = append(out, pw)
-			}
-		}
-	}
-	for _, m := range kvPassword.FindAllStringSubmatch(v, -1) {
-		out = append(out, strings.Trim(m[2], "'"))
-	}
-	return out
-}
-
-// authorities splits v at each scheme:// into the text after it, up to the
-// next URL of a list; a v without :// is one segment.
-func authorities(v string) []string {
-	parts := strings.Split(v, "://")
-	if len(parts) == 1 {
-		return parts
-	}
-	segs := parts[1:]
-	for i := range segs[:len(segs)-1] {
-		// Drop the next URL's scheme from the end of this segment.
-		s := segs[i]
-		if j := strings.LastIndexAny(s, ", "); j >= 0 {
-			segs[i] = s[:j]
-		}
-	}
-	return segs
 }
 
 // redactor masks the secrets of the values the user gave (arguments,
@@ -227,7 +190,7 @@ func (e *redactedError) Unwrap() error { return e.err }
 // url.Parse error in it (which quotes the URL cut at its '#', and may quote
 // a piece of a password) is told again about the source it came from: that
 // whole source quoted, so that its password is masked, and what is wrong
-// said as parseErrorWhy says it.
+// said as brokerurl.Why says it.
 func redactErr(err error, sources ...string) error {
 	msg := err.Error()
 	var ue *url.Error
@@ -239,7 +202,7 @@ func redactErr(err error, sources ...string) error {
 				break
 			}
 		}
-		msg = strings.Replace(msg, ue.Error(), fmt.Sprintf("%s %q: %s", ue.Op, raw, parseErrorWhy(raw, ue.Err)), 1)
+		msg = strings.Replace(msg, ue.Error(), fmt.Sprintf("%s %q: %s", ue.Op, raw, brokerurl.Why(raw, ue.Err)), 1)
 	}
 	return &redactedError{msg: redact(oneLine(msg), sources...), err: err}
 }
@@ -275,44 +238,11 @@ func oneLine(msg string) string {
 
 // parseURL parses raw, the value of the flag or variable name, with
 // url.Parse; its error names name and says what is wrong without the
-// password (see parseErrorWhy).
+// password (see brokerurl.Why).
 func parseURL(name, raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err == nil {
 		return u, nil
 	}
-	return nil, fmt.Errorf("%s %q: malformed URL: %s", name, redact(raw, raw), redact(parseErrorWhy(raw, err), raw))
-}
-
-// parseErrorWhy returns what url.Parse's error err (its inner error, without
-// the quoted URL) says about raw, unless that would quote a piece of a
-// password: url.Parse reads the text of a password before a '/', '?' or '#'
-// in it as a port ("invalid port \":pa\" after host") and quotes a bad
-// %-escape with the bytes after it; for those it says how to write the
-// password instead.
-func parseErrorWhy(raw string, err error) string {
-	why := err.Error()
-	var ue *url.Error
-	if errors.As(err, &ue) && ue.Err != nil {
-		why = ue.Err.Error()
-	}
-	var esc url.EscapeError
-	if errors.As(err, &esc) {
-		for _, pw := range passwordsIn(raw) {
-			if brokerurl.BadEscape(pw) { // a password=…%zz… parameter, not only a userinfo
-				return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
-			}
-		}
-	}
-	for _, seg := range authorities(raw) {
-		at := strings.LastIndex(seg, "@")
-		switch {
-		case at < 0:
-		case strings.ContainsAny(seg[:at], "/?#"):
-			return "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
-		case brokerurl.BadEscape(seg[:at]):
-			return "invalid %-escape in the user name or password (a '%' in it must be written %25)"
-		}
-	}
-	return why
+	return nil, fmt.Errorf("%s %q: malformed URL: %s", name, redact(raw, raw), redact(brokerurl.Why(raw, err), raw))
 }

@@ -3,10 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/pflag"
 
@@ -124,48 +121,4 @@ func sourceOf(fs *pflag.FlagSet, flag, env string) string {
 		return from
 	}
 	return "--" + flag
-}
-
-// checkSubject checks a NATS subject (or, with prefix, the start of one that
-// a topic ends): dot-separated tokens, none empty, of printable characters
-// other than spaces; wildcards '*' and '>' only as whole tokens, '>' last,
-// and none in a prefix.
-func checkSubject(s string, prefix bool) error {
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("not valid UTF-8")
-	}
-	tokens := strings.Split(s, ".")
-	if prefix && strings.HasSuffix(s, ".") {
-		tokens = tokens[:len(tokens)-1]
-	}
-	for i, tok := range tokens {
-		if tok == "" {
-			return fmt.Errorf("empty token (a leading, trailing or doubled '.')")
-		}
-		if i := strings.IndexFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }); i >= 0 {
-			return fmt.Errorf("%q is not allowed in a subject", []rune(tok[i:])[0])
-		}
-		wild := strings.ContainsAny(tok, "*>")
-		switch {
-		case wild && prefix:
-			return fmt.Errorf("wildcards '*' and '>' are not allowed in a prefix")
-		case wild && tok != "*" && tok != ">":
-			return fmt.Errorf("token %q: '*' and '>' must be whole tokens", tok)
-		case tok == ">" && i != len(tokens)-1:
-			return fmt.Errorf("'>' must be the last token")
-		}
-	}
-	return nil
-}
-
-// checkKafkaPrefix checks a prefix of Kafka topic names: ASCII letters,
-// digits, '.', '_' and '-'.
-func checkKafkaPrefix(s string) error {
-	if i := strings.IndexFunc(s, func(r rune) bool {
-		return !(r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_' || r == '-'))
-	}); i >= 0 {
-		r, _ := utf8.DecodeRuneInString(s[i:])
-		return fmt.Errorf("%q is not allowed in a Kafka topic (want letters, digits, '.', '_' and '-')", r)
-	}
-	return nil
 }
