@@ -201,20 +201,7 @@ func startupCutSweep(t *testing.T, p *replyCutProxy, open func() (*relay.Relay, 
 func TestStartupCheckCutRepliesPostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	direct, schema := testenv.Postgres(t, 2)
-	m, err := txboxmigrate.New(txboxpgx.New(direct), txboxmigrate.Config{})
-	testenv.Must(t, err, "txboxmigrate.New")
-	_, err = m.Up(ctx)
-	testenv.Must(t, err, "up")
-	target := net.JoinHostPort(direct.Config().ConnConfig.Host, strconv.Itoa(int(direct.Config().ConnConfig.Port)))
-	proxy := newReplyCutProxy(t, target, pgFrame)
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
-	testenv.Must(t, err, "parse")
-	host, port, _ := net.SplitHostPort(proxy.addr())
-	pn, _ := strconv.Atoi(port)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(pn), nil
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 1
+	proxy, cfg := migratedPostgresBehindCuts(t)
 	startupCutSweep(t, proxy, func() (*relay.Relay, func(error) bool, func()) {
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		testenv.Must(t, err, "pool")
@@ -260,20 +247,7 @@ func TestStartupCheckCutRepliesMySQL(t *testing.T) {
 func TestStartupCheckCutRepliesPostgresSQL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	direct, schema := testenv.Postgres(t, 2)
-	m, err := txboxmigrate.New(txboxpgx.New(direct), txboxmigrate.Config{})
-	testenv.Must(t, err, "txboxmigrate.New")
-	_, err = m.Up(ctx)
-	testenv.Must(t, err, "up")
-	target := net.JoinHostPort(direct.Config().ConnConfig.Host, strconv.Itoa(int(direct.Config().ConnConfig.Port)))
-	proxy := newReplyCutProxy(t, target, pgFrame)
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
-	testenv.Must(t, err, "parse")
-	host, port, _ := net.SplitHostPort(proxy.addr())
-	pn, _ := strconv.Atoi(port)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(pn), nil
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 1
+	proxy, cfg := migratedPostgresBehindCuts(t)
 	startupCutSweep(t, proxy, func() (*relay.Relay, func(error) bool, func()) {
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		testenv.Must(t, err, "pool")
@@ -321,4 +295,27 @@ func TestStartupCheckBusySQLite(t *testing.T) {
 	t.Logf("locked: %v", err)
 	testenv.Must(t, holder.Rollback(), "rollback")
 	testenv.Must(t, g.Add(ctx, relay.Store{Name: "s", Relay: r}), "Add once the lock is released")
+}
+
+// migratedPostgresBehindCuts migrates an outbox in a schema of its own and
+// returns a reply-cutting proxy to the server and a one-connection pool
+// config that reaches that schema through it.
+func migratedPostgresBehindCuts(t *testing.T) (*replyCutProxy, *pgxpool.Config) {
+	t.Helper()
+	ctx := context.Background()
+	direct, schema := testenv.Postgres(t, 2)
+	m, err := txboxmigrate.New(txboxpgx.New(direct), txboxmigrate.Config{})
+	testenv.Must(t, err, "txboxmigrate.New")
+	_, err = m.Up(ctx)
+	testenv.Must(t, err, "up")
+	target := net.JoinHostPort(direct.Config().ConnConfig.Host, strconv.Itoa(int(direct.Config().ConnConfig.Port)))
+	proxy := newReplyCutProxy(t, target, pgFrame)
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+	testenv.Must(t, err, "parse")
+	host, port, _ := net.SplitHostPort(proxy.addr())
+	pn, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(pn), nil
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 1
+	return proxy, cfg
 }
