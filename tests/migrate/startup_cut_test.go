@@ -50,16 +50,7 @@ func newCutProxy(t *testing.T, target string, cuts int, patterns ...string) *cut
 }
 
 func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
+	acceptPairs(p.ln, p.target, func(c, up net.Conn) {
 		go func() { _, _ = io.Copy(c, up); _ = c.Close(); _ = up.Close() }()
 		go func() {
 			defer func() { _ = c.Close(); _ = up.Close() }()
@@ -79,6 +70,23 @@ func (p *cutProxy) serve() {
 				}
 			}
 		}()
+	})
+}
+
+// acceptPairs accepts connections on ln until it is closed, dials target
+// for each, and hands the two to pipe, which copies between them.
+func acceptPairs(ln net.Listener, target string, pipe func(c, up net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		pipe(c, up)
 	}
 }
 

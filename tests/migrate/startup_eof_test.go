@@ -75,19 +75,10 @@ func (p *replyCutProxy) disarm() bool {
 }
 
 func (p *replyCutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
+	acceptPairs(p.ln, p.target, func(c, up net.Conn) {
 		go func() { _, _ = io.Copy(up, c); _ = c.Close(); _ = up.Close() }()
 		go p.down(c, up)
-	}
+	})
 }
 
 // down forwards the server's replies whole message by whole message,
