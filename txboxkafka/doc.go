@@ -27,7 +27,10 @@
 // crash cut short (the next producer with the id aborts the open
 // transaction). Choose one id per relay process slot, the same across its
 // restarts: a producer that starts with an id fences the one that had it,
-// whose errors then wrap ErrFenced and txbox.ErrPublisherClosed. A crash
+// whose errors then wrap ErrFenced and txbox.ErrPublisherClosed (or only
+// the latter: see ErrFenced). A new client with the id takes it back, so
+// a Publisher closed for good is not replaced by one with the same id
+// while another relay may hold it. A crash
 // after the commit and before the rows are marked still sends the batch
 // again, in a new transaction, and the inbox drops the copies;
 // docs/guide/brokers.md ("Kafka transactions") says exactly what is

@@ -17,7 +17,12 @@ import (
 // same id): Kafka fenced this one, which can never commit again. The
 // errors wrap txbox.ErrPublisherClosed too, so the relay stops. Whoever
 // runs the relay should exit rather than connect again with the same id,
-// which would fence the successor in turn.
+// which would fence the successor in turn. Not every takeover is named so:
+// a commit racing it can be refused as in an invalid state
+// (kerr.InvalidTxnState), an error that wraps txbox.ErrPublisherClosed and
+// not ErrFenced. A new client with the id takes it from whoever holds it,
+// so after any error wrapping txbox.ErrPublisherClosed, make one only when
+// no other relay can hold the id (`txbox relay` exits instead).
 var ErrFenced = errors.New("txboxkafka: fenced: another producer with the same transactional id took over")
 
 // errNotCommitted is the error of a message whose transaction was aborted

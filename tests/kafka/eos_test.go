@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -702,7 +703,11 @@ func windowViolations(recs []rec, kills, batch int) string {
 // Two relays started with one transactional id: the younger fences the
 // older, which exits with an error naming the id (and is not restarted
 // by itself: connecting again would fence the younger in turn); the
-// younger drains the rest, and a read_committed consumer misses nothing.
+// younger drains the rest without being fenced, and a read_committed
+// consumer misses nothing. The older's error is the fencing, or, when its
+// commit raced the takeover, a commit refused as in an invalid state
+// (kfake answers a commit one epoch behind that way):
+// TestRelayWhoseProducerFailsExits has that case on its own.
 func TestRelayFencedByItsSuccessor(t *testing.T) {
 	t.Parallel()
 	id := testenv.Name("relay")
@@ -734,15 +739,84 @@ func TestRelayFencedByItsSuccessor(t *testing.T) {
 		}
 		return len(older.exited) > 0
 	})
-	if log := older.tail(); !strings.Contains(log, "another relay took over --kafka-transactional-id "+id) {
+	if log := older.tail(); !strings.Contains(log, "another relay took over --kafka-transactional-id "+id) &&
+		!strings.Contains(log, "the Kafka producer of --kafka-transactional-id "+id+" failed for good, maybe because another relay took the id over") {
 		t.Fatalf("the older relay's log does not say it was fenced:\n%s", log)
 	}
 	e.drain()
+	younger.mu.Lock()
+	gone := younger.exited
+	younger.mu.Unlock()
+	if len(gone) > 0 {
+		t.Fatalf("the younger relay exited (%v): the older one took the id back", gone)
+	}
 	younger.kill()
 	recs := e.read(true, e.added)
 	byPartition(recs)
 	l := e.check(recs)
 	t.Logf("kfake, two relays with one transactional id: %s", l)
+	if l.lost > 0 || len(l.orderErrs) > 0 {
+		t.Fatalf("lost %d, order violations %v", l.lost, l.orderErrs)
+	}
+}
+
+// A transactional relay whose producer fails for good with an answer that
+// does not say it was fenced (here a commit refused as in an invalid
+// state, how a commit racing another relay's takeover can be answered)
+// exits with an error naming the id, and does not initialise the id
+// again: that would fence whichever relay took it over. Started again
+// (what an operator or a supervisor decides), it drains the rest, and a
+// read_committed consumer misses nothing.
+func TestRelayWhoseProducerFailsExits(t *testing.T) {
+	t.Parallel()
+	id := testenv.Name("relay")
+	e := newEOS(t, id, 50, 16)
+	e.add(200)
+	e.relay.start(t)
+	e.waitProgress("the relay's first batches", func() bool { return e.pending() < 200 })
+	inits := e.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, TxnID: id, Observe: true, Count: -1})
+	defer inits.Remove()
+	e.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: id, TopLevel: true, Err: kerr.InvalidTxnState})
+	// The relay exits once it has tried to commit; it may have been idle,
+	// so rows keep coming until it has. Bounded by progress: the count of
+	// pending rows, which a relay that connected again drains.
+	last, since := -1, time.Now()
+	for {
+		e.relay.mu.Lock()
+		exited := len(e.relay.exited) > 0
+		e.relay.mu.Unlock()
+		if exited {
+			break
+		}
+		if n := inits.Hits(); n > 0 {
+			t.Fatalf("the relay initialised its transactional id again (%d InitProducerID) instead of exiting:\n%s", n, e.relay.tail())
+		}
+		n := e.pending()
+		if n != last {
+			last, since = n, time.Now()
+		}
+		if time.Since(since) > time.Minute {
+			t.Fatalf("the relay has not exited, and %d rows pending have not changed for a minute:\n%s", n, e.relay.tail())
+		}
+		if n < 10 {
+			e.add(10)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := inits.Hits(); n > 0 {
+		t.Fatalf("the relay initialised its transactional id again (%d InitProducerID) before it exited", n)
+	}
+	if log := e.relay.tail(); !strings.Contains(log, "the Kafka producer of --kafka-transactional-id "+id+" failed for good") ||
+		!strings.Contains(log, "INVALID_TXN_STATE") {
+		t.Fatalf("the relay's log does not say its producer failed for good:\n%s", log)
+	}
+	e.relay.start(t)
+	e.drain()
+	e.relay.kill()
+	recs := e.read(true, e.added)
+	byPartition(recs)
+	l := e.check(recs)
+	t.Logf("kfake, a relay whose commit was refused as in an invalid state, started again: %s", l)
 	if l.lost > 0 || len(l.orderErrs) > 0 {
 		t.Fatalf("lost %d, order violations %v", l.lost, l.orderErrs)
 	}

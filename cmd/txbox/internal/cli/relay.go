@@ -277,9 +277,11 @@ func runRelay(cmd *cobra.Command, f *relayFlags) error {
 // reconnecting runs run with a broker connection, and again with a new one
 // each time the connection closes for good (txbox.ErrPublisherClosed),
 // after a pause that grows while connections keep closing soon after they
-// were made. It returns run's other errors, a Kafka publisher's fencing
-// (txboxkafka.ErrFenced: another relay took over the transactional id, which a
-// new connection would take back), and nil once ctx ends.
+// were made. It returns run's other errors and nil once ctx ends. A Kafka
+// producer with a transactional id is never connected again: a new one
+// takes the id from whoever holds it, and the old one's failure may be
+// another relay's takeover, named (txboxkafka.ErrFenced) or not (a commit
+// racing the takeover can be refused as in an invalid state).
 func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relayFlags, run func(br *broker) error) error {
 	var pause time.Duration
 	for {
@@ -303,6 +305,12 @@ func reconnecting(ctx context.Context, log *slog.Logger, out io.Writer, f *relay
 			// Another relay started with the same transactional id; a new
 			// connection with it would fence that one in turn.
 			return fmt.Errorf("another relay took over --kafka-transactional-id %s: %w", cell(f.broker.kafkaTxnID), err)
+		}
+		if f.broker.kafkaTxnID != "" {
+			// The producer can never commit again, and the cluster's
+			// answer does not say why: another relay may hold the id now.
+			return fmt.Errorf("the Kafka producer of --kafka-transactional-id %s failed for good, maybe because another relay took the id over; not connecting again, which would take the id from that relay (restart this one if none runs with the id): %w",
+				cell(f.broker.kafkaTxnID), err)
 		}
 		if time.Since(began) > time.Minute {
 			pause = 0
