@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -162,11 +163,16 @@ func deliver[TTx any](t *testing.T, drv txboxdriver.Driver[TTx], schema string) 
 	ob, err := txbox.New(drv, txbox.Config{Schema: schema})
 	testenv.Must(t, err, "outbox")
 	testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("x")})), "add")
-	for deadline := time.Now().Add(2 * time.Minute); len(pub.Published()) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the relay delivered nothing")
-		}
-	}
+	testenv.Await(t, "the relay delivering the row", func() (bool, string) {
+		return len(pub.Published()) > 0, relayProgress(r)
+	})
+}
+
+// relayProgress is what r has done: its published, failed-round and
+// rejection counts (not its round count, which grows while it idles).
+func relayProgress(r *relay.Relay) string {
+	st := testenv.RelayStats(r)
+	return fmt.Sprintf("published %d, failed rounds %d, rejected %d, dead %d", st.Published, st.FailedRounds, st.Rejected, st.Dead)
 }
 
 // A table altered by hand after its migrations were recorded: Verify and

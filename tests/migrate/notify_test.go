@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -48,22 +49,16 @@ func TestLongNamesNotify(t *testing.T) {
 	defer func() { testenv.Must(t, r.Stop(ctx), "stop") }()
 	ob, err := txbox.New(drv, txbox.Config{Schema: schema, Table: table})
 	testenv.Must(t, err, "outbox")
-	for deadline := time.Now().Add(3 * time.Minute); !testenv.RelayStats(r).Listening; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay is not listening:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Await(t, "the relay listening", func() (bool, string) {
+		return testenv.RelayStats(r).Listening, "log:\n" + logs.String()
+	})
 	bell := testenv.Doorbell{Name: "the relay", Wake: schema + "." + table + "_wake", Idle: rounds.Idle}
 	for i := 0; i < 3; i++ {
 		testenv.WaitIdleArmed(t, pool, bell)
 		testenv.Must(t, testenv.Err(ob.AddNoTx(ctx, txbox.Message{Topic: "t", Payload: []byte("x")})), "add %d", i)
-		for deadline := time.Now().Add(3 * time.Minute); len(pub.Published()) <= i; {
-			if time.Now().After(deadline) {
-				t.Fatalf("message %d not delivered with an hour's poll interval: no notification woke the relay:\n%s", i, logs.String())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.Await(t, fmt.Sprintf("message %d delivered with an hour's poll interval (a notification waking the relay)", i), func() (bool, string) {
+			return len(pub.Published()) > i, "log:\n" + logs.String()
+		})
 	}
 	if strings.Contains(logs.String(), "notifications lost") {
 		t.Fatalf("the relay lost its notifications:\n%s", logs.String())

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -117,10 +118,9 @@ func TestCheckMessageLimitsAreExact(t *testing.T) {
 	msg.Reply = nats.InboxPrefix + "abcdef.ghijkl"
 	testenv.Must(t, raw.PublishMsg(msg), "raw publish")
 	_ = raw.Flush()
-	deadline := time.Now().Add(5 * time.Second)
-	for !raw.IsClosed() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Await(t, "the server closing the connection", func() (bool, string) {
+		return raw.IsClosed(), fmt.Sprint(raw.Status(), raw.LastError())
+	})
 	if !raw.IsClosed() || !strings.Contains(raw.LastError().Error(), "maximum control line") {
 		t.Fatalf("one byte over the accepted subject: closed %v, last error %v; want the server to close the connection", raw.IsClosed(), raw.LastError())
 	}
@@ -188,10 +188,9 @@ func TestClosedConnectionFailsForGood(t *testing.T) {
 		// What the relay used to send for a row with a 5,000-character topic.
 		_ = nc.Publish("big."+strings.Repeat("x", 5000), []byte("x"))
 		_ = nc.Flush()
-		deadline := time.Now().Add(5 * time.Second)
-		for !nc.IsClosed() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.Await(t, "the server closing the connection", func() (bool, string) {
+			return nc.IsClosed(), fmt.Sprint(nc.Status(), nc.LastError())
+		})
 		check(t, p, "maximum control line exceeded")
 	})
 }
@@ -225,10 +224,7 @@ func TestReconnectingFailsFastTransiently(t *testing.T) {
 	srv, err = natsembed.Start(natsembed.Config{Dir: dir, Port: port})
 	testenv.Must(t, err, "restart nats")
 	defer srv.Shutdown()
-	deadline := time.Now().Add(10 * time.Second)
-	for !p.Connected() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Await(t, "the publisher connected again", func() (bool, string) { return p.Connected(), "" })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if errs := p.Publish(ctx, []txbox.Message{{ID: "after", Topic: "x", Payload: []byte("x")}}); errs != nil {

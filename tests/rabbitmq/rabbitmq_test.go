@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -126,17 +127,16 @@ func TestPublisherOutageIsTransient(t *testing.T) {
 		t.Fatalf("an outage was reported as the message's fault: %v", errs[0])
 	}
 	proxy.Resume()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Await(t, "a publish after the outage", func() (bool, string) {
 		errs := p.Publish(context.Background(), []txbox.Message{{ID: "b", Topic: q, Payload: []byte("x")}})
 		if errs == nil {
-			break
+			return true, ""
 		}
-		if txbox.IsRejected(errs[0]) || time.Now().After(deadline) {
+		if txbox.IsRejected(errs[0]) {
 			t.Fatalf("after the outage: %v", errs[0])
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, errs[0].Error()
+	})
 }
 
 // Through the relay: an unroutable message is parked dead after MaxAttempts
@@ -164,19 +164,12 @@ func TestRelayParksUnroutable(t *testing.T) {
 	testenv.Must(t, err, "relay")
 	testenv.Must(t, r.Start(context.Background()), "start")
 	defer r.Stop(context.Background())
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Await(t, "the unroutable message dead and the other delivered", func() (bool, string) {
 		var dead, published int
 		testenv.Must(t, db.QueryRow(`SELECT count(*) FILTER (WHERE dead_at IS NOT NULL AND message_id = 'nowhere'),
 			count(*) FILTER (WHERE published_at IS NOT NULL AND message_id = 'ok') FROM txbox_outbox`).Scan(&dead, &published), "count")
-		if dead == 1 && published == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dead %d published %d: want the unroutable message dead and the other delivered", dead, published)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return dead == 1 && published == 1, fmt.Sprintf("dead %d, published %d", dead, published)
+	})
 	if d, ok := get(t, url, q); !ok || d.MessageId != "ok" {
 		t.Fatalf("queue holds %q (ok %v), want the routable message", d.MessageId, ok)
 	}

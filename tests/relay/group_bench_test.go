@@ -173,19 +173,12 @@ func quietLatency(b *testing.B, mode string, rep int, lat *latencies) int64 {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testenv.Await(b, mode+": the quiet messages acknowledged", func() (bool, string) {
 		lat.mu.Lock()
 		got := len(lat.d) - before
 		lat.mu.Unlock()
-		if got >= quiet*each {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: %d of %d quiet messages acknowledged", mode, got, quiet*each)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return got >= quiet*each, fmt.Sprintf("%d of %d acknowledged", got, quiet*each)
+	})
 	var left int64
 	if strings.HasPrefix(mode, "group50-backlog") {
 		if left = tn[49].pending(b); left == 0 {

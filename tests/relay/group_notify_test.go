@@ -70,22 +70,15 @@ func waitIdleArmed(t *testing.T, pool *pgxpool.Pool, ev *events, tns ...tenant) 
 // fails naming the stores that still do.
 func waitDelivered(t *testing.T, pool *pgxpool.Pool, what string, tns ...tenant) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testenv.Await(t, what, func() (bool, string) {
 		var left []string
 		for _, x := range tns {
 			if n := x.pending(t); n > 0 {
 				left = append(left, fmt.Sprintf("%s: %d (doorbell armed %v)", x.name, n, testenv.DoorbellArmed(t, pool, x.wakeTable())))
 			}
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: undelivered rows still in %v", what, left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprintf("undelivered rows in %v", left)
+	})
 }
 
 // A store polling once an hour is delivered soon after a commit from

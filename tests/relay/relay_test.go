@@ -159,13 +159,10 @@ func TestFourRelaysPublishEachMessageOnce(t *testing.T) {
 	}
 	// A relay counts its batch once its marks commit: wait for the counts
 	// too, not only for the table.
-	deadline := time.Now().Add(3 * time.Minute)
-	for left := pending(t, relays[0]); left > 0 || counted() < total; left = pending(t, relays[0]) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 3m, %d rows are still pending and the relays counted %d of %d published", left, counted(), total)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Await(t, "every row published and counted", func() (bool, string) {
+		left, n := pending(t, relays[0]), counted()
+		return left == 0 && n >= total, fmt.Sprintf("%d rows pending, the relays counted %d of %d published", left, n, total)
+	})
 	for i, r := range relays {
 		if testenv.RelayStats(r).Published == 0 {
 			t.Errorf("relay %d published nothing, though it held a batch when the gate opened", i)

@@ -428,25 +428,20 @@ func testRelay(t *testing.T, dbArgs []string, insertRow func(topic string, paylo
 
 	// The relay creates the stream; then read it from the start.
 	var s jetstream.Stream
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if s, err = js.Stream(ctx, stream); err == nil {
-			break
-		}
+	testenv.Await(t, "stream "+stream, func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("relay exited early: %v\nstderr:\n%s", err, errOut.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s never appeared: %v\nstderr:\n%s", stream, err, errOut.String())
-		}
-	}
+		s, err = js.Stream(ctx, stream)
+		return err == nil, fmt.Sprintf("%v\nstderr:\n%s", err, errOut.String())
+	})
 	insert(n/2, n) // while the relay runs
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	testenv.Must(t, err, "consumer")
 	got := map[string]bool{}
-	for len(got) < n {
+	testenv.Await(t, fmt.Sprintf("%d messages", n), func() (bool, string) {
 		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
 		testenv.Must(t, err, "fetch")
 		for m := range batch.Messages() {
@@ -458,10 +453,8 @@ func testRelay(t *testing.T, dbArgs []string, insertRow func(topic string, paylo
 			}
 			got[string(m.Data())] = true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d of %d messages\nstdout:\n%s\nstderr:\n%s", len(got), n, out.String(), errOut.String())
-		}
-	}
+		return len(got) >= n, fmt.Sprintf("got %d of %d messages", len(got), n)
+	})
 	for i := 0; i < n; i++ {
 		if !got[fmt.Sprintf("hello %d", i)] {
 			t.Errorf("message %d not delivered", i)
@@ -470,17 +463,11 @@ func testRelay(t *testing.T, dbArgs []string, insertRow func(topic string, paylo
 
 	// The broker may hand out a message before the relay has its ack and
 	// marks the row: wait for the marks, then stop.
-	for {
+	testenv.Await(t, "every row marked", func() (bool, string) {
 		left, err := pending()
 		testenv.Must(t, err, "count pending")
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows still pending\nstdout:\n%s\nstderr:\n%s", left, out.String(), errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return left == 0, fmt.Sprintf("%d rows pending", left)
+	})
 
 	// Cancelling the command's context stops the relay gracefully.
 	cancel()

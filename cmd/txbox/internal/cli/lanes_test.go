@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -31,17 +32,15 @@ func TestRelayLanes(t *testing.T) {
 			}
 			return owners, lanes
 		}
-		deadline := time.Now().Add(time.Minute)
-		for o, l := owned(); o != 1 || l != 64; o, l = owned() {
+		testenv.Await(t, "the relay holding all 64 lanes alone", func() (bool, string) {
 			select {
 			case err := <-done:
 				t.Fatalf("relay exited: %v\n%s", err, errOut.String())
-			case <-time.After(20 * time.Millisecond):
+			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the relay holds %d lanes (%d owners), want all 64 alone\n%s", l, o, errOut.String())
-			}
-		}
+			o, l := owned()
+			return o == 1 && l == 64, fmt.Sprintf("it holds %d lanes (%d owners); stderr:\n%s", l, o, errOut.String())
+		})
 		cancel()
 		select {
 		case err := <-done:

@@ -495,22 +495,19 @@ func (r *groupRelay) get(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// waitFor polls cond, failing the test if the relay exits first or cond
-// does not hold within two minutes.
+// waitFor polls cond, failing the test if the relay exits first, or once
+// the relay's stderr (the progress shown) stayed the same for
+// testenv.Stall while cond does not hold.
 func (r *groupRelay) waitFor(what string, cond func() bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
+	testenv.Await(r.t, what, func() (bool, string) {
 		select {
 		case err := <-r.done:
-			r.t.Fatalf("relay exited: %v\n%s", err, r.errOut.String())
+			r.t.Fatalf("relay exited waiting for %s: %v\n%s", what, err, r.errOut.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("timed out waiting for %s\n%s", what, r.errOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return cond(), "stderr:\n" + r.errOut.String()
+	})
 }
 
 // stop stops the relay and fails the test unless it exits cleanly.

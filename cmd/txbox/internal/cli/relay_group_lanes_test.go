@@ -35,17 +35,14 @@ func TestRelayGroupWithLanesDeliversKeyedRows(t *testing.T) {
 	var out, errOut testenv.Buffer
 	done := make(chan error, 1)
 	go func() { done <- cli.Run(ctx, args, &out, &errOut) }()
-	deadline := time.Now().Add(time.Minute)
-	for strings.Count(errOut.String(), `msg="store added"`) < 2 {
+	testenv.Await(t, "2 stores added", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("relay exited early: %v\n%s", err, errOut.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no start-up log:\n%s", errOut.String())
-		}
-	}
+		return strings.Count(errOut.String(), `msg="store added"`) >= 2, "stderr:\n" + errOut.String()
+	})
 	const keys, perKey = 20, 5
 	for i := range perKey {
 		for k := range keys {

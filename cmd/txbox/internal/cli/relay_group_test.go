@@ -44,17 +44,14 @@ func TestRelayGroupStoresFile(t *testing.T) {
 			"--broker", testenv.NATSURL(), "--stream", strings.ToUpper(testenv.Name("GRP")), "--stream-subjects", prefix + ">",
 			"--poll-interval", "50ms", "--stats-interval", "100ms", "--db-budget", "1"}, &out, &errOut)
 	}()
-	deadline := time.Now().Add(time.Minute)
-	for strings.Count(errOut.String(), `msg="store added"`) < 3 {
+	testenv.Await(t, "3 stores added", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("relay exited early: %v\n%s", err, errOut.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no start-up log:\n%s", errOut.String())
-		}
-	}
+		return strings.Count(errOut.String(), `msg="store added"`) >= 3, "stderr:\n" + errOut.String()
+	})
 	lite, err := sql.Open("sqlite", txboxsql.SQLiteDSN(sqlitePath))
 	testenv.Must(t, err, "open sqlite")
 	defer lite.Close()
@@ -67,19 +64,13 @@ func TestRelayGroupStoresFile(t *testing.T) {
 		_, err := lite.Exec(`INSERT INTO txbox_outbox (topic, payload) VALUES (?, ?)`, prefix+"lite", fmt.Sprintf("m%d", i))
 		testenv.Must(t, err, "insert sqlite")
 	}
-	for {
+	testenv.Await(t, "every store's rows delivered", func() (bool, string) {
 		var left, l2, l3 int
 		testenv.Must(t, admin.QueryRow(ctx, `SELECT count(*) FROM `+s1+`.txbox_outbox WHERE published_at IS NULL`).Scan(&left), "count")
 		testenv.Must(t, admin.QueryRow(ctx, `SELECT count(*) FROM `+s2+`.txbox_outbox WHERE published_at IS NULL`).Scan(&l2), "count")
 		testenv.Must(t, lite.QueryRow(`SELECT count(*) FROM txbox_outbox WHERE published_at IS NULL`).Scan(&l3), "count")
-		if left+l2+l3 == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d, %d, %d rows still pending\n%s", left, l2, l3, errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return left+l2+l3 == 0, fmt.Sprintf("%d, %d, %d rows pending", left, l2, l3)
+	})
 	cancel()
 	select {
 	case err := <-done:

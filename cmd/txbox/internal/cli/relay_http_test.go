@@ -77,22 +77,15 @@ func relayHTTP(t *testing.T, ui bool) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if code, _ := get("/readyz"); code == http.StatusOK {
-			break
-		}
+	testenv.Await(t, "/readyz 200", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("relay exited: %v\n%s", err, errOut.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			code, body := get("/readyz")
-			t.Fatalf("/readyz never ready: %d %s\n%s", code, body, errOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		code, body := get("/readyz")
+		return code == http.StatusOK, fmt.Sprintf("/readyz %d %s\nstderr:\n%s", code, body, errOut.String())
+	})
 	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz %d %q", code, body)
 	}

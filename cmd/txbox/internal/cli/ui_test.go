@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -84,21 +85,15 @@ func TestUIServesDashboard(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if code, _ := get("/", token); code == http.StatusOK {
-			break
-		}
+	testenv.Await(t, "txbox ui serving /", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("txbox ui exited: %v\n%s", err, errOut.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("txbox ui never served: %s", errOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		code, _ := get("/", token)
+		return code == http.StatusOK, fmt.Sprintf("GET / %d\nstderr:\n%s", code, errOut.String())
+	})
 	if code, _ := get("/", ""); code != http.StatusUnauthorized {
 		t.Errorf("GET / without the token: %d, want 401", code)
 	}
