@@ -2,11 +2,14 @@ package txboxmigrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/txboxdriver"
 )
 
 // Check reports what stands between the database and the tables the
@@ -20,19 +23,20 @@ func (m *Migrator) Check(ctx context.Context) []string {
 }
 
 // Startup is Check and CheckNewer from one read of the migration state:
-// what the relay and the consumer run at start-up. An error that says the
-// database failed rather than the tables (a connection refused, reset or
-// closed mid-reply; txboxdriver.IsTransient) is retried, 100 ms apart doubling
-// to at most 5 s, with a warning to Config.Logger each time, until ctx
-// ends: only tables that are missing, unmigrated or unusable are problems.
+// what the relay and the consumer run at start-up. An error that is not
+// the database's answer about a table (see StartupOnce: a connection
+// refused, reset or closed mid-reply, a timeout, an error no one
+// recognises) is retried, 100 ms apart doubling to at most 5 s, with a
+// warning to Config.Logger each time, until ctx ends: only tables that are
+// missing, unmigrated or unusable are problems.
 func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string) {
 	for try := 1; ; try++ {
 		problems, newer, err := m.StartupOnce(ctx)
 		if err == nil {
 			return problems, newer
 		}
-		if !m.transient(err) || ctx.Err() != nil {
-			return append(problems, fmt.Sprintf("cannot check the tables: %v", err)), newer
+		if ctx.Err() != nil {
+			return append(problems, fmt.Sprintf("cannot check the tables: %v (%v)", err, ctx.Err())), newer
 		}
 		wait := backoff.Nth(100*time.Millisecond, 5*time.Second, try)
 		m.log.Warn("txbox: the database failed during the start-up check of the tables; trying again",
@@ -48,22 +52,68 @@ func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string
 }
 
 // StartupOnce is one try of Startup, for a caller that retries on its
-// own: err, when not nil, says the database failed (txboxdriver.IsTransient)
-// before the check could finish, and is no finding about the tables.
+// own: err, when not nil, says the check could not finish (the database
+// failed, a statement timed out, an error that is not the database's
+// answer about a table) and is no finding about the tables. It is
+// txboxdriver.IsTransient (its SafeToRetry is true: the check writes
+// nothing), so a relay.Group's caller and relay/supervise retry the store.
 func (m *Migrator) StartupOnce(ctx context.Context) (problems []string, newer string, err error) {
 	done, err := m.applied(ctx, m.pool)
 	if err = lost(err); err != nil {
-		if !m.missingTable(err) {
-			if m.transient(err) {
-				return nil, "", fmt.Errorf("read %s: %w", trackingTable, err)
+		if !m.missingTable(err) || m.transient(err) {
+			if !m.finding(err) {
+				return nil, "", &checkFailed{fmt.Errorf("read %s: %w", trackingTable, err)}
 			}
 			return []string{fmt.Sprintf("cannot read the migration state: %v", err)}, "", nil
 		}
 		done = map[string]record{}
 	}
 	problems, err = m.check(ctx, done)
+	if err != nil {
+		err = &checkFailed{err}
+	}
 	return problems, m.newerNote(done), err
 }
+
+// checkFailed is the error of a start-up check that could not finish: it
+// says nothing of the tables, and the check, which writes nothing (its
+// probe rolls back), is safe to run again.
+type checkFailed struct{ err error }
+
+func (e *checkFailed) Error() string     { return e.err.Error() }
+func (e *checkFailed) Unwrap() error     { return e.err }
+func (e *checkFailed) SafeToRetry() bool { return true }
+
+// finding reports whether err, from a statement of the check, is the
+// database's answer about a table: an answer (an SQLSTATE, a SQLite
+// result code, a MySQL error number) that does not say the database
+// failed (txboxdriver.IsTransient, the driver's classifier) or that the
+// statement ran out of time (SQLSTATE 57014, canceled by a statement
+// timeout; MySQL's 1205, 3024 and MariaDB's 1969). Any other error, one
+// with no answer in it (a context's deadline from a timeout of the driver
+// or of the pool, a connection that failed, an error no one recognises),
+// says the check could not run.
+func (m *Migrator) finding(err error) bool {
+	if err == nil || m.transient(err) {
+		return false
+	}
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) {
+		return len(state.SQLState()) == 5 && state.SQLState() != "57014"
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) && m.dialect == txboxdriver.SQLite {
+		return true
+	}
+	if m.dialect == txboxdriver.MySQL && mysqlNumbered.MatchString(err.Error()) {
+		return !m.mysqlError(err, 1205, 3024, 1969)
+	}
+	return false
+}
+
+// mysqlNumbered matches an error of the MySQL server as go-sql-driver
+// prints it: "Error 1146 (42S02): …".
+var mysqlNumbered = regexp.MustCompile(`Error \d+( \([0-9A-Z]{5}\))?:`)
 
 // check is Check on the applied migrations done.
 func (m *Migrator) check(ctx context.Context, done map[string]record) ([]string, error) {
@@ -124,10 +174,7 @@ func (m *Migrator) inspect(ctx context.Context, want func(target string) bool) (
 		kind, table, _ := strings.Cut(mg.Target, ":")
 		found, err := m.tableProblems(ctx, mg.Target)
 		if err = lost(err); err != nil {
-			if m.transient(err) {
-				return problems, fmt.Errorf("%s table %q: %w", kind, m.name(table), err)
-			}
-			found = []string{err.Error()}
+			return problems, fmt.Errorf("%s table %q: %w", kind, m.name(table), err)
 		}
 		switch {
 		case len(found) == 1 && found[0] == tableMissing:

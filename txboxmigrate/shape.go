@@ -133,7 +133,7 @@ func (m *Migrator) catalogColumns(ctx context.Context, table string) (map[string
 const tableMissing = "the table is missing"
 
 // tableProblems inspects target's table (see Verify); err is a failure to
-// read it that says nothing of the table.
+// read it that says nothing of the table (see finding).
 func (m *Migrator) tableProblems(ctx context.Context, target string) ([]string, error) {
 	kind, table, _ := strings.Cut(target, ":")
 	rows, err := m.pool.Query(ctx, "SELECT * FROM "+sqlname.Qualified(m.dialect, m.schema, table)+" WHERE 1 = 0")
@@ -145,14 +145,14 @@ func (m *Migrator) tableProblems(ctx context.Context, target string) ([]string, 
 	switch {
 	case err != nil && m.missingTable(err) && !m.transient(err):
 		return []string{tableMissing}, nil
-	case err != nil && m.transient(err):
+	case err != nil && !m.finding(err):
 		return nil, err
 	case err != nil:
 		return []string{fmt.Sprintf("the table is unreadable: %v", err)}, nil
 	}
 	have, err := m.catalogColumns(ctx, table)
 	if err != nil {
-		if m.transient(err) {
+		if !m.finding(err) {
 			return nil, err
 		}
 		return []string{fmt.Sprintf("cannot read its columns from the catalog: %v", err)}, nil
@@ -169,7 +169,7 @@ func (m *Migrator) tableProblems(ctx context.Context, target string) ([]string, 
 	}
 	if len(problems) == 0 && kind == KindOutbox {
 		if err := m.probe(ctx, table); err != nil {
-			if m.transient(err) {
+			if !m.finding(err) {
 				return nil, err
 			}
 			if denied(err) {
