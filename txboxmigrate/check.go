@@ -39,7 +39,7 @@ func (m *Migrator) Startup(ctx context.Context) (problems []string, newer string
 			return append(problems, fmt.Sprintf("cannot check the tables: %v (%v)", err, ctx.Err())), newer
 		}
 		wait := backoff.Nth(100*time.Millisecond, 5*time.Second, try)
-		m.log.Warn("txbox: the database failed during the start-up check of the tables; trying again",
+		m.log.Warn("txbox: the start-up check of the tables could not finish (the database failed or a statement timed out); trying again",
 			"err", err, "try", try, "retry_in", wait)
 		t := time.NewTimer(wait)
 		select {
