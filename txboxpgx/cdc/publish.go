@@ -141,7 +141,7 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 			}
 			e.attempts++
 			if e.attempts >= r.cfg.MaxAttempts {
-				if _, err := r.recordDead(ctx, e.row, err, e.attempts, txbox.OutcomeDead); err != nil {
+				if err := r.recordDead(ctx, e.row, err, e.attempts, txbox.OutcomeDead); err != nil {
 					continue // ctx ended: the row stays unsettled
 				}
 				e.dead = true
@@ -211,9 +211,6 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 				answer(<-answers)
 			}
 			advance()
-			if closed != nil {
-				r.log.Error("the publisher is closed for good; the relay stops", "err", closed)
-			}
 			return closed
 		}
 		// Take what the receiver has, up to MaxPending.
@@ -262,7 +259,7 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 				if e.row.invalid != nil {
 					// It breaks the contract, or the broker could never
 					// take it: dead at once, no broker call.
-					if _, err := r.recordDead(ctx, e.row, e.row.invalid, e.attempts, txbox.OutcomeInvalid); err != nil {
+					if err := r.recordDead(ctx, e.row, e.row.invalid, e.attempts, txbox.OutcomeInvalid); err != nil {
 						break // ctx ended
 					}
 					e.dead = true
@@ -341,11 +338,11 @@ func (r *Relay) settle(done []entry, acked *atomic.Uint64) {
 // polling relay does (txbox dead lists, redrives and discards it); a
 // message of message mode (no row) is inserted into the table as a dead
 // row, once per message id. It retries while the database is unreachable,
-// until ctx ends. It reports whether this call recorded it: a row that
-// was dead already (a replay after a restart of what an earlier session
-// recorded dead before it confirmed past it), or is gone (discarded), is
-// settled all the same, but counts and tells the Observer nothing again.
-func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts int, outcome txbox.Outcome) (bool, error) {
+// until ctx ends. A row that was dead already (a replay after a restart
+// of what an earlier session recorded dead before it confirmed past it),
+// or is gone (discarded), is settled all the same, but is counted and
+// told to the Observer only by the call that recorded it.
+func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts int, outcome txbox.Outcome) error {
 	var wait time.Duration
 	for {
 		var n int64
@@ -360,7 +357,7 @@ func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts i
 		}
 		if err == nil && n == 0 {
 			r.log.Info("message already recorded dead; passed over", "id", rw.msg.ID, "row", rw.id, "err", cause)
-			return false, nil
+			return nil
 		}
 		if err == nil {
 			r.dead.Add(1)
@@ -368,16 +365,16 @@ func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts i
 				o.Settled(rw.msg.Topic, outcome, time.Since(rw.msg.CreatedAt))
 			}
 			r.log.Warn("message recorded dead", "id", rw.msg.ID, "row", rw.id, "err", cause)
-			return true, nil
+			return nil
 		}
 		if ctx.Err() != nil {
-			return false, err
+			return err
 		}
 		wait = backoff.Next(wait, 100*time.Millisecond, r.cfg.BackoffMax)
 		r.log.Warn("recording a dead message failed; retrying", "id", rw.msg.ID, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return ctx.Err()
 		case <-time.After(wait):
 		}
 	}
@@ -447,7 +444,7 @@ func (r *Relay) Redriven(ctx context.Context) (int, error) {
 			}
 		case errors.Is(err, txbox.ErrRejected) || rw.invalid != nil:
 			held[rw.msg.Key] = rw.msg.Key != ""
-			if _, err := r.recordDead(ctx, &rw.row, err, rw.attempts+1, txbox.OutcomeDead); err != nil {
+			if err := r.recordDead(ctx, &rw.row, err, rw.attempts+1, txbox.OutcomeDead); err != nil {
 				return published, err
 			}
 		default:
