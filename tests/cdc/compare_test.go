@@ -151,16 +151,29 @@ func fresh(t *testing.T, pool *pgxpool.Pool) {
 // TXBOX_CDC_BENCH_RATE (events/s, default 1000) and
 // TXBOX_CDC_BENCH_SECONDS (default 5) change the sizes;
 // TXBOX_CDC_BENCH_SETTINGS adds server settings to the cluster's
-// ("fsync=off": the latency without the disk's flush).
+// ("fsync=off": the latency without the disk's flush);
+// TXBOX_CDC_BENCH_DIR puts the cluster (its data directory, pg_wal
+// included) in a directory of that file system instead of the system's
+// temporary one: /dev/shm, a tmpfs, stands for a disk whose flush is
+// nearly free (an NVMe or a controller with a power-loss-protected
+// cache), with fsync and synchronous_commit on; the test prints the file
+// system it ran on. TXBOX_CDC_BENCH_DRAIN=0 runs the latency runs only.
 func TestCompareWithPollingRelay(t *testing.T) {
 	benchOnly(t)
 	rows, reps := benchSize("TXBOX_CDC_BENCH_ROWS", 50000), benchSize("TXBOX_CDC_BENCH_REPS", 3)
 	rate, seconds := benchSize("TXBOX_CDC_BENCH_RATE", 1000), benchSize("TXBOX_CDC_BENCH_SECONDS", 5)
+	drains := os.Getenv("TXBOX_CDC_BENCH_DRAIN") != "0"
 	// WAL I/O timing on: the latency runs print the mean WAL flush.
 	settings := []string{"track_wal_io_timing=on"}
 	if v := os.Getenv("TXBOX_CDC_BENCH_SETTINGS"); v != "" {
 		settings = append(settings, strings.Fields(v)...)
 	}
+	if dir := os.Getenv("TXBOX_CDC_BENCH_DIR"); dir != "" {
+		t.Setenv("TMPDIR", dir) // testenv.PrivatePostgres makes the cluster's directory there
+	}
+	where := os.TempDir()
+	t.Logf("the cluster's directory is under %s, on %s; load average %s", where, fsType(where), loadAverage())
+	t.Cleanup(func() { t.Logf("load average at the end %s", loadAverage()) })
 	_, pool := logicalCluster(t, settings...)
 	ctx := context.Background()
 	obs := map[string]*txbox.Outbox[pgx.Tx]{}
@@ -203,9 +216,13 @@ func TestCompareWithPollingRelay(t *testing.T) {
 	for rep := range reps {
 		for _, m := range modes {
 			ob := obs[m.prefix]
+			into := []string{"noop", "nats"}
+			if !drains {
+				into = nil
+			}
 			// Drain: rows queued first, then the relay started; into the
 			// no-op publisher, then into JetStream.
-			for _, into := range []string{"noop", "nats"} {
+			for _, into := range into {
 				fresh(t, pool)
 				c := &counter{}
 				if into == "nats" {
@@ -232,7 +249,7 @@ func TestCompareWithPollingRelay(t *testing.T) {
 					rep+1, m.name, into, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds(), cpu.Round(10*time.Millisecond),
 					us(used.total()), us(used.backends), us(used.walsender), us(used.background))
 			}
-			if m.name == "polling" {
+			if m.name == "polling" && drains {
 				// The ceiling into JetStream: the same number of messages,
 				// alike, published asynchronously by one connection as fast
 				// as JetStream acknowledges them, no relay nor database.
@@ -241,7 +258,7 @@ func TestCompareWithPollingRelay(t *testing.T) {
 				drain["raw nats"] = append(drain["raw nats"], float64(rows)/el.Seconds())
 				t.Logf("rep %d raw     JetStream async publish of %d messages in %s: %.0f msg/s", rep+1, rows, el.Round(time.Millisecond), float64(rows)/el.Seconds())
 			}
-			if m.name == "cdc" {
+			if m.name == "cdc" && drains {
 				// The stream alone: the slot read to its end, nothing decoded
 				// nor published; what the walsender delivers bounds the relay.
 				fresh(t, pool)
@@ -311,13 +328,22 @@ func TestCompareWithPollingRelay(t *testing.T) {
 			}
 		}
 	}
-	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	rng := func(v []float64) string { return fmt.Sprintf("%.0f–%.0f", slices.Min(v), slices.Max(v)) }
 	medD := func(v []time.Duration) time.Duration {
 		v = slices.Clone(v)
 		slices.Sort(v)
 		return v[len(v)/2].Round(10 * time.Microsecond)
 	}
+	if !drains {
+		fmt.Printf("medians of %d reps (ranges), latency into nats at %d/s offered, the cluster on %s:\n", reps, rate, fsType(where))
+		for _, m := range modes {
+			fmt.Printf("  %-7s p50 %s (%s–%s) p99 %s (%s–%s)\n", m.name,
+				medD(p50[m.name]), slices.Min(p50[m.name]).Round(10*time.Microsecond), slices.Max(p50[m.name]).Round(10*time.Microsecond),
+				medD(p99[m.name]), slices.Min(p99[m.name]).Round(10*time.Microsecond), slices.Max(p99[m.name]).Round(10*time.Microsecond))
+		}
+		return
+	}
+	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	rng := func(v []float64) string { return fmt.Sprintf("%.0f–%.0f", slices.Min(v), slices.Max(v)) }
 	fmt.Printf("medians of %d reps (ranges):\n", reps)
 	for _, m := range modes {
 		n, j := drain[m.name+" noop"], drain[m.name+" nats"]
@@ -335,6 +361,32 @@ func TestCompareWithPollingRelay(t *testing.T) {
 		fmt.Printf(" %s %.2f", m.name, med(drain[m.name+" nats"])/med(raw))
 	}
 	fmt.Println()
+}
+
+// fsType names the file system dir is on: tmpfs, or the magic number of
+// another.
+func fsType(dir string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return "?"
+	}
+	if st.Type == 0x01021994 { // TMPFS_MAGIC
+		return "tmpfs (memory: a model of a disk whose flush is nearly free)"
+	}
+	return fmt.Sprintf("a disk (file system magic %#x)", st.Type)
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // cpuTimes is the CPU time (user and system) of a PostgreSQL server's

@@ -329,3 +329,42 @@ func progress(r *cdc.Relay, l *ledger) string {
 	}
 	return s
 }
+
+// outcomes is a relay Observer that counts each message outcome the
+// relay reports and the messages of publishes that failed.
+type outcomes struct {
+	mu      sync.Mutex
+	settled map[txbox.Outcome]int
+	failed  int
+}
+
+func (o *outcomes) Claimed(int, time.Duration) {}
+func (o *outcomes) Published(_, failed int, _ time.Duration) {
+	o.mu.Lock()
+	o.failed += failed
+	o.mu.Unlock()
+}
+func (o *outcomes) Settled(_ string, outcome txbox.Outcome, _ time.Duration) {
+	o.mu.Lock()
+	if o.settled == nil {
+		o.settled = map[txbox.Outcome]int{}
+	}
+	o.settled[outcome]++
+	o.mu.Unlock()
+}
+func (o *outcomes) RoundFailed(string)        {}
+func (o *outcomes) Sampled(txbox.RelaySample) {}
+
+// count is how many messages the relay reported with outcome.
+func (o *outcomes) count(outcome txbox.Outcome) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.settled[outcome]
+}
+
+// failures is how many messages of publishes failed.
+func (o *outcomes) failures() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.failed
+}

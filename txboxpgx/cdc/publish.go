@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
@@ -64,8 +65,11 @@ type wave struct {
 // An outage or timeout counts nothing: every key waits a doubling backoff
 // up to BackoffMax. The watermark stays at a parked row until it settles;
 // when MaxPending rows are held, the relay stops reading the stream until
-// the oldest settle. When ctx ends it sends nothing more, waits for the
-// answers of the waves in flight and stores the watermark they make.
+// the oldest settle. When ctx ends, or a publish finds the publisher
+// closed for good (txbox.ErrPublisherClosed, which it then returns), it
+// sends nothing more, waits for the answers of the waves in flight,
+// settling them (acknowledged, or recorded dead), and stores the
+// watermark they make.
 func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.Uint64) error {
 	var queue []entry
 	var base int64 // the sequence number of queue[0]
@@ -90,9 +94,12 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 	var outageUntil time.Time
 	answers := make(chan *wave, publishesInFlight) // never blocks a publish
 	inFlight := 0
-	// answer settles what a wave's publish answered; an error is the
-	// publisher closed for good.
-	answer := func(w *wave) error {
+	// closed is the error of a publish that found the publisher closed for
+	// good: the loop sends nothing more, settles the answers of the waves
+	// still in flight and returns it.
+	var closed error
+	// answer settles what a wave's publish answered.
+	answer := func(w *wave) {
 		inFlight--
 		nfailed := 0
 		var outage error
@@ -121,7 +128,10 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 			}
 			nfailed++
 			if errors.Is(err, txbox.ErrPublisherClosed) {
-				return err
+				if closed == nil {
+					closed = err
+				}
+				continue // unsettled: a later relay publishes it
 			}
 			if !errors.Is(err, txbox.ErrRejected) {
 				if outage == nil {
@@ -157,15 +167,14 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 			if nfailed == 0 {
 				wait = 0
 			}
-			return nil
+			return
 		}
 		if time.Now().Before(outageUntil) {
-			return nil // a wave sent beside the one that met the outage first
+			return // a wave sent beside the one that met the outage first
 		}
 		wait = backoff.Next(wait, 100*time.Millisecond, r.cfg.BackoffMax)
 		outageUntil = time.Now().Add(wait)
 		r.log.Warn("publish failed; retrying the unacknowledged messages", "in", wait, "err", outage)
-		return nil
 	}
 	// advance moves the watermark over the settled rows at the head.
 	advance := func() {
@@ -189,23 +198,20 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 		for inFlight > 0 {
 			select {
 			case w := <-answers:
-				if err := answer(w); err != nil {
-					return err
-				}
+				answer(w)
 			default:
 				break answered
 			}
 		}
 		advance()
-		if ctx.Err() != nil {
-			// Send nothing more; settle what is in flight.
+		if ctx.Err() != nil || closed != nil {
+			// Send nothing more; settle what is in flight, so that the
+			// watermark and the dead letters hold every answer.
 			for inFlight > 0 {
-				if err := answer(<-answers); err != nil {
-					return err
-				}
+				answer(<-answers)
 			}
 			advance()
-			return nil
+			return closed
 		}
 		// Take what the receiver has, up to MaxPending.
 	more:
@@ -304,9 +310,7 @@ func (r *Relay) publishLoop(ctx context.Context, pipe <-chan txn, acked *atomic.
 		case t := <-in:
 			take(t)
 		case w := <-answers:
-			if err := answer(w); err != nil {
-				return err
-			}
+			answer(w)
 		case <-fire:
 		case <-ctx.Done():
 		}
@@ -334,16 +338,26 @@ func (r *Relay) settle(done []entry, acked *atomic.Uint64) {
 // polling relay does (txbox dead lists, redrives and discards it); a
 // message of message mode (no row) is inserted into the table as a dead
 // row, once per message id. It retries while the database is unreachable,
-// until ctx ends.
+// until ctx ends. A row that was dead already (a replay after a restart
+// of what an earlier session recorded dead before it confirmed past it),
+// or is gone (discarded), is settled all the same, but is counted and
+// told to the Observer only by the call that recorded it.
 func (r *Relay) recordDead(ctx context.Context, rw *row, cause error, attempts int, outcome txbox.Outcome) error {
 	var wait time.Duration
 	for {
+		var n int64
 		var err error
 		if rw.id != 0 {
-			_, err = r.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET dead_at = now(), last_error = $2, attempts = $3 WHERE id = $1 AND dead_at IS NULL`, r.n.table),
+			var tag pgconn.CommandTag
+			tag, err = r.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET dead_at = now(), last_error = $2, attempts = $3 WHERE id = $1 AND dead_at IS NULL`, r.n.table),
 				rw.id, cause.Error(), attempts)
+			n = tag.RowsAffected()
 		} else {
-			err = r.insertDead(ctx, rw, cause, attempts)
+			n, err = r.insertDead(ctx, rw, cause, attempts)
+		}
+		if err == nil && n == 0 {
+			r.log.Info("message already recorded dead; passed over", "id", rw.msg.ID, "row", rw.id, "err", cause)
+			return nil
 		}
 		if err == nil {
 			r.dead.Add(1)
@@ -480,8 +494,8 @@ func (r *Relay) sample(ctx context.Context) txbox.SlotSample {
 
 // insertDead records a message of message mode dead: a row of the table
 // with dead_at set, unless a row of its message id is there (a replay
-// after a restart records it once).
-func (r *Relay) insertDead(ctx context.Context, rw *row, cause error, attempts int) error {
+// after a restart records it once). It returns how many rows it inserted.
+func (r *Relay) insertDead(ctx context.Context, rw *row, cause error, attempts int) (int64, error) {
 	headers := []byte("{}")
 	if len(rw.msg.Headers) > 0 {
 		headers, _ = json.Marshal(rw.msg.Headers) // a map of strings
@@ -498,8 +512,8 @@ func (r *Relay) insertDead(ctx context.Context, rw *row, cause error, attempts i
 	if created.IsZero() {
 		created = time.Now()
 	}
-	_, err := r.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (message_id, topic, ordering_key, payload, headers, created_at, attempts, last_error, dead_at)
+	tag, err := r.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (message_id, topic, ordering_key, payload, headers, created_at, attempts, last_error, dead_at)
 	    SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, now() WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE message_id = $1)`, r.n.table),
 		rw.msg.ID, topic, key, rw.msg.Payload, string(headers), created, attempts, cause.Error())
-	return err
+	return tag.RowsAffected(), err
 }
