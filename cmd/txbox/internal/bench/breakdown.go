@@ -25,6 +25,7 @@ type rounds struct {
 	commit  map[string]time.Time
 	arrival map[string]time.Time
 	pings   []time.Duration // round trips of SELECT 1 on the writers' pool meanwhile
+	since   time.Time       // rounds begun before are not recorded (reset)
 }
 
 // ping adds the round trip of one SELECT 1 made during the run: the
@@ -40,13 +41,15 @@ func newRounds() *rounds {
 }
 
 // reset forgets what was recorded: the warm-up's rounds, wake-ups and
-// pings (latencyRun).
-func (r *rounds) reset() {
+// pings (latencyRun). A round begun before at and ended after it (marked
+// after the warm-up's last message arrived) is not recorded either.
+func (r *rounds) reset(at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rounds, r.wakes, r.merged, r.pings = nil, 0, 0, nil
 	clear(r.commit)
 	clear(r.arrival)
+	r.since = at
 }
 
 func (r *rounds) StartPublish(ctx context.Context, _ []txbox.Message) (context.Context, func([]error)) {
@@ -55,7 +58,9 @@ func (r *rounds) StartPublish(ctx context.Context, _ []txbox.Message) (context.C
 
 func (r *rounds) RelayRound(t roundtimes.Round) {
 	r.mu.Lock()
-	r.rounds = append(r.rounds, t)
+	if !t.Start.Before(r.since) {
+		r.rounds = append(r.rounds, t)
+	}
 	r.mu.Unlock()
 }
 

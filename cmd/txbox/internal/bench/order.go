@@ -360,7 +360,7 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 		fmt.Fprintf(cfg.Out, "      warm-up (%s at this rate, not counted): %d messages, commit→broker p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
 			warmFor, len(warm), warm[len(warm)/2], warm[len(warm)*99/100], warm[len(warm)-1])
 	}
-	rec.reset()
+	rec.reset(time.Now())
 	mu.Lock()
 	measuring = true
 	mu.Unlock()
