@@ -76,7 +76,8 @@ func TestLatencyPlumbing(t *testing.T) {
 	var out strings.Builder
 	cfg := Config{Pool: pool, NATS: testenv.NATS(t), Out: &out, Reps: 1, AddTime: 150 * time.Millisecond}
 	testenv.Must(t, Latency(context.Background(), cfg), "latency")
-	for _, want := range []string{"offered  200/s, LISTEN/NOTIFY", "offered 3000/s, polling only (1s)", "writer throughput with NOTIFY / without"} {
+	for _, want := range []string{"offered  200/s, LISTEN/NOTIFY", "offered 3000/s, polling only (1s)", "writer throughput with NOTIFY / without",
+		"warm-up (300ms at this rate, not counted)", "the slowest claims' round trips"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ type rounds struct {
 	commit  map[string]time.Time
 	arrival map[string]time.Time
 	pings   []time.Duration // round trips of SELECT 1 on the writers' pool meanwhile
+	since   time.Time       // rounds begun before are not recorded (reset)
 }
 
 // ping adds the round trip of one SELECT 1 made during the run: the
@@ -38,13 +40,27 @@ func newRounds() *rounds {
 	return &rounds{commit: map[string]time.Time{}, arrival: map[string]time.Time{}}
 }
 
+// reset forgets what was recorded: the warm-up's rounds, wake-ups and
+// pings (latencyRun). A round begun before at and ended after it (marked
+// after the warm-up's last message arrived) is not recorded either.
+func (r *rounds) reset(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rounds, r.wakes, r.merged, r.pings = nil, 0, 0, nil
+	clear(r.commit)
+	clear(r.arrival)
+	r.since = at
+}
+
 func (r *rounds) StartPublish(ctx context.Context, _ []txbox.Message) (context.Context, func([]error)) {
 	return ctx, nil
 }
 
 func (r *rounds) RelayRound(t roundtimes.Round) {
 	r.mu.Lock()
-	r.rounds = append(r.rounds, t)
+	if !t.Start.Before(r.since) {
+		r.rounds = append(r.rounds, t)
+	}
 	r.mu.Unlock()
 }
 
@@ -171,6 +187,9 @@ func (r *rounds) breakdown(w io.Writer) {
 		fmt.Fprintf(w, "      round trip, mean / p50 / p99 ms: the claim's %s; a SELECT 1 meanwhile on the writers' pool %s\n",
 			spread(trips), spread(r.pings))
 	}
+	if slow := slowest(rs, 5); slow != "" {
+		fmt.Fprintf(w, "      the slowest claims' round trips (from the run's first claim): %s\n", slow)
+	}
 	for _, part := range []struct {
 		name string
 		ms   []msg
@@ -185,6 +204,31 @@ func (r *rounds) breakdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// slowest describes the n claims of rs (sorted by start) with the longest
+// database round trips: how long, when in the run, and how many rows each
+// held. A few slow ones at the start are claims on connections new to the
+// relay (warmUp); spread over the run, the server's or the machine's.
+func slowest(rs []roundtimes.Round, n int) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	idx := make([]int, 0, len(rs))
+	for i, rd := range rs {
+		if !rd.Sent.IsZero() && !rd.Answered.IsZero() {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		return rs[idx[a]].Answered.Sub(rs[idx[a]].Sent) > rs[idx[b]].Answered.Sub(rs[idx[b]].Sent)
+	})
+	var parts []string
+	for _, i := range idx[:min(n, len(idx))] {
+		rd := rs[i]
+		parts = append(parts, fmt.Sprintf("%.1f ms at +%.2f s (%d rows)", ms2(rd.Answered.Sub(rd.Sent)), rd.Sent.Sub(rs[0].Start).Seconds(), len(rd.IDs)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // spread is the mean, median and 99th percentile of ds, in ms.

@@ -33,3 +33,33 @@ func TestBreakdownSplitsTheClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakdownNamesTheSlowestClaims: the claims with the longest round
+// trips are named, slowest first, with when in the run each was sent
+// (from the first claim) and how many rows it held; the warm-up's, and
+// those begun in it and ended after it, are not among them.
+func TestBreakdownNamesTheSlowestClaims(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	round := func(start, trip int, ids ...string) roundtimes.Round {
+		return roundtimes.Round{Start: at(start), Sent: at(start), Answered: at(start + trip), Claimed: at(start + trip),
+			Publish: at(start + trip), Acked: at(start + trip + 1), Finished: at(start + trip + 2), IDs: ids}
+	}
+	r := newRounds()
+	r.RelayRound(round(0, 300, "w")) // the warm-up's
+	r.reset(at(900))
+	r.RelayRound(round(100, 350, "v")) // begun in the warm-up, marked after it
+	r.RelayRound(round(1000, 2, "a"))
+	r.RelayRound(round(1500, 40, "b", "c"))
+	r.RelayRound(round(2000, 5, "d"))
+	for _, id := range []string{"a", "b", "c", "d"} {
+		r.committed(id, at(900))
+		r.arrived(id, at(2100))
+	}
+	var b strings.Builder
+	r.breakdown(&b)
+	want := "the slowest claims' round trips (from the run's first claim): 40.0 ms at +0.50 s (2 rows), 5.0 ms at +1.00 s (1 rows), 2.0 ms at +0.00 s (1 rows)"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("breakdown lacks %q:\n%s", want, b.String())
+	}
+}

@@ -177,22 +177,39 @@ func Latency(ctx context.Context, cfg Config) error {
 	return resetTable(ctx, cfg.Pool)
 }
 
-// latencyRun measures one offered rate; rec gets the relay's rounds and
-// each message's commit and arrival (breakdown).
+// warmUp is how long each offered rate runs before it is measured (at most
+// as long as the measurement, 2 × Config.AddTime): the
+// relay's first claims on each connection of the pool (the pool grows to
+// what the writers and the relay's rounds hold at once) prepare and plan
+// its statements there, and a new connection is opened and its backend
+// reads the catalogs first. Those claims take tens of milliseconds, more
+// on a loaded server, and each holds every row committed meanwhile: in a
+// 4-6 s run they were most of the slowest 1% at 200 and 1,000 commits/s
+// (docs/benchmarks/2026-12-08-relay-latency.md). A relay in service meets
+// them when it starts and when its pool opens a connection; the warm-up's
+// own p50/p99 are printed beside the measured ones.
+const warmUp = time.Second
+
+// latencyRun measures one offered rate after a warm-up at that rate (see
+// warmUp, whose figures it prints); rec gets the relay's rounds and each
+// message's commit and arrival after the warm-up (breakdown).
 func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox.Outbox[pgx.Tx], subject string, rate int, notify bool, rec *rounds) (p50, p99, achieved float64, err error) {
 	if err := resetTable(ctx, cfg.Pool); err != nil {
 		return 0, 0, 0, err
 	}
 	var mu sync.Mutex
+	measuring := false // rec records commits and arrivals (after the warm-up)
 	committed := map[string]time.Time{}
 	arrived := map[string]time.Time{} // arrived before its producer recorded the commit
 	var lat []float64
 	sub, err := cfg.NATS.Subscribe(subject, func(m *nats.Msg) {
 		now := time.Now()
 		id := m.Header.Get(jetstream.MsgIDHeader)
-		rec.arrived(id, now)
 		mu.Lock()
 		defer mu.Unlock()
+		if measuring {
+			rec.arrived(id, now)
+		}
 		if t, ok := committed[id]; ok {
 			lat = append(lat, float64(now.Sub(t).Microseconds())/1000)
 			delete(committed, id)
@@ -226,10 +243,94 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 		}
 	}
 	const producers = 8
-	duration := 2 * cfg.AddTime
+	interval := time.Duration(float64(time.Second) * producers / float64(rate))
+	// offer commits at rate for d and waits until every message committed
+	// has arrived; it returns their latencies (ms, sorted) and how many
+	// were committed per second.
+	offer := func(d time.Duration) ([]float64, float64, error) {
+		var wg sync.WaitGroup
+		var sent sync.Map
+		start := time.Now()
+		var total int64
+		var totalMu sync.Mutex
+		for p := 0; p < producers; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Producers tick out of step, as independent requests do: a
+				// commit every interval/producers, not eight at once.
+				time.Sleep(interval * time.Duration(p) / producers)
+				tick := time.NewTicker(interval)
+				defer tick.Stop()
+				n := int64(0)
+				for time.Since(start) < d {
+					<-tick.C
+					msg := txbox.Message{Topic: subject, Payload: []byte(`{"order":1}`)}
+					var id string
+					err := pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
+						if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ('c-42', 1999)"); err != nil {
+							return err
+						}
+						ids, err := ob.Add(ctx, tx, msg)
+						if err == nil {
+							id = ids[0]
+						}
+						return err
+					})
+					if err != nil {
+						sent.Store("err", err)
+						return
+					}
+					now := time.Now()
+					mu.Lock()
+					if measuring {
+						rec.committed(id, now)
+					}
+					if _, ok := arrived[id]; ok {
+						lat = append(lat, 0) // delivered within the commit call's return
+						delete(arrived, id)
+					} else {
+						committed[id] = now
+					}
+					mu.Unlock()
+					n++
+				}
+				totalMu.Lock()
+				total += n
+				totalMu.Unlock()
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		if e, ok := sent.Load("err"); ok {
+			return nil, 0, e.(error)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			n := len(lat)
+			mu.Unlock()
+			if int64(n) >= total || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if int64(len(lat)) < total {
+			// Every committed message is delivered: one missing after 30 s is
+			// a failure of the relay (or of this bench), not a figure.
+			return nil, 0, fmt.Errorf("%d of %d committed messages arrived within 30 s of the last commit", len(lat), total)
+		}
+		got := lat
+		lat = nil
+		slices.Sort(got)
+		return got, float64(total) / elapsed.Seconds(), nil
+	}
 	if notify {
 		// The machine's round trip meanwhile, a floor for the commit's
-		// and the claim's (breakdown).
+		// and the claim's (breakdown); from the warm-up on, so that the
+		// pool holds its connection too before the measured part.
 		pctx, stop := context.WithCancel(ctx)
 		pinged := make(chan struct{})
 		defer func() { stop(); <-pinged }()
@@ -250,79 +351,22 @@ func latencyRun(ctx context.Context, cfg Config, drv *txboxpgx.Driver, ob *txbox
 			}
 		}()
 	}
-	interval := time.Duration(float64(time.Second) * producers / float64(rate))
-	var wg sync.WaitGroup
-	var sent sync.Map
-	start := time.Now()
-	var total int64
-	var totalMu sync.Mutex
-	for p := 0; p < producers; p++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Producers tick out of step, as independent requests do: a
-			// commit every interval/producers, not eight at once.
-			time.Sleep(interval * time.Duration(p) / producers)
-			tick := time.NewTicker(interval)
-			defer tick.Stop()
-			n := int64(0)
-			for time.Since(start) < duration {
-				<-tick.C
-				msg := txbox.Message{Topic: subject, Payload: []byte(`{"order":1}`)}
-				var id string
-				err := pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "INSERT INTO bench_orders (customer, amount_cents) VALUES ('c-42', 1999)"); err != nil {
-						return err
-					}
-					ids, err := ob.Add(ctx, tx, msg)
-					if err == nil {
-						id = ids[0]
-					}
-					return err
-				})
-				if err != nil {
-					sent.Store("err", err)
-					return
-				}
-				now := time.Now()
-				rec.committed(id, now)
-				mu.Lock()
-				if _, ok := arrived[id]; ok {
-					lat = append(lat, 0) // delivered within the commit call's return
-					delete(arrived, id)
-				} else {
-					committed[id] = now
-				}
-				mu.Unlock()
-				n++
-			}
-			totalMu.Lock()
-			total += n
-			totalMu.Unlock()
-		}()
+	warmFor := min(warmUp, 2*cfg.AddTime)
+	warm, _, err := offer(warmFor)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("warm-up: %w", err)
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if e, ok := sent.Load("err"); ok {
-		return 0, 0, 0, e.(error)
+	if notify {
+		fmt.Fprintf(cfg.Out, "      warm-up (%s at this rate, not counted): %d messages, commit→broker p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+			warmFor, len(warm), warm[len(warm)/2], warm[len(warm)*99/100], warm[len(warm)-1])
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		n := len(lat)
-		mu.Unlock()
-		if int64(n) >= total || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	rec.reset(time.Now())
 	mu.Lock()
-	defer mu.Unlock()
-	if int64(len(lat)) < total {
-		// Every committed message is delivered: one missing after 30 s is
-		// a failure of the relay (or of this bench), not a figure.
-		return 0, 0, 0, fmt.Errorf("%d of %d committed messages arrived within 30 s of the last commit", len(lat), total)
+	measuring = true
+	mu.Unlock()
+	got, achieved, err := offer(2 * cfg.AddTime)
+	if err != nil {
+		return 0, 0, 0, err
 	}
-	slices.Sort(lat)
-	return lat[len(lat)/2], lat[len(lat)*99/100], float64(total) / elapsed.Seconds(), nil
+	return got[len(got)/2], got[len(got)*99/100], achieved, nil
 }
