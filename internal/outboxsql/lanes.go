@@ -117,13 +117,15 @@ func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 // have undelivered keyed rows, found by a loose scan of the lane index:
 // lane_lock_active), then one statement
 // (lane_claim): rows without a key SKIP LOCKED, and the owner's read of
-// the lanes it locked, each from its first
-// undelivered row in id order, then the rows read locked SKIP LOCKED. A
-// row read but held by another transaction stops its key there for this
-// claim (counted in Conflicts): only a lane's owner locks its rows, so that
-// is a transaction holding outbox rows or a fencing failure, and either
-// way the key is not published out of order while the rest of the lane,
-// the other lanes and the rows without a key go on. Each lane gives at
+// the lanes it locked, each from its first undelivered row in id order,
+// each row locked as it is read, NOWAIT. Only a lane's owner locks its
+// rows, so a row held by another transaction is a transaction holding
+// outbox rows or a fencing failure: it fails that statement, and the claim
+// runs again, and for Rescan after, as lane_claim_checked (the rows read,
+// then locked SKIP LOCKED, and which were). There a row read but held
+// stops its key for this claim (counted in Conflicts): the key is not
+// published out of order while the rest of the lane, the other lanes and
+// the rows without a key go on. Each lane gives at
 // most limit divided by the number of lanes that had rows at the last
 // claim (activeLanes), and all
 // lanes limit in all (perLane), the lanes taken round robin from where the
