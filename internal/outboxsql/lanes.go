@@ -38,7 +38,7 @@ type Lanes struct {
 	owner string
 	my    *mysqlLanes // MySQL, MariaDB; nil on PostgreSQL
 	q     struct {
-		lock, lockActive, claim, unkeyed, join, renew, acquire, fence, release, leave string
+		lock, lockActive, claim, claimChecked, unkeyed, join, renew, acquire, fence, release, leave string
 	}
 	// Rescan is how long a key found parked is left out of the lane reads
 	// (Claim). Default: a second.
@@ -64,6 +64,7 @@ type Lanes struct {
 	stride  int64          // the ids the last backlog claim's rows without a key spanned (unkeyedFrom)
 	relays  atomic.Int32   // live relays at the last Join
 	scanned time.Time      // when a claim last read rows without a key from the start
+	checked time.Time      // until when claims run lane_claim_checked (Claim)
 	mu      sync.Mutex
 	heldIn  [NumLanes]int        // keys in this relay's batches in flight, per lane (mu)
 	parked  map[string]struct{}  // keys whose first row is dead
@@ -87,7 +88,7 @@ func NewLanes(s *Store, table string, owner string) (*Lanes, error) {
 	schema, name := unqualify(table)
 	funcs := sqltext.Names(txboxdriver.Postgres, schema, name)
 	err := sqltext.Load("outbox/postgres_lanes", postgresLanesSQL, funcs, map[string]*string{
-		"lane_lock": &l.q.lock, "lane_lock_active": &l.q.lockActive, "lane_claim": &l.q.claim, "claim_unkeyed": &l.q.unkeyed, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
+		"lane_lock": &l.q.lock, "lane_lock_active": &l.q.lockActive, "lane_claim": &l.q.claim, "lane_claim_checked": &l.q.claimChecked, "claim_unkeyed": &l.q.unkeyed, "lane_join": &l.q.join, "lane_renew": &l.q.renew,
 		"lane_acquire": &l.q.acquire, "lane_fence": &l.q.fence, "lane_release": &l.q.release, "lane_leave": &l.q.leave,
 	})
 	if err != nil {
@@ -116,13 +117,15 @@ func (l *Lanes) Conflicts() int64 { return l.conflicts.Load() }
 // have undelivered keyed rows, found by a loose scan of the lane index:
 // lane_lock_active), then one statement
 // (lane_claim): rows without a key SKIP LOCKED, and the owner's read of
-// the lanes it locked, each from its first
-// undelivered row in id order, then the rows read locked SKIP LOCKED. A
-// row read but held by another transaction stops its key there for this
-// claim (counted in Conflicts): only a lane's owner locks its rows, so that
-// is a transaction holding outbox rows or a fencing failure, and either
-// way the key is not published out of order while the rest of the lane,
-// the other lanes and the rows without a key go on. Each lane gives at
+// the lanes it locked, each from its first undelivered row in id order,
+// each row locked as it is read, NOWAIT. Only a lane's owner locks its
+// rows, so a row held by another transaction is a transaction holding
+// outbox rows or a fencing failure: it fails that statement, and the claim
+// runs again, and for Rescan after, as lane_claim_checked (the rows read,
+// then locked SKIP LOCKED, and which were). There a row read but held
+// stops its key for this claim (counted in Conflicts): the key is not
+// published out of order while the rest of the lane, the other lanes and
+// the rows without a key go on. Each lane gives at
 // most limit divided by the number of lanes that had rows at the last
 // claim (activeLanes), and all
 // lanes limit in all (perLane), the lanes taken round robin from where the
@@ -165,32 +168,26 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 	}
 	from := l.unkeyedFrom(b.Started, l.full >= limit)
 	claim := txboxdriver.Statement{SQL: l.q.claim, Args: []any{lanes, epochs, perLane, l.owner, skip, limit, limit, from}}
+	if b.Started.Before(l.checked) {
+		claim.SQL = l.q.claimChecked
+	}
 	if len(read) == 0 {
 		// No lane to read (a backlog without keys): the plain SKIP LOCKED
 		// claim (lanes32 is empty: no lane lock).
 		claim = txboxdriver.Statement{SQL: l.q.unkeyed, Args: []any{limit, from}}
 	}
-	var rows txboxdriver.Rows
-	var err error
-	if qb, ok := s.pool.(txboxdriver.QueryBeginner); ok {
-		// BEGIN, the lane locks and the claim in one round trip.
-		if b.tx, rows, err = qb.BeginQuery(ctx, txboxdriver.TxOptions{}, []txboxdriver.Statement{lock}, claim); err != nil {
-			return nil, fmt.Errorf("claim transaction: %w", err)
-		}
-	} else {
-		if b.tx, err = s.pool.Begin(context.WithoutCancel(ctx)); err != nil {
-			return nil, err
-		}
-		if _, err := b.tx.Exec(ctx, lock.SQL, lock.Args...); err != nil {
-			_ = b.tx.Rollback(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("claim transaction: lane locks: %w", err)
-		}
-		rows, err = b.tx.Query(ctx, claim.SQL, claim.Args...)
-	}
-	var w walk
-	if err == nil {
-		b.Answered = time.Now()
-		w, err = l.walk(rows, limit, lanes)
+	w, err := l.run(ctx, b, lock, claim, limit, lanes)
+	if err != nil && claim.SQL == l.q.claim && lockNotAvailable(err) {
+		// A keyed row read is held by another transaction (a row locked by
+		// hand, or a fencing failure): lane_claim locks each row as it
+		// reads it, NOWAIT, and failed whole. Claim again, and for Rescan,
+		// with the claim that tells such rows from the rest and stops
+		// their keys there.
+		release(ctx, b)
+		l.checked = time.Now().Add(l.Rescan)
+		b = &Batch{s: s, Started: time.Now()}
+		claim.SQL = l.q.claimChecked
+		w, err = l.run(ctx, b, lock, claim, limit, lanes)
 	}
 	if err == nil {
 		// The next claim starts at the last lane this one read rows of
@@ -212,12 +209,55 @@ func (l *Lanes) Claim(ctx context.Context, limit int, leases []Lease) (*Batch, e
 		l.from = l.nextFrom(from, w, limit)
 	}
 	if err != nil {
-		_ = b.Release(context.WithoutCancel(ctx))
+		release(ctx, b)
 		return nil, err
 	}
 	b.Rows = w.rows
 	b.onEnd = func() { l.unhold(w.lanes) }
 	return b, nil
+}
+
+// run begins b's claim transaction with lock, runs claim in it and picks
+// (walk) from its rows. On an error the caller ends b's transaction, if
+// any (release).
+func (l *Lanes) run(ctx context.Context, b *Batch, lock, claim txboxdriver.Statement, limit int, lanes []int16) (walk, error) {
+	s := l.s
+	var rows txboxdriver.Rows
+	var err error
+	if qb, ok := s.pool.(txboxdriver.QueryBeginner); ok {
+		// BEGIN, the lane locks and the claim in one round trip.
+		if b.tx, rows, err = qb.BeginQuery(ctx, txboxdriver.TxOptions{}, []txboxdriver.Statement{lock}, claim); err != nil {
+			b.tx = nil // ended by BeginQuery
+			return walk{}, fmt.Errorf("claim transaction: %w", err)
+		}
+	} else {
+		if b.tx, err = s.pool.Begin(context.WithoutCancel(ctx)); err != nil {
+			b.tx = nil
+			return walk{}, err
+		}
+		if _, err := b.tx.Exec(ctx, lock.SQL, lock.Args...); err != nil {
+			return walk{}, fmt.Errorf("claim transaction: lane locks: %w", err)
+		}
+		if rows, err = b.tx.Query(ctx, claim.SQL, claim.Args...); err != nil {
+			return walk{}, err
+		}
+	}
+	b.Answered = time.Now()
+	return l.walk(rows, limit, lanes)
+}
+
+// release ends the transaction of a claim that failed, if it has one.
+func release(ctx context.Context, b *Batch) {
+	if b.tx != nil {
+		_ = b.Release(context.WithoutCancel(ctx))
+	}
+}
+
+// lockNotAvailable reports whether err is PostgreSQL's lock_not_available
+// (SQLSTATE 55P03: a NOWAIT lock found the row held).
+func lockNotAvailable(err error) bool {
+	var state interface{ SQLState() string }
+	return errors.As(err, &state) && state.SQLState() == "55P03"
 }
 
 // FromStart reports whether the last claim, and the next one unless

@@ -62,18 +62,72 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 -- undelivered row (dead ones included) in id order from the lane index, at
 -- most $3 rows of each and $7 in all, less the rows of the keys $5 (keys
 -- the relay knows are parked or retrying later; it does not read a lane
--- with keys in flight in another batch of its own). Then the rows read are
--- locked FOR UPDATE SKIP LOCKED, by the ctid read (a TID scan: no index
--- probe; a row updated since is followed to its latest version and
--- rechecked, as a lock by id would), still undelivered; locked says
--- which were. A row read but not locked is held by another transaction
--- (someone locked an outbox row by hand, or two relays own one lane: a
--- fencing failure): the relay's pick stops its key there, so the key is
--- never published out of order, and the rest of the lane and every other
--- lane flow. The relay picks what to publish in Go
--- (outboxsql.Lanes.Claim). Empty headers come back NULL: nothing for the
--- relay to copy or decode; lane is -1 for a row without a key, due the
--- epoch for a row with no retry set.
+-- with keys in flight in another batch of its own), each row locked as it
+-- is read, FOR UPDATE NOWAIT: only a lane's owner locks its rows, so a row
+-- held by another transaction (someone locked an outbox row by hand, or
+-- two relays own one lane: a fencing failure) fails the statement (SQLSTATE
+-- 55P03), and the relay claims again with lane_claim_checked, which tells
+-- that row from the rest and stops its key there. A row updated since the
+-- statement's snapshot is followed to its latest version and rechecked
+-- (still undelivered), as any FOR UPDATE. One pass: each keyed row is read
+-- and locked by the same index scan, where a read then a lock by ctid
+-- visits each row twice and joins the two. The relay picks what to publish
+-- in Go (outboxsql.Lanes.Claim). Empty headers come back NULL: nothing for
+-- the relay to copy or decode; lane is -1 for a row without a key, due the
+-- epoch for a row with no retry set; the last column (locked) is true.
+WITH u AS (
+  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+  FROM {{table}} o
+  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= $8
+  ORDER BY o.id
+  LIMIT $6
+  FOR UPDATE OF o SKIP LOCKED),
+d AS (
+  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+  FROM {{table}} o
+  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= now()
+  ORDER BY o.next_attempt_at
+  LIMIT $6
+  FOR UPDATE OF o SKIP LOCKED),
+v AS MATERIALIZED (
+  SELECT w.lane, w.ord
+  FROM unnest($1::smallint[], $2::bigint[]) WITH ORDINALITY w(lane, epoch, ord)
+  JOIN {{name "lanes"}} l ON l.lane = w.lane AND l.epoch = w.epoch AND l.owner = $4
+  WHERE w.lane = ANY((SELECT current_setting('txbox.lanes')::smallint[])::smallint[])
+  ORDER BY w.ord),
+k AS MATERIALIZED (
+  SELECT r.* FROM v CROSS JOIN LATERAL (
+    SELECT o.id, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
+           o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
+    FROM {{table}} o
+    WHERE (hashtext(o.ordering_key) & 63) = v.lane::int AND o.ordering_key IS NOT NULL AND o.published_at IS NULL
+      AND o.ordering_key <> ALL($5::text[])
+    ORDER BY (hashtext(o.ordering_key) & 63), o.id
+    LIMIT $3
+    FOR UPDATE OF o NOWAIT) r
+  LIMIT $7)
+SELECT k.id, k.message_id, k.topic, k.ordering_key, k.payload, k.headers, k.attempts, k.created_at,
+       k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), true
+FROM k
+UNION ALL
+SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch', true
+FROM u
+UNION ALL
+SELECT d.id, d.message_id, d.topic, '', d.payload, d.headers, d.attempts, d.created_at, -1::smallint, false, false, 'epoch', true
+FROM d
+
+
+-- name: lane_claim_checked
+-- lane_claim, but each keyed row read is then locked FOR UPDATE SKIP
+-- LOCKED, by the ctid read (a TID scan: no index probe; a row updated since
+-- is followed to its latest version and rechecked), still undelivered;
+-- locked says which were. A row read but not locked is held by another
+-- transaction (someone locked an outbox row by hand, or two relays own one
+-- lane: a fencing failure): the relay's pick stops its key there, so the
+-- key is never published out of order, and the rest of the lane and every
+-- other lane flow. The relay runs it after lane_claim failed on such a row
+-- (SQLSTATE 55P03), and instead of lane_claim for a while after
+-- (outboxsql.Lanes.Claim). The arguments and columns are lane_claim's.
 WITH u AS (
   SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
   FROM {{table}} o
