@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/txbox/txbox"
@@ -46,6 +47,54 @@ func CheckStreamName(name string) error {
 		return fmt.Errorf("%q: a stream name may not contain spaces, control characters, '.', '*', '>', '/' or '\\'", name)
 	}
 	return nil
+}
+
+// Uncaptured returns the subjects that none of captured captures, in the
+// order given: what a stream with the subjects captured (its
+// jetstream.StreamConfig.Subjects) would leave out. Either side may hold
+// wildcards: "orders.*" is captured by "orders.>" and by "*.*", not by
+// "orders.placed". EnsureStream uses a stream that exists as it is; a
+// caller checks it with
+//
+//	s, err := natsjs.EnsureStream(ctx, nc, cfg)
+//	…
+//	missing := natsjs.Uncaptured(cfg.Subjects, s.CachedInfo().Config.Subjects)
+//
+// A message to a subject no stream captures is rejected by the broker.
+func Uncaptured(subjects, captured []string) []string {
+	var missing []string
+	for _, s := range subjects {
+		if !slices.ContainsFunc(captured, func(c string) bool { return subjectWithin(s, c) }) {
+			missing = append(missing, s)
+		}
+	}
+	return missing
+}
+
+// subjectWithin reports whether every subject subject matches (it may hold
+// wildcards) is matched by filter, as the NATS server decides it
+// (server.SubjectMatchesFilter).
+func subjectWithin(subject, filter string) bool {
+	tokens, test := strings.Split(subject, "."), strings.Split(filter, ".")
+	for i, t2 := range test {
+		switch {
+		case i >= len(tokens), t2 == "":
+			return false
+		case t2 == ">":
+			return true
+		}
+		switch t1 := tokens[i]; {
+		case t1 == "" || t1 == ">":
+			return false
+		case t1 == "*":
+			if t2 != "*" {
+				return false
+			}
+		case t2 != "*" && t1 != t2:
+			return false
+		}
+	}
+	return len(tokens) == len(test)
 }
 
 // validate checks cfg's name and subjects.

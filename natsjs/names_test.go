@@ -3,6 +3,7 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,4 +131,27 @@ func TestCheckStreamNameAndSubject(t *testing.T) {
 // escaped reports whether msg is valid UTF-8 with every rune printable.
 func escaped(msg string) bool {
 	return utf8.ValidString(msg) && strings.IndexFunc(msg, func(r rune) bool { return !strconv.IsPrint(r) }) < 0
+}
+
+// TestUncaptured: the subjects a stream's subjects leave out, wildcards on
+// either side. tests/natsjs checks the rule against the NATS server's own.
+func TestUncaptured(t *testing.T) {
+	for _, c := range []struct {
+		want, have, missing []string
+	}{
+		{[]string{"orders.>"}, []string{"orders.>"}, nil},
+		{[]string{"orders.*", "orders.placed", "orders.a.b"}, []string{"orders.>"}, nil},
+		{[]string{"orders.*"}, []string{"*.*"}, nil},
+		{[]string{"orders.*"}, []string{"orders.placed"}, []string{"orders.*"}},
+		{[]string{"orders.>"}, []string{"orders.*"}, []string{"orders.>"}},
+		{[]string{"orders"}, []string{"orders.>"}, []string{"orders"}},
+		{[]string{"billing.>", "orders.>", "audit"}, []string{"orders.>", ">"}, nil},
+		{[]string{"billing.>", "orders.>", "audit"}, []string{"orders.>"}, []string{"billing.>", "audit"}},
+		{[]string{"a.b"}, nil, []string{"a.b"}},
+		{nil, []string{"a.>"}, nil},
+	} {
+		if got := Uncaptured(c.want, c.have); !slices.Equal(got, c.missing) {
+			t.Errorf("Uncaptured(%q, %q) = %q, want %q", c.want, c.have, got, c.missing)
+		}
+	}
 }

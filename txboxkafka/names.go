@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/txbox/txbox/internal/printable"
 )
 
 // MaxTopic is the longest Kafka topic name.
@@ -27,6 +29,31 @@ func CheckPrefix(prefix string) error {
 	}); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(prefix[i:])
 		return fmt.Errorf("%q: %q is not allowed in a Kafka topic (want letters, digits, '.', '_' and '-')", prefix, r)
+	}
+	return nil
+}
+
+// MaxTransactionalID bounds a transactional id (kgo.TransactionalID):
+// Kafka stores it as a protocol string of up to 32,767 bytes; txbox keeps
+// it to the length of a topic name, readable in logs and in the broker's
+// tools.
+const MaxTransactionalID = 249
+
+// CheckTransactionalID checks the transactional id of a transactional
+// Publisher's client: not empty, at most MaxTransactionalID bytes, printable (no
+// control character, no invalid UTF-8, no format character such as a bidi
+// override), with no space at either end. NewPublisher refuses a client
+// whose transactional id CheckTransactionalID refuses. The error reads
+// after the name of the setting: `is 300 bytes, over …` or `" id": want …`.
+func CheckTransactionalID(id string) error {
+	if len(id) > MaxTransactionalID {
+		return fmt.Errorf("is %d bytes, over the limit of %d bytes", len(id), MaxTransactionalID)
+	}
+	if id == "" {
+		return fmt.Errorf("is empty")
+	}
+	if printable.Cell(id) != id || strings.TrimSpace(id) != id {
+		return fmt.Errorf("%q: want printable characters, with no space at either end", id)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/txbox/txbox"
 )
 
@@ -56,4 +58,46 @@ func utf8Printable(msg string) bool {
 		}
 	}
 	return true
+}
+
+// TestCheckTransactionalID: the transactional ids CheckTransactionalID,
+// NewPublisher and the CLI refuse, with an error that says why and quotes
+// the id escaped.
+func TestCheckTransactionalID(t *testing.T) {
+	for _, ok := range []string{"relay-0", "orders relay 1", "ünï:cödé/1", strings.Repeat("r", MaxTransactionalID)} {
+		if err := CheckTransactionalID(ok); err != nil {
+			t.Errorf("CheckTransactionalID(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, c := range []struct{ id, says string }{
+		{"", "is empty"},
+		{" relay-0", `" relay-0": want printable characters, with no space at either end`},
+		{"relay-0\t", `"relay-0\t": want printable characters`},
+		{"relay\n0", `"relay\n0": want printable characters`},
+		{"m\x1b[31m", `"m\x1b[31m": want printable characters`},
+		{"a\u202eb", `"a\u202eb": want printable characters`},
+		{"bad\xff", `"bad\xff": want printable characters`},
+		{strings.Repeat("r", MaxTransactionalID+1), "is 250 bytes, over the limit of 249 bytes"},
+	} {
+		err := CheckTransactionalID(c.id)
+		if err == nil || !strings.HasPrefix(err.Error(), c.says) {
+			t.Errorf("CheckTransactionalID(%q) = %v, want an error beginning %q", c.id, err, c.says)
+			continue
+		}
+		if !utf8Printable(err.Error()) {
+			t.Errorf("CheckTransactionalID(%q): error %q is not escaped", c.id, err)
+		}
+		if c.id == "" {
+			continue // kgo.TransactionalID("") is refused by NewPublisher with its own error
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.TransactionalID(c.id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = NewPublisher(cl, PublisherConfig{})
+		cl.Close()
+		if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "kafka: the client's transactional id "+c.says) {
+			t.Errorf("NewPublisher(transactional id %q) = %v, want txbox.ErrInvalidConfig naming the id", c.id, err)
+		}
+	}
 }

@@ -98,6 +98,9 @@ func NewPublisher(cl *kgo.Client, cfg PublisherConfig) (*Publisher, error) {
 			if p.txnID == "" {
 				return nil, fmt.Errorf("%w: kafka: the client's transactional id is empty", txbox.ErrInvalidConfig)
 			}
+			if err := CheckTransactionalID(p.txnID); err != nil {
+				return nil, fmt.Errorf("%w: kafka: the client's transactional id %w", txbox.ErrInvalidConfig, err)
+			}
 		}
 	}
 	return p, nil

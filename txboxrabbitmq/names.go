@@ -21,3 +21,18 @@ func CheckPrefix(prefix string) error {
 	}
 	return dotname.Prefix(prefix)
 }
+
+// MaxExchange is the longest RabbitMQ exchange name (an AMQP short string).
+const MaxExchange = 255
+
+// CheckExchange checks an exchange name (PublisherConfig.Exchange,
+// QueueConfig.Exchange): at most MaxExchange bytes; "" is the default
+// exchange. NewPublisher and DeclareQueue refuse an Exchange CheckExchange
+// refuses. The
+// error reads after the name of the setting: `is 300 bytes, over …`.
+func CheckExchange(name string) error {
+	if len(name) > MaxExchange {
+		return fmt.Errorf("is %d bytes, over RabbitMQ's limit of %d bytes for an exchange name", len(name), MaxExchange)
+	}
+	return nil
+}

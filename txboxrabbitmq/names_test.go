@@ -52,3 +52,26 @@ func TestCheckPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckExchange: an exchange name over RabbitMQ's 255 bytes is refused
+// by CheckExchange, NewPublisher and DeclareQueue, with the byte count.
+func TestCheckExchange(t *testing.T) {
+	for _, ok := range []string{"", "events", "ünï.cödé", strings.Repeat("x", MaxExchange)} {
+		if err := CheckExchange(ok); err != nil {
+			t.Errorf("CheckExchange(%d bytes) = %v, want nil", len(ok), err)
+		}
+	}
+	long := strings.Repeat("x", MaxExchange+1)
+	const want = "is 256 bytes, over RabbitMQ's limit of 255 bytes for an exchange name"
+	if err := CheckExchange(long); err == nil || err.Error() != want {
+		t.Fatalf("CheckExchange(256 bytes) = %v, want %q", err, want)
+	}
+	_, err := NewPublisher(nil, PublisherConfig{Exchange: long})
+	if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "rabbitmq: Exchange "+want) {
+		t.Errorf("NewPublisher(Exchange of 256 bytes) = %v, want txbox.ErrInvalidConfig naming the Exchange", err)
+	}
+	err = DeclareQueue(t.Context(), nil, QueueConfig{Name: "q", Exchange: long})
+	if !errors.Is(err, txbox.ErrInvalidConfig) || !strings.Contains(err.Error(), "rabbitmq: Exchange "+want) {
+		t.Errorf("DeclareQueue(Exchange of 256 bytes) = %v, want txbox.ErrInvalidConfig naming the Exchange", err)
+	}
+}

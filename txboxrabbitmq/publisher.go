@@ -91,6 +91,9 @@ func NewPublisher(conn *Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err := CheckPrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("%w: rabbitmq: Prefix %w", txbox.ErrInvalidConfig, err)
 	}
+	if err := CheckExchange(cfg.Exchange); err != nil {
+		return nil, fmt.Errorf("%w: rabbitmq: Exchange %w", txbox.ErrInvalidConfig, err)
+	}
 	if conn == nil {
 		return nil, fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}

@@ -58,6 +58,9 @@ func DeclareQueue(ctx context.Context, conn *Conn, cfg QueueConfig) error {
 	if cfg.Name == "" {
 		return fmt.Errorf("%w: rabbitmq: queue name is required", txbox.ErrInvalidConfig)
 	}
+	if err := CheckExchange(cfg.Exchange); err != nil {
+		return fmt.Errorf("%w: rabbitmq: Exchange %w", txbox.ErrInvalidConfig, err)
+	}
 	if conn == nil {
 		return fmt.Errorf("%w: rabbitmq: nil connection", txbox.ErrInvalidConfig)
 	}

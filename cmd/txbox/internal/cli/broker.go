@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -117,11 +115,6 @@ func (f *brokerFlags) mode() string {
 // EnvKafkaTransactionalID is the default of --kafka-transactional-id.
 const EnvKafkaTransactionalID = "TXBOX_KAFKA_TRANSACTIONAL_ID"
 
-// maxKafkaTransactionalID bounds --kafka-transactional-id: Kafka stores
-// it as a protocol string (at most 32,767 bytes); a shorter bound keeps
-// it readable in logs and the broker's tools.
-const maxKafkaTransactionalID = 249
-
 // check validates the flags without touching anything.
 func (f *brokerFlags) check() error {
 	scheme := "nats"
@@ -162,10 +155,9 @@ func (f *brokerFlags) check() error {
 			return fmt.Errorf("%s is for Kafka (--broker kafka://…), not the embedded NATS server", name)
 		case scheme != "kafka":
 			return fmt.Errorf("%s is for Kafka (--broker kafka://…), not %s://", name, scheme)
-		case len(f.kafkaTxnID) > maxKafkaTransactionalID:
-			return fmt.Errorf("%s is %d bytes, over the limit of %d bytes", name, len(f.kafkaTxnID), maxKafkaTransactionalID)
-		case !isPrintable(f.kafkaTxnID) || strings.TrimSpace(f.kafkaTxnID) != f.kafkaTxnID:
-			return fmt.Errorf("%s %q: want printable characters, with no space at either end", name, f.kafkaTxnID)
+		}
+		if err := txboxkafka.CheckTransactionalID(f.kafkaTxnID); err != nil {
+			return fmt.Errorf("%s %w", name, err)
 		}
 	}
 	prefix := sourceOf(f.fs, "subject-prefix", EnvSubjectPrefix)
@@ -393,7 +385,7 @@ func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Wri
 		}
 		have := s.CachedInfo().Config.Subjects
 		fmt.Fprintf(out, "stream %s captures %s\n", cell(name), cell(strings.Join(have, ", ")))
-		if missing := uncaptured(subjects, have); len(missing) > 0 {
+		if missing := natsjs.Uncaptured(subjects, have); len(missing) > 0 {
 			msg := fmt.Sprintf("stream %s already exists and does not capture %s of --stream-subjects: messages to such subjects are rejected by the broker and retried until dead; add them to the stream (nats stream edit %s --subjects …) or name another --stream",
 				cell(name), cell(strings.Join(missing, ", ")), cell(name))
 			if f.events != nil {
@@ -414,18 +406,6 @@ func ensureStream(ctx context.Context, nc *nats.Conn, f *brokerFlags, out io.Wri
 		fmt.Fprintf(out, "stream %s captures %s\n", cell(name), cell(strings.Join(s.CachedInfo().Config.Subjects, ", ")))
 	}
 	return nil
-}
-
-// uncaptured returns the subjects of want that no subject of have
-// captures (wildcards on either side: "orders.*" is captured by "orders.>").
-func uncaptured(want, have []string) []string {
-	var missing []string
-	for _, w := range want {
-		if !slices.ContainsFunc(have, func(h string) bool { return server.SubjectMatchesFilter(w, h) }) {
-			missing = append(missing, w)
-		}
-	}
-	return missing
 }
 
 // Close closes the publisher and its connection and stops the embedded

@@ -32,18 +32,14 @@ func (f *amqpFlags) register(fs *pflag.FlagSet) {
 		`RabbitMQ with --cloudevents-source only: the separator of the CloudEvents headers, "_" (cloudEvents_id: what JMS 2.0 consumers and Spring read) or ":" (cloudEvents:id: what the CloudEvents Go and Java SDKs' AMQP bindings read)`)
 }
 
-// maxExchangeName is the longest RabbitMQ exchange name (an AMQP short
-// string).
-const maxExchangeName = 255
-
 // check refuses the RabbitMQ flags with another broker.
 func (f *amqpFlags) check(fs *pflag.FlagSet, scheme string) error {
 	if s := f.ceSeparator; s != "" && s != "_" && s != ":" {
 		return fmt.Errorf(`--cloudevents-amqp-separator %q: want "_" or ":"`, f.ceSeparator)
 	}
 	if scheme == "amqp" || scheme == "amqps" {
-		if len(f.exchange) > maxExchangeName {
-			return fmt.Errorf("%s is %d bytes, over RabbitMQ's limit of 255 bytes for an exchange name", sourceOf(fs, "exchange", EnvExchange), len(f.exchange))
+		if err := txboxrabbitmq.CheckExchange(f.exchange); err != nil {
+			return fmt.Errorf("%s %w", sourceOf(fs, "exchange", EnvExchange), err)
 		}
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -69,47 +68,21 @@ func parseDBFrom(name, raw string) (dbTarget, error) {
 	return dbTarget{}, fmt.Errorf("%s %q: unsupported database URL (want postgres://…, postgresql://…, mysql://… or sqlite://path)", name, redact(raw, raw))
 }
 
-// mysqlDSN converts mysql://user:pass@host:port/db?param=value into
-// go-sql-driver/mysql's DSN, user:pass@tcp(host:port)/db?…, with
-// parseTime=true (txbox reads DATETIME columns as times) unless the URL
-// says otherwise. Query parameters are go-sql-driver's own (tls=true,
-// clientFoundRows=true, …).
+// mysqlDSN is txboxsql.MySQLDSN for --db, checked with go-sql-driver's
+// ParseDSN.
 func mysqlDSN(raw string) (string, error) { return mysqlDSNFrom("--db", raw) }
 
 // mysqlDSNFrom is mysqlDSN for the value of name, which its errors name.
+// A URL that does not parse is reported by parseURL, redacted; MySQLDSN's
+// other errors quote nothing of the URL, and are left as they are, so that
+// their example URL keeps its "user:pass".
 func mysqlDSNFrom(name, raw string) (string, error) {
-	u, err := parseURL(name, raw)
-	if err != nil {
+	if _, err := parseURL(name, raw); err != nil {
 		return "", err
 	}
-	db := strings.TrimPrefix(u.Path, "/")
-	if db == "" || strings.Contains(db, "/") {
-		return "", fmt.Errorf("%s %q: want one database name (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
-	}
-	cfg := mysqldrv.NewConfig()
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	if cfg.User == "" && cfg.Passwd != "" {
-		// The driver's DSN drops a password that has no user name.
-		return "", fmt.Errorf("%s %q: a password needs a user name (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
-	}
-	cfg.Net = "tcp"
-	cfg.Addr = u.Host
-	if u.Port() == "" {
-		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306") // [::1]:3306
-	}
-	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil || u.Hostname() == "" {
-		return "", fmt.Errorf("%s %q: no host (mysql://user:pass@host:3306/db)", name, redact(raw, raw))
-	}
-	cfg.DBName = db
-	cfg.ParseTime = true
-	dsn := cfg.FormatDSN()
-	if q := u.Query(); len(q) > 0 {
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		dsn += sep + q.Encode()
+	dsn, err := txboxsql.MySQLDSN(raw)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", name, redact(raw, raw), err)
 	}
 	if _, err := mysqldrv.ParseDSN(dsn); err != nil {
 		return "", fmt.Errorf("%s %q: %w", name, redact(raw, raw), redactErr(err, raw, dsn))
