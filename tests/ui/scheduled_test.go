@@ -208,7 +208,7 @@ type scheduledPage struct {
 // delivered meanwhile says so, on the other discards it.
 func TestScheduledCancelInBrowser(t *testing.T) {
 	chromium, node := browserTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := newSchedFixture(t)
 	const token = "sched-browser-t0ken"

@@ -55,19 +55,23 @@ async function main() {
 
     // The form posts, the server redirects back with the result shown.
     await page.click(`tr.dead[data-seq="${seq}"] button.redrive`);
-    await page.waitForSelector("#flash", { timeout: 30000 });
+    await page.waitForSelector("#flash");
     const redrove = await figures(page);
     console.log("REDROVE " + JSON.stringify(redrove));
 
     // The test starts the relay now; wait for the page to show the backlog
-    // drained and the relay ready (the page refreshes itself).
-    const deadline = Date.now() + 60000;
+    // drained and the relay ready (the page refreshes itself). Each change
+    // the page shows is printed: the test's progress while it waits.
     let after;
+    let shown = "";
     for (;;) {
       await page.waitForTimeout(300);
       after = await figures(page);
       const ready = after.relays.length > 0 && after.relays[0][1] === "ready";
-      if ((after.pending === 0 && after.parked === 0 && after.dead === 0 && ready) || Date.now() > deadline) break;
+      if (after.pending === 0 && after.parked === 0 && after.dead === 0 && ready) break;
+      const now = JSON.stringify([after.pending, after.parked, after.dead, after.relays]);
+      if (now !== shown) console.log("WAITING " + now);
+      shown = now;
     }
     after.offsite_requests = offsite;
     console.log("AFTER " + JSON.stringify(after));

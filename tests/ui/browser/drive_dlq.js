@@ -32,11 +32,11 @@ async function main() {
   await withBrowser(async (page) => {
     await page.goto(url, { waitUntil: "load" });
     await page.click("#dlq-link a");
-    await page.waitForSelector("tr.letter", { timeout: 30000 });
+    await page.waitForSelector("tr.letter");
     console.log("DLQ " + JSON.stringify(await letters(page)));
     for (const id of process.env.UI_LETTERS.split(",")) {
       await Promise.all([page.waitForNavigation(), page.click(`tr.letter[data-id="${id}"] button.redrive`)]);
-      await page.waitForSelector("#flash", { timeout: 30000 });
+      await page.waitForSelector("#flash");
       console.log("DLQ_AFTER " + JSON.stringify(await letters(page)));
     }
 
@@ -52,7 +52,7 @@ async function main() {
     console.log("DRY " + JSON.stringify(dry));
     await goAhead(); // the test checks that the dry run changed nothing
     await Promise.all([page.waitForNavigation(), page.click("#bulk-confirm")]);
-    await page.waitForSelector("#flash", { timeout: 30000 });
+    await page.waitForSelector("#flash");
     const bulk = await page.evaluate(() => ({
       flash: (document.getElementById("flash") || {}).textContent || "",
       dead: Array.from(document.querySelectorAll("tr.dead")).map((tr) => Number(tr.dataset.seq)),

@@ -41,7 +41,7 @@ async function main() {
     });
     page.on("load", () => loads++);
     await page.goto(url, { waitUntil: "load" });
-    await page.waitForSelector("#scheduled", { timeout: 30000 });
+    await page.waitForSelector("#scheduled");
     console.log("LISTED " + JSON.stringify(await read(page)));
     await page.screenshot({ path: path.join(process.env.UI_OUT, "scheduled.png"), fullPage: true });
     for (let i = 0; i < 2; i++) {
@@ -55,11 +55,12 @@ async function main() {
       const loadsBefore = loads;
       posted = false;
       while (!posted) {
+        console.log("CLICK cancel " + id);
         await row.locator("button.cancel").click();
         for (let j = 0; j < 20 && !posted; j++) await page.waitForTimeout(250);
       }
       while (loads === loadsBefore) await page.waitForTimeout(100);
-      await page.waitForSelector("#flash", { timeout: 30000 });
+      await page.waitForSelector("#flash");
       console.log("CANCELLED " + JSON.stringify(await read(page)));
     }
   });

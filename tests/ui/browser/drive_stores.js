@@ -36,16 +36,16 @@ async function store(page) {
 async function main() {
   await withBrowser(async (page) => {
     await page.goto(url, { waitUntil: "load" });
-    await page.waitForSelector("tr.store", { timeout: 30000 });
+    await page.waitForSelector("tr.store");
     console.log("LIST " + JSON.stringify(await list(page)));
     await Promise.all([page.waitForNavigation(), page.click(`tr.store[data-name="${process.env.UI_STORE}"] a`)]);
-    await page.waitForSelector("#relays", { timeout: 30000 });
+    await page.waitForSelector("#relays");
     console.log("STORE " + JSON.stringify(await store(page)));
     await Promise.all([page.waitForNavigation(), page.click("tr.dead button.redrive")]);
-    await page.waitForSelector("#flash", { timeout: 30000 });
+    await page.waitForSelector("#flash");
     console.log("REDROVE " + JSON.stringify(await store(page)));
     await Promise.all([page.waitForNavigation(), page.click("#all-stores")]);
-    await page.waitForSelector("tr.store", { timeout: 30000 });
+    await page.waitForSelector("tr.store");
     console.log("BACK " + JSON.stringify(await list(page)));
   });
 }
