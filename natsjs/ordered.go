@@ -49,39 +49,73 @@ func (s *Subscriber) SubscribeOrdered(ctx context.Context, binding string, prefe
 }
 
 // gather reads, after the hold, the messages that were pending at the
-// start (up to that many, each read waiting at most half the AckWait) and
-// sorts them by stream sequence. The server redelivers expired messages in
-// the order their ack timers ran out, batch by batch, and a keep-alive
-// (InProgress) restarts a message's timer: the killed subscriber's
-// messages come back in the order of their last extension, not in stream
-// order. Sorting them restores it; every message that follows was never
-// delivered before and comes later in the stream.
+// start and sorts them by stream sequence. The server redelivers expired
+// messages in the order their ack timers ran out, batch by batch, and a
+// keep-alive (InProgress) restarts a message's timer: the killed
+// subscriber's messages come back in the order of their last extension, not
+// in stream order. Sorting them restores it.
+//
+// A message delivered for the first time meanwhile (a redelivery's timer
+// ran out late: a busy server, or the old subscriber still alive) is held
+// aside: it comes later in the stream than every message delivered before.
+// gather waits for the redeliveries while the consumer has more messages
+// pending an ack than it holds, keeping those it holds alive; it stops
+// early only when they are fewer (some reached MaxDeliver, or were acked
+// meanwhile).
 func (sub *subscription) gather(ctx context.Context, p *puller) error {
 	sub.mu.Lock()
-	n, wait := sub.pending, max(sub.ackWait/2, 500*time.Millisecond)
+	n, wait := sub.pending, max(sub.ackWait/4, 250*time.Millisecond)
 	sub.pending = 0
 	sub.mu.Unlock()
-	var ms []jetstream.Msg
+	var ms, fresh []jetstream.Msg
 	for len(ms) < n {
 		gctx, cancel := context.WithTimeout(ctx, wait)
 		m, err := p.next(gctx)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				for _, m := range ms {
-					_ = sub.release(m)
-				}
-				return ctx.Err()
-			}
-			break // fewer came back (some reached MaxDeliver, or were acked): go on
+		if err == nil && deliveries(m) == 1 {
+			fresh = append(fresh, m)
+			continue
 		}
-		ms = append(ms, m)
+		if err == nil {
+			ms = append(ms, m)
+			continue
+		}
+		if ctx.Err() != nil {
+			for _, m := range append(ms, fresh...) {
+				_ = sub.release(m)
+			}
+			return ctx.Err()
+		}
+		if !sub.owed(ctx, len(ms)+len(fresh)) {
+			break
+		}
+		for _, m := range append(ms, fresh...) {
+			_ = m.InProgress()
+		}
 	}
+	ms = append(ms, fresh...)
 	sortByStream(ms)
 	sub.mu.Lock()
 	sub.gathered = append(sub.gathered, ms...)
 	sub.mu.Unlock()
 	return nil
+}
+
+// owed reports whether the durable has more messages pending an ack than
+// the held ones this subscription holds: redeliveries still to come. When
+// the consumer's state cannot be read it reports false.
+func (sub *subscription) owed(ctx context.Context, held int) bool {
+	info, err := sub.cons.Info(ctx)
+	return err == nil && info.NumAckPending > held
+}
+
+// deliveries is how many times the server has delivered m (1 when its
+// metadata cannot be read).
+func deliveries(m jetstream.Msg) uint64 {
+	if md, err := m.Metadata(); err == nil {
+		return md.NumDelivered
+	}
+	return 1
 }
 
 func sortByStream(ms []jetstream.Msg) {

@@ -375,12 +375,7 @@ func (d *delivery) StreamSequence() uint64 {
 	return 0
 }
 
-func (d *delivery) numDelivered() int {
-	if md, err := d.m.Metadata(); err == nil {
-		return int(md.NumDelivered)
-	}
-	return 1
-}
+func (d *delivery) numDelivered() int { return int(deliveries(d.m)) }
 
 // Message returns the message: id = Nats-Msg-Id (Txbox-Message-Id on a
 // redriven dead letter, whose Nats-Msg-Id starts with "redrive:"), topic =
