@@ -40,10 +40,18 @@ func Sections(text string) map[string]string {
 	return out
 }
 
-// Render executes text as a template with funcs.
-func Render(name, text string, funcs template.FuncMap) (string, error) {
-	t, err := template.New(name).Funcs(funcs).Parse(text)
-	if err != nil {
+// Render executes text as a template with funcs; partials are templates
+// it may call by name ({{template "_x" arg}}).
+func Render(name, text string, funcs template.FuncMap, partials ...map[string]string) (string, error) {
+	t := template.New(name).Funcs(funcs)
+	for _, ps := range partials {
+		for pn, pt := range ps {
+			if _, err := t.New(pn).Parse(pt); err != nil {
+				return "", fmt.Errorf("txbox: SQL %s: %w", pn, err)
+			}
+		}
+	}
+	if _, err := t.Parse(text); err != nil {
 		return "", fmt.Errorf("txbox: SQL %s: %w", name, err)
 	}
 	var b strings.Builder
@@ -54,9 +62,11 @@ func Render(name, text string, funcs template.FuncMap) (string, error) {
 }
 
 // Load renders every section of file (named name in errors) with funcs into
-// the string that one of dests names for it. A section without a
-// destination, or a destination without a section, is an error: the SQL
-// files and the code that runs them cannot drift apart silently.
+// the string that one of dests names for it. A section whose name starts
+// with "_" is a partial: the others may call it ({{template "_x" arg}}),
+// it has no destination. A section without a destination, or a destination
+// without a section, is an error: the SQL files and the code that runs
+// them cannot drift apart silently.
 func Load(name, file string, funcs template.FuncMap, dests ...map[string]*string) error {
 	dest := map[string]*string{}
 	for _, d := range dests {
@@ -65,12 +75,19 @@ func Load(name, file string, funcs template.FuncMap, dests ...map[string]*string
 		}
 	}
 	sections := Sections(file)
+	partials := map[string]string{}
+	for sec, text := range sections {
+		if strings.HasPrefix(sec, "_") {
+			partials[sec] = text
+			delete(sections, sec)
+		}
+	}
 	for sec, text := range sections {
 		p, ok := dest[sec]
 		if !ok {
 			return fmt.Errorf("txbox: SQL %s: section %q is not used", name, sec)
 		}
-		s, err := Render(name+":"+sec, text, funcs)
+		s, err := Render(name+":"+sec, text, funcs, partials)
 		if err != nil {
 			return err
 		}

@@ -75,47 +75,7 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('
 -- in Go (outboxsql.Lanes.Claim). Empty headers come back NULL: nothing for
 -- the relay to copy or decode; lane is -1 for a row without a key, due the
 -- epoch for a row with no retry set; the last column (locked) is true.
-WITH u AS (
-  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
-  FROM {{table}} o
-  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at IS NULL AND o.id >= $8
-  ORDER BY o.id
-  LIMIT $6
-  FOR UPDATE OF o SKIP LOCKED),
-d AS (
-  SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
-  FROM {{table}} o
-  WHERE o.ordering_key IS NULL AND o.published_at IS NULL AND o.dead_at IS NULL AND o.next_attempt_at <= now()
-  ORDER BY o.next_attempt_at
-  LIMIT $6
-  FOR UPDATE OF o SKIP LOCKED),
-v AS MATERIALIZED (
-  SELECT w.lane, w.ord
-  FROM unnest($1::smallint[], $2::bigint[]) WITH ORDINALITY w(lane, epoch, ord)
-  JOIN {{name "lanes"}} l ON l.lane = w.lane AND l.epoch = w.epoch AND l.owner = $4
-  WHERE w.lane = ANY((SELECT current_setting('txbox.lanes')::smallint[])::smallint[])
-  ORDER BY w.ord),
-k AS MATERIALIZED (
-  SELECT r.* FROM v CROSS JOIN LATERAL (
-    SELECT o.id, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
-           o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
-    FROM {{table}} o
-    WHERE (hashtext(o.ordering_key) & 63) = v.lane::int AND o.ordering_key IS NOT NULL AND o.published_at IS NULL
-      AND o.ordering_key <> ALL($5::text[])
-    ORDER BY (hashtext(o.ordering_key) & 63), o.id
-    LIMIT $3
-    FOR UPDATE OF o NOWAIT) r
-  LIMIT $7)
-SELECT k.id, k.message_id, k.topic, k.ordering_key, k.payload, k.headers, k.attempts, k.created_at,
-       k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), true
-FROM k
-UNION ALL
-SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch', true
-FROM u
-UNION ALL
-SELECT d.id, d.message_id, d.topic, '', d.payload, d.headers, d.attempts, d.created_at, -1::smallint, false, false, 'epoch', true
-FROM d
-
+{{template "_lane_claim" false}}
 
 -- name: lane_claim_checked
 -- lane_claim, but each keyed row read is then locked FOR UPDATE SKIP
@@ -128,6 +88,10 @@ FROM d
 -- other lane flow. The relay runs it after lane_claim failed on such a row
 -- (SQLSTATE 55P03), and instead of lane_claim for a while after
 -- (outboxsql.Lanes.Claim). The arguments and columns are lane_claim's.
+{{template "_lane_claim" true}}
+
+-- name: _lane_claim
+-- lane_claim, and with true lane_claim_checked.
 WITH u AS (
   SELECT o.id, o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
   FROM {{table}} o
@@ -150,21 +114,24 @@ v AS MATERIALIZED (
   ORDER BY w.ord),
 k AS MATERIALIZED (
   SELECT r.* FROM v CROSS JOIN LATERAL (
-    SELECT o.id, o.ctid, o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
+    SELECT o.id,{{if .}} o.ctid,{{end}} o.ordering_key, o.dead_at IS NOT NULL AS dead, o.next_attempt_at > now() AS later, o.next_attempt_at AS due, v.lane,
            o.message_id, o.topic, o.payload, nullif(o.headers, '{}')::text AS headers, o.attempts, o.created_at
     FROM {{table}} o
     WHERE (hashtext(o.ordering_key) & 63) = v.lane::int AND o.ordering_key IS NOT NULL AND o.published_at IS NULL
       AND o.ordering_key <> ALL($5::text[])
     ORDER BY (hashtext(o.ordering_key) & 63), o.id
-    LIMIT $3) r
-  LIMIT $7),
+    LIMIT $3
+    {{- if not .}}
+    FOR UPDATE OF o NOWAIT{{end}}) r
+  LIMIT $7){{if .}},
 x AS MATERIALIZED (
   SELECT o.id FROM {{table}} o
   WHERE o.ctid = ANY(ARRAY(SELECT k.ctid FROM k)) AND o.published_at IS NULL
-  FOR UPDATE OF o SKIP LOCKED)
+  FOR UPDATE OF o SKIP LOCKED){{end}}
 SELECT k.id, k.message_id, k.topic, k.ordering_key, k.payload, k.headers, k.attempts, k.created_at,
-       k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), x.id IS NOT NULL
-FROM k LEFT JOIN x ON x.id = k.id
+       k.lane, k.dead, coalesce(k.later, false), coalesce(k.due, 'epoch'), {{if .}}x.id IS NOT NULL
+FROM k LEFT JOIN x ON x.id = k.id{{else}}true
+FROM k{{end}}
 UNION ALL
 SELECT u.id, u.message_id, u.topic, '', u.payload, u.headers, u.attempts, u.created_at, -1::smallint, false, false, 'epoch', true
 FROM u
