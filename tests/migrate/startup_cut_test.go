@@ -3,7 +3,6 @@ package migrate_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/drivertest"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/tests/testenv"
@@ -196,15 +194,10 @@ func TestStartupCheckRetriesACutDatabase(t *testing.T) {
 			// the database's failure as it is, for the caller to retry,
 			// not a StartupError that would leave the store out.
 			proxy.reset(1)
-			g, err := relay.NewGroup(relay.GroupConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			testenv.Must(t, err, "group")
+			g := quietGroup(t)
 			gr, err := relay.New(txboxpgx.New(newPool()), &drivertest.Recorder{}, relay.Config{DisableNotify: true})
 			testenv.Must(t, err, "group relay")
-			err = g.Add(vctx, relay.Store{Name: "s", Relay: gr})
-			var se *txbox.StartupError
-			if err == nil || errors.As(err, &se) || !txboxdriver.IsTransient(err) {
-				t.Fatalf("group Add with a cut database: %v; want the transient error", err)
-			}
+			addRetried(t, vctx, g, gr, txboxdriver.IsTransient, "group Add with a cut database")
 			testenv.Must(t, g.Add(vctx, relay.Store{Name: "s", Relay: gr}), "group Add once the database answers")
 
 			// A table that is really missing still stops the relay.

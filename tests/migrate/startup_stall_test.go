@@ -55,14 +55,8 @@ func TestStartupCheckStalledByALock(t *testing.T) {
 	r, err := relay.New[pgx.Tx](drv, &drivertest.Recorder{}, relay.Config{DisableNotify: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	testenv.Must(t, err, "relay")
-	g, err := relay.NewGroup(relay.GroupConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	testenv.Must(t, err, "group")
-	err = g.Add(ctx, relay.Store{Name: "s", Relay: r})
-	var se *txbox.StartupError
-	if err == nil || errors.As(err, &se) || !txboxdriver.IsTransientFor(drv, err) {
-		t.Fatalf("start-up check stalled past the statement timeout: %v; want a transient error, no finding", err)
-	}
-	t.Logf("stalled: %v", err)
+	g := quietGroup(t)
+	addRetried(t, ctx, g, r, func(err error) bool { return txboxdriver.IsTransientFor(drv, err) }, "start-up check stalled past the statement timeout")
 
 	vctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -90,4 +84,25 @@ func TestStartupCheckStalledByALock(t *testing.T) {
 	if verr != nil {
 		t.Fatalf("Validate once the lock is released: %v\n%s", verr, logs.String())
 	}
+}
+
+// quietGroup is a relay group that logs nothing.
+func quietGroup(t *testing.T) *relay.Group {
+	t.Helper()
+	g, err := relay.NewGroup(relay.GroupConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	testenv.Must(t, err, "group")
+	return g
+}
+
+// addRetried adds r to g as store "s" and fails the test unless Add
+// returns an error transient says the caller retries, not a StartupError
+// (a finding that would leave the store out).
+func addRetried(t *testing.T, ctx context.Context, g *relay.Group, r *relay.Relay, transient func(error) bool, what string) {
+	t.Helper()
+	err := g.Add(ctx, relay.Store{Name: "s", Relay: r})
+	var se *txbox.StartupError
+	if err == nil || errors.As(err, &se) || !transient(err) {
+		t.Fatalf("%s: %v; want a transient error, no finding", what, err)
+	}
+	t.Logf("%s: %v", what, err)
 }
